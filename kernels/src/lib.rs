@@ -1,1 +1,8 @@
-//! (crate under construction)
+//! towers-kernels (overview written below once all modules exist).
+pub mod conv;
+pub mod error;
+pub mod gemm;
+pub mod window;
+#[cfg(test)]
+mod testutil;
+pub use error::KernelError;

@@ -1,0 +1,41 @@
+//! The crate's one error type. Only a few kernels are fallible: those whose
+//! failure depends on *values* (labels) or on shape arguments that the caller
+//! could get wrong in a way that is not just a slice-length mismatch
+//! (broadcast shapes, axes, ranks). Slice lengths themselves are the caller's
+//! contract and are checked with `debug_assert!` only.
+
+use thiserror::Error;
+
+/// Errors returned by the fallible kernels.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum KernelError {
+    /// A sparse label is outside `[0, classes)`.
+    #[error("{op}: label {label} of example {example} is outside [0, {classes}); labels must be class indices")]
+    LabelOutOfRange {
+        op: &'static str,
+        example: usize,
+        label: i32,
+        classes: usize,
+    },
+    /// Two shapes cannot be broadcast together (NumPy rules).
+    #[error("{op}: shapes {a:?} and {b:?} are not broadcast-compatible (aligned from the right, each dimension pair must be equal or contain a 1)")]
+    IncompatibleShapes {
+        op: &'static str,
+        a: Vec<usize>,
+        b: Vec<usize>,
+    },
+    /// A shape has more dimensions than the kernels support.
+    #[error("{op}: rank {rank} exceeds the supported maximum of {max}; reshape (merge contiguous axes) first")]
+    RankTooLarge {
+        op: &'static str,
+        rank: usize,
+        max: usize,
+    },
+    /// An axis argument is out of range for the given rank, or repeated.
+    #[error("{op}: axis {axis} is invalid for a tensor of rank {rank} (axes must be in 0..rank and distinct)")]
+    BadAxis {
+        op: &'static str,
+        axis: usize,
+        rank: usize,
+    },
+}

@@ -1,0 +1,187 @@
+//! Matrix products through the `gemm` crate (AVX-512/FMA microkernels via its
+//! `x86-v4` feature, runtime-detected).
+//!
+//! Layout: every matrix is dense row-major in its *stored* form. A transposed
+//! operand is read through swapped strides, never copied:
+//! - `A` is stored `[m, k]`, or `[k, m]` when `trans_a`;
+//! - `B` is stored `[k, n]`, or `[n, k]` when `trans_b`;
+//! - `C` is `[m, n]`.
+//!
+//! `C = alpha * op(A) * op(B) + beta * C`. With `beta == 0` the old contents
+//! of `C` are never read (so it may hold garbage, even NaN).
+//!
+//! `threads <= 1` runs on the calling thread (`Parallelism::None`); larger
+//! values use `Parallelism::Rayon(threads)` on rayon's global pool.
+
+use gemm::Parallelism;
+
+/// Shape and scalars of one matrix product; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MatMul {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub alpha: f32,
+    pub beta: f32,
+    pub threads: usize,
+}
+
+impl MatMul {
+    /// `C = A * B` with `A: [m, k]`, `B: [k, n]`, single-threaded.
+    pub fn new(m: usize, k: usize, n: usize) -> Self {
+        MatMul {
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+            alpha: 1.0,
+            beta: 0.0,
+            threads: 1,
+        }
+    }
+    /// Read `A` as stored `[k, m]`.
+    pub fn trans_a(mut self, t: bool) -> Self {
+        self.trans_a = t;
+        self
+    }
+    /// Read `B` as stored `[n, k]`.
+    pub fn trans_b(mut self, t: bool) -> Self {
+        self.trans_b = t;
+        self
+    }
+    /// Set `alpha` and `beta`.
+    pub fn scale(mut self, alpha: f32, beta: f32) -> Self {
+        self.alpha = alpha;
+        self.beta = beta;
+        self
+    }
+    /// Use `threads` rayon workers when `threads > 1`.
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+}
+
+/// `c = alpha * op(a) * op(b) + beta * c`; see [`MatMul`] and the module docs.
+pub fn matmul(p: &MatMul, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let MatMul { m, n, k, .. } = *p;
+    debug_assert!(a.len() >= m * k, "matmul: a too short");
+    debug_assert!(b.len() >= k * n, "matmul: b too short");
+    debug_assert!(c.len() >= m * n, "matmul: c too short");
+    if m == 0 || n == 0 {
+        return;
+    }
+    let c = &mut c[..m * n];
+    if k == 0 {
+        if p.beta == 0.0 {
+            c.fill(0.0);
+        } else {
+            c.iter_mut().for_each(|v| *v *= p.beta);
+        }
+        return;
+    }
+    let (a_rs, a_cs) = if p.trans_a { (1, m as isize) } else { (k as isize, 1) };
+    let (b_rs, b_cs) = if p.trans_b { (1, k as isize) } else { (n as isize, 1) };
+    let par = parallelism(p.threads);
+    // SAFETY: the pointers cover m*k, k*n and m*n elements (asserted above in
+    // debug, the caller's contract in release); strides address exactly
+    // those elements; `c` is a unique borrow, not aliased by `a` or `b`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            p.beta != 0.0,
+            a.as_ptr(),
+            a_cs,
+            a_rs,
+            b.as_ptr(),
+            b_cs,
+            b_rs,
+            p.beta,
+            p.alpha,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+fn parallelism(threads: usize) -> Parallelism {
+    if threads > 1 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{assert_close, Lcg};
+
+    fn naive(p: &MatMul, a: &[f32], b: &[f32], c: &mut [f32]) {
+        for i in 0..p.m {
+            for j in 0..p.n {
+                let mut s = 0.0f64;
+                for q in 0..p.k {
+                    let av = if p.trans_a { a[q * p.m + i] } else { a[i * p.k + q] };
+                    let bv = if p.trans_b { b[j * p.k + q] } else { b[q * p.n + j] };
+                    s += av as f64 * bv as f64;
+                }
+                let old = if p.beta == 0.0 { 0.0 } else { p.beta * c[i * p.n + j] };
+                c[i * p.n + j] = (p.alpha as f64 * s) as f32 + old;
+            }
+        }
+    }
+
+    #[test]
+    fn matches_naive_all_transposes() {
+        let mut r = Lcg::new(1);
+        for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 9), (64, 10, 65), (5, 0, 4)] {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    for (alpha, beta) in [(1.0, 0.0), (0.5, 1.0), (2.0, -0.5)] {
+                        let p = MatMul::new(m, k, n).trans_a(ta).trans_b(tb).scale(alpha, beta);
+                        let a = r.vec(m * k);
+                        let b = r.vec(k * n);
+                        let c0 = r.vec(m * n);
+                        let mut c1 = c0.clone();
+                        let mut c2 = c0.clone();
+                        matmul(&p, &a, &b, &mut c1);
+                        naive(&p, &a, &b, &mut c2);
+                        assert_close(&c1, &c2, 1e-4, "matmul");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn beta_zero_ignores_nan_in_c() {
+        let p = MatMul::new(2, 2, 2);
+        let mut c = vec![f32::NAN; 4];
+        matmul(&p, &[1.0, 2.0, 3.0, 4.0], &[1.0, 0.0, 0.0, 1.0], &mut c);
+        assert_eq!(c, vec![1.0, 2.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn threaded_matches_single() {
+        let mut r = Lcg::new(2);
+        let (m, k, n) = (70, 90, 50);
+        let a = r.vec(m * k);
+        let b = r.vec(k * n);
+        let mut c1 = vec![0.0; m * n];
+        let mut c2 = vec![0.0; m * n];
+        matmul(&MatMul::new(m, k, n), &a, &b, &mut c1);
+        matmul(&MatMul::new(m, k, n).threads(2), &a, &b, &mut c2);
+        assert_close(&c1, &c2, 1e-5, "threads");
+    }
+}
