@@ -2,6 +2,7 @@
 pub mod conv;
 pub mod error;
 pub mod gemm;
+pub mod pool;
 pub mod window;
 #[cfg(test)]
 mod testutil;

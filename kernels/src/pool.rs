@@ -1,0 +1,255 @@
+//! 2-D max and average pooling, NHWC, with TF's SAME/VALID rules
+//! ([`crate::window`]).
+//!
+//! Layouts: `x`/`dx`: `[n, h, w, c]`; `y`/`dy`: `[n, out_h, out_w, c]`.
+//! Invariants kept from TF:
+//! - max pooling ignores padding (padded cells are never candidates);
+//! - average pooling divides by the number of *non-padded* cells in the
+//!   window (TF's `avg_pool` with SAME padding), and its gradient spreads
+//!   `dy / count` evenly over those same cells;
+//! - the max-pool gradient routes each `dy` to the *first* maximal input of
+//!   its window in row-major window order (ties: first), as TF's CPU kernel.
+//!
+//! Every output window holds at least one input cell for valid geometry
+//! (SAME windows start inside the input; VALID windows are fully inside).
+
+use crate::window::{out_and_pad, window, Padding};
+
+/// The geometry of one pooling op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool2d {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride_h: usize,
+    pub stride_w: usize,
+    pub padding: Padding,
+}
+
+impl Pool2d {
+    /// `(out_h, pad_top)`.
+    pub fn out_h(&self) -> (usize, usize) {
+        out_and_pad(self.h, self.kh, self.stride_h, self.padding)
+    }
+    /// `(out_w, pad_left)`.
+    pub fn out_w(&self) -> (usize, usize) {
+        out_and_pad(self.w, self.kw, self.stride_w, self.padding)
+    }
+    /// `n * h * w * c`.
+    pub fn x_len(&self) -> usize {
+        self.n * self.h * self.w * self.c
+    }
+    /// `n * out_h * out_w * c`.
+    pub fn y_len(&self) -> usize {
+        self.n * self.out_h().0 * self.out_w().0 * self.c
+    }
+
+    /// Calls `f(b, oy, ox, (y_lo, y_hi), (x_lo, x_hi))` for every output pixel.
+    fn for_each_window(&self, mut f: impl FnMut(usize, usize, usize, (usize, usize), (usize, usize))) {
+        let (oh, pt) = self.out_h();
+        let (ow, pl) = self.out_w();
+        for b in 0..self.n {
+            for oy in 0..oh {
+                let (ylo, yhi, _) = window(oy, self.stride_h, pt, self.kh, self.h);
+                for ox in 0..ow {
+                    let (xlo, xhi, _) = window(ox, self.stride_w, pl, self.kw, self.w);
+                    f(b, oy, ox, (ylo, yhi), (xlo, xhi));
+                }
+            }
+        }
+    }
+}
+
+/// `y = max_pool(x)`; `x: [n,h,w,c]`, `y: [n,out_h,out_w,c]`.
+pub fn max_pool(p: &Pool2d, x: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(x.len(), p.x_len());
+    debug_assert_eq!(y.len(), p.y_len());
+    let (oh, ow, c) = (p.out_h().0, p.out_w().0, p.c);
+    p.for_each_window(|b, oy, ox, (ylo, yhi), (xlo, xhi)| {
+        let out = &mut y[((b * oh + oy) * ow + ox) * c..][..c];
+        out.fill(f32::NEG_INFINITY);
+        for iy in ylo..yhi {
+            for ix in xlo..xhi {
+                let src = &x[((b * p.h + iy) * p.w + ix) * c..][..c];
+                for (o, v) in out.iter_mut().zip(src) {
+                    *o = if *v > *o { *v } else { *o };
+                }
+            }
+        }
+    });
+}
+
+/// `y = avg_pool(x)`, dividing by the count of non-padded cells.
+pub fn avg_pool(p: &Pool2d, x: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(x.len(), p.x_len());
+    debug_assert_eq!(y.len(), p.y_len());
+    let (oh, ow, c) = (p.out_h().0, p.out_w().0, p.c);
+    p.for_each_window(|b, oy, ox, (ylo, yhi), (xlo, xhi)| {
+        let out = &mut y[((b * oh + oy) * ow + ox) * c..][..c];
+        out.fill(0.0);
+        for iy in ylo..yhi {
+            for ix in xlo..xhi {
+                let src = &x[((b * p.h + iy) * p.w + ix) * c..][..c];
+                for (o, v) in out.iter_mut().zip(src) {
+                    *o += *v;
+                }
+            }
+        }
+        let inv = 1.0 / ((yhi - ylo) * (xhi - xlo)).max(1) as f32;
+        out.iter_mut().for_each(|o| *o *= inv);
+    });
+}
+
+/// `dx = max_pool_grad(x, y, dy)`: each `dy` goes to the first maximal cell
+/// of its window in `x`. `y` (the forward output) is accepted for interface
+/// parity with TF's `MaxPoolGrad`; the argmax is recomputed from `x`, so a
+/// stale `y` cannot misroute gradients. `dx` is overwritten.
+pub fn max_pool_grad(p: &Pool2d, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
+    debug_assert_eq!(x.len(), p.x_len());
+    debug_assert_eq!(y.len(), p.y_len());
+    debug_assert_eq!(dy.len(), p.y_len());
+    debug_assert_eq!(dx.len(), p.x_len());
+    dx.fill(0.0);
+    let (oh, ow, c) = (p.out_h().0, p.out_w().0, p.c);
+    p.for_each_window(|b, oy, ox, (ylo, yhi), (xlo, xhi)| {
+        let g = &dy[((b * oh + oy) * ow + ox) * c..][..c];
+        for (ch, gv) in g.iter().enumerate() {
+            let mut best = f32::NEG_INFINITY;
+            let mut at = usize::MAX;
+            for iy in ylo..yhi {
+                for ix in xlo..xhi {
+                    let i = ((b * p.h + iy) * p.w + ix) * c + ch;
+                    if x[i] > best || at == usize::MAX {
+                        best = x[i];
+                        at = i;
+                    }
+                }
+            }
+            if at != usize::MAX {
+                dx[at] += *gv;
+            }
+        }
+    });
+}
+
+/// `dx = avg_pool_grad(dy)`: each `dy` is spread as `dy / count` over the
+/// non-padded cells of its window. `dx` is overwritten.
+pub fn avg_pool_grad(p: &Pool2d, dy: &[f32], dx: &mut [f32]) {
+    debug_assert_eq!(dy.len(), p.y_len());
+    debug_assert_eq!(dx.len(), p.x_len());
+    dx.fill(0.0);
+    let (oh, ow, c) = (p.out_h().0, p.out_w().0, p.c);
+    p.for_each_window(|b, oy, ox, (ylo, yhi), (xlo, xhi)| {
+        let g = &dy[((b * oh + oy) * ow + ox) * c..][..c];
+        let inv = 1.0 / ((yhi - ylo) * (xhi - xlo)).max(1) as f32;
+        for iy in ylo..yhi {
+            for ix in xlo..xhi {
+                let d = &mut dx[((b * p.h + iy) * p.w + ix) * c..][..c];
+                for (o, v) in d.iter_mut().zip(g) {
+                    *o += *v * inv;
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{assert_close, numeric_grad, Lcg};
+
+    /// Reference from the definition with explicit padded coordinates.
+    fn naive(p: &Pool2d, x: &[f32], max: bool) -> Vec<f32> {
+        let (oh, pt) = p.out_h();
+        let (ow, pl) = p.out_w();
+        let mut y = Vec::new();
+        for b in 0..p.n {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    for ch in 0..p.c {
+                        let (mut m, mut s, mut cnt) = (f32::NEG_INFINITY, 0.0f64, 0);
+                        for ky in 0..p.kh {
+                            for kx in 0..p.kw {
+                                let iy = (oy * p.stride_h + ky) as isize - pt as isize;
+                                let ix = (ox * p.stride_w + kx) as isize - pl as isize;
+                                if iy < 0 || ix < 0 || iy >= p.h as isize || ix >= p.w as isize {
+                                    continue;
+                                }
+                                let v = x[((b * p.h + iy as usize) * p.w + ix as usize) * p.c + ch];
+                                m = m.max(v);
+                                s += v as f64;
+                                cnt += 1;
+                            }
+                        }
+                        y.push(if max { m } else { (s / cnt as f64) as f32 });
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    fn cases() -> Vec<Pool2d> {
+        let mut v = Vec::new();
+        for padding in [Padding::Same, Padding::Valid] {
+            for &(n, h, w, c, kh, kw, sh, sw) in &[
+                (2, 6, 6, 3, 2, 2, 2, 2),
+                (1, 7, 5, 2, 3, 3, 2, 2),
+                (2, 5, 7, 1, 3, 2, 1, 1),
+                (1, 9, 9, 2, 3, 3, 3, 2),
+            ] {
+                v.push(Pool2d { n, h, w, c, kh, kw, stride_h: sh, stride_w: sw, padding });
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn forward_matches_reference() {
+        let mut r = Lcg::new(21);
+        for p in cases() {
+            let x = r.vec(p.x_len());
+            let mut y = vec![f32::NAN; p.y_len()];
+            max_pool(&p, &x, &mut y);
+            assert_close(&y, &naive(&p, &x, true), 0.0, "max");
+            avg_pool(&p, &x, &mut y);
+            assert_close(&y, &naive(&p, &x, false), 1e-6, "avg");
+        }
+    }
+
+    /// With `L = sum(pool(x) * g)`, `dL/dx` is the pool gradient with `dy = g`.
+    /// Random inputs have distinct values, so max pooling is differentiable
+    /// there and finite differences (step smaller than the value gaps) agree.
+    #[test]
+    fn grads_match_finite_differences() {
+        let mut r = Lcg::new(22);
+        for p in cases() {
+            let x = r.vec(p.x_len());
+            let g = r.vec(p.y_len());
+            for max in [true, false] {
+                let loss = |x: &[f32]| -> f64 {
+                    let mut y = vec![0.0; p.y_len()];
+                    if max { max_pool(&p, x, &mut y) } else { avg_pool(&p, x, &mut y) }
+                    y.iter().zip(&g).map(|(a, b)| *a as f64 * *b as f64).sum()
+                };
+                let mut y = vec![0.0; p.y_len()];
+                max_pool(&p, &x, &mut y);
+                let mut dx = vec![f32::NAN; p.x_len()];
+                if max { max_pool_grad(&p, &x, &y, &g, &mut dx) } else { avg_pool_grad(&p, &g, &mut dx) }
+                assert_close(&dx, &numeric_grad(&x, 1e-4, loss), 2e-3, if max { "max grad" } else { "avg grad" });
+            }
+        }
+    }
+
+    #[test]
+    fn max_grad_ties_go_to_first() {
+        // One 2x2 window of equal values: TF sends everything to (0, 0).
+        let p = Pool2d { n: 1, h: 2, w: 2, c: 1, kh: 2, kw: 2, stride_h: 2, stride_w: 2, padding: Padding::Valid };
+        let mut dx = vec![0.0; 4];
+        max_pool_grad(&p, &[1.0; 4], &[1.0], &[3.0], &mut dx);
+        assert_eq!(dx, vec![3.0, 0.0, 0.0, 0.0]);
+    }
+}
