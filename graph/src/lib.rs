@@ -1,1 +1,29 @@
-//! (crate under construction)
+//! towers-graph: the IR and the TF1-style builder.
+//!
+//! - [`types`]: dtypes, shapes (with an unknown batch dimension), tensor types;
+//! - [`device`]: TF device strings, parsed and canonicalized;
+//! - [`op`]: the closed op enum;
+//! - [`infer`]: shape inference, one rule per op;
+//! - [`graph`]: nodes, typed edges, collections, serde;
+//! - [`builder`] and [`layers`]: name/variable/device scopes, `get_variable`, layers;
+//! - [`text`], [`dot`]: readable and Graphviz forms; [`verify`]: the invariants.
+
+pub mod builder;
+pub mod device;
+pub mod dot;
+pub mod error;
+pub mod graph;
+pub mod infer;
+pub mod layers;
+pub mod op;
+pub mod suggest;
+pub mod text;
+pub mod types;
+pub mod verify;
+
+pub use builder::{GraphBuilder, Reuse, VariableOptions};
+pub use device::{Device, DeviceKind, DeviceSpec};
+pub use error::GraphError;
+pub use graph::{keys, Edge, Graph, NewNode, Node, NodeId, Tensor};
+pub use op::{ConstValue, Initializer, Op, Optimizer, Padding};
+pub use types::{DType, Shape, TensorType, F32};

@@ -1,0 +1,480 @@
+//! The graph-building API in the spirit of TF1: name scopes, variable scopes
+//! with reuse, device scopes and control dependencies.
+//!
+//! Naming is exactly TF1's:
+//! - ops take the *name scope* path (`tower_0/fc/MatMul`), variables take only
+//!   the *variable scope* path (`fc/weights`);
+//! - re-entering a name scope uniquifies it (`fc_1/`), while variable scopes
+//!   are never uniquified; a name scope ending in `/` re-enters that absolute
+//!   scope as is;
+//! - reuse is lexical: it is an argument of scope entry, ends at scope exit,
+//!   and is inherited by sub-scopes (a child's `No` keeps the parent's mode).
+//!
+//! Scopes are closures, so nesting can never be improper.
+
+use std::collections::HashMap;
+
+use crate::device::DeviceSpec;
+use crate::error::{GraphError, Result};
+use crate::graph::{keys, Graph, NewNode, NodeId, Tensor};
+use crate::op::{ConstValue, Initializer, Op};
+use crate::types::{DType, Shape, F32};
+
+/// Variable reuse mode of a variable scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reuse {
+    /// Create; an existing variable is an error (TF's `reuse=None`).
+    No,
+    /// Get; a missing variable is an error (TF's `reuse=True`).
+    Yes,
+    /// Get or create (TF's `tf.AUTO_REUSE`).
+    Auto,
+}
+
+impl std::fmt::Display for Reuse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Reuse::No => "No",
+            Reuse::Yes => "Yes",
+            Reuse::Auto => "Auto",
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+struct VarScope {
+    path: String,
+    reuse: Reuse,
+}
+
+/// Options of [`GraphBuilder::get_variable_with`].
+#[derive(Debug, Clone)]
+pub struct VariableOptions {
+    pub dtype: DType,
+    pub trainable: bool,
+    /// Extra collections besides the global (and trainable) variables.
+    pub collections: Vec<String>,
+}
+
+impl Default for VariableOptions {
+    fn default() -> Self {
+        VariableOptions { dtype: DType::F32, trainable: true, collections: Vec::new() }
+    }
+}
+
+/// Builds a [`Graph`] with TF1 scoping rules.
+#[derive(Debug)]
+pub struct GraphBuilder {
+    graph: Graph,
+    name_scope: String,
+    var_scopes: Vec<VarScope>,
+    device: DeviceSpec,
+    control: Vec<NodeId>,
+    /// TF's `_names_in_use`: how many times each name was asked for.
+    used: HashMap<String, usize>,
+}
+
+impl Default for GraphBuilder {
+    fn default() -> Self {
+        GraphBuilder::new()
+    }
+}
+
+fn check_scope_name(name: &str) -> Result<()> {
+    let body = name.strip_suffix('/').unwrap_or(name);
+    if body.is_empty()
+        || !body.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
+        || body.starts_with('/')
+        || body.contains("//")
+    {
+        return Err(GraphError::BadScopeName {
+            name: name.to_string(),
+            reason: "use letters, digits, '.', '_', '-' and '/' separators (TF's rule), and no empty components"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+impl GraphBuilder {
+    pub fn new() -> GraphBuilder {
+        GraphBuilder {
+            graph: Graph::new(),
+            name_scope: String::new(),
+            var_scopes: vec![VarScope { path: String::new(), reuse: Reuse::No }],
+            device: DeviceSpec::default(),
+            control: Vec::new(),
+            used: HashMap::new(),
+        }
+    }
+
+    /// A builder with a graph-level seed for initializers and dropout.
+    pub fn with_seed(seed: u64) -> GraphBuilder {
+        let mut b = GraphBuilder::new();
+        b.graph.seed = seed;
+        b
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+    /// Direct access for passes and helpers that add nodes outside scopes.
+    pub fn graph_mut(&mut self) -> &mut Graph {
+        &mut self.graph
+    }
+    pub fn finish(self) -> Graph {
+        self.graph
+    }
+
+    /// The current name scope path (no trailing slash; empty at root).
+    pub fn current_name_scope(&self) -> &str {
+        &self.name_scope
+    }
+    /// The current variable scope path.
+    pub fn current_variable_scope(&self) -> &str {
+        &self.var_scopes.last().map(|s| s.path.as_str()).unwrap_or("")
+    }
+    pub fn current_reuse(&self) -> Reuse {
+        self.var_scopes.last().map(|s| s.reuse).unwrap_or(Reuse::No)
+    }
+
+    fn join(prefix: &str, name: &str) -> String {
+        if prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{prefix}/{name}")
+        }
+    }
+
+    /// TF's `unique_name`: `name`, then `name_1`, `name_2`, ...
+    fn unique(&mut self, full: &str) -> String {
+        let key = full.to_string();
+        let mut i = *self.used.get(&key).unwrap_or(&0);
+        let mut candidate = if i == 0 { key.clone() } else { format!("{key}_{i}") };
+        while self.graph.get(&candidate).is_some() || (i > 0 && self.used.contains_key(&candidate)) {
+            i += 1;
+            candidate = format!("{key}_{i}");
+        }
+        self.used.insert(key, i + 1);
+        self.used.entry(candidate.clone()).or_insert(1);
+        candidate
+    }
+
+    /// Open a name scope for ops (uniquified on re-entry; a trailing `/`
+    /// re-enters an absolute scope as is).
+    pub fn name_scope<T, E: From<GraphError>>(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&mut Self) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        check_scope_name(name)?;
+        let new = match name.strip_suffix('/') {
+            Some(abs) => abs.to_string(),
+            None => {
+                let full = Self::join(&self.name_scope, name);
+                self.unique(&full)
+            }
+        };
+        let saved = std::mem::replace(&mut self.name_scope, new);
+        let r = f(self);
+        self.name_scope = saved;
+        r
+    }
+
+    /// Open a variable scope: variables created inside take its path; it also
+    /// opens a name scope of the same name (uniquified, as TF does).
+    pub fn variable_scope<T, E: From<GraphError>>(
+        &mut self,
+        name: &str,
+        reuse: Reuse,
+        f: impl FnOnce(&mut Self) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        check_scope_name(name)?;
+        let parent = self.var_scopes.last().cloned().unwrap_or(VarScope { path: String::new(), reuse: Reuse::No });
+        let effective = match (parent.reuse, reuse) {
+            (Reuse::Yes, Reuse::No) | (Reuse::Yes, Reuse::Auto) => Reuse::Yes,
+            (p, Reuse::No) => p,
+            (_, r) => r,
+        };
+        self.var_scopes.push(VarScope { path: Self::join(&parent.path, name.trim_end_matches('/')), reuse: effective });
+        let r = self.name_scope(name.trim_end_matches('/'), f);
+        self.var_scopes.pop();
+        r
+    }
+
+    /// Re-enter the current variable scope with another reuse mode, without a
+    /// new name scope (what TF users did with `variable_scope(get_variable_scope(), reuse=True)`).
+    pub fn reuse_scope<T, E: From<GraphError>>(
+        &mut self,
+        reuse: Reuse,
+        f: impl FnOnce(&mut Self) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let cur = self.var_scopes.last().cloned().unwrap_or(VarScope { path: String::new(), reuse: Reuse::No });
+        let effective = if cur.reuse == Reuse::Yes { Reuse::Yes } else { reuse };
+        self.var_scopes.push(VarScope { path: cur.path, reuse: effective });
+        let r = f(self);
+        self.var_scopes.pop();
+        r
+    }
+
+    /// Open a device scope; fields set here override the outer scope's.
+    pub fn device<T, E: From<GraphError>>(
+        &mut self,
+        spec: &str,
+        f: impl FnOnce(&mut Self) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let inner = DeviceSpec::parse(spec)?;
+        let merged = self.device.merged_with(&inner);
+        let saved = std::mem::replace(&mut self.device, merged);
+        let r = f(self);
+        self.device = saved;
+        r
+    }
+
+    /// Every node created inside gets control edges from `deps`.
+    pub fn control_dependencies<T, E: From<GraphError>>(
+        &mut self,
+        deps: &[NodeId],
+        f: impl FnOnce(&mut Self) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let saved = self.control.len();
+        self.control.extend_from_slice(deps);
+        let r = f(self);
+        self.control.truncate(saved);
+        r
+    }
+
+    /// Add an op node named `name` in the current name scope (uniquified).
+    pub fn op(&mut self, name: &str, op: Op, inputs: &[Tensor]) -> Result<NodeId> {
+        let full = Self::join(&self.name_scope, name);
+        let full = self.unique(&full);
+        let mut control = self.control.clone();
+        control.sort_by_key(|&c| self.graph.node(c).seq);
+        control.dedup();
+        self.graph.add(NewNode {
+            name: full,
+            op,
+            inputs: inputs.to_vec(),
+            control_inputs: control,
+            scope: self.name_scope.clone(),
+            requested_device: self.device.clone(),
+        })
+    }
+
+    /// Add an op with one output and return it.
+    pub fn op1(&mut self, name: &str, op: Op, inputs: &[Tensor]) -> Result<Tensor> {
+        Ok(Tensor::new(self.op(name, op, inputs)?, 0))
+    }
+
+    /// TF's `get_variable`: create or reuse `scope/name` by the reuse rules.
+    pub fn get_variable(&mut self, name: &str, shape: impl Into<Shape>, init: Initializer) -> Result<Tensor> {
+        self.get_variable_with(name, shape, init, VariableOptions::default())
+    }
+
+    pub fn get_variable_with(
+        &mut self,
+        name: &str,
+        shape: impl Into<Shape>,
+        init: Initializer,
+        opts: VariableOptions,
+    ) -> Result<Tensor> {
+        check_scope_name(name)?;
+        let shape: Shape = shape.into();
+        let scope = self.var_scopes.last().cloned().unwrap_or(VarScope { path: String::new(), reuse: Reuse::No });
+        let full = Self::join(&scope.path, name);
+        if let Some(id) = self.graph.get(&full) {
+            let node = self.graph.node(id);
+            if let Op::Variable { dtype, shape: found, .. } = &node.op {
+                if scope.reuse == Reuse::No {
+                    return Err(GraphError::VariableExists { name: full, scope: scope.path, reuse: scope.reuse.to_string() });
+                }
+                let found = Shape::known(found);
+                if !shape.compatible(&found) {
+                    return Err(GraphError::VariableShapeMismatch { name: full, requested: shape, found });
+                }
+                if *dtype != opts.dtype {
+                    return Err(GraphError::VariableDtypeMismatch { name: full, requested: opts.dtype, found: *dtype });
+                }
+                return Ok(Tensor::new(id, 0));
+            }
+            return Err(GraphError::DuplicateName { name: full });
+        }
+        if scope.reuse == Reuse::Yes {
+            let vars: Vec<&str> = self.graph.collection(keys::GLOBAL_VARIABLES).iter().map(|s| s.as_str()).collect();
+            return Err(GraphError::VariableMissing {
+                hint: crate::suggest::closest(&full, vars.into_iter()),
+                name: full,
+                scope: scope.path,
+            });
+        }
+        let dims = shape.dims().ok_or_else(|| GraphError::Shape {
+            node: full.clone(),
+            scope: scope.path.clone(),
+            op: "VariableV2".into(),
+            detail: format!("a variable needs a fully known shape, got {shape}"),
+        })?;
+        // Variables ignore name scopes and control dependencies (TF creates
+        // them under `name_scope(None)` and `init_scope`).
+        self.used.entry(full.clone()).or_insert(1);
+        let id = self.graph.add(NewNode {
+            name: full.clone(),
+            op: Op::Variable { dtype: opts.dtype, shape: dims, init, trainable: opts.trainable },
+            inputs: vec![],
+            control_inputs: vec![],
+            scope: scope.path.clone(),
+            requested_device: self.device.clone(),
+        })?;
+        self.graph.add_to_collection(keys::GLOBAL_VARIABLES, &full);
+        if opts.trainable {
+            self.graph.add_to_collection(keys::TRAINABLE_VARIABLES, &full);
+        }
+        for c in &opts.collections {
+            self.graph.add_to_collection(c, &full);
+        }
+        Ok(Tensor::new(id, 0))
+    }
+
+    /// Add a node's name to a collection.
+    pub fn add_to_collection(&mut self, key: &str, t: NodeId) {
+        let name = self.graph.node(t).name.clone();
+        self.graph.add_to_collection(key, &name);
+    }
+
+    // ---- ops ------------------------------------------------------------
+
+    pub fn placeholder(&mut self, name: &str, dtype: DType, shape: impl Into<Shape>) -> Result<Tensor> {
+        self.op1(name, Op::Placeholder { dtype, shape: shape.into() }, &[])
+    }
+    pub fn constant(&mut self, name: &str, dtype: DType, shape: &[usize], data: &[f32]) -> Result<Tensor> {
+        let value = ConstValue { dtype, shape: shape.to_vec(), data: data.iter().map(|&v| F32(v)).collect() };
+        self.op1(name, Op::Const { value }, &[])
+    }
+    pub fn scalar(&mut self, v: f32) -> Result<Tensor> {
+        self.op1("Const", Op::Const { value: ConstValue::scalar(v) }, &[])
+    }
+    pub fn matmul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("MatMul", Op::MatMul { transpose_a: false, transpose_b: false }, &[a, b])
+    }
+    pub fn matmul_t(&mut self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Result<Tensor> {
+        self.op1("MatMul", Op::MatMul { transpose_a, transpose_b }, &[a, b])
+    }
+    pub fn add(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("add", Op::Add, &[a, b])
+    }
+    pub fn sub(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("sub", Op::Sub, &[a, b])
+    }
+    pub fn mul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("mul", Op::Mul, &[a, b])
+    }
+    pub fn div(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("truediv", Op::Div, &[a, b])
+    }
+    pub fn add_n(&mut self, xs: &[Tensor]) -> Result<Tensor> {
+        self.op1("AddN", Op::AddN, xs)
+    }
+    pub fn bias_add(&mut self, x: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("BiasAdd", Op::BiasAdd, &[x, b])
+    }
+    pub fn neg(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("Neg", Op::Neg, &[x])
+    }
+    pub fn relu(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("Relu", Op::Relu, &[x])
+    }
+    pub fn sigmoid(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("Sigmoid", Op::Sigmoid, &[x])
+    }
+    pub fn tanh(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("Tanh", Op::Tanh, &[x])
+    }
+    pub fn conv2d(&mut self, x: Tensor, filter: Tensor, strides: [usize; 2], padding: crate::op::Padding) -> Result<Tensor> {
+        self.op1("Conv2D", Op::Conv2D { strides, padding }, &[x, filter])
+    }
+    pub fn max_pool(&mut self, x: Tensor, ksize: [usize; 2], strides: [usize; 2], padding: crate::op::Padding) -> Result<Tensor> {
+        self.op1("MaxPool", Op::MaxPool { ksize, strides, padding }, &[x])
+    }
+    pub fn avg_pool(&mut self, x: Tensor, ksize: [usize; 2], strides: [usize; 2], padding: crate::op::Padding) -> Result<Tensor> {
+        self.op1("AvgPool", Op::AvgPool { ksize, strides, padding }, &[x])
+    }
+    pub fn reshape(&mut self, x: Tensor, shape: &[i64]) -> Result<Tensor> {
+        self.op1("Reshape", Op::Reshape { shape: shape.to_vec() }, &[x])
+    }
+    /// Keep the batch dimension, flatten the rest (`[N, ...] -> [N, prod]`).
+    pub fn flatten(&mut self, x: Tensor) -> Result<Tensor> {
+        let s = self.graph.tensor_type(x)?.shape.clone();
+        let rest: Option<usize> = s.0[1..].iter().copied().try_fold(1usize, |a, d| d.map(|d| a * d));
+        let rest = rest.ok_or_else(|| GraphError::Shape {
+            node: format!("{}/Flatten", self.name_scope),
+            scope: self.name_scope.clone(),
+            op: "Reshape".into(),
+            detail: format!("flatten needs all but the batch dimension known, got {s}"),
+        })?;
+        self.name_scope("Flatten", |b| b.op1("Reshape", Op::Reshape { shape: vec![-1, rest as i64] }, &[x]))
+    }
+    pub fn concat(&mut self, xs: &[Tensor], axis: usize) -> Result<Tensor> {
+        self.op1("concat", Op::Concat { axis }, xs)
+    }
+    pub fn split(&mut self, x: Tensor, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
+        let id = self.op("split", Op::Split { axis, sizes: sizes.to_vec() }, &[x])?;
+        Ok((0..sizes.len()).map(|i| Tensor::new(id, i)).collect())
+    }
+    pub fn slice(&mut self, x: Tensor, begin: &[usize], size: &[i64]) -> Result<Tensor> {
+        self.op1("Slice", Op::Slice { begin: begin.to_vec(), size: size.to_vec() }, &[x])
+    }
+    pub fn softmax(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("Softmax", Op::Softmax, &[x])
+    }
+    pub fn log_softmax(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("LogSoftmax", Op::LogSoftmax, &[x])
+    }
+    /// Per-example loss `[N]` of logits `[N,C]` against i32 labels `[N]`.
+    pub fn sparse_softmax_cross_entropy_with_logits(&mut self, logits: Tensor, labels: Tensor) -> Result<Tensor> {
+        self.op1("SparseSoftmaxCrossEntropyWithLogits", Op::SparseSoftmaxCrossEntropy, &[logits, labels])
+    }
+    /// Per-example loss `[N]` of logits `[N,C]` against one-hot labels `[N,C]`.
+    pub fn softmax_cross_entropy_with_logits(&mut self, logits: Tensor, labels: Tensor) -> Result<Tensor> {
+        self.op1("SoftmaxCrossEntropyWithLogits", Op::SoftmaxCrossEntropy, &[logits, labels])
+    }
+    pub fn reduce_sum(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
+        self.op1("Sum", Op::ReduceSum { axes: axes.to_vec(), keep_dims }, &[x])
+    }
+    pub fn reduce_mean(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
+        self.op1("Mean", Op::ReduceMean { axes: axes.to_vec(), keep_dims }, &[x])
+    }
+    /// Mean over every axis.
+    pub fn reduce_mean_all(&mut self, x: Tensor) -> Result<Tensor> {
+        let r = self.graph.tensor_type(x)?.shape.rank();
+        self.reduce_mean(x, &(0..r).collect::<Vec<_>>(), false)
+    }
+    pub fn reduce_sum_all(&mut self, x: Tensor) -> Result<Tensor> {
+        let r = self.graph.tensor_type(x)?.shape.rank();
+        self.reduce_sum(x, &(0..r).collect::<Vec<_>>(), false)
+    }
+    pub fn argmax(&mut self, x: Tensor, axis: usize) -> Result<Tensor> {
+        self.op1("ArgMax", Op::ArgMax { axis }, &[x])
+    }
+    pub fn equal(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("Equal", Op::Equal, &[a, b])
+    }
+    pub fn cast(&mut self, x: Tensor, dtype: DType) -> Result<Tensor> {
+        self.op1("Cast", Op::Cast { dtype }, &[x])
+    }
+    /// Dropout with drop probability `rate`; identity when the program runs in eval mode.
+    pub fn dropout(&mut self, x: Tensor, rate: f32, seed: u64) -> Result<Tensor> {
+        self.op1("dropout", Op::Dropout { rate: F32(rate), seed, first_row: 0 }, &[x])
+    }
+    pub fn l2_loss(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("L2Loss", Op::L2Loss, &[x])
+    }
+    pub fn identity(&mut self, x: Tensor, name: &str) -> Result<Tensor> {
+        self.op1(name, Op::Identity, &[x])
+    }
+    pub fn stop_gradient(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("StopGradient", Op::StopGradient, &[x])
+    }
+    /// A group node with control inputs only (TF's `tf.group`).
+    pub fn group(&mut self, name: &str, deps: &[NodeId]) -> Result<NodeId> {
+        self.control_dependencies(deps, |b| b.op(name, Op::NoOp, &[]))
+    }
+}

@@ -1,0 +1,223 @@
+//! Device strings, parsed and canonicalized once at the API boundary.
+//!
+//! TF1 accepts partial specifications (`/cpu:0`, `/gpu:1`, `/device:GPU:1`,
+//! `/job:worker/task:0/device:GPU:1`); every component is optional. Invariant:
+//! two [`DeviceSpec`]s compare equal exactly when their canonical strings
+//! (`Display`) are equal, so passes never compare raw user strings.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use crate::error::GraphError;
+
+/// The kind of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DeviceKind {
+    Cpu,
+    Gpu,
+}
+
+impl DeviceKind {
+    fn upper(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "CPU",
+            DeviceKind::Gpu => "GPU",
+        }
+    }
+}
+
+/// A possibly partial device specification, as TF's `DeviceSpec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DeviceSpec {
+    pub job: Option<String>,
+    pub replica: Option<u32>,
+    pub task: Option<u32>,
+    pub kind: Option<DeviceKind>,
+    pub index: Option<u32>,
+}
+
+/// A concrete device of this process: a kind and an index (`cpu:0`, `gpu:1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Device {
+    pub kind: DeviceKind,
+    pub index: u32,
+}
+
+impl Device {
+    pub const CPU0: Device = Device { kind: DeviceKind::Cpu, index: 0 };
+    pub fn cpu(index: u32) -> Device {
+        Device { kind: DeviceKind::Cpu, index }
+    }
+    pub fn gpu(index: u32) -> Device {
+        Device { kind: DeviceKind::Gpu, index }
+    }
+    /// The spec that names exactly this device.
+    pub fn spec(self) -> DeviceSpec {
+        DeviceSpec { kind: Some(self.kind), index: Some(self.index), ..Default::default() }
+    }
+    /// Parse a device string that must name one concrete device (`/gpu:1`).
+    pub fn parse(s: &str) -> Result<Device, GraphError> {
+        let spec = DeviceSpec::parse(s)?;
+        spec.concrete().ok_or_else(|| GraphError::IncompleteDevice { spec: s.to_string() })
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let k = match self.kind {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Gpu => "gpu",
+        };
+        write!(f, "{k}:{}", self.index)
+    }
+}
+
+impl DeviceSpec {
+    /// Parse a TF device string. Accepts the canonical form, the legacy short
+    /// forms `/cpu:0`, `/GPU:1`, `/device:gpu:*`, and the empty string.
+    pub fn parse(s: &str) -> Result<DeviceSpec, GraphError> {
+        let mut spec = DeviceSpec::default();
+        let trimmed = s.trim();
+        if trimmed.is_empty() {
+            return Ok(spec);
+        }
+        let bad_int = |lit: &str| GraphError::DeviceParse {
+            spec: s.to_string(),
+            reason: format!("invalid literal for int: {lit}"),
+        };
+        let parse_index = |lit: &str| -> Result<Option<u32>, GraphError> {
+            if lit == "*" {
+                Ok(None)
+            } else {
+                lit.parse::<u32>().map(Some).map_err(|_| bad_int(lit))
+            }
+        };
+        let set_kind = |spec: &mut DeviceSpec, kind: DeviceKind, idx: &str| -> Result<(), GraphError> {
+            if spec.kind.is_some() {
+                return Err(GraphError::DeviceParse {
+                    spec: s.to_string(),
+                    reason: format!("Cannot specify multiple device types: {s}"),
+                });
+            }
+            spec.kind = Some(kind);
+            spec.index = parse_index(idx)?;
+            Ok(())
+        };
+        for part in trimmed.split('/').filter(|p| !p.is_empty()) {
+            let fields: Vec<&str> = part.split(':').collect();
+            let key = fields[0].to_ascii_lowercase();
+            match (key.as_str(), fields.len()) {
+                ("job", 2) => spec.job = Some(fields[1].to_string()),
+                ("replica", 2) => spec.replica = parse_index(fields[1])?,
+                ("task", 2) => spec.task = parse_index(fields[1])?,
+                ("device", 3) => match fields[1].to_ascii_lowercase().as_str() {
+                    "cpu" => set_kind(&mut spec, DeviceKind::Cpu, fields[2])?,
+                    "gpu" => set_kind(&mut spec, DeviceKind::Gpu, fields[2])?,
+                    other => {
+                        return Err(GraphError::DeviceParse {
+                            spec: s.to_string(),
+                            reason: format!("Unknown device type: '{other}' in '{s}' (expected CPU or GPU)"),
+                        })
+                    }
+                },
+                ("cpu", 2) => set_kind(&mut spec, DeviceKind::Cpu, fields[1])?,
+                ("gpu", 2) => set_kind(&mut spec, DeviceKind::Gpu, fields[1])?,
+                _ => {
+                    return Err(GraphError::DeviceParse {
+                        spec: s.to_string(),
+                        reason: format!("Unknown attribute: '{part}' in '{s}'"),
+                    })
+                }
+            }
+        }
+        Ok(spec)
+    }
+
+    /// Fields set in `inner` win; unset fields are filled from `self` (the
+    /// outer scope), as TF's merging device functions do.
+    pub fn merged_with(&self, inner: &DeviceSpec) -> DeviceSpec {
+        let kind_changed = inner.kind.is_some() && inner.kind != self.kind;
+        DeviceSpec {
+            job: inner.job.clone().or_else(|| self.job.clone()),
+            replica: inner.replica.or(self.replica),
+            task: inner.task.or(self.task),
+            kind: inner.kind.or(self.kind),
+            index: if kind_changed { inner.index } else { inner.index.or(self.index) },
+        }
+    }
+
+    /// The concrete local device this spec names, if kind and index are set.
+    pub fn concrete(&self) -> Option<Device> {
+        match (self.kind, self.index) {
+            (Some(kind), Some(index)) => Some(Device { kind, index }),
+            _ => None,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == DeviceSpec::default()
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(j) = &self.job {
+            write!(f, "/job:{j}")?;
+        }
+        if let Some(r) = self.replica {
+            write!(f, "/replica:{r}")?;
+        }
+        if let Some(t) = self.task {
+            write!(f, "/task:{t}")?;
+        }
+        if let Some(k) = self.kind {
+            match self.index {
+                Some(i) => write!(f, "/device:{}:{i}", k.upper())?,
+                None => write!(f, "/device:{}:*", k.upper())?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_canonicalizes_tf_forms() {
+        let cases = [
+            ("/cpu:0", "/device:CPU:0"),
+            ("/gpu:1", "/device:GPU:1"),
+            ("/GPU:1", "/device:GPU:1"),
+            ("/device:gpu:*", "/device:GPU:*"),
+            ("/job:worker/task:0/device:GPU:1", "/job:worker/task:0/device:GPU:1"),
+            ("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:0"),
+            ("", ""),
+        ];
+        for (input, canon) in cases {
+            assert_eq!(DeviceSpec::parse(input).unwrap().to_string(), canon, "{input}");
+        }
+        assert_eq!(DeviceSpec::parse("/gpu:1").unwrap(), DeviceSpec::parse("/device:GPU:1").unwrap());
+    }
+
+    #[test]
+    fn rejects_bad_strings_with_tf_messages() {
+        let e = DeviceSpec::parse("/tpu:0").unwrap_err().to_string();
+        assert!(e.contains("Unknown attribute: 'tpu:0' in '/tpu:0'"), "{e}");
+        let e = DeviceSpec::parse("/cpu:0/gpu:1").unwrap_err().to_string();
+        assert!(e.contains("Cannot specify multiple device types"), "{e}");
+        let e = DeviceSpec::parse("/gpu:x").unwrap_err().to_string();
+        assert!(e.contains("invalid literal for int: x"), "{e}");
+    }
+
+    #[test]
+    fn inner_fields_override_outer() {
+        let outer = DeviceSpec::parse("/job:foo").unwrap();
+        let inner = DeviceSpec::parse("/device:gpu:1").unwrap();
+        assert_eq!(outer.merged_with(&inner).to_string(), "/job:foo/device:GPU:1");
+        let outer = DeviceSpec::parse("/gpu:0").unwrap();
+        let inner = DeviceSpec::parse("/cpu:0").unwrap();
+        assert_eq!(outer.merged_with(&inner).to_string(), "/device:CPU:0");
+    }
+}

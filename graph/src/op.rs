@@ -1,0 +1,309 @@
+//! The closed set of operations: ops are data.
+//!
+//! Every op derives `Clone, Debug, PartialEq, Eq, Hash, Serialize,
+//! Deserialize`, so hashing, CSE, serde and snapshots come free. Floating
+//! attributes use [`F32`], which compares by bits. Input order is fixed per
+//! op and documented on each variant ("in:"), as are the outputs ("out:").
+//! Ops whose `is_stateful` is true write a variable and are never merged,
+//! duplicated or removed by a rewrite.
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::{DType, F32};
+
+/// Padding of convolutions and pools, with TF's exact output-size rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Padding {
+    Same,
+    Valid,
+}
+
+impl Padding {
+    /// Output size and padding before, for one spatial dimension (TF rules).
+    pub fn out_and_pad(self, input: usize, k: usize, stride: usize) -> Option<(usize, usize)> {
+        match self {
+            Padding::Same => {
+                let out = input.div_ceil(stride);
+                let pad_total = ((out.saturating_sub(1)) * stride + k).saturating_sub(input);
+                Some((out, pad_total / 2))
+            }
+            Padding::Valid => {
+                if input < k {
+                    None
+                } else {
+                    Some(((input - k) / stride + 1, 0))
+                }
+            }
+        }
+    }
+}
+
+/// How a variable gets its first value. Seeded initializers draw from a
+/// stream keyed by (graph seed, variable name), so values do not depend on
+/// creation order or thread count.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Initializer {
+    Zeros,
+    Ones,
+    Constant(F32),
+    TruncatedNormal { mean: F32, stddev: F32 },
+    GlorotUniform,
+    RandomUniform { min: F32, max: F32 },
+}
+
+/// A small constant tensor (scalars, learning rates, shapes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConstValue {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Values as f32 (integers are exact up to 2^24).
+    pub data: Vec<F32>,
+}
+
+impl ConstValue {
+    pub fn scalar(v: f32) -> ConstValue {
+        ConstValue { dtype: DType::F32, shape: vec![], data: vec![F32(v)] }
+    }
+}
+
+/// Which optimizer an apply node implements, with its hyper-parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Optimizer {
+    /// Plain SGD: `w -= lr * g`.
+    Sgd { lr: F32 },
+    /// TF MomentumOptimizer: `a = m*a + g; w -= lr*a` (Nesterov: `w -= lr*(g + m*a)`).
+    Momentum { lr: F32, momentum: F32, nesterov: bool },
+    /// TF AdamOptimizer with bias correction from the step count.
+    Adam { lr: F32, beta1: F32, beta2: F32, epsilon: F32 },
+}
+
+impl Optimizer {
+    /// TF's slot names for this optimizer (`weights/Momentum`, `weights/Adam`, `weights/Adam_1`).
+    pub fn slot_names(&self) -> &'static [&'static str] {
+        match self {
+            Optimizer::Sgd { .. } => &[],
+            Optimizer::Momentum { .. } => &["Momentum"],
+            Optimizer::Adam { .. } => &["Adam", "Adam_1"],
+        }
+    }
+    pub fn name(&self) -> &'static str {
+        match self {
+            Optimizer::Sgd { .. } => "GradientDescent",
+            Optimizer::Momentum { .. } => "Momentum",
+            Optimizer::Adam { .. } => "Adam",
+        }
+    }
+}
+
+/// Every operation of the IR.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Op {
+    // ---- sources -------------------------------------------------------
+    /// A fed input. out: the fed tensor.
+    Placeholder { dtype: DType, shape: crate::types::Shape },
+    /// A constant. out: the value.
+    Const { value: ConstValue },
+    /// A variable; the node's name is the variable's full name. out: its value.
+    Variable { dtype: DType, shape: Vec<usize>, init: Initializer, trainable: bool },
+
+    // ---- dense math ----------------------------------------------------
+    /// in: a, b (rank 2). out: a·b with optional transposes.
+    MatMul { transpose_a: bool, transpose_b: bool },
+    /// in: a, b (broadcasting). out: a+b.
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// in: n tensors of one type. out: their sum.
+    AddN,
+    /// in: x [..., C], bias [C]. out: x + bias.
+    BiasAdd,
+    /// in: dy [..., C]. out: sum over all but the last axis, [C].
+    BiasAddGrad,
+    Neg,
+    Relu,
+    Sigmoid,
+    Tanh,
+    /// in: dy, y (the Relu output). out: dy where y > 0.
+    ReluGrad,
+    /// in: dy, y. out: dy*y*(1-y).
+    SigmoidGrad,
+    /// in: dy, y. out: dy*(1-y²).
+    TanhGrad,
+
+    // ---- convolution and pooling (NHWC; filters HWIO) -------------------
+    /// in: x [N,H,W,C], filter [KH,KW,C,O]. out: [N,OH,OW,O].
+    Conv2D { strides: [usize; 2], padding: Padding },
+    /// in: x (for its shape only), filter, dy. out: dx.
+    Conv2DBackpropInput { strides: [usize; 2], padding: Padding },
+    /// in: x, filter (for its shape only), dy. out: dfilter.
+    Conv2DBackpropFilter { strides: [usize; 2], padding: Padding },
+    /// in: x. out: pooled.
+    MaxPool { ksize: [usize; 2], strides: [usize; 2], padding: Padding },
+    /// in: x, y, dy. out: dx.
+    MaxPoolGrad { ksize: [usize; 2], strides: [usize; 2], padding: Padding },
+    AvgPool { ksize: [usize; 2], strides: [usize; 2], padding: Padding },
+    /// in: x (for its shape only), dy. out: dx.
+    AvgPoolGrad { ksize: [usize; 2], strides: [usize; 2], padding: Padding },
+
+    // ---- shapes ----------------------------------------------------------
+    /// in: x. out: x with a new shape; one dimension may be -1 (inferred).
+    Reshape { shape: Vec<i64> },
+    /// in: n tensors. out: their concatenation along `axis`.
+    Concat { axis: usize },
+    /// in: x. out: one tensor per entry of `sizes`, along `axis`.
+    Split { axis: usize, sizes: Vec<usize> },
+    /// in: x. out: x[begin .. begin+size]; size -1 means "to the end".
+    Slice { begin: Vec<usize>, size: Vec<i64> },
+    /// in: x (for its shape only), dy. out: zeros shaped like x with dy at `begin`.
+    SliceGrad { begin: Vec<usize> },
+    /// in: x, like. out: x broadcast to like's shape.
+    BroadcastLike,
+    /// in: x, like. out: x summed down to like's shape (gradient of broadcasting).
+    SumToLike,
+
+    // ---- softmax and losses ----------------------------------------------
+    Softmax,
+    LogSoftmax,
+    /// in: dy, y (softmax output). out: y*(dy - Σ dy*y).
+    SoftmaxGrad,
+    /// in: dy, y (log-softmax output). out: dy - exp(y)*Σ dy.
+    LogSoftmaxGrad,
+    /// in: logits [N,C], labels i32 [N]. out: loss [N], backprop [N,C].
+    SparseSoftmaxCrossEntropy,
+    /// in: logits [N,C], labels [N,C]. out: loss [N], backprop [N,C].
+    SoftmaxCrossEntropy,
+    /// in: x. out: Σx²/2, a scalar.
+    L2Loss,
+
+    // ---- reductions and comparisons --------------------------------------
+    ReduceSum { axes: Vec<usize>, keep_dims: bool },
+    ReduceMean { axes: Vec<usize>, keep_dims: bool },
+    /// in: x. out: i32 index of the maximum along `axis` (first on ties).
+    ArgMax { axis: usize },
+    /// in: a, b. out: bool.
+    Equal,
+    Cast { dtype: DType },
+
+    // ---- regularization and normalization --------------------------------
+    /// in: x. out: y, mask (0 or 1/keep). Identity with an all-ones mask in
+    /// eval mode. The mask of row r is drawn from (seed, step, first_row + r),
+    /// so a tower holding rows `first_row..` of the global batch draws exactly
+    /// the mask one device would draw for those rows.
+    Dropout { rate: F32, seed: u64, first_row: usize },
+    /// in: x, gamma, beta, moving_mean, moving_var. out: y, batch_mean,
+    /// batch_inv_std, batch_var (unbiased). Eval mode normalizes with the
+    /// moving statistics.
+    BatchNorm { epsilon: F32 },
+    /// in: dy, x, gamma, batch_mean, batch_inv_std. out: dx, dgamma, dbeta.
+    BatchNormGrad,
+    Identity,
+    /// Identity whose gradient is zero.
+    StopGradient,
+
+    // ---- state ------------------------------------------------------------
+    /// in: variable, value. Writes var = var*decay + value*(1-decay). out: the variable.
+    AssignMovingAverage { decay: F32 },
+    /// in: variable, slots..., grad, global_step. Writes the variable and its slots.
+    ApplyGradient { optimizer: Optimizer },
+    /// in: global_step (i32 scalar variable). Writes step += 1.
+    IncrementStep,
+
+    // ---- towers -----------------------------------------------------------
+    /// in: one gradient per tower. out: Σ weights[i]*in[i], the cross-tower
+    /// reduction as one n-ary node (the weights are the towers' shares of the batch).
+    TowerMean { weights: Vec<F32> },
+    /// in: x on another device. out: x on this node's device.
+    Copy,
+    /// Groups control inputs; no data.
+    NoOp,
+}
+
+impl Op {
+    /// The op's type name, as in TF where one exists.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Op::Placeholder { .. } => "Placeholder",
+            Op::Const { .. } => "Const",
+            Op::Variable { .. } => "VariableV2",
+            Op::MatMul { .. } => "MatMul",
+            Op::Add => "Add",
+            Op::Sub => "Sub",
+            Op::Mul => "Mul",
+            Op::Div => "RealDiv",
+            Op::AddN => "AddN",
+            Op::BiasAdd => "BiasAdd",
+            Op::BiasAddGrad => "BiasAddGrad",
+            Op::Neg => "Neg",
+            Op::Relu => "Relu",
+            Op::Sigmoid => "Sigmoid",
+            Op::Tanh => "Tanh",
+            Op::ReluGrad => "ReluGrad",
+            Op::SigmoidGrad => "SigmoidGrad",
+            Op::TanhGrad => "TanhGrad",
+            Op::Conv2D { .. } => "Conv2D",
+            Op::Conv2DBackpropInput { .. } => "Conv2DBackpropInput",
+            Op::Conv2DBackpropFilter { .. } => "Conv2DBackpropFilter",
+            Op::MaxPool { .. } => "MaxPool",
+            Op::MaxPoolGrad { .. } => "MaxPoolGrad",
+            Op::AvgPool { .. } => "AvgPool",
+            Op::AvgPoolGrad { .. } => "AvgPoolGrad",
+            Op::Reshape { .. } => "Reshape",
+            Op::Concat { .. } => "ConcatV2",
+            Op::Split { .. } => "SplitV",
+            Op::Slice { .. } => "Slice",
+            Op::SliceGrad { .. } => "SliceGrad",
+            Op::BroadcastLike => "BroadcastLike",
+            Op::SumToLike => "SumToLike",
+            Op::Softmax => "Softmax",
+            Op::LogSoftmax => "LogSoftmax",
+            Op::SoftmaxGrad => "SoftmaxGrad",
+            Op::LogSoftmaxGrad => "LogSoftmaxGrad",
+            Op::SparseSoftmaxCrossEntropy => "SparseSoftmaxCrossEntropyWithLogits",
+            Op::SoftmaxCrossEntropy => "SoftmaxCrossEntropyWithLogits",
+            Op::L2Loss => "L2Loss",
+            Op::ReduceSum { .. } => "Sum",
+            Op::ReduceMean { .. } => "Mean",
+            Op::ArgMax { .. } => "ArgMax",
+            Op::Equal => "Equal",
+            Op::Cast { .. } => "Cast",
+            Op::Dropout { .. } => "Dropout",
+            Op::BatchNorm { .. } => "FusedBatchNorm",
+            Op::BatchNormGrad => "FusedBatchNormGrad",
+            Op::Identity => "Identity",
+            Op::StopGradient => "StopGradient",
+            Op::AssignMovingAverage { .. } => "AssignMovingAvg",
+            Op::ApplyGradient { optimizer } => match optimizer {
+                Optimizer::Sgd { .. } => "ApplyGradientDescent",
+                Optimizer::Momentum { .. } => "ApplyMomentum",
+                Optimizer::Adam { .. } => "ApplyAdam",
+            },
+            Op::IncrementStep => "AssignAdd",
+            Op::TowerMean { .. } => "TowerMean",
+            Op::Copy => "Copy",
+            Op::NoOp => "NoOp",
+        }
+    }
+
+    /// Writes a variable (or is one): never merged, duplicated or removed.
+    pub fn is_stateful(&self) -> bool {
+        matches!(
+            self,
+            Op::Variable { .. }
+                | Op::AssignMovingAverage { .. }
+                | Op::ApplyGradient { .. }
+                | Op::IncrementStep
+                | Op::Placeholder { .. }
+                | Op::Dropout { .. }
+        )
+    }
+
+    /// Which inputs the op writes in place (variables and optimizer slots).
+    pub fn mutated_inputs(&self) -> std::ops::Range<usize> {
+        match self {
+            Op::AssignMovingAverage { .. } | Op::IncrementStep => 0..1,
+            Op::ApplyGradient { optimizer } => 0..1 + optimizer.slot_names().len(),
+            _ => 0..0,
+        }
+    }
+}
