@@ -1,0 +1,18 @@
+//! Elementwise kernels.
+//!
+//! - [`broadcast`]: binary arithmetic with NumPy/TF broadcasting (rank <= 4),
+//!   [`broadcast_to`] and its adjoint [`sum_to_shape`] (the gradient of a
+//!   broadcast). Shapes are right-aligned; a scalar has shape `[]`.
+//! - [`unary`]: activations and math functions, their gradients, scaling.
+//! - [`bias`]: `bias_add` over the last axis and its gradient.
+//!
+//! All outputs are dense row-major and fully overwritten; no kernel reads
+//! its output before writing it unless it says so.
+
+pub mod bias;
+pub mod broadcast;
+pub mod unary;
+
+pub use bias::{bias_add, bias_add_grad};
+pub use broadcast::{binary, broadcast_to, sum_to_shape, BinaryOp};
+pub use unary::{relu_grad, scale, scale_inplace, sigmoid_grad, tanh_grad, unary, unary_inplace, UnaryOp};

@@ -1,0 +1,270 @@
+//! Reductions, argmax, comparison and casts.
+//!
+//! Reductions take the input shape (rank <= 4) and a set of axes; the
+//! output holds the kept axes in order (identical data with or without TF's
+//! `keep_dims`). Adjacent axes with the same role are merged first, so the
+//! loops see at most four alternating kept/reduced runs; a reduced innermost
+//! run is summed with eight independent accumulators (vectorizes, and
+//! bounds rounding error growth better than one running sum).
+//!
+//! `equal` writes `1.0`/`0.0` as **f32**, so `reduce_mean` of its output is
+//! an accuracy directly; `argmax` writes **i32** indices.
+
+use crate::shape::{merge_runs, pad4};
+use crate::KernelError;
+
+/// Sum of a contiguous slice with eight partial sums.
+#[inline]
+pub(crate) fn sum_slice(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] += c[i];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for v in rest {
+        s += *v;
+    }
+    s
+}
+
+/// Sums `x` (padded shape `dims`) over the axes with `reduced[i]` set into
+/// `out`, which holds the kept axes in order. `out` is overwritten.
+pub(crate) fn sum_flags(x: &[f32], dims: [usize; 4], reduced: [bool; 4], out: &mut [f32]) {
+    let (d, f) = merge_runs(dims, reduced);
+    out.fill(0.0);
+    if x.is_empty() {
+        return;
+    }
+    // Strides of x (dense) and of out (0 along reduced axes).
+    let mut os = [0usize; 4];
+    let mut acc = 1;
+    for i in (0..4).rev() {
+        if !f[i] {
+            os[i] = acc;
+            acc *= d[i];
+        }
+    }
+    let d3 = d[3];
+    let mut xi = 0;
+    for i0 in 0..d[0] {
+        for i1 in 0..d[1] {
+            for i2 in 0..d[2] {
+                let ob = i0 * os[0] + i1 * os[1] + i2 * os[2];
+                let row = &x[xi..xi + d3];
+                if f[3] {
+                    out[ob] += sum_slice(row);
+                } else {
+                    for (o, v) in out[ob..ob + d3].iter_mut().zip(row) {
+                        *o += *v;
+                    }
+                }
+                xi += d3;
+            }
+        }
+    }
+}
+
+fn axis_flags(op: &'static str, shape: &[usize], axes: &[usize]) -> Result<([usize; 4], [bool; 4], usize), KernelError> {
+    let dims = pad4(op, shape)?;
+    let off = 4 - shape.len();
+    let mut flags = [false; 4];
+    let mut count = 1;
+    for &a in axes {
+        if a >= shape.len() || flags[off + a] {
+            return Err(KernelError::BadAxis { op, axis: a, rank: shape.len() });
+        }
+        flags[off + a] = true;
+        count *= shape[a];
+    }
+    Ok((dims, flags, count))
+}
+
+/// `out = sum(x, axes)`; `x: shape`, `out`: the kept axes of `shape`.
+/// Errors: an axis out of range or repeated, or rank > 4.
+pub fn reduce_sum(x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
+    let (dims, flags, count) = axis_flags("reduce_sum", shape, axes)?;
+    debug_assert_eq!(x.len(), dims.iter().product::<usize>());
+    debug_assert_eq!(out.len() * count, x.len());
+    sum_flags(x, dims, flags, out);
+    Ok(())
+}
+
+/// `out = mean(x, axes)`: [`reduce_sum`] divided by the number of reduced
+/// elements (NaN when that number is 0, as TF).
+pub fn reduce_mean(x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
+    let (dims, flags, count) = axis_flags("reduce_mean", shape, axes)?;
+    debug_assert_eq!(x.len(), dims.iter().product::<usize>());
+    sum_flags(x, dims, flags, out);
+    let inv = 1.0 / count as f32;
+    out.iter_mut().for_each(|v| *v *= inv);
+    Ok(())
+}
+
+/// `out[o, i] = argmax_j x[o, j, i]` over `axis` of `x: shape`, as i32.
+/// Ties go to the first index; NaN is never chosen over a number.
+/// `out` holds the shape without `axis`. Errors: bad axis, or an axis
+/// longer than `i32::MAX`.
+pub fn argmax(x: &[f32], shape: &[usize], axis: usize, out: &mut [i32]) -> Result<(), KernelError> {
+    if axis >= shape.len() || shape[axis] > i32::MAX as usize {
+        return Err(KernelError::BadAxis { op: "argmax", axis, rank: shape.len() });
+    }
+    let outer: usize = shape[..axis].iter().product();
+    let len = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    debug_assert_eq!(x.len(), outer * len * inner);
+    debug_assert_eq!(out.len(), outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            let base = o * len * inner + i;
+            let mut best = f32::NEG_INFINITY;
+            let mut at = 0usize;
+            for j in 0..len {
+                let v = x[base + j * inner];
+                if v > best {
+                    best = v;
+                    at = j;
+                }
+            }
+            out[o * inner + i] = at as i32;
+        }
+    }
+    Ok(())
+}
+
+/// `out[i] = (a[i] == b[i]) as f32` (1.0 or 0.0).
+pub fn equal(a: &[f32], b: &[f32], out: &mut [f32]) {
+    debug_assert!(a.len() == b.len() && a.len() == out.len());
+    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
+        *o = if x == y { 1.0 } else { 0.0 };
+    }
+}
+
+/// `out[i] = (a[i] == b[i]) as f32` for i32 inputs (argmax vs labels).
+pub fn equal_i32(a: &[i32], b: &[i32], out: &mut [f32]) {
+    debug_assert!(a.len() == b.len() && a.len() == out.len());
+    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
+        *o = if x == y { 1.0 } else { 0.0 };
+    }
+}
+
+/// `out[i] = x[i] as f32` (exact up to 2^24, then round-to-nearest).
+pub fn cast_i32_to_f32(x: &[i32], out: &mut [f32]) {
+    debug_assert_eq!(x.len(), out.len());
+    for (o, v) in out.iter_mut().zip(x) {
+        *o = *v as f32;
+    }
+}
+
+/// `out[i] = x[i] as i32`: truncation toward zero as TF's `Cast`;
+/// out-of-range values saturate and NaN gives 0 (Rust `as` semantics; TF
+/// leaves those cases implementation-defined).
+pub fn cast_f32_to_i32(x: &[f32], out: &mut [i32]) {
+    debug_assert_eq!(x.len(), out.len());
+    for (o, v) in out.iter_mut().zip(x) {
+        *o = *v as i32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::numel;
+    use crate::testutil::{assert_close, Lcg};
+
+    /// Reference: walk every multi-index, drop the reduced coordinates to
+    /// get the output index, accumulate in f64.
+    fn naive_sum(x: &[f32], shape: &[usize], axes: &[usize]) -> Vec<f32> {
+        let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+        let on: usize = kept.iter().map(|&a| shape[a]).product();
+        let mut out = vec![0.0f64; on];
+        for (flat, v) in x.iter().enumerate() {
+            let mut rem = flat;
+            let mut idx = vec![0; shape.len()];
+            for a in (0..shape.len()).rev() {
+                idx[a] = rem % shape[a];
+                rem /= shape[a];
+            }
+            let mut o = 0;
+            for &a in &kept {
+                o = o * shape[a] + idx[a];
+            }
+            out[o] += *v as f64;
+        }
+        out.into_iter().map(|v| v as f32).collect()
+    }
+
+    #[test]
+    fn reductions_match_reference() {
+        let mut r = Lcg::new(61);
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[3, 4], &[0]),
+            (&[3, 4], &[1]),
+            (&[3, 4], &[0, 1]),
+            (&[2, 3, 4, 5], &[0, 1, 2]),
+            (&[2, 3, 4, 5], &[1, 3]),
+            (&[2, 3, 4, 5], &[0, 2]),
+            (&[2, 3, 4, 5], &[3, 0]),
+            (&[2, 1, 4, 37], &[1, 3]),
+            (&[7], &[0]),
+            (&[5, 6], &[]),
+        ];
+        for &(shape, axes) in cases {
+            let x = r.vec(numel(shape));
+            let want = naive_sum(&x, shape, axes);
+            let mut out = vec![f32::NAN; want.len()];
+            reduce_sum(&x, shape, axes, &mut out).unwrap();
+            assert_close(&out, &want, 1e-5, &format!("sum {shape:?} {axes:?}"));
+            let count = x.len() / want.len();
+            reduce_mean(&x, shape, axes, &mut out).unwrap();
+            let want: Vec<f32> = want.iter().map(|v| v / count as f32).collect();
+            assert_close(&out, &want, 1e-5, &format!("mean {shape:?} {axes:?}"));
+        }
+        let mut out = vec![0.0; 4];
+        assert!(reduce_sum(&[0.0; 12], &[3, 4], &[2], &mut out).is_err());
+        assert!(reduce_sum(&[0.0; 12], &[3, 4], &[0, 0], &mut out).is_err());
+    }
+
+    #[test]
+    fn argmax_first_on_ties_and_axes() {
+        // [2, 3]: axis 1.
+        let x = [1.0, 3.0, 3.0, -1.0, -2.0, -1.0];
+        let mut out = [9; 2];
+        argmax(&x, &[2, 3], 1, &mut out).unwrap();
+        assert_eq!(out, [1, 0]);
+        // axis 0 of [2, 3].
+        let mut out = [9; 3];
+        argmax(&x, &[2, 3], 0, &mut out).unwrap();
+        assert_eq!(out, [0, 0, 0]);
+        // Random [3, 4, 5] along axis 1 against a direct scan.
+        let mut r = Lcg::new(62);
+        let x = r.vec(60);
+        let mut out = vec![0; 15];
+        argmax(&x, &[3, 4, 5], 1, &mut out).unwrap();
+        for o in 0..3 {
+            for i in 0..5 {
+                let col: Vec<f32> = (0..4).map(|j| x[o * 20 + j * 5 + i]).collect();
+                let m = col.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                assert_eq!(out[o * 5 + i], col.iter().position(|v| *v == m).unwrap() as i32);
+            }
+        }
+        assert!(argmax(&x, &[3, 4, 5], 3, &mut out).is_err());
+    }
+
+    #[test]
+    fn equal_and_casts() {
+        let mut o = [0.0; 3];
+        equal(&[1.0, 2.0, 3.0], &[1.0, 0.0, 3.0], &mut o);
+        assert_eq!(o, [1.0, 0.0, 1.0]);
+        equal_i32(&[1, 2, 3], &[0, 2, 3], &mut o);
+        assert_eq!(o, [0.0, 1.0, 1.0]);
+        cast_i32_to_f32(&[-4, 0, 7], &mut o);
+        assert_eq!(o, [-4.0, 0.0, 7.0]);
+        let mut i = [0; 3];
+        cast_f32_to_i32(&[-1.7, 0.5, 2.9], &mut i);
+        assert_eq!(i, [-1, 0, 2]);
+    }
+}
