@@ -1,1 +1,2 @@
 //! towers
+pub mod data;

@@ -1,0 +1,188 @@
+//! Deterministic, allocation-free batching.
+//!
+//! [`Batcher`] (training): epoch `e` visits the examples in the order of
+//! `0..n` shuffled by SplitMix64([`derive_seed`]`(seed, e)`), so the same seed
+//! gives the same batches, and any epoch's order can be rebuilt on its own.
+//! Only full batches are produced: the last `n % batch_size` examples of each
+//! epoch's order are dropped and the next epoch starts (a different shuffle
+//! drops different examples). [`Batcher::next_batch`] copies into
+//! caller-provided buffers and never allocates.
+//!
+//! [`EvalChunks`] (evaluation): one in-order pass in chunks of `chunk_size`;
+//! the final chunk may be partial and its length is returned, so every example
+//! is seen exactly once. The unused tail of a partial chunk is zero-filled.
+
+use super::dataset::Dataset;
+use super::error::DataError;
+use super::rng::{derive_seed, SplitMix64};
+
+/// Where a training batch came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchInfo {
+    /// Epoch number, from 0.
+    pub epoch: u64,
+    /// Index of the batch within its epoch, from 0.
+    pub batch: usize,
+}
+
+/// Endless seeded training batches over a data set (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Batcher<'a> {
+    data: &'a Dataset,
+    batch_size: usize,
+    seed: u64,
+    epoch: u64,
+    batch: usize,
+    order: Vec<usize>,
+}
+
+impl<'a> Batcher<'a> {
+    /// A batcher starting at epoch 0; needs `1 <= batch_size <= data.len()`.
+    pub fn new(data: &'a Dataset, batch_size: usize, seed: u64) -> Result<Self, DataError> {
+        if batch_size == 0 || batch_size > data.len() {
+            return Err(DataError::Batch(format!(
+                "batch size {batch_size} must be in 1..={} (the number of examples)",
+                data.len()
+            )));
+        }
+        let mut b = Batcher {
+            data,
+            batch_size,
+            seed,
+            epoch: 0,
+            batch: 0,
+            order: (0..data.len()).collect(),
+        };
+        b.shuffle_for_epoch();
+        Ok(b)
+    }
+
+    /// Examples per batch.
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
+    /// Full batches per epoch: `len / batch_size`.
+    pub fn batches_per_epoch(&self) -> usize {
+        self.data.len() / self.batch_size
+    }
+
+    /// The epoch the next batch belongs to.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The example indices of the current epoch, in visiting order.
+    pub fn epoch_order(&self) -> &[usize] {
+        &self.order
+    }
+
+    /// Fills `images` (`batch_size * image_len` floats) and `labels`
+    /// (`batch_size`) with the next batch, moving to the next epoch after
+    /// the last full batch. Errors only on wrong buffer lengths.
+    pub fn next_batch(
+        &mut self,
+        images: &mut [f32],
+        labels: &mut [i32],
+    ) -> Result<BatchInfo, DataError> {
+        check_buffers(self.data, self.batch_size, images, labels, true)?;
+        let info = BatchInfo {
+            epoch: self.epoch,
+            batch: self.batch,
+        };
+        let start = self.batch * self.batch_size;
+        let k = self.data.image_len();
+        let picks = &self.order[start..start + self.batch_size];
+        for (slot, &i) in picks.iter().enumerate() {
+            images[slot * k..(slot + 1) * k].copy_from_slice(self.data.image(i));
+            labels[slot] = self.data.labels()[i];
+        }
+        self.batch += 1;
+        if self.batch == self.batches_per_epoch() {
+            self.batch = 0;
+            self.epoch += 1;
+            self.shuffle_for_epoch();
+        }
+        Ok(info)
+    }
+
+    fn shuffle_for_epoch(&mut self) {
+        for (slot, i) in self.order.iter_mut().enumerate() {
+            *i = slot;
+        }
+        SplitMix64::new(derive_seed(self.seed, self.epoch)).shuffle(&mut self.order);
+    }
+}
+
+/// One in-order pass over a data set in chunks (see the module docs).
+#[derive(Debug, Clone)]
+pub struct EvalChunks<'a> {
+    data: &'a Dataset,
+    chunk_size: usize,
+    next: usize,
+}
+
+impl<'a> EvalChunks<'a> {
+    /// A pass over `data` in chunks of `chunk_size >= 1`.
+    pub fn new(data: &'a Dataset, chunk_size: usize) -> Result<Self, DataError> {
+        if chunk_size == 0 {
+            return Err(DataError::Batch("chunk size must be at least 1".into()));
+        }
+        Ok(EvalChunks {
+            data,
+            chunk_size,
+            next: 0,
+        })
+    }
+
+    /// Chunks in the pass: `ceil(len / chunk_size)`.
+    pub fn num_chunks(&self) -> usize {
+        self.data.len().div_ceil(self.chunk_size)
+    }
+
+    /// Fills the buffers (`chunk_size * image_len` floats, `chunk_size`
+    /// labels) with the next chunk and returns how many examples it holds
+    /// (`chunk_size` except maybe for the last), or `None` after the last.
+    pub fn next_chunk(
+        &mut self,
+        images: &mut [f32],
+        labels: &mut [i32],
+    ) -> Result<Option<usize>, DataError> {
+        check_buffers(self.data, self.chunk_size, images, labels, false)?;
+        let n = self.chunk_size.min(self.data.len() - self.next);
+        if n == 0 {
+            return Ok(None);
+        }
+        let k = self.data.image_len();
+        let (start, end) = (self.next, self.next + n);
+        images[..n * k].copy_from_slice(&self.data.images()[start * k..end * k]);
+        images[n * k..].fill(0.0);
+        labels[..n].copy_from_slice(&self.data.labels()[start..end]);
+        labels[n..].fill(0);
+        self.next = end;
+        Ok(Some(n))
+    }
+}
+
+fn check_buffers(
+    data: &Dataset,
+    size: usize,
+    images: &[f32],
+    labels: &[i32],
+    training: bool,
+) -> Result<(), DataError> {
+    let want = size * data.image_len();
+    if images.len() != want || labels.len() != size {
+        return Err(DataError::Batch(format!(
+            "{} buffers must hold {want} floats and {size} labels, got {} and {}",
+            if training { "batch" } else { "chunk" },
+            images.len(),
+            labels.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "batch_tests.rs"]
+mod tests;
