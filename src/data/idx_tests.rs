@@ -238,3 +238,13 @@ fn train_and_test_sizes_must_agree() {
     let (e, _) = error_after(|d| write(d, TEST_IMAGES, &images_bytes(2, 3, 2, |_| 0)));
     assert!(matches!(e, DataError::BadDimensions { .. }), "{e:?}");
 }
+
+#[test]
+fn gzip_is_detected_by_content_not_name() {
+    // A plain file named `.gz` (e.g. auto-decompressed by a browser) still loads.
+    let dir = valid_dir(false);
+    let plain = std::fs::read(dir.path().join(TEST_IMAGES)).expect("read");
+    std::fs::remove_file(dir.path().join(TEST_IMAGES)).expect("rm");
+    write(dir.path(), &format!("{TEST_IMAGES}.gz"), &plain);
+    check_valid(dir.path());
+}
