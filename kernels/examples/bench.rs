@@ -35,10 +35,25 @@ fn main() {
         let mut c = vec![0.0f32; m * n];
         let s = time(|| matmul(&p, &a, &b, &mut c));
         let gf = 2.0 * (m * k * n) as f64 / s / 1e9;
-        println!("gemm {m}x{k} * {k}x{n} ta={ta} tb={tb}: {:.1} us, {gf:.1} GFLOP/s", s * 1e6);
+        println!(
+            "gemm {m}x{k} * {k}x{n} ta={ta} tb={tb}: {:.1} us, {gf:.1} GFLOP/s",
+            s * 1e6
+        );
     }
     for &(h, ci, k, co) in &[(28, 1, 5, 12), (14, 12, 3, 24), (8, 12, 3, 24)] {
-        let p = Conv2d { n: 256, h, w: h, c_in: ci, kh: k, kw: k, c_out: co, stride_h: 1, stride_w: 1, padding: Padding::Same, threads: 1 };
+        let p = Conv2d {
+            n: 256,
+            h,
+            w: h,
+            c_in: ci,
+            kh: k,
+            kw: k,
+            c_out: co,
+            stride_h: 1,
+            stride_w: 1,
+            padding: Padding::Same,
+            threads: 1,
+        };
         let x = vec![0.5f32; p.x_len()];
         let f = vec![0.1f32; p.filter_len()];
         let mut y = vec![0.0f32; p.y_len()];

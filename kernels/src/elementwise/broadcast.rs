@@ -7,7 +7,7 @@
 //! 4-deep strided loop whose innermost axis is contiguous or broadcast.
 
 use crate::reduce::sum_flags;
-use crate::shape::{bstrides, broadcast_shapes, numel, pad4};
+use crate::shape::{broadcast_shapes, bstrides, numel, pad4};
 use crate::KernelError;
 
 /// The four broadcasting arithmetic ops.
@@ -23,7 +23,14 @@ pub enum BinaryOp {
 /// `a_shape` and `b_shape` (see [`crate::shape::broadcast_shapes`]).
 ///
 /// Errors: incompatible shapes, or a rank above 4.
-pub fn binary(op: BinaryOp, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
+pub fn binary(
+    op: BinaryOp,
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     let (od, _) = broadcast_shapes("binary", a_shape, b_shape)?;
     let (pa, pb) = (pad4("binary", a_shape)?, pad4("binary", b_shape)?);
     debug_assert_eq!(a.len(), numel(a_shape));
@@ -45,7 +52,15 @@ fn is_trailing(p: &[usize; 4], od: &[usize; 4]) -> bool {
 }
 
 #[inline(always)]
-fn run<F: Fn(f32, f32) -> f32 + Copy>(a: &[f32], pa: &[usize; 4], b: &[f32], pb: &[usize; 4], od: &[usize; 4], out: &mut [f32], f: F) {
+fn run<F: Fn(f32, f32) -> f32 + Copy>(
+    a: &[f32],
+    pa: &[usize; 4],
+    b: &[f32],
+    pb: &[usize; 4],
+    od: &[usize; 4],
+    out: &mut [f32],
+    f: F,
+) {
     let (n, na, nb) = (out.len(), a.len(), b.len());
     if n == 0 {
         return;
@@ -88,7 +103,9 @@ fn run<F: Fn(f32, f32) -> f32 + Copy>(a: &[f32], pa: &[usize; 4], b: &[f32], pb:
                     let o = &mut out[oi..oi + d3];
                     match (sa[3] != 0, sb[3] != 0) {
                         (true, true) => {
-                            for ((o, x), y) in o.iter_mut().zip(&a[ab..ab + d3]).zip(&b[bb..bb + d3]) {
+                            for ((o, x), y) in
+                                o.iter_mut().zip(&a[ab..ab + d3]).zip(&b[bb..bb + d3])
+                            {
                                 *o = f(*x, *y);
                             }
                         }
@@ -114,18 +131,31 @@ fn run<F: Fn(f32, f32) -> f32 + Copy>(a: &[f32], pa: &[usize; 4], b: &[f32], pb:
 }
 
 /// Checks that `small` broadcasts to exactly `big`; returns both padded.
-fn check_to(op: &'static str, small: &[usize], big: &[usize]) -> Result<([usize; 4], [usize; 4]), KernelError> {
+fn check_to(
+    op: &'static str,
+    small: &[usize],
+    big: &[usize],
+) -> Result<([usize; 4], [usize; 4]), KernelError> {
     let (bd, _) = broadcast_shapes(op, small, big)?;
     let pbig = pad4(op, big)?;
     if bd != pbig || small.len() > big.len() {
-        return Err(KernelError::IncompatibleShapes { op, a: small.to_vec(), b: big.to_vec() });
+        return Err(KernelError::IncompatibleShapes {
+            op,
+            a: small.to_vec(),
+            b: big.to_vec(),
+        });
     }
     Ok((pad4(op, small)?, pbig))
 }
 
 /// `out = broadcast_to(x, out_shape)`: repeats `x` along its size-1 (or
 /// missing leading) axes. Errors if `x_shape` does not broadcast to `out_shape`.
-pub fn broadcast_to(x: &[f32], x_shape: &[usize], out: &mut [f32], out_shape: &[usize]) -> Result<(), KernelError> {
+pub fn broadcast_to(
+    x: &[f32],
+    x_shape: &[usize],
+    out: &mut [f32],
+    out_shape: &[usize],
+) -> Result<(), KernelError> {
     let (px, po) = check_to("broadcast_to", x_shape, out_shape)?;
     debug_assert_eq!(x.len(), numel(x_shape));
     debug_assert_eq!(out.len(), numel(out_shape));
@@ -139,7 +169,12 @@ pub fn broadcast_to(x: &[f32], x_shape: &[usize], out: &mut [f32], out_shape: &[
 /// which `out_shape` was broadcast, the adjoint of [`broadcast_to`] (the
 /// gradient of a broadcasting op with respect to its smaller operand).
 /// `out_shape` must broadcast to `x_shape`; `out` is overwritten.
-pub fn sum_to_shape(x: &[f32], x_shape: &[usize], out: &mut [f32], out_shape: &[usize]) -> Result<(), KernelError> {
+pub fn sum_to_shape(
+    x: &[f32],
+    x_shape: &[usize],
+    out: &mut [f32],
+    out_shape: &[usize],
+) -> Result<(), KernelError> {
     let (po, px) = check_to("sum_to_shape", out_shape, x_shape)?;
     debug_assert_eq!(x.len(), numel(x_shape));
     debug_assert_eq!(out.len(), numel(out_shape));
@@ -220,7 +255,10 @@ mod tests {
     #[test]
     fn errors_are_reported() {
         let mut out = vec![0.0; 6];
-        assert!(matches!(binary(BinaryOp::Add, &[0.0; 6], &[2, 3], &[0.0; 2], &[2], &mut out), Err(KernelError::IncompatibleShapes { .. })));
+        assert!(matches!(
+            binary(BinaryOp::Add, &[0.0; 6], &[2, 3], &[0.0; 2], &[2], &mut out),
+            Err(KernelError::IncompatibleShapes { .. })
+        ));
         assert!(sum_to_shape(&[0.0; 6], &[2, 3], &mut out[..2], &[2]).is_err());
         assert!(broadcast_to(&[0.0; 6], &[2, 3], &mut out, &[3]).is_err());
     }
@@ -230,7 +268,14 @@ mod tests {
     #[test]
     fn broadcast_and_sum_to_shape_are_adjoint() {
         let mut r = Lcg::new(32);
-        for &(small, big) in &[(&[4][..], &[2, 3, 4][..]), (&[3, 1, 5], &[2, 3, 4, 5]), (&[], &[3, 2]), (&[2, 1], &[2, 6]), (&[1, 3, 1], &[2, 3, 4]), (&[2, 3], &[2, 3])] {
+        for &(small, big) in &[
+            (&[4][..], &[2, 3, 4][..]),
+            (&[3, 1, 5], &[2, 3, 4, 5]),
+            (&[], &[3, 2]),
+            (&[2, 1], &[2, 6]),
+            (&[1, 3, 1], &[2, 3, 4]),
+            (&[2, 3], &[2, 3]),
+        ] {
             let u = r.vec(numel(small));
             let v = r.vec(numel(big));
             let mut bu = vec![f32::NAN; numel(big)];
@@ -241,7 +286,10 @@ mod tests {
             sum_to_shape(&v, big, &mut sv, small).unwrap();
             let lhs: f64 = bu.iter().zip(&v).map(|(a, b)| *a as f64 * *b as f64).sum();
             let rhs: f64 = u.iter().zip(&sv).map(|(a, b)| *a as f64 * *b as f64).sum();
-            assert!((lhs - rhs).abs() < 1e-4 * (1.0 + lhs.abs()), "{small:?}->{big:?}: {lhs} vs {rhs}");
+            assert!(
+                (lhs - rhs).abs() < 1e-4 * (1.0 + lhs.abs()),
+                "{small:?}->{big:?}: {lhs} vs {rhs}"
+            );
         }
     }
 }

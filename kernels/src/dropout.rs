@@ -1,0 +1,78 @@
+//! Dropout with a counter-based mask: element `i` of step `step` under
+//! `seed` is kept iff `unit(philox(seed, step, i)) < keep_prob` (see
+//! [`crate::random`] for the stream layout). The mask therefore depends only
+//! on `(seed, step, i)`, never on threads or chunking. Towers that must
+//! drop differently use different seeds (e.g. the base seed mixed with the
+//! tower index by the caller).
+//!
+//! The mask is stored as f32 scale factors: `0` or `1 / keep_prob`, so
+//! `y = x * mask` and `dx = dy * mask`.
+
+use crate::random::{philox_block, u32_to_unit};
+
+/// `mask[i] = (unit(seed, step, i) < keep_prob) / keep_prob`, `y = x * mask`.
+/// `keep_prob >= 1` keeps everything (mask 1); `keep_prob <= 0` drops all.
+pub fn dropout(x: &[f32], keep_prob: f32, seed: u64, step: u64, y: &mut [f32], mask: &mut [f32]) {
+    debug_assert!(x.len() == y.len() && x.len() == mask.len());
+    let scale = if keep_prob > 0.0 {
+        1.0 / keep_prob.min(1.0)
+    } else {
+        0.0
+    };
+    for (block, (mb, (yb, xb))) in mask
+        .chunks_mut(4)
+        .zip(y.chunks_mut(4).zip(x.chunks(4)))
+        .enumerate()
+    {
+        let r = philox_block(seed, step, block as u64);
+        for (j, (m, (o, v))) in mb.iter_mut().zip(yb.iter_mut().zip(xb)).enumerate() {
+            *m = if keep_prob >= 1.0 || u32_to_unit(r[j]) < keep_prob {
+                scale
+            } else {
+                0.0
+            };
+            *o = *v * *m;
+        }
+    }
+}
+
+/// `dx = dy * mask`.
+pub fn dropout_grad(dy: &[f32], mask: &[f32], dx: &mut [f32]) {
+    debug_assert!(dy.len() == mask.len() && dy.len() == dx.len());
+    for ((o, g), m) in dx.iter_mut().zip(dy).zip(mask) {
+        *o = *g * *m;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deterministic_and_rate() {
+        let n = 40_000;
+        let x = vec![2.0f32; n];
+        let (mut y, mut m) = (vec![0.0; n], vec![0.0; n]);
+        dropout(&x, 0.75, 7, 3, &mut y, &mut m);
+        let kept = m.iter().filter(|v| **v != 0.0).count() as f64 / n as f64;
+        assert!((kept - 0.75).abs() < 0.01, "keep rate {kept}");
+        assert!(m
+            .iter()
+            .all(|v| *v == 0.0 || (*v - 1.0 / 0.75).abs() < 1e-6));
+        assert!(y.iter().zip(&m).all(|(a, b)| *a == 2.0 * b));
+        // Element i's draw depends on (seed, step, i) only: a prefix run alone
+        // gives the same mask.
+        let (mut y2, mut m2) = (vec![0.0; 10], vec![0.0; 10]);
+        dropout(&x[..10], 0.75, 7, 3, &mut y2, &mut m2);
+        assert_eq!(&m2[..], &m[..10]);
+        // Another step gives another mask.
+        let (mut y3, mut m3) = (vec![0.0; n], vec![0.0; n]);
+        dropout(&x, 0.75, 7, 4, &mut y3, &mut m3);
+        assert_ne!(m3, m);
+        let mut dx = vec![0.0; n];
+        dropout_grad(&x, &m3, &mut dx);
+        assert_eq!(dx, y3);
+        dropout(&x, 1.0, 7, 4, &mut y3, &mut m3);
+        assert_eq!(y3, x);
+    }
+}
