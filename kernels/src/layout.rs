@@ -99,13 +99,16 @@ pub fn split(
     Ok(())
 }
 
+/// Padded (shape, begin, size) of a slice window.
+type Window4 = ([usize; 4], [usize; 4], [usize; 4]);
+
 /// Validates a slice window and returns padded (shape, begin, size).
 fn window4(
     op: &'static str,
     shape: &[usize],
     begin: &[usize],
     size: &[usize],
-) -> Result<([usize; 4], [usize; 4], [usize; 4]), KernelError> {
+) -> Result<Window4, KernelError> {
     let s = pad4(op, shape)?;
     if begin.len() != shape.len()
         || size.len() != shape.len()
@@ -206,7 +209,7 @@ mod tests {
             &[2, 4],
             1,
             &[1, 2],
-            &mut [&mut vec![0.0; 2], &mut vec![0.0; 4]]
+            &mut [&mut [0.0; 2], &mut [0.0; 4]]
         )
         .is_err());
     }

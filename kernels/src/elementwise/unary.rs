@@ -145,7 +145,8 @@ mod tests {
     #[test]
     fn unary_values() {
         let x = [-2.0f32, -0.5, 0.0, 0.25, 3.0];
-        let cases: [(UnaryOp, fn(f64) -> f64); 6] = [
+        type Case = (UnaryOp, fn(f64) -> f64);
+        let cases: [Case; 6] = [
             (UnaryOp::Neg, |v| -v),
             (UnaryOp::Relu, |v| v.max(0.0)),
             (UnaryOp::Sigmoid, |v| 1.0 / (1.0 + (-v).exp())),
