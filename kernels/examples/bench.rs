@@ -28,6 +28,8 @@ fn main() {
         (256, 784, 256, false, true),
         (256, 256, 10, false, false),
         (512, 512, 512, false, false),
+        (1024, 25, 12, false, false),
+        (1024, 108, 24, false, false),
     ] {
         let p = MatMul::new(m, k, n).trans_a(ta).trans_b(tb);
         let a = vec![0.5f32; m * k];

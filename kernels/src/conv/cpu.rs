@@ -130,26 +130,41 @@ fn im2col(p: &Conv2d, x: &[f32], r0: usize, r: usize, col: &mut [f32]) {
     let (oh, pt) = p.out_h();
     let (ow, pl) = p.out_w();
     let (k, ci) = (p.k(), p.c_in);
-    for i in 0..r {
-        let row = r0 + i;
-        let (b, rem) = (row / (oh * ow), row % (oh * ow));
-        let (oy, ox) = (rem / ow, rem % ow);
-        let dst = &mut col[i * k..(i + 1) * k];
+    let row_len = p.kw * ci;
+    // Walk (b, oy, ox) incrementally: no division per row.
+    let (mut b, rem) = (r0 / (oh * ow), r0 % (oh * ow));
+    let (mut oy, mut ox) = (rem / ow, rem % ow);
+    for dst in col[..r * k].chunks_exact_mut(k) {
         let (x_lo, x_hi, x_start) = window(ox, p.stride_w, pl, p.kw, p.w);
         let kx_lo = (x_lo as isize - x_start) as usize;
         let kx_hi = (x_hi as isize - x_start) as usize;
-        let (_, _, y_start) = window(oy, p.stride_h, pt, p.kh, p.h);
-        for ky in 0..p.kh {
-            let d = &mut dst[ky * p.kw * ci..(ky + 1) * p.kw * ci];
+        let y_start = (oy * p.stride_h) as isize - pt as isize;
+        for (ky, d) in dst.chunks_exact_mut(row_len).enumerate() {
             let iy = y_start + ky as isize;
             if iy < 0 || iy >= p.h as isize || x_lo >= x_hi {
                 d.fill(0.0);
                 continue;
             }
             d[..kx_lo * ci].fill(0.0);
-            d[kx_hi.max(kx_lo) * ci..].fill(0.0);
+            d[kx_hi * ci..].fill(0.0);
             let src = ((b * p.h + iy as usize) * p.w + x_lo) * ci;
-            d[kx_lo * ci..kx_hi * ci].copy_from_slice(&x[src..src + (x_hi - x_lo) * ci]);
+            let n = (x_hi - x_lo) * ci;
+            // Short runs (c_in = 1 filters) are cheaper as a plain loop than a memcpy call.
+            for (o, v) in d[kx_lo * ci..kx_lo * ci + n]
+                .iter_mut()
+                .zip(&x[src..src + n])
+            {
+                *o = *v;
+            }
+        }
+        ox += 1;
+        if ox == ow {
+            ox = 0;
+            oy += 1;
+            if oy == oh {
+                oy = 0;
+                b += 1;
+            }
         }
     }
 }

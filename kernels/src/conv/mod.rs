@@ -25,8 +25,9 @@ pub use cpu::{conv2d, conv2d_backprop_filter, conv2d_backprop_input};
 
 use crate::window::{out_and_pad, Padding};
 
-/// Target number of f32 elements in one im2col chunk (1 MiB).
-pub const CHUNK_ELEMS: usize = 1 << 18;
+/// Target number of f32 elements in one im2col chunk (256 KiB: the chunk
+/// and its GEMM panels stay in L2).
+pub const CHUNK_ELEMS: usize = 1 << 16;
 
 /// The geometry of one convolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
