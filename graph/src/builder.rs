@@ -405,7 +405,7 @@ impl GraphBuilder {
         let s = self.graph.tensor_type(x)?.shape.clone();
         let rest: Option<usize> = s.0[1..].iter().copied().try_fold(1usize, |a, d| d.map(|d| a * d));
         let rest = rest.ok_or_else(|| GraphError::Shape {
-            node: format!("{}/Flatten", self.name_scope),
+            node: Self::join(&self.name_scope, "Flatten"),
             scope: self.name_scope.clone(),
             op: "Reshape".into(),
             detail: format!("flatten needs all but the batch dimension known, got {s}"),

@@ -282,16 +282,15 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
                     }
                 }
                 None => {
-                    // Unknown batch: the -1 stays unknown; check the known part divides.
-                    let known_in: usize = x.shape.0.iter().flatten().product();
+                    // Unknown batch: the -1 stays unknown. No divisibility
+                    // check: as in TF, some batch size always fits (`[?,6]`
+                    // into `[-1,4]` holds for a batch of 2); the check runs
+                    // once `reinfer` sees the bound batch.
                     if minus == 0 {
                         return detail(format!(
                             "cannot reshape {} (unknown size) into the fixed shape {shape:?}; use -1 for the batch dimension",
                             x.shape
                         ));
-                    }
-                    if known != 0 && known_in % known != 0 && known % known_in != 0 {
-                        return detail(format!("cannot reshape {} into {shape:?}", x.shape));
                     }
                 }
             }
