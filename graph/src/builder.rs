@@ -403,7 +403,7 @@ impl GraphBuilder {
     /// Keep the batch dimension, flatten the rest (`[N, ...] -> [N, prod]`).
     pub fn flatten(&mut self, x: Tensor) -> Result<Tensor> {
         let s = self.graph.tensor_type(x)?.shape.clone();
-        let rest: Option<usize> = s.0[1..].iter().copied().try_fold(1usize, |a, d| d.map(|d| a * d));
+        let rest: Option<usize> = s.0[1..].iter().copied().try_fold(1usize, |a, d| d.and_then(|d| a.checked_mul(d)));
         let rest = rest.ok_or_else(|| GraphError::Shape {
             node: Self::join(&self.name_scope, "Flatten"),
             scope: self.name_scope.clone(),

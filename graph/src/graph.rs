@@ -493,14 +493,16 @@ impl Graph {
                 .map(|(name, slot)| Ok(Tensor::new(lookup(name, &g)?, *slot)))
                 .collect::<Result<Vec<_>>>()?;
             let control_inputs = n.control_inputs.iter().map(|c| lookup(c, &g)).collect::<Result<Vec<_>>>()?;
-            let id = g.add(NewNode {
-                name: n.name.clone(),
-                op: n.op.clone(),
-                inputs,
-                control_inputs,
-                scope: n.scope.clone(),
-                requested_device: n.requested_device.clone(),
-            })?;
+            let id = g
+                .add(NewNode {
+                    name: n.name.clone(),
+                    op: n.op.clone(),
+                    inputs,
+                    control_inputs,
+                    scope: n.scope.clone(),
+                    requested_device: n.requested_device.clone(),
+                })
+                .map_err(|e| GraphError::Deserialize(format!("node '{}': {e}", n.name)))?;
             let node = g.node_mut(id);
             node.device = n.device;
             node.placement_reason = n.placement_reason.clone();

@@ -109,6 +109,13 @@ fn normalize_axes(axes: &[usize], rank: usize) -> Result<(), InferError> {
     Ok(())
 }
 
+/// The product of the known dimensions; an error when it overflows (a
+/// malformed serialized graph must not panic).
+fn known_elements(mut dims: impl Iterator<Item = usize>, what: &str) -> Result<usize, InferError> {
+    dims.try_fold(1usize, |a, d| a.checked_mul(d))
+        .map_or_else(|| detail(format!("{what} has more elements than fit in memory")), Ok)
+}
+
 /// The output types of `op` applied to inputs of the given types.
 pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
     use Op::*;
@@ -116,11 +123,12 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
     match op {
         Placeholder { dtype, shape } => {
             arity(inputs, 0)?;
+            known_elements(shape.0.iter().flatten().copied(), &format!("shape {shape}"))?;
             Ok(vec![TensorType { dtype: *dtype, shape: shape.clone() }])
         }
         Const { value } => {
             arity(inputs, 0)?;
-            let n: usize = value.shape.iter().product();
+            let n = known_elements(value.shape.iter().copied(), &format!("constant shape {:?}", value.shape))?;
             if n != value.data.len() {
                 return detail(format!("constant has {} values for shape {:?}", value.data.len(), value.shape));
             }
@@ -128,6 +136,7 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
         }
         Variable { dtype, shape, .. } => {
             arity(inputs, 0)?;
+            known_elements(shape.iter().copied(), &format!("variable shape {shape:?}"))?;
             Ok(vec![TensorType::new(*dtype, Shape::known(shape))])
         }
         MatMul { transpose_a, transpose_b } => {
@@ -267,7 +276,7 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             if minus > 1 || shape.iter().any(|&d| d < -1) {
                 return detail(format!("target shape {shape:?} may hold at most one -1 and no other negative size"));
             }
-            let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+            let known = known_elements(shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize), &format!("target shape {shape:?}"))?;
             let mut out: Vec<Option<usize>> = shape.iter().map(|&d| if d >= 0 { Some(d as usize) } else { None }).collect();
             match x.shape.num_elements() {
                 Some(total) => {

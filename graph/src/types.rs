@@ -64,9 +64,10 @@ impl Shape {
     pub fn dims(&self) -> Option<Vec<usize>> {
         self.0.iter().copied().collect()
     }
-    /// Number of elements, if known.
+    /// Number of elements, if known (`None` also when the count overflows
+    /// `usize`; inference rejects such shapes at their source).
     pub fn num_elements(&self) -> Option<usize> {
-        self.0.iter().try_fold(1usize, |acc, d| d.map(|d| acc * d))
+        self.0.iter().try_fold(1usize, |acc, d| d.and_then(|d| acc.checked_mul(d)))
     }
     /// Whether `other` could be the same shape (unknown dims match anything).
     pub fn compatible(&self, other: &Shape) -> bool {
