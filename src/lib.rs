@@ -1,2 +1,37 @@
-//! towers
+//! towers: a computation-graph compiler for synchronous data-parallel training.
+//!
+//! Users write graph-building Rust with TF1 scopes (name scopes, variable
+//! scopes whose variables are created once and reused, device scopes); the
+//! compiler differentiates the loss, replicates the forward and backward
+//! subgraph once per tower, splits the batch, averages the gradients
+//! (weighted by each tower's share, so N towers compute exactly the
+//! single-device update), applies the optimizer where the variables live,
+//! places everything, and lowers it to a `Plan` of launches, copies and
+//! events that the runtime executes (the CPU backend runs it for real).
+//!
+//! Crates: [`graph`] (IR and builder), [`passes`] (autodiff, optimizer, tower
+//! passes, placement, schedule), [`codegen`] (the `Plan`), [`kernels`] (CPU
+//! kernels), [`runtime`] (sessions, the CPU backend, checkpoints).
+
+pub mod compiler;
 pub mod data;
+pub mod models;
+pub mod report;
+pub mod train;
+
+pub use towers_codegen as codegen;
+pub use towers_graph as graph;
+pub use towers_kernels as kernels;
+pub use towers_passes as passes;
+pub use towers_runtime as runtime;
+
+/// Everything a model-building program needs.
+pub mod prelude {
+    pub use crate::compiler::{compile_eval, compile_train, CompileOptions, Compiled};
+    pub use towers_graph::layers::{self, Activation};
+    pub use towers_graph::{
+        DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, Padding, Reuse, Shape, Tensor, F32,
+    };
+    pub use towers_passes::{BnUpdates, SplitPolicy, VarPlacement};
+    pub use towers_runtime::Session;
+}

@@ -1,1 +1,311 @@
-fn main() {}
+//! The `towers` command line: `towers train` and `towers compile`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use towers::compiler::{compile_train, CompileOptions};
+use towers::data::DataSpec;
+use towers::models::{build, ModelKind, ModelSpec};
+use towers::passes::{BnUpdates, VarPlacement};
+use towers::train::{train, OptimizerKind, TrainConfig, TrainObserver};
+
+#[derive(Parser)]
+#[command(name = "towers", version, about = "A computation-graph compiler for synchronous data-parallel training")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Train a model and print its test accuracy.
+    Train(TrainArgs),
+    /// Compile a model and write its graph, dot, plan or placement report.
+    Compile(CompileArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Model {
+    Mlp,
+    Convnet,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Opt {
+    Sgd,
+    Momentum,
+    Adam,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Vars {
+    Cpu,
+    Gpu0,
+    RoundRobin,
+    Greedy,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Bn {
+    Tower0,
+    Mean,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Emit {
+    Graph,
+    Dot,
+    Plan,
+    PlanJson,
+    Placement,
+}
+
+/// Model and tower options shared by `train` and `compile`.
+#[derive(Args, Clone)]
+struct Common {
+    /// Which network.
+    #[arg(long, value_enum, default_value = "mlp")]
+    model: Model,
+    /// Batch norm after each convolution (convnet).
+    #[arg(long)]
+    batch_norm: bool,
+    /// Hidden widths of the MLP, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "256,256")]
+    hidden: Vec<usize>,
+    /// Optimizer.
+    #[arg(long, value_enum, default_value = "momentum")]
+    optimizer: Opt,
+    /// Learning rate (default: 0.05 for sgd and momentum, 0.001 for adam).
+    #[arg(long)]
+    lr: Option<f32>,
+    /// Momentum coefficient.
+    #[arg(long, default_value_t = 0.9)]
+    momentum: f32,
+    /// Nesterov momentum.
+    #[arg(long)]
+    nesterov: bool,
+    /// Global batch size (split across towers).
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Number of towers (/gpu:0 .. /gpu:N-1); omit for one device without replication.
+    #[arg(long)]
+    towers: Option<usize>,
+    /// Where variables live.
+    #[arg(long, value_enum, default_value = "cpu")]
+    variables: Vars,
+    /// Split the batch by these weights, one per tower (e.g. 3,1).
+    #[arg(long, value_delimiter = ',')]
+    split_weights: Option<Vec<u32>>,
+    /// Accumulate gradients over K micro-batches per tower.
+    #[arg(long, default_value_t = 1)]
+    accumulate: usize,
+    /// Whose batch statistics update the batch-norm moving averages.
+    #[arg(long, value_enum, default_value = "mean")]
+    bn_updates: Bn,
+    /// Seed of initializers, dropout and batch order.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Data: `digits` (embedded) or `mnist:DIR` (IDX files).
+    #[arg(long, default_value = "digits")]
+    data: String,
+    /// Dump the graph (text and dot) after passes into this folder.
+    #[arg(long)]
+    dump_dir: Option<PathBuf>,
+    /// Passes to dump after (default: all), comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    dump_after: Vec<String>,
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Number of training steps (overrides --epochs).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Number of passes over the training set.
+    #[arg(long, default_value_t = 20)]
+    epochs: usize,
+    /// Print `step N loss L` every N steps.
+    #[arg(long, default_value_t = 0)]
+    log_every: usize,
+    /// Save variables here at the end (safetensors, written atomically).
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// Restore from --checkpoint first, when the file exists.
+    #[arg(long)]
+    resume: bool,
+}
+
+#[derive(Args)]
+struct CompileArgs {
+    #[command(flatten)]
+    common: Common,
+    /// What to write.
+    #[arg(long, value_enum, default_value = "plan")]
+    emit: Emit,
+    /// Output file (default: standard output).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Input geometry HxWxC when not taken from --data (e.g. 28x28x1).
+    #[arg(long)]
+    input: Option<String>,
+}
+
+fn config(c: &Common) -> Result<TrainConfig, String> {
+    let optimizer = match c.optimizer {
+        Opt::Sgd => OptimizerKind::Sgd,
+        Opt::Momentum => OptimizerKind::Momentum,
+        Opt::Adam => OptimizerKind::Adam,
+    };
+    let lr = c.lr.unwrap_or(if optimizer == OptimizerKind::Adam { 0.001 } else { 0.05 });
+    Ok(TrainConfig {
+        data: DataSpec::parse(&c.data).map_err(|e| e.to_string())?,
+        model: match c.model {
+            Model::Mlp => ModelKind::Mlp,
+            Model::Convnet => ModelKind::Convnet,
+        },
+        hidden: c.hidden.clone(),
+        batch_norm: c.batch_norm,
+        optimizer,
+        lr,
+        momentum: c.momentum,
+        nesterov: c.nesterov,
+        batch: c.batch,
+        seed: c.seed,
+        towers: match c.towers {
+            Some(0) => return Err("--towers must be at least 1 (omit it for one device without towers)".into()),
+            Some(n) => n,
+            None => 0,
+        },
+        variables: match c.variables {
+            Vars::Cpu => VarPlacement::Cpu,
+            Vars::Gpu0 => VarPlacement::Gpu0,
+            Vars::RoundRobin => VarPlacement::RoundRobin,
+            Vars::Greedy => VarPlacement::Greedy,
+        },
+        split_weights: c.split_weights.clone(),
+        accumulate: c.accumulate,
+        bn_updates: match c.bn_updates {
+            Bn::Tower0 => BnUpdates::Tower0,
+            Bn::Mean => BnUpdates::Mean,
+        },
+        dump_dir: c.dump_dir.clone(),
+        dump_after: c.dump_after.clone(),
+        ..TrainConfig::default()
+    })
+}
+
+struct Printer {
+    log_every: usize,
+    bar: Option<ProgressBar>,
+}
+
+impl TrainObserver for Printer {
+    fn start(&mut self, total: usize, note: &str) {
+        if !note.is_empty() {
+            eprintln!("{note}");
+        }
+        if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new(total as u64);
+            bar.set_style(
+                ProgressStyle::with_template("{bar:40} {pos}/{len} steps  {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            self.bar = Some(bar);
+        }
+    }
+    fn step(&mut self, step: usize, loss: f32, eps: f64) {
+        if self.log_every > 0 && step % self.log_every == 0 {
+            match &self.bar {
+                Some(b) => b.println(format!("step {step} loss {loss:.6}")),
+                None => println!("step {step} loss {loss:.6}"),
+            }
+        }
+        if let Some(b) = &self.bar {
+            b.set_position(step as u64);
+            if step % 10 == 0 {
+                b.set_message(format!("loss {loss:.4}  {eps:.0} examples/s"));
+            }
+        }
+    }
+}
+
+fn run_train(a: TrainArgs) -> Result<(), String> {
+    let mut cfg = config(&a.common)?;
+    cfg.steps = a.steps;
+    cfg.epochs = a.epochs;
+    cfg.log_every = a.log_every;
+    cfg.checkpoint = a.checkpoint;
+    cfg.resume = a.resume;
+    let mut p = Printer { log_every: a.log_every, bar: None };
+    let r = train(&cfg, &mut p).map_err(|e| e.to_string())?;
+    if let Some(b) = &p.bar {
+        b.finish_and_clear();
+    }
+    for d in &r.diagnostics {
+        eprintln!("warning: {d}");
+    }
+    eprintln!("{} steps, {:.0} examples/s", r.steps, r.examples_per_sec);
+    println!("test accuracy: {:.4}", r.test_accuracy);
+    Ok(())
+}
+
+fn parse_input(s: &str) -> Result<[usize; 3], String> {
+    let v: Vec<usize> = s.split('x').map(|p| p.parse::<usize>()).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    match v.as_slice() {
+        [h, w, c] => Ok([*h, *w, *c]),
+        [h, w] => Ok([*h, *w, 1]),
+        _ => Err(format!("--input '{s}' must be HxWxC, e.g. 28x28x1")),
+    }
+}
+
+fn run_compile(a: CompileArgs) -> Result<(), String> {
+    let cfg = config(&a.common)?;
+    let (input, classes) = match &a.input {
+        Some(s) => (parse_input(s)?, 10),
+        None => match &cfg.data {
+            DataSpec::Digits => ([8, 8, 1], 10),
+            DataSpec::Mnist(_) => ([28, 28, 1], 10),
+        },
+    };
+    let mut spec = ModelSpec::new(cfg.model, input, classes);
+    spec.hidden = cfg.hidden.clone();
+    spec.batch_norm = cfg.batch_norm;
+    spec.seed = cfg.seed;
+    let model = build(&spec).map_err(|e| e.to_string())?;
+    let opts: CompileOptions = cfg.compile_options();
+    let c = compile_train(&model.graph, &model.loss, &opts).map_err(|e| e.to_string())?;
+    let text = match a.emit {
+        Emit::Graph => towers::graph::text::to_text(&c.graph).map_err(|e| e.to_string())?,
+        Emit::Dot => towers::graph::dot::to_dot(&c.graph).map_err(|e| e.to_string())?,
+        Emit::Plan => c.plan.to_text(),
+        Emit::PlanJson => c.plan.to_json(),
+        Emit::Placement => towers::report::placement_report(&c.graph, &c.plan),
+    };
+    match a.output {
+        Some(p) => std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display())),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Train(a) => run_train(a),
+        Cmd::Compile(a) => run_compile(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

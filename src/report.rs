@@ -1,0 +1,72 @@
+//! The placement report (`towers compile --emit placement`): every variable
+//! with its device, bytes and reason; every op group (nodes sharing a tower,
+//! a top-level scope, a device and a reason) with its size; and the planned
+//! bytes per device: variables and optimizer slots resident there plus the
+//! arena of activations, gradients and copies. This is where GPU 0's extra
+//! memory shows when it holds the variables.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use towers_codegen::Plan;
+use towers_graph::{Device, Graph, Op};
+
+fn group_of(name: &str) -> String {
+    let parts: Vec<&str> = name.split('/').collect();
+    let mut take = 1;
+    if parts[0].starts_with("tower_") && parts.len() > 2 {
+        take = 2;
+        if parts.get(1).is_some_and(|p| p.starts_with("micro_")) && parts.len() > 3 {
+            take = 3;
+        }
+    }
+    if parts.len() <= take {
+        return "(root)".into();
+    }
+    parts[..take].join("/")
+}
+
+/// Render the placement report of a placed graph and its plan.
+pub fn placement_report(g: &Graph, plan: &Plan) -> String {
+    let mut s = String::new();
+    let mut var_bytes: BTreeMap<Device, usize> = BTreeMap::new();
+    let _ = writeln!(s, "variables ({}):", plan.variables.len());
+    let _ = writeln!(s, "  {:<48} {:<8} {:>12}  reason", "name", "device", "bytes");
+    for v in &plan.variables {
+        let bytes = v.shape.iter().product::<usize>() * v.dtype.size_bytes();
+        *var_bytes.entry(v.device).or_default() += bytes;
+        let reason = g.get(&v.name).and_then(|id| g.node(id).placement_reason.clone()).unwrap_or_default();
+        let _ = writeln!(s, "  {:<48} {:<8} {:>12}  {}", v.name, v.device.to_string(), bytes, reason);
+    }
+    let mut groups: BTreeMap<(String, Device, String), (usize, usize)> = BTreeMap::new();
+    for id in g.node_ids() {
+        let n = g.node(id);
+        if matches!(n.op, Op::Variable { .. }) {
+            continue;
+        }
+        let Some(dev) = n.device else { continue };
+        let reason = n.placement_reason.clone().unwrap_or_default();
+        let e = groups.entry((group_of(&n.name), dev, reason)).or_default();
+        e.0 += 1;
+        e.1 += n.outputs.iter().filter_map(|t| t.byte_size()).sum::<usize>();
+    }
+    let _ = writeln!(s, "\nop groups ({}):", groups.len());
+    let _ = writeln!(s, "  {:<40} {:<8} {:>6} {:>12}  reason", "group", "device", "ops", "out bytes");
+    for ((grp, dev, reason), (count, bytes)) in &groups {
+        let _ = writeln!(s, "  {:<40} {:<8} {:>6} {:>12}  {}", grp, dev.to_string(), count, bytes, reason);
+    }
+    let _ = writeln!(s, "\nplanned bytes per device:");
+    let _ = writeln!(s, "  {:<8} {:>14} {:>14} {:>14}", "device", "variables", "arena", "total");
+    let mut devices: Vec<Device> = plan.devices.iter().map(|d| d.device).chain(var_bytes.keys().copied()).collect();
+    devices.sort();
+    devices.dedup();
+    for d in devices {
+        let v = var_bytes.get(&d).copied().unwrap_or(0);
+        let a: usize = plan.devices.iter().filter(|p| p.device == d).map(|p| p.arena_bytes).sum();
+        let _ = writeln!(s, "  {:<8} {:>14} {:>14} {:>14}", d.to_string(), v, a, v + a);
+    }
+    let copies = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::Copy)).count();
+    let reductions = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::TowerMean { .. })).count();
+    let _ = writeln!(s, "\ncopies: {copies}, cross-tower reductions: {reductions}, events: {}", plan.num_events);
+    s
+}

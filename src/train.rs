@@ -1,0 +1,266 @@
+//! Training end to end: data, model, compile (train and eval programs), a
+//! CPU-backend session, the step loop, checkpoints and the test accuracy.
+//!
+//! The library never prints: progress goes to a [`TrainObserver`] the caller
+//! supplies (the CLI prints `step N loss L` lines and a progress bar).
+//! A training step allocates nothing: the batch buffers are allocated once and
+//! the session's buffers were planned at load.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use thiserror::Error;
+use towers_graph::{Device, Optimizer, F32};
+use towers_passes::{BnUpdates, SplitPolicy, VarPlacement};
+use towers_runtime::{RuntimeError, Session};
+
+use crate::compiler::{compile_eval, compile_train, CompileError, CompileOptions};
+use crate::data::{Batcher, DataError, DataSpec, Dataset, EvalChunks};
+use crate::models::{build, ModelKind, ModelSpec};
+
+/// Errors of a training run.
+#[derive(Debug, Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Graph(#[from] towers_graph::GraphError),
+    #[error("invalid training options: {0}")]
+    Options(String),
+}
+
+/// Which optimizer, with its hyper-parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptimizerKind {
+    Sgd,
+    Momentum,
+    Adam,
+}
+
+impl std::str::FromStr for OptimizerKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sgd" => Ok(OptimizerKind::Sgd),
+            "momentum" => Ok(OptimizerKind::Momentum),
+            "adam" => Ok(OptimizerKind::Adam),
+            o => Err(format!("unknown optimizer '{o}': expected sgd, momentum or adam")),
+        }
+    }
+}
+
+/// Everything a training run needs.
+#[derive(Debug, Clone)]
+pub struct TrainConfig {
+    pub data: DataSpec,
+    pub model: ModelKind,
+    pub hidden: Vec<usize>,
+    pub batch_norm: bool,
+    pub optimizer: OptimizerKind,
+    pub lr: f32,
+    pub momentum: f32,
+    pub nesterov: bool,
+    /// Global batch size.
+    pub batch: usize,
+    /// Number of steps; when `None`, `epochs` full passes.
+    pub steps: Option<usize>,
+    pub epochs: usize,
+    pub seed: u64,
+    /// Report the loss every N steps (0 = never).
+    pub log_every: usize,
+    pub checkpoint: Option<PathBuf>,
+    /// Restore from `checkpoint` before training when it exists.
+    pub resume: bool,
+    pub dump_dir: Option<PathBuf>,
+    pub dump_after: Vec<String>,
+    /// Number of towers (0 = one device, no replication).
+    pub towers: usize,
+    pub variables: VarPlacement,
+    pub split_weights: Option<Vec<u32>>,
+    pub accumulate: usize,
+    pub bn_updates: BnUpdates,
+    /// Batch size of the evaluation program.
+    pub eval_batch: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            data: DataSpec::Digits,
+            model: ModelKind::Mlp,
+            hidden: vec![256, 256],
+            batch_norm: false,
+            optimizer: OptimizerKind::Momentum,
+            lr: 0.05,
+            momentum: 0.9,
+            nesterov: false,
+            batch: 32,
+            steps: None,
+            epochs: 20,
+            seed: 0,
+            log_every: 0,
+            checkpoint: None,
+            resume: false,
+            dump_dir: None,
+            dump_after: Vec::new(),
+            towers: 0,
+            variables: VarPlacement::Cpu,
+            split_weights: None,
+            accumulate: 1,
+            bn_updates: BnUpdates::default(),
+            eval_batch: 256,
+        }
+    }
+}
+
+impl TrainConfig {
+    pub fn optimizer(&self) -> Optimizer {
+        match self.optimizer {
+            OptimizerKind::Sgd => Optimizer::Sgd { lr: F32(self.lr) },
+            OptimizerKind::Momentum => {
+                Optimizer::Momentum { lr: F32(self.lr), momentum: F32(self.momentum), nesterov: self.nesterov }
+            }
+            OptimizerKind::Adam => {
+                Optimizer::Adam { lr: F32(self.lr), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) }
+            }
+        }
+    }
+
+    /// The tower devices: `/gpu:0` .. `/gpu:N-1`.
+    pub fn tower_devices(&self) -> Vec<Device> {
+        (0..self.towers as u32).map(Device::gpu).collect()
+    }
+
+    /// The compiler options this run uses.
+    pub fn compile_options(&self) -> CompileOptions {
+        let mut o = CompileOptions::new(self.optimizer(), self.batch);
+        o.towers = self.tower_devices();
+        o.variables = self.variables;
+        o.split = match &self.split_weights {
+            Some(w) => SplitPolicy::Weighted(w.clone()),
+            None => SplitPolicy::Even,
+        };
+        o.accumulate = self.accumulate;
+        o.bn_updates = self.bn_updates;
+        o.dump_dir = self.dump_dir.clone();
+        o.dump_after = self.dump_after.clone();
+        o
+    }
+
+    pub fn model_spec(&self, data: &Dataset) -> ModelSpec {
+        let mut s = ModelSpec::new(self.model, [data.height(), data.width(), data.channels()], data.num_classes());
+        s.hidden = self.hidden.clone();
+        s.batch_norm = self.batch_norm;
+        s.seed = self.seed;
+        s
+    }
+}
+
+/// Progress callbacks.
+pub trait TrainObserver {
+    /// Before the first step: the total steps and what the backend said.
+    fn start(&mut self, _total_steps: usize, _backend_note: &str) {}
+    /// After each step with its loss; `examples_per_sec` over the run so far.
+    fn step(&mut self, _step: usize, _loss: f32, _examples_per_sec: f64) {}
+}
+
+/// An observer that records nothing.
+pub struct Quiet;
+impl TrainObserver for Quiet {}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct TrainReport {
+    /// (step, loss) at every `log_every` step, and the last step.
+    pub losses: Vec<(usize, f32)>,
+    pub steps: usize,
+    pub test_accuracy: f64,
+    pub examples_per_sec: f64,
+    pub backend_note: String,
+    /// Warnings from the compiler (e.g. variables without gradients).
+    pub diagnostics: Vec<String>,
+}
+
+/// Run a training job and evaluate on the test split.
+pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainReport, TrainError> {
+    if cfg.batch == 0 || cfg.accumulate == 0 {
+        return Err(TrainError::Options("--batch and --accumulate must be at least 1".into()));
+    }
+    let (train_set, test_set) = cfg.data.load()?;
+    let model = build(&cfg.model_spec(&train_set))?;
+    let compiled = compile_train(&model.graph, &model.loss, &cfg.compile_options())?;
+    let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
+    let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
+
+    let mut sess = Session::new(cfg.seed);
+    sess.load("train", compiled.plan)?;
+    sess.load("eval", eval.plan)?;
+    if let (true, Some(path)) = (cfg.resume, &cfg.checkpoint) {
+        if path.exists() {
+            sess.restore(path)?;
+        }
+    }
+
+    let mut batcher = Batcher::new(&train_set, cfg.batch, cfg.seed)?;
+    let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
+    let note = sess.backend_note();
+    obs.start(total, &note);
+    let mut images = vec![0f32; cfg.batch * train_set.image_len()];
+    let mut labels = vec![0i32; cfg.batch];
+    let mut losses = Vec::new();
+    let started = Instant::now();
+    for step in 1..=total {
+        batcher.next_batch(&mut images, &mut labels)?;
+        sess.feed_f32("train", &model.images, &images)?;
+        sess.feed_i32("train", &model.labels, &labels)?;
+        sess.run("train")?;
+        let loss = sess.fetch_f32("train", "loss")?[0];
+        let eps = (step * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        if (cfg.log_every > 0 && step % cfg.log_every == 0) || step == total {
+            losses.push((step, loss));
+        }
+        obs.step(step, loss, eps);
+    }
+    let examples_per_sec = (total * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    if let Some(path) = &cfg.checkpoint {
+        sess.save(path)?;
+    }
+    let test_accuracy = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
+    Ok(TrainReport {
+        losses,
+        steps: total,
+        test_accuracy,
+        examples_per_sec,
+        backend_note: note,
+        diagnostics: compiled.state.diagnostics.iter().map(|d| format!("{}: {}", d.pass, d.message)).collect(),
+    })
+}
+
+/// Accuracy of the loaded "eval" program over a data set, every example counted once.
+pub fn evaluate(
+    sess: &mut Session,
+    data: &Dataset,
+    chunk: usize,
+    images_name: &str,
+    labels_name: &str,
+) -> Result<f64, TrainError> {
+    let mut chunks = EvalChunks::new(data, chunk)?;
+    let mut images = vec![0f32; chunk * data.image_len()];
+    let mut labels = vec![0i32; chunk];
+    let (mut correct, mut seen) = (0usize, 0usize);
+    while let Some(n) = chunks.next_chunk(&mut images, &mut labels)? {
+        sess.feed_f32("eval", images_name, &images)?;
+        if sess.has_feed("eval", labels_name) {
+            sess.feed_i32("eval", labels_name, &labels)?;
+        }
+        sess.run("eval")?;
+        let pred = sess.fetch_i32("eval", "predictions")?;
+        correct += pred[..n].iter().zip(&labels[..n]).filter(|(p, l)| p == l).count();
+        seen += n;
+    }
+    Ok(if seen == 0 { 0.0 } else { correct as f64 / seen as f64 })
+}
