@@ -11,6 +11,22 @@
 //!   and is inherited by sub-scopes (a child's `No` keeps the parent's mode).
 //!
 //! Scopes are closures, so nesting can never be improper.
+//!
+//! Deliberate differences from TF1 (pinned by `tests/*.rs`):
+//! - control dependencies are added to every node created inside
+//!   `control_dependencies`, even when a data input already orders it (TF
+//!   skips such "dominated" control inputs); the schedule is the same, the
+//!   text form shows the extra `^dep` edges;
+//! - variables ignore control dependencies and name scopes (TF's
+//!   `init_scope`), and record the device scope in force;
+//! - `Graph::collection_in_scope` is a plain prefix test, as TF's
+//!   `re.match`: pass `"tower_1/"`, not `"tower_1"`, which also matches
+//!   `tower_10/`;
+//! - `reshape` of a tensor with an unknown batch into a fully fixed shape
+//!   (no `-1`) is an error at build time, where TF defers it to run time;
+//! - a `name_scope` of `""` (TF: back to root) is rejected as a bad name;
+//! - a failed op still uses up its name (`MatMul` fails, the next is
+//!   `MatMul_1`), as in TF, whose `unique_name` runs before the shape check.
 
 use std::collections::HashMap;
 
