@@ -8,8 +8,26 @@
 //! folder. Passes refer to nodes by name ([`TensorRef`]), never by index held
 //! across passes.
 
+pub mod bind_batch;
+pub mod grad_mean;
 pub mod manager;
+pub mod manual;
+pub mod options;
+pub mod place;
+pub mod replicate;
+pub mod schedule;
+pub mod split;
 pub mod state;
 
 pub use manager::{Pass, PassManager, PassTiming};
-pub use state::{CompileState, Diagnostic, PassError, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
+pub use bind_batch::BindBatch;
+pub use grad_mean::GradMean;
+pub use manual::average_gradients;
+pub use options::{BnUpdates, SplitPolicy, VarPlacement};
+pub use place::Place;
+pub use replicate::Replicate;
+pub use schedule::ScheduleStreams;
+pub use split::SplitBatch;
+pub use state::{
+    CompileState, Diagnostic, PassError, Replica, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef,
+};

@@ -68,6 +68,23 @@ pub struct CompileState {
     pub diagnostics: Vec<Diagnostic>,
     /// Set by `schedule`: what runs on which stream, in order, with events.
     pub schedule: Option<Schedule>,
+    /// Set by `bind_batch`: the placeholders whose dimension 0 is the global batch
+    /// (the ones `split` divides across replicas), in creation order.
+    pub batch_inputs: Vec<String>,
+    /// Set by `replicate`: one entry per replica (tower × micro-batch), in
+    /// replica order; `tower_grads`, `tower_losses`, `tower_batches` and
+    /// `tower_weights` are indexed by replica (with one micro-batch per tower,
+    /// replica = tower).
+    pub replicas: Vec<Replica>,
+}
+
+/// One copy of the forward and backward subgraph: tower `tower`, micro-batch `micro`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replica {
+    pub tower: usize,
+    pub micro: usize,
+    /// The name prefix of its nodes, with a trailing slash (`tower_1/`, `tower_1/micro_0/`).
+    pub prefix: String,
 }
 
 /// The kind of a stream (TF's stream group: compute, copies, collectives).
@@ -156,6 +173,9 @@ pub enum PassError {
 
     #[error("cannot split a global batch of {batch} examples across {towers} towers{detail}")]
     BadSplit { batch: usize, towers: usize, detail: String },
+
+    #[error("towers have different variable sets: {detail}. Every tower must compute a gradient for the same variables; build all towers from the same model function with reuse")]
+    TowerGradientMismatch { detail: String },
 
     #[error("placement failed for '{node}': {reason}")]
     Placement { node: String, reason: String },

@@ -1,0 +1,84 @@
+//! `grad_mean`: combine the replicas' gradients and losses.
+//!
+//! Invariants after this pass:
+//! - per variable with a gradient in the replicas, exactly one n-ary
+//!   `TowerMean` node named `<var>/grad_mean` whose inputs are the replicas'
+//!   gradients in replica order and whose weights are `st.tower_weights`
+//!   (each replica's share of the batch, summing to 1), so N towers compute
+//!   exactly the single-device gradient of the mean loss, also for uneven
+//!   splits (a plain mean of per-tower means would weight a small tower's
+//!   examples more: the DataParallel pitfall);
+//! - `st.grads[var]` is that node's output; the loss likewise is one
+//!   `TowerMean` named `loss/tower_mean`, stored in `st.loss` and
+//!   `st.fetches["loss"]`;
+//! - variables of `st.var_list` with no gradient in any replica are listed in
+//!   one diagnostic and get no mean (and so no update); replicas with
+//!   different variable sets are an error (see [`crate::manual`]).
+
+use towers_graph::Graph;
+
+use crate::manager::Pass;
+use crate::manual::{average_gradients, tower_mean};
+use crate::state::{CompileState, PassError, TensorRef};
+
+/// Combine the replicas' gradients (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct GradMean;
+
+impl Pass for GradMean {
+    fn name(&self) -> &'static str {
+        "grad_mean"
+    }
+
+    fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
+        let r = st.tower_losses.len();
+        if r == 0 || st.tower_grads.len() != r {
+            return Err(PassError::MissingState {
+                pass: "grad_mean".into(),
+                what: "per-tower losses and gradients".into(),
+                after: "replicate".into(),
+            });
+        }
+        if st.tower_weights.len() != r {
+            return Err(PassError::MissingState {
+                pass: "grad_mean".into(),
+                what: "the towers' shares of the batch".into(),
+                after: "split".into(),
+            });
+        }
+        let weights: Vec<f32> = st.tower_weights.iter().map(|&w| w as f32).collect();
+        // Variables in var_list order, then any others by name.
+        let mut order: Vec<String> = st.var_list.clone();
+        for tg in &st.tower_grads {
+            for v in tg.keys() {
+                if !order.contains(v) {
+                    order.push(v.clone());
+                }
+            }
+        }
+        let mut per_replica = Vec::with_capacity(r);
+        for tg in &st.tower_grads {
+            let mut grads = Vec::new();
+            for v in &order {
+                if let Some(t) = tg.get(v) {
+                    grads.push((v.clone(), t.resolve(g)?));
+                }
+            }
+            per_replica.push(grads);
+        }
+        let none: Vec<&str> =
+            order.iter().filter(|v| st.tower_grads.iter().all(|tg| !tg.contains_key(*v))).map(|v| v.as_str()).collect();
+        if !none.is_empty() {
+            let msg = format!("no gradient in any tower for [{}]: not averaged and not updated", none.join(", "));
+            st.warn("grad_mean", msg);
+        }
+        let means = average_gradients(g, &per_replica, &weights)?;
+        st.grads = means.into_iter().map(|(v, t)| (v, TensorRef::of(g, t))).collect();
+        let losses = st.tower_losses.iter().map(|l| l.resolve(g)).collect::<Result<Vec<_>, _>>()?;
+        let mean = tower_mean(g, "loss/tower_mean", losses, &weights)?;
+        let loss = TensorRef::of(g, mean);
+        st.fetches.insert("loss".into(), loss.clone());
+        st.loss = Some(loss);
+        Ok(())
+    }
+}

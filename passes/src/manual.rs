@@ -1,0 +1,90 @@
+//! The hand-written TF1 path: `average_gradients` for users who build their
+//! towers themselves (cifar10_multi_gpu_train.py's helper), with the
+//! cross-tower reduction done right.
+//!
+//! Invariants of what [`average_gradients`] builds: one n-ary `TowerMean`
+//! node per variable, named `<var>/grad_mean` (uniquified if taken), whose
+//! inputs are the towers' gradients in tower order and whose weights are the
+//! towers' shares of the batch. With equal shares that is TF's
+//! `average_gradients`; with unequal shares it is the gradient one device
+//! computes on the whole batch, where TF's plain mean of per-tower means is
+//! not (the DataParallel pitfall).
+
+use std::collections::BTreeSet;
+
+use towers_graph::{Graph, NewNode, Op, Tensor, F32};
+
+use crate::state::PassError;
+
+/// Add one weighted `TowerMean` node named `name` (uniquified) over `inputs`.
+pub(crate) fn tower_mean(g: &mut Graph, name: &str, inputs: Vec<Tensor>, weights: &[f32]) -> Result<Tensor, PassError> {
+    let name = g.unique_name(name);
+    let op = Op::TowerMean { weights: weights.iter().map(|&w| F32(w)).collect() };
+    Ok(Tensor::new(g.add(NewNode::new(name, op, inputs))?, 0))
+}
+
+/// Combine per-tower gradients: `tower_grads[t]` lists tower `t`'s
+/// `(variable name, gradient)` pairs, `weights[t]` is tower `t`'s share of
+/// the batch (the shares must be positive and sum to 1). Returns one
+/// `(variable, combined gradient)` per variable, in tower 0's order.
+///
+/// Errors: no towers; a weight count that differs from the tower count;
+/// weights that are not positive or do not sum to 1; a variable listed twice
+/// in one tower; towers with different variable sets (the error names the
+/// variables each tower lacks or adds).
+pub fn average_gradients(
+    g: &mut Graph,
+    tower_grads: &[Vec<(String, Tensor)>],
+    weights: &[f32],
+) -> Result<Vec<(String, Tensor)>, PassError> {
+    if tower_grads.is_empty() {
+        return Err(PassError::Options("average_gradients needs the gradients of at least one tower".into()));
+    }
+    if weights.len() != tower_grads.len() {
+        return Err(PassError::Options(format!(
+            "average_gradients got {} weights for {} towers; give each tower's share of the batch",
+            weights.len(),
+            tower_grads.len()
+        )));
+    }
+    let sum: f32 = weights.iter().sum();
+    if weights.iter().any(|w| !(w.is_finite() && *w > 0.0)) || (sum - 1.0).abs() > 1e-4 {
+        return Err(PassError::Options(format!(
+            "tower weights {weights:?} must be positive and sum to 1 (each tower's examples / the global batch); they sum to {sum}"
+        )));
+    }
+    let mut sets = Vec::with_capacity(tower_grads.len());
+    for (t, grads) in tower_grads.iter().enumerate() {
+        let mut set = BTreeSet::new();
+        for (v, _) in grads {
+            if !set.insert(v.as_str()) {
+                return Err(PassError::TowerGradientMismatch { detail: format!("tower {t} lists variable '{v}' twice") });
+            }
+        }
+        sets.push(set);
+    }
+    let mut problems = Vec::new();
+    for (t, set) in sets.iter().enumerate().skip(1) {
+        let lacks: Vec<&str> = sets[0].difference(set).copied().collect();
+        let adds: Vec<&str> = set.difference(&sets[0]).copied().collect();
+        if !lacks.is_empty() {
+            problems.push(format!("tower {t} has no gradient for [{}], which tower 0 has", lacks.join(", ")));
+        }
+        if !adds.is_empty() {
+            problems.push(format!("tower {t} has gradients for [{}], which tower 0 lacks", adds.join(", ")));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(PassError::TowerGradientMismatch { detail: problems.join("; ") });
+    }
+    let mut out = Vec::with_capacity(tower_grads[0].len());
+    for (v, _) in &tower_grads[0] {
+        let inputs: Vec<Tensor> = tower_grads
+            .iter()
+            .map(|grads| grads.iter().find(|(w, _)| w == v).map(|(_, t)| *t))
+            .collect::<Option<_>>()
+            .ok_or_else(|| PassError::TowerGradientMismatch { detail: format!("variable '{v}' is missing in a tower") })?;
+        out.push((v.clone(), tower_mean(g, &format!("{v}/grad_mean"), inputs, weights)?));
+    }
+    Ok(out)
+}

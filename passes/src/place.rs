@@ -1,0 +1,343 @@
+//! `place`: give every node a device and a reason, then insert copies and
+//! write-after-read edges.
+//!
+//! Rules, first match wins (reasons in quotes, as stored in `placement_reason`):
+//! 1. a tower node runs on its tower's device ("tower 1");
+//! 2. optimizer slots, `ApplyGradient`, `AssignMovingAverage`, `IncrementStep`
+//!    and a variable's `TowerMean` (its gradient mean, or a batch-norm
+//!    statistic mean) are colocated with their variable ("colocated with fc1/weights");
+//! 3. an explicit device request on a non-tower node wins ("requested /device:CPU:0");
+//! 4. variables by [`VarPlacement`] ("variables=cpu", "variables=gpu0",
+//!    "variables=round_robin", "variables=greedy"), `global_step` excepted;
+//! 5. the host (`cpu:0`) runs `global_step`, `train_op`, the loss mean, the
+//!    placeholders and their `Split`s (the input pipeline is pinned to the host);
+//! 6. any other node: the host when there are towers, else the first device.
+//!
+//! With no devices and no towers (single-device mode) every node goes to one
+//! device: the one the nodes request if they all agree, else `cpu:0`.
+//! A request for a device that does not exist is [`PassError::Placement`]
+//! in TF's words. A kind without an index (`/device:GPU:*`) means the first
+//! device of that kind.
+//!
+//! Then one `Copy` node per (source tensor, destination device) is put on
+//! every data edge that crosses devices, named `<src>/read_<dev>` (slot 0)
+//! or `<src>/read_<slot>_<dev>` (`fc1/weights/read_gpu_1`), placed on the
+//! destination; no other copies exist.
+//!
+//! Write-after-read safety is enforced here (after the copies, which are
+//! readers too): every node that writes a variable ([`Op::mutated_inputs`])
+//! gets a control edge from every other reader of that variable that it
+//! does not already follow, unless the reader depends on the writer (a read
+//! of the new value). Two writers of one variable are not ordered.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use towers_graph::{Device, DeviceKind, Graph, NewNode, NodeId, Op, Tensor};
+
+use crate::manager::Pass;
+use crate::options::VarPlacement;
+use crate::state::{CompileState, PassError};
+
+/// Place the graph (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct Place {
+    pub strategy: VarPlacement,
+    /// The tower devices (empty: the towers of `st.towers`, or single-device mode).
+    pub devices: Vec<Device>,
+}
+
+struct Ctx {
+    single: Option<Device>,
+    available: BTreeSet<Device>,
+}
+
+impl Ctx {
+    fn available_list(&self) -> String {
+        let v: Vec<String> = self.available.iter().map(|d| d.spec().to_string()).collect();
+        format!("[ {} ]", v.join(", "))
+    }
+
+    /// The concrete device a node asks for, if any; an error if it does not exist.
+    fn request(&self, g: &Graph, id: NodeId) -> Result<Option<Device>, PassError> {
+        let n = g.node(id);
+        let spec = &n.requested_device;
+        let Some(kind) = spec.kind else { return Ok(None) };
+        if self.single.is_some() {
+            return Ok(self.single);
+        }
+        let found = match spec.index {
+            Some(index) => Some(Device { kind, index }).filter(|d| self.available.contains(d)),
+            None => self.available.iter().copied().find(|d| d.kind == kind),
+        };
+        match found {
+            Some(d) => Ok(Some(d)),
+            None => Err(PassError::Placement {
+                node: n.name.clone(),
+                reason: format!(
+                    "'{}' was explicitly assigned to {spec} but available devices are {}. Make sure the device specification refers to a valid device.",
+                    n.name,
+                    self.available_list()
+                ),
+            }),
+        }
+    }
+}
+
+fn var_bytes(g: &Graph, id: NodeId) -> usize {
+    g.node(id).outputs.first().and_then(|t| t.byte_size()).unwrap_or(0)
+}
+
+impl Place {
+    /// Devices of the non-slot variables by strategy, in creation order.
+    fn place_variables(
+        &self,
+        g: &Graph,
+        vars: &[NodeId],
+        slot_bytes: &BTreeMap<String, usize>,
+        devices: &[Device],
+    ) -> BTreeMap<NodeId, (Device, String)> {
+        let reason = format!("variables={}", self.strategy.name());
+        let devs: Vec<Device> = if devices.is_empty() { vec![Device::CPU0] } else { devices.to_vec() };
+        let mut out = BTreeMap::new();
+        match self.strategy {
+            VarPlacement::Cpu => vars.iter().for_each(|&v| {
+                out.insert(v, (Device::CPU0, reason.clone()));
+            }),
+            VarPlacement::Gpu0 => vars.iter().for_each(|&v| {
+                out.insert(v, (devs[0], reason.clone()));
+            }),
+            VarPlacement::RoundRobin => vars.iter().enumerate().for_each(|(i, &v)| {
+                out.insert(v, (devs[i % devs.len()], reason.clone()));
+            }),
+            VarPlacement::Greedy => {
+                let size = |v: NodeId| var_bytes(g, v) + slot_bytes.get(&g.node(v).name).copied().unwrap_or(0);
+                let mut sorted = vars.to_vec();
+                sorted.sort_by(|&a, &b| size(b).cmp(&size(a)).then_with(|| g.node(a).name.cmp(&g.node(b).name)));
+                let mut load = vec![0usize; devs.len()];
+                for v in sorted {
+                    let (i, _) = load.iter().enumerate().min_by_key(|(i, l)| (**l, *i)).unwrap_or((0, &0));
+                    load[i] += size(v);
+                    out.insert(v, (devs[i], reason.clone()));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Pass for Place {
+    fn name(&self) -> &'static str {
+        "place"
+    }
+    fn places(&self) -> bool {
+        true
+    }
+
+    fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
+        let devices = if self.devices.is_empty() { st.towers.clone() } else { self.devices.clone() };
+        if !devices.is_empty() {
+            crate::replicate::check_devices(&devices)?;
+        }
+        for t in &st.towers {
+            if !devices.contains(t) {
+                let all: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+                return Err(PassError::Options(format!(
+                    "tower device {t} is not among the devices given to place [{}]",
+                    all.join(", ")
+                )));
+            }
+        }
+        let ids = g.node_ids();
+        let single = if devices.is_empty() {
+            let asked: BTreeSet<Device> = ids.iter().filter_map(|&i| g.node(i).requested_device.concrete()).collect();
+            if asked.len() > 1 {
+                let v: Vec<String> = asked.iter().map(|d| d.to_string()).collect();
+                let who = ids.iter().find(|&&i| g.node(i).requested_device.concrete().is_some()).copied();
+                return Err(PassError::Placement {
+                    node: who.map(|i| g.node(i).name.clone()).unwrap_or_default(),
+                    reason: format!(
+                        "single-device placement (no devices given) but nodes request [{}]; pass the devices to place",
+                        v.join(", ")
+                    ),
+                });
+            }
+            Some(asked.into_iter().next().unwrap_or(Device::CPU0))
+        } else {
+            None
+        };
+        let mut available: BTreeSet<Device> = devices.iter().copied().collect();
+        available.insert(Device::CPU0);
+        let ctx = Ctx { single, available };
+        for &id in &ids {
+            if g.node(id).tower.is_none() {
+                ctx.request(g, id)?;
+            }
+        }
+
+        // Colocation facts: slots and writers name their variable.
+        let mut colocate: BTreeMap<NodeId, NodeId> = BTreeMap::new();
+        let mut slot_bytes: BTreeMap<String, usize> = BTreeMap::new();
+        let mut steps: BTreeSet<NodeId> = BTreeSet::new();
+        for &id in &ids {
+            let op = &g.node(id).op;
+            let muts = op.mutated_inputs();
+            if muts.is_empty() {
+                continue;
+            }
+            let ins = g.inputs(id);
+            let Some(var) = ins.first().map(|t| t.node) else { continue };
+            colocate.insert(id, var);
+            if matches!(op, Op::IncrementStep) {
+                steps.insert(var);
+            }
+            for t in ins.iter().take(muts.end).skip(1) {
+                colocate.insert(t.node, var);
+                *slot_bytes.entry(g.node(var).name.clone()).or_default() += var_bytes(g, t.node);
+            }
+            // A TowerMean feeding a writer (a gradient or statistic mean) goes with the variable.
+            for t in ins.iter().skip(muts.end) {
+                if matches!(g.node(t.node).op, Op::TowerMean { .. }) {
+                    colocate.insert(t.node, var);
+                }
+            }
+        }
+        for (v, t) in &st.grads {
+            if let (Some(var), Some(m)) = (g.get(v), g.get(&t.node)) {
+                if matches!(g.node(m).op, Op::TowerMean { .. }) {
+                    colocate.entry(m).or_insert(var);
+                }
+            }
+        }
+        if let Some(step) = g.get("global_step") {
+            steps.insert(step);
+        }
+
+        let mut vars = Vec::new();
+        for &id in &ids {
+            let n = g.node(id);
+            if matches!(n.op, Op::Variable { .. })
+                && !colocate.contains_key(&id)
+                && !steps.contains(&id)
+                && ctx.request(g, id)?.is_none()
+            {
+                vars.push(id);
+            }
+        }
+        let var_dev = if let Some(d) = single {
+            vars.iter().map(|&v| (v, (d, "single device".to_string()))).collect()
+        } else {
+            self.place_variables(g, &vars, &slot_bytes, &devices)
+        };
+        let default_dev = if st.towers.is_empty() { devices.first().copied().unwrap_or(Device::CPU0) } else { Device::CPU0 };
+        let loss_mean = st.fetches.get("loss").and_then(|t| g.get(&t.node));
+        let train_op = st.train_op.as_ref().and_then(|n| g.get(n));
+
+        let mut placed: BTreeMap<NodeId, (Device, String)> = BTreeMap::new();
+        for id in g.topo_order()? {
+            let n = g.node(id);
+            let host = |why: &str| (Device::CPU0, format!("host: {why}"));
+            let decision = if let Some(d) = single {
+                (d, "single device".to_string())
+            } else if let Some(t) = n.tower {
+                let d = *st.towers.get(t).ok_or_else(|| PassError::Placement {
+                    node: n.name.clone(),
+                    reason: format!("the node belongs to tower {t}, but there are {} towers", st.towers.len()),
+                })?;
+                (d, format!("tower {t}"))
+            } else if let Some(&var) = colocate.get(&id) {
+                let d = placed.get(&var).map(|p| p.0).unwrap_or(Device::CPU0);
+                (d, format!("colocated with {}", g.node(var).name))
+            } else if let Some(d) = ctx.request(g, id)? {
+                (d, format!("requested {}", d.spec()))
+            } else if let Some(p) = var_dev.get(&id) {
+                p.clone()
+            } else if steps.contains(&id) {
+                host("global step")
+            } else if Some(id) == train_op {
+                host("train_op")
+            } else if Some(id) == loss_mean {
+                host("loss mean")
+            } else if matches!(n.op, Op::Placeholder { .. })
+                || (matches!(n.op, Op::Split { .. })
+                    && g.inputs(id).iter().all(|t| matches!(g.node(t.node).op, Op::Placeholder { .. })))
+            {
+                host("input pipeline")
+            } else if default_dev == Device::CPU0 {
+                host("outside the towers")
+            } else {
+                (default_dev, "default device".to_string())
+            };
+            placed.insert(id, decision);
+        }
+        for (id, (d, why)) in placed {
+            let n = g.node_mut(id);
+            n.device = Some(d);
+            n.placement_reason = Some(why);
+        }
+        insert_copies(g)?;
+        add_war_edges(g)?;
+        Ok(())
+    }
+}
+
+fn dev_tag(d: Device) -> String {
+    let k = match d.kind {
+        DeviceKind::Cpu => "cpu",
+        DeviceKind::Gpu => "gpu",
+    };
+    format!("{k}_{}", d.index)
+}
+
+/// One `Copy` per (source tensor, destination device) on every crossing edge.
+fn insert_copies(g: &mut Graph) -> Result<(), PassError> {
+    let mut copies: BTreeMap<(Tensor, Device), Tensor> = BTreeMap::new();
+    for id in g.topo_order()? {
+        let Some(dst) = g.node(id).device else { continue };
+        for (slot, t) in g.inputs(id).into_iter().enumerate() {
+            if g.node(t.node).device == Some(dst) {
+                continue;
+            }
+            let c = match copies.get(&(t, dst)) {
+                Some(c) => *c,
+                None => {
+                    let src = &g.node(t.node).name;
+                    let base = if t.slot == 0 {
+                        format!("{src}/read_{}", dev_tag(dst))
+                    } else {
+                        format!("{src}/read_{}_{}", t.slot, dev_tag(dst))
+                    };
+                    let name = g.unique_name(&base);
+                    let c = g.add(NewNode::new(name, Op::Copy, vec![t]))?;
+                    let n = g.node_mut(c);
+                    n.device = Some(dst);
+                    n.placement_reason = Some(format!("copy to {dst}"));
+                    copies.insert((t, dst), Tensor::new(c, 0));
+                    Tensor::new(c, 0)
+                }
+            };
+            g.set_input(id, slot, c)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every writer of a variable runs after the variable's other readers.
+fn add_war_edges(g: &mut Graph) -> Result<(), PassError> {
+    for w in g.node_ids() {
+        let muts = g.node(w).op.mutated_inputs();
+        if muts.is_empty() {
+            continue;
+        }
+        let vars: Vec<NodeId> = g.inputs(w).iter().take(muts.end).map(|t| t.node).collect();
+        for v in vars {
+            for (c, slot, _) in g.consumers(v) {
+                let writes_v = g.node(c).op.mutated_inputs().contains(&slot);
+                if c == w || writes_v || g.reaches(c, w) || g.reaches(w, c) {
+                    continue;
+                }
+                g.add_control(c, w)?;
+            }
+        }
+    }
+    Ok(())
+}

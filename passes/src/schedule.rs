@@ -1,0 +1,163 @@
+//! `schedule`: order each device's work into streams with events.
+//!
+//! Invariants of the [`Schedule`] this stores in `st.schedule`:
+//! - every node except variables, placeholders and constants (no work) is
+//!   `Run` exactly once, on one stream: `Copy` nodes on their (destination)
+//!   device's copy stream, `TowerMean` nodes on their device's collective
+//!   stream, everything else on its device's compute stream;
+//! - items follow one global topological order (ties by creation order),
+//!   so each stream runs its nodes in that order;
+//! - an event exists only for a real cross-stream dependency (a data or
+//!   control edge, looking through unscheduled nodes, whose producer runs on
+//!   another stream): one `Record` right after the producer, and a `Wait`
+//!   before the first consumer on each other stream, never twice on one
+//!   stream; events are numbered in global order;
+//! - deadlock-free by construction: a `Wait` refers to an event whose
+//!   producer comes earlier in the global order, so running the streams in
+//!   global order never blocks ([`check_deadlock_free`] replays it);
+//! - streams are sorted by device, then kind.
+//!
+//! Write-after-read ordering is not added here: `place` adds those control
+//! edges, and this pass turns them into events like any other edge.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use towers_graph::{Device, Graph, NodeId, Op};
+
+use crate::manager::Pass;
+use crate::state::{CompileState, PassError, Schedule, ScheduleItem, ScheduledStream, StreamKind};
+
+/// Build the stream schedule (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct ScheduleStreams;
+
+/// Whether a node has work to schedule.
+pub fn is_scheduled(op: &Op) -> bool {
+    !matches!(op, Op::Variable { .. } | Op::Placeholder { .. } | Op::Const { .. })
+}
+
+/// The stream kind of an op.
+pub fn stream_kind(op: &Op) -> StreamKind {
+    match op {
+        Op::Copy => StreamKind::Copy,
+        Op::TowerMean { .. } => StreamKind::Collective,
+        _ => StreamKind::Compute,
+    }
+}
+
+/// The scheduled producers `id` depends on, looking through unscheduled nodes.
+fn scheduled_preds(g: &Graph, id: NodeId) -> BTreeSet<NodeId> {
+    let mut out = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    let mut stack: Vec<NodeId> = g.inputs(id).iter().map(|t| t.node).chain(g.control_inputs(id)).collect();
+    while let Some(p) = stack.pop() {
+        if !seen.insert(p) {
+            continue;
+        }
+        if is_scheduled(&g.node(p).op) {
+            out.insert(p);
+        } else {
+            stack.extend(g.inputs(p).iter().map(|t| t.node).chain(g.control_inputs(p)));
+        }
+    }
+    out
+}
+
+/// Build the schedule of a placed graph.
+pub fn schedule(g: &Graph) -> Result<Schedule, PassError> {
+    let order: Vec<NodeId> = g.topo_order()?.into_iter().filter(|&i| is_scheduled(&g.node(i).op)).collect();
+    let mut stream_of: BTreeMap<NodeId, (Device, StreamKind)> = BTreeMap::new();
+    for &id in &order {
+        let n = g.node(id);
+        let d = n.device.ok_or_else(|| PassError::MissingState {
+            pass: "schedule".into(),
+            what: format!("a device for '{}'", n.name),
+            after: "place".into(),
+        })?;
+        stream_of.insert(id, (d, stream_kind(&n.op)));
+    }
+    let preds: BTreeMap<NodeId, BTreeSet<NodeId>> = order.iter().map(|&id| (id, scheduled_preds(g, id))).collect();
+    // Producers with a consumer on another stream get an event, numbered in global order.
+    let needs: BTreeSet<NodeId> = order
+        .iter()
+        .flat_map(|id| preds[id].iter().filter(|p| stream_of[*p] != stream_of[id]).copied())
+        .collect();
+    let mut event_of: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for &id in &order {
+        if needs.contains(&id) {
+            let e = event_of.len();
+            event_of.insert(id, e);
+        }
+    }
+    let mut items: BTreeMap<(Device, StreamKind), Vec<ScheduleItem>> = BTreeMap::new();
+    let mut waited: BTreeSet<((Device, StreamKind), usize)> = BTreeSet::new();
+    for &id in &order {
+        let s = stream_of[&id];
+        let mut waits: Vec<usize> =
+            preds[&id].iter().filter(|p| stream_of[*p] != s).map(|p| event_of[p]).filter(|e| !waited.contains(&(s, *e))).collect();
+        waits.sort_unstable();
+        let list = items.entry(s).or_default();
+        for e in waits {
+            waited.insert((s, e));
+            list.push(ScheduleItem::Wait(e));
+        }
+        list.push(ScheduleItem::Run(g.node(id).name.clone()));
+        if let Some(&e) = event_of.get(&id) {
+            list.push(ScheduleItem::Record(e));
+        }
+    }
+    Ok(Schedule {
+        streams: items.into_iter().map(|((device, kind), items)| ScheduledStream { device, kind, items }).collect(),
+        num_events: event_of.len(),
+    })
+}
+
+/// Replay the streams as independent queues: a stream may advance past a
+/// `Wait` only once the event was recorded. Ok if every stream finishes;
+/// otherwise the stuck streams and what they wait for.
+pub fn check_deadlock_free(s: &Schedule) -> Result<(), String> {
+    let mut pos = vec![0usize; s.streams.len()];
+    let mut recorded = vec![false; s.num_events];
+    loop {
+        let mut progressed = false;
+        for (i, st) in s.streams.iter().enumerate() {
+            while let Some(item) = st.items.get(pos[i]) {
+                match item {
+                    ScheduleItem::Wait(e) if !recorded.get(*e).copied().unwrap_or(false) => break,
+                    ScheduleItem::Record(e) => {
+                        if let Some(r) = recorded.get_mut(*e) {
+                            *r = true;
+                        }
+                    }
+                    _ => {}
+                }
+                pos[i] += 1;
+                progressed = true;
+            }
+        }
+        if pos.iter().zip(&s.streams).all(|(p, st)| *p == st.items.len()) {
+            return Ok(());
+        }
+        if !progressed {
+            let stuck: Vec<String> = s
+                .streams
+                .iter()
+                .zip(&pos)
+                .filter(|(st, p)| **p < st.items.len())
+                .map(|(st, p)| format!("{} at {:?}", st.name(), st.items[*p]))
+                .collect();
+            return Err(format!("deadlock: {}", stuck.join(", ")));
+        }
+    }
+}
+
+impl Pass for ScheduleStreams {
+    fn name(&self) -> &'static str {
+        "schedule"
+    }
+
+    fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
+        st.schedule = Some(schedule(g)?);
+        Ok(())
+    }
+}

@@ -1,0 +1,147 @@
+//! `split`: slice the global batch across the replicas.
+//!
+//! Invariants after this pass:
+//! - each placeholder of `st.batch_inputs` that a replica reads feeds exactly
+//!   one `Split { axis: 0, sizes }` node named `split/<placeholder>`, whose
+//!   output `r` is replica `r`'s slice; replicas read only their slice,
+//!   nodes outside the towers still read the whole placeholder;
+//! - the slices are contiguous and in replica order (tower 0's micro-batches
+//!   first): replica `r` holds rows `b_0 + .. + b_{r-1} ..` of the global
+//!   batch, and every Dropout of replica `r` has `first_row` set to that
+//!   first row, so N towers draw the masks one device draws;
+//! - the sizes sum to the global batch: an even split must divide exactly
+//!   and a weighted split must give integer shares, otherwise
+//!   [`PassError::BadSplit`]; no example is ever dropped;
+//! - `st.tower_batches[r] = b_r`, `st.tower_weights[r] = b_r / B` (sums to
+//!   1), and every `TowerMean` already in the graph over all replicas (the
+//!   batch-norm statistic means made by `replicate`) gets these weights;
+//! - output types are re-inferred.
+
+use towers_graph::{Graph, NewNode, Op, Tensor, F32};
+
+use crate::manager::Pass;
+use crate::options::SplitPolicy;
+use crate::state::{CompileState, PassError, Replica};
+
+/// Split the batch (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct SplitBatch {
+    pub policy: SplitPolicy,
+}
+
+/// The replica a node belongs to, by its name prefix.
+pub(crate) fn replica_of(replicas: &[Replica], name: &str) -> Option<usize> {
+    replicas.iter().position(|r| name.starts_with(&r.prefix))
+}
+
+/// Per-replica batch sizes for `batch` examples, `towers` towers of `k` micro-batches.
+pub fn split_sizes(policy: &SplitPolicy, batch: usize, towers: usize, k: usize) -> Result<Vec<usize>, PassError> {
+    let r = towers * k;
+    let bad = |detail: String| PassError::BadSplit { batch, towers, detail };
+    let micro = if k > 1 { format!(" x {k} micro-batches") } else { String::new() };
+    match policy {
+        SplitPolicy::Even => {
+            if r == 0 || batch % r != 0 {
+                let lo = batch / r.max(1) * r;
+                let hint = if lo > 0 { format!("{lo} or {}", lo + r) } else { format!("{r}") };
+                return Err(bad(format!(
+                    "{micro} evenly: {batch} is not a multiple of {r}; use a global batch size of {hint}, or SplitPolicy::Weighted with one weight per tower"
+                )));
+            }
+            Ok(vec![batch / r; r])
+        }
+        SplitPolicy::Weighted(w) => {
+            if w.len() != towers {
+                return Err(PassError::Options(format!(
+                    "SplitPolicy::Weighted has {} weights {w:?} for {towers} towers; give one weight per tower",
+                    w.len()
+                )));
+            }
+            if w.contains(&0) {
+                return Err(bad(format!(" with weights {w:?}: a weight of 0 leaves a tower without examples")));
+            }
+            let sum: u64 = w.iter().map(|&x| x as u64).sum();
+            let mut sizes = Vec::with_capacity(r);
+            for (i, &wi) in w.iter().enumerate() {
+                let num = batch as u64 * wi as u64;
+                if num % sum != 0 || (num / sum) % k as u64 != 0 {
+                    return Err(bad(format!(
+                        "{micro} with weights {w:?}: tower {i} would get {batch}*{wi}/{sum} = {:.2} examples{}; use a global batch size that is a multiple of {}",
+                        num as f64 / sum as f64,
+                        if k > 1 { format!(", which must divide into {k} equal micro-batches") } else { String::new() },
+                        sum * k as u64
+                    )));
+                }
+                sizes.extend(std::iter::repeat_n((num / sum) as usize / k, k));
+            }
+            Ok(sizes)
+        }
+    }
+}
+
+impl Pass for SplitBatch {
+    fn name(&self) -> &'static str {
+        "split"
+    }
+
+    fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
+        let batch = st.batch_size.ok_or_else(|| PassError::MissingState {
+            pass: "split".into(),
+            what: "the global batch size".into(),
+            after: "bind_batch".into(),
+        })?;
+        if st.replicas.is_empty() || st.towers.is_empty() {
+            return Err(PassError::MissingState { pass: "split".into(), what: "the replicas".into(), after: "replicate".into() });
+        }
+        let towers = st.towers.len();
+        let k = st.replicas.len() / towers;
+        let sizes = split_sizes(&self.policy, batch, towers, k)?;
+        let firsts: Vec<usize> = sizes.iter().scan(0, |acc, &b| Some(std::mem::replace(acc, *acc + b))).collect();
+
+        for ph_name in st.batch_inputs.clone() {
+            let Some(ph) = g.get(&ph_name) else { continue };
+            let rows = g.tensor_type(Tensor::new(ph, 0))?.shape.dim(0);
+            if rows != Some(batch) {
+                return Err(PassError::BadSplit {
+                    batch,
+                    towers,
+                    detail: format!(": placeholder '{ph_name}' has {rows:?} rows, not the bound batch; run bind_batch first"),
+                });
+            }
+            let uses: Vec<(usize, usize, usize)> = g
+                .consumers(ph)
+                .into_iter()
+                .filter_map(|(c, dst, _)| replica_of(&st.replicas, &g.node(c).name).map(|r| (c.index(), dst, r)))
+                .collect();
+            if uses.is_empty() {
+                continue;
+            }
+            let name = g.unique_name(&format!("split/{ph_name}"));
+            let split = g.add(NewNode::new(name, Op::Split { axis: 0, sizes: sizes.clone() }, vec![Tensor::new(ph, 0)]))?;
+            for (c, dst, r) in uses {
+                g.set_input(towers_graph::NodeId::new(c), dst, Tensor::new(split, r))?;
+            }
+        }
+
+        let weights: Vec<f64> = sizes.iter().map(|&b| b as f64 / batch as f64).collect();
+        for id in g.node_ids() {
+            let name = g.node(id).name.clone();
+            let n_in = g.inputs(id).len();
+            match &mut g.node_mut(id).op {
+                Op::Dropout { first_row, .. } => {
+                    if let Some(r) = replica_of(&st.replicas, &name) {
+                        *first_row = firsts[r];
+                    }
+                }
+                Op::TowerMean { weights: w } if n_in == sizes.len() => {
+                    *w = weights.iter().map(|&x| F32(x as f32)).collect();
+                }
+                _ => {}
+            }
+        }
+        st.tower_batches = sizes;
+        st.tower_weights = weights;
+        g.reinfer()?;
+        Ok(())
+    }
+}
