@@ -1,0 +1,148 @@
+//! Optimizer application (TF's `apply_gradients` with a `global_step`), and
+//! the `apply` pass.
+//!
+//! Invariants of the graph this builds:
+//! - one `ApplyGradient` node per variable, named
+//!   `<Optimizer>/update_<var>/Apply<...>` (`Adam/update_fc1/weights/ApplyAdam`),
+//!   with inputs (variable, slots..., grad, global_step) and the variable's
+//!   requested device;
+//! - slot variables are created here, named as TF names them (`<var>/Momentum`,
+//!   `<var>/Adam`, `<var>/Adam_1`): zeros, not trainable, in the global
+//!   variables collection, on their variable's requested device;
+//! - `global_step` (i32 scalar, zeros, not trainable) is reused if present;
+//!   exactly one `IncrementStep` node (`<Optimizer>/IncrementStep`) increments
+//!   it, with a control edge from every apply (TF's `_finish`), so every apply
+//!   reads the step before the increment (Adam uses t = global_step + 1);
+//! - one `train_op` NoOp has control inputs on every apply, the increment and
+//!   every node of the `update_ops` collection, and is in the `train_op`
+//!   collection.
+
+use towers_graph::{keys, DType, Graph, Initializer, NewNode, NodeId, Op, Optimizer, Tensor};
+
+use crate::manager::Pass;
+use crate::state::{CompileState, PassError};
+
+/// The nodes [`apply_gradients`] created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApplyResult {
+    pub train_op: NodeId,
+    pub global_step: NodeId,
+    /// One apply node per gradient, in the order of the gradients.
+    pub applies: Vec<NodeId>,
+    /// The slot variables created, by name.
+    pub slots: Vec<String>,
+}
+
+/// Add the optimizer's update of every variable, the step increment and the train op.
+pub fn apply_gradients(g: &mut Graph, grads: &[(String, Tensor)], opt: &Optimizer) -> Result<ApplyResult, PassError> {
+    if grads.is_empty() {
+        return Err(PassError::NoVariables);
+    }
+    let global_step = global_step(g)?;
+    let opt_name = opt.name();
+    let mut applies = Vec::with_capacity(grads.len());
+    let mut slots = Vec::new();
+    for (var_name, grad) in grads {
+        let var = g.find(var_name)?;
+        let (shape, dev) = match &g.node(var).op {
+            Op::Variable { shape, .. } => (shape.clone(), g.node(var).requested_device.clone()),
+            other => {
+                return Err(PassError::Options(format!(
+                    "'{var_name}' is a {} node, not a variable; gradients can only be applied to variables",
+                    other.type_name()
+                )))
+            }
+        };
+        let mut inputs = vec![Tensor::new(var, 0)];
+        for slot in opt.slot_names() {
+            let name = format!("{var_name}/{slot}");
+            let op = Op::Variable { dtype: DType::F32, shape: shape.clone(), init: Initializer::Zeros, trainable: false };
+            let mut n = NewNode::new(name.clone(), op, vec![]);
+            n.requested_device = dev.clone();
+            let id = g.add(n)?;
+            g.add_to_collection(keys::GLOBAL_VARIABLES, &name);
+            inputs.push(Tensor::new(id, 0));
+            slots.push(name);
+        }
+        inputs.push(*grad);
+        inputs.push(Tensor::new(global_step, 0));
+        let op = Op::ApplyGradient { optimizer: opt.clone() };
+        let name = g.unique_name(&format!("{opt_name}/update_{var_name}/{}", op.type_name()));
+        let mut n = NewNode::new(name, op, inputs);
+        n.requested_device = dev;
+        applies.push(g.add(n)?);
+    }
+    let mut inc = NewNode::new(g.unique_name(&format!("{opt_name}/IncrementStep")), Op::IncrementStep, vec![
+        Tensor::new(global_step, 0),
+    ]);
+    inc.control_inputs = applies.clone();
+    inc.requested_device = g.node(global_step).requested_device.clone();
+    let inc = g.add(inc)?;
+
+    let mut deps = applies.clone();
+    deps.push(inc);
+    for name in g.collection(keys::UPDATE_OPS).to_vec() {
+        deps.push(g.find(&name)?);
+    }
+    let mut train = NewNode::new(g.unique_name("train_op"), Op::NoOp, vec![]);
+    train.control_inputs = deps;
+    let train_op = g.add(train)?;
+    let train_name = g.node(train_op).name.clone();
+    g.add_to_collection(keys::TRAIN_OP, &train_name);
+    Ok(ApplyResult { train_op, global_step, applies, slots })
+}
+
+/// The `global_step` variable, created (i32 scalar, zeros, not trainable) if missing.
+fn global_step(g: &mut Graph) -> Result<NodeId, PassError> {
+    if let Some(id) = g.get("global_step") {
+        return match &g.node(id).op {
+            Op::Variable { dtype: DType::I32, shape, .. } if shape.is_empty() => Ok(id),
+            _ => Err(PassError::Options(
+                "a node named 'global_step' exists but is not an i32 scalar variable; rename it".into(),
+            )),
+        };
+    }
+    let op = Op::Variable { dtype: DType::I32, shape: vec![], init: Initializer::Zeros, trainable: false };
+    let id = g.add(NewNode::new("global_step", op, vec![]))?;
+    g.add_to_collection(keys::GLOBAL_VARIABLES, "global_step");
+    Ok(id)
+}
+
+/// The `apply` pass: reads `st.grads`, sets `st.train_op` and `st.fetches["loss"]`.
+#[derive(Debug, Clone)]
+pub struct ApplyOptimizer {
+    pub optimizer: Optimizer,
+}
+
+impl Pass for ApplyOptimizer {
+    fn name(&self) -> &'static str {
+        "apply"
+    }
+
+    fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
+        if st.grads.is_empty() {
+            return Err(PassError::MissingState {
+                pass: "apply".into(),
+                what: "gradients (CompileState::grads)".into(),
+                after: "autodiff (and grad_mean when replicating)".into(),
+            });
+        }
+        // Variables in var_list order first, then any others by name.
+        let mut names: Vec<&String> = st.var_list.iter().filter(|v| st.grads.contains_key(*v)).collect();
+        names.extend(st.grads.keys().filter(|k| !st.var_list.contains(k)));
+        let grads = names
+            .into_iter()
+            .map(|v| Ok((v.clone(), st.grads[v].resolve(g)?)))
+            .collect::<Result<Vec<_>, PassError>>()?;
+        let res = apply_gradients(g, &grads, &self.optimizer)?;
+        st.train_op = Some(g.node(res.train_op).name.clone());
+        if let (false, Some(loss)) = (st.fetches.contains_key("loss"), st.loss.clone()) {
+            st.fetches.insert("loss".into(), loss);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "autodiff/tests/optimizer_tests.rs"]
+mod tests;
