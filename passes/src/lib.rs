@@ -8,10 +8,12 @@
 //! folder. Passes refer to nodes by name ([`TensorRef`]), never by index held
 //! across passes.
 
+pub mod autodiff;
 pub mod bind_batch;
 pub mod grad_mean;
 pub mod manager;
 pub mod manual;
+pub mod optimizer;
 pub mod options;
 pub mod place;
 pub mod replicate;
@@ -19,10 +21,12 @@ pub mod schedule;
 pub mod split;
 pub mod state;
 
-pub use manager::{Pass, PassManager, PassTiming};
+pub use autodiff::{gradients, Autodiff, GradientResult};
 pub use bind_batch::BindBatch;
 pub use grad_mean::GradMean;
+pub use manager::{Pass, PassManager, PassTiming};
 pub use manual::average_gradients;
+pub use optimizer::{apply_gradients, ApplyOptimizer, ApplyResult};
 pub use options::{BnUpdates, SplitPolicy, VarPlacement};
 pub use place::Place;
 pub use replicate::Replicate;
