@@ -18,8 +18,15 @@ pub struct V {
 
 impl V {
     pub fn new(shape: &[usize], data: Vec<f64>) -> V {
-        assert_eq!(shape.iter().product::<usize>(), data.len(), "shape {shape:?}");
-        V { shape: shape.to_vec(), data }
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            data.len(),
+            "shape {shape:?}"
+        );
+        V {
+            shape: shape.to_vec(),
+            data,
+        }
     }
     pub fn zeros(shape: &[usize]) -> V {
         V::new(shape, vec![0.0; shape.iter().product()])
@@ -48,7 +55,11 @@ fn ravel(idx: &[usize], shape: &[usize]) -> usize {
 /// Index into `small` (right-aligned, size-1 dims broadcast) of a big index.
 fn bcast_index(big: &[usize], small: &[usize]) -> usize {
     let off = big.len() - small.len();
-    let idx: Vec<usize> = small.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { big[off + i] }).collect();
+    let idx: Vec<usize> = small
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if d == 1 { 0 } else { big[off + i] })
+        .collect();
     ravel(&idx, small)
 }
 
@@ -56,8 +67,16 @@ fn bcast_shape(a: &[usize], b: &[usize]) -> Vec<usize> {
     let r = a.len().max(b.len());
     (0..r)
         .map(|i| {
-            let da = if i < r - a.len() { 1 } else { a[i - (r - a.len())] };
-            let db = if i < r - b.len() { 1 } else { b[i - (r - b.len())] };
+            let da = if i < r - a.len() {
+                1
+            } else {
+                a[i - (r - a.len())]
+            };
+            let db = if i < r - b.len() {
+                1
+            } else {
+                b[i - (r - b.len())]
+            };
             da.max(db)
         })
         .collect()
@@ -69,7 +88,10 @@ fn binary(a: &V, b: &V, f: impl Fn(f64, f64) -> f64) -> V {
     let data = (0..n)
         .map(|i| {
             let idx = unravel(i, &shape);
-            f(a.data[bcast_index(&idx, &a.shape)], b.data[bcast_index(&idx, &b.shape)])
+            f(
+                a.data[bcast_index(&idx, &a.shape)],
+                b.data[bcast_index(&idx, &b.shape)],
+            )
         })
         .collect();
     V::new(&shape, data)
@@ -77,7 +99,12 @@ fn binary(a: &V, b: &V, f: impl Fn(f64, f64) -> f64) -> V {
 
 fn broadcast_to(x: &V, shape: &[usize]) -> V {
     let n = shape.iter().product();
-    V::new(shape, (0..n).map(|i| x.data[bcast_index(&unravel(i, shape), &x.shape)]).collect())
+    V::new(
+        shape,
+        (0..n)
+            .map(|i| x.data[bcast_index(&unravel(i, shape), &x.shape)])
+            .collect(),
+    )
 }
 
 fn sum_to(x: &V, shape: &[usize]) -> V {
@@ -89,9 +116,25 @@ fn sum_to(x: &V, shape: &[usize]) -> V {
 }
 
 fn matmul(a: &V, b: &V, ta: bool, tb: bool) -> V {
-    let at = |i: usize, k: usize| if ta { a.data[k * a.shape[1] + i] } else { a.data[i * a.shape[1] + k] };
-    let bt = |k: usize, j: usize| if tb { b.data[j * b.shape[1] + k] } else { b.data[k * b.shape[1] + j] };
-    let (m, k) = if ta { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
+    let at = |i: usize, k: usize| {
+        if ta {
+            a.data[k * a.shape[1] + i]
+        } else {
+            a.data[i * a.shape[1] + k]
+        }
+    };
+    let bt = |k: usize, j: usize| {
+        if tb {
+            b.data[j * b.shape[1] + k]
+        } else {
+            b.data[k * b.shape[1] + j]
+        }
+    };
+    let (m, k) = if ta {
+        (a.shape[1], a.shape[0])
+    } else {
+        (a.shape[0], a.shape[1])
+    };
     let n = if tb { b.shape[0] } else { b.shape[1] };
     let mut out = V::zeros(&[m, n]);
     for i in 0..m {
@@ -103,7 +146,13 @@ fn matmul(a: &V, b: &V, ta: bool, tb: bool) -> V {
 }
 
 /// Calls `f(n, oh, ow, ih, iw, kh, kw)` for every in-bounds window tap (NHWC, TF padding).
-fn windows(x: &[usize], k: [usize; 2], s: [usize; 2], p: Padding, mut f: impl FnMut([usize; 7])) -> [usize; 2] {
+fn windows(
+    x: &[usize],
+    k: [usize; 2],
+    s: [usize; 2],
+    p: Padding,
+    mut f: impl FnMut([usize; 7]),
+) -> [usize; 2] {
     let (oh, ph) = p.out_and_pad(x[1], k[0], s[0]).expect("window fits");
     let (ow, pw) = p.out_and_pad(x[2], k[1], s[1]).expect("window fits");
     for n in 0..x[0] {
@@ -111,7 +160,10 @@ fn windows(x: &[usize], k: [usize; 2], s: [usize; 2], p: Padding, mut f: impl Fn
             for j in 0..ow {
                 for a in 0..k[0] {
                     for b in 0..k[1] {
-                        let (ih, iw) = ((i * s[0] + a) as i64 - ph as i64, (j * s[1] + b) as i64 - pw as i64);
+                        let (ih, iw) = (
+                            (i * s[0] + a) as i64 - ph as i64,
+                            (j * s[1] + b) as i64 - pw as i64,
+                        );
                         if ih >= 0 && iw >= 0 && (ih as usize) < x[1] && (iw as usize) < x[2] {
                             f([n, i, j, ih as usize, iw as usize, a, b]);
                         }
@@ -155,7 +207,8 @@ fn pool(x: &V, dy: Option<&V>, k: [usize; 2], s: [usize; 2], p: Padding, max: bo
     let [oh, ow] = windows(&x.shape, k, s, p, |_| {});
     let c = x.shape[3];
     let yshape = [x.shape[0], oh, ow, c];
-    let mut best: Vec<(f64, usize, usize)> = vec![(f64::NEG_INFINITY, 0, 0); yshape.iter().product()];
+    let mut best: Vec<(f64, usize, usize)> =
+        vec![(f64::NEG_INFINITY, 0, 0); yshape.iter().product()];
     windows(&x.shape, k, s, p, |[n, i, j, ih, iw, _, _]| {
         for ci in 0..c {
             let xi = ravel(&[n, ih, iw, ci], &x.shape);
@@ -167,7 +220,12 @@ fn pool(x: &V, dy: Option<&V>, k: [usize; 2], s: [usize; 2], p: Padding, max: bo
             }
         }
     });
-    let y = V::new(&yshape, best.iter().map(|b| if max { b.0 } else { b.0 / b.2 as f64 }).collect());
+    let y = V::new(
+        &yshape,
+        best.iter()
+            .map(|b| if max { b.0 } else { b.0 / b.2 as f64 })
+            .collect(),
+    );
     let mut dx = V::zeros(&x.shape);
     if let Some(dy) = dy {
         if max {
@@ -207,21 +265,36 @@ fn log_softmax(x: &V) -> V {
 }
 
 fn reduce(x: &V, axes: &[usize], keep: bool, mean: bool) -> V {
-    let kshape: Vec<usize> = x.shape.iter().enumerate().map(|(i, &d)| if axes.contains(&i) { 1 } else { d }).collect();
+    let kshape: Vec<usize> = x
+        .shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+        .collect();
     let mut out = sum_to(x, &kshape);
     if mean {
         let n: usize = axes.iter().map(|&a| x.shape[a]).product();
         out = out.map(|v| v / n as f64);
     }
     if !keep {
-        out.shape = x.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+        out.shape = x
+            .shape
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, &d)| d)
+            .collect();
     }
     out
 }
 
 /// (outer, axis, inner) sizes for an axis.
 fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
-    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
 }
 
 fn concat(xs: &[&V], axis: usize) -> V {
@@ -259,7 +332,9 @@ fn dropout_mask(shape: &[usize], rate: f64, seed: u64) -> V {
 }
 
 fn init(op: &Op) -> V {
-    let Op::Variable { shape, init, .. } = op else { unreachable!() };
+    let Op::Variable { shape, init, .. } = op else {
+        unreachable!()
+    };
     let v = match init {
         Initializer::Zeros => 0.0,
         Initializer::Ones => 1.0,
@@ -272,11 +347,19 @@ fn init(op: &Op) -> V {
 /// Evaluate every node of `g` once, in topological order. `vars` holds
 /// variable values by name (missing ones take their constant initializer)
 /// and is updated by stateful ops; `feeds` gives placeholders by name.
-pub fn run(g: &Graph, vars: &mut BTreeMap<String, V>, feeds: &BTreeMap<String, V>) -> BTreeMap<NodeId, Vec<V>> {
+pub fn run(
+    g: &Graph,
+    vars: &mut BTreeMap<String, V>,
+    feeds: &BTreeMap<String, V>,
+) -> BTreeMap<NodeId, Vec<V>> {
     let mut vals: BTreeMap<NodeId, Vec<V>> = BTreeMap::new();
     for id in g.topo_order().expect("acyclic") {
         let node = g.node(id);
-        let ins: Vec<V> = g.inputs(id).iter().map(|t| vals[&t.node][t.slot].clone()).collect();
+        let ins: Vec<V> = g
+            .inputs(id)
+            .iter()
+            .map(|t| vals[&t.node][t.slot].clone())
+            .collect();
         let name_of = |i: usize| g.node(g.inputs(id)[i].node).name.clone();
         let out = eval(&node.op, &ins, &node.name, vars, feeds, name_of);
         vals.insert(id, out);
@@ -294,15 +377,29 @@ fn eval(
 ) -> Vec<V> {
     let one = |v: V| vec![v];
     match op {
-        Op::Placeholder { .. } => one(feeds.get(name).unwrap_or_else(|| panic!("feed {name}")).clone()),
-        Op::Const { value } => one(V::new(&value.shape, value.data.iter().map(|v| v.0 as f64).collect())),
-        Op::Variable { .. } => one(vars.entry(name.to_string()).or_insert_with(|| init(op)).clone()),
-        Op::MatMul { transpose_a, transpose_b } => one(matmul(&x[0], &x[1], *transpose_a, *transpose_b)),
+        Op::Placeholder { .. } => one(feeds
+            .get(name)
+            .unwrap_or_else(|| panic!("feed {name}"))
+            .clone()),
+        Op::Const { value } => one(V::new(
+            &value.shape,
+            value.data.iter().map(|v| v.0 as f64).collect(),
+        )),
+        Op::Variable { .. } => one(vars
+            .entry(name.to_string())
+            .or_insert_with(|| init(op))
+            .clone()),
+        Op::MatMul {
+            transpose_a,
+            transpose_b,
+        } => one(matmul(&x[0], &x[1], *transpose_a, *transpose_b)),
         Op::Add => one(binary(&x[0], &x[1], |a, b| a + b)),
         Op::Sub => one(binary(&x[0], &x[1], |a, b| a - b)),
         Op::Mul => one(binary(&x[0], &x[1], |a, b| a * b)),
         Op::Div => one(binary(&x[0], &x[1], |a, b| a / b)),
-        Op::AddN => one(x[1..].iter().fold(x[0].clone(), |acc, v| binary(&acc, v, |a, b| a + b))),
+        Op::AddN => one(x[1..]
+            .iter()
+            .fold(x[0].clone(), |acc, v| binary(&acc, v, |a, b| a + b))),
         Op::BiasAdd => one(binary(&x[0], &x[1], |a, b| a + b)),
         Op::BiasAddGrad => one(sum_to(&x[0], &x[0].shape[x[0].shape.len() - 1..])),
         Op::Neg => one(x[0].map(|v| -v)),
@@ -313,16 +410,48 @@ fn eval(
         Op::SigmoidGrad => one(binary(&x[0], &x[1], |d, y| d * y * (1.0 - y))),
         Op::TanhGrad => one(binary(&x[0], &x[1], |d, y| d * (1.0 - y * y))),
         Op::Conv2D { strides, padding } => one(conv(&x[0], &x[1], None, *strides, *padding, 0)),
-        Op::Conv2DBackpropInput { strides, padding } => one(conv(&x[0], &x[1], Some(&x[2]), *strides, *padding, 1)),
-        Op::Conv2DBackpropFilter { strides, padding } => one(conv(&x[0], &x[1], Some(&x[2]), *strides, *padding, 2)),
-        Op::MaxPool { ksize, strides, padding } => one(pool(&x[0], None, *ksize, *strides, *padding, true).0),
-        Op::MaxPoolGrad { ksize, strides, padding } => one(pool(&x[0], Some(&x[2]), *ksize, *strides, *padding, true).1),
-        Op::AvgPool { ksize, strides, padding } => one(pool(&x[0], None, *ksize, *strides, *padding, false).0),
-        Op::AvgPoolGrad { ksize, strides, padding } => one(pool(&x[0], Some(&x[1]), *ksize, *strides, *padding, false).1),
+        Op::Conv2DBackpropInput { strides, padding } => {
+            one(conv(&x[0], &x[1], Some(&x[2]), *strides, *padding, 1))
+        }
+        Op::Conv2DBackpropFilter { strides, padding } => {
+            one(conv(&x[0], &x[1], Some(&x[2]), *strides, *padding, 2))
+        }
+        Op::MaxPool {
+            ksize,
+            strides,
+            padding,
+        } => one(pool(&x[0], None, *ksize, *strides, *padding, true).0),
+        Op::MaxPoolGrad {
+            ksize,
+            strides,
+            padding,
+        } => one(pool(&x[0], Some(&x[2]), *ksize, *strides, *padding, true).1),
+        Op::AvgPool {
+            ksize,
+            strides,
+            padding,
+        } => one(pool(&x[0], None, *ksize, *strides, *padding, false).0),
+        Op::AvgPoolGrad {
+            ksize,
+            strides,
+            padding,
+        } => one(pool(&x[0], Some(&x[1]), *ksize, *strides, *padding, false).1),
         Op::Reshape { shape } => {
-            let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
-            let dims: Vec<usize> =
-                shape.iter().map(|&d| if d < 0 { x[0].data.len() / known } else { d as usize }).collect();
+            let known: usize = shape
+                .iter()
+                .filter(|&&d| d >= 0)
+                .map(|&d| d as usize)
+                .product();
+            let dims: Vec<usize> = shape
+                .iter()
+                .map(|&d| {
+                    if d < 0 {
+                        x[0].data.len() / known
+                    } else {
+                        d as usize
+                    }
+                })
+                .collect();
             one(V::new(&dims, x[0].data.clone()))
         }
         Op::Concat { axis } => one(concat(&x.iter().collect::<Vec<_>>(), *axis)),
@@ -335,7 +464,9 @@ fn eval(
                 shape[*axis] = s;
                 let mut data = Vec::new();
                 for o in 0..outer {
-                    data.extend_from_slice(&x[0].data[(o * a + start) * inner..(o * a + start + s) * inner]);
+                    data.extend_from_slice(
+                        &x[0].data[(o * a + start) * inner..(o * a + start + s) * inner],
+                    );
                 }
                 outs.push(V::new(&shape, data));
                 start += s;
@@ -343,12 +474,25 @@ fn eval(
             outs
         }
         Op::Slice { begin, size } => {
-            let sh: Vec<usize> =
-                size.iter().enumerate().map(|(i, &s)| if s < 0 { x[0].shape[i] - begin[i] } else { s as usize }).collect();
+            let sh: Vec<usize> = size
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| {
+                    if s < 0 {
+                        x[0].shape[i] - begin[i]
+                    } else {
+                        s as usize
+                    }
+                })
+                .collect();
             let n = sh.iter().product();
             let data = (0..n)
                 .map(|i| {
-                    let idx: Vec<usize> = unravel(i, &sh).iter().zip(begin).map(|(a, b)| a + b).collect();
+                    let idx: Vec<usize> = unravel(i, &sh)
+                        .iter()
+                        .zip(begin)
+                        .map(|(a, b)| a + b)
+                        .collect();
                     x[0].data[ravel(&idx, &x[0].shape)]
                 })
                 .collect();
@@ -357,7 +501,11 @@ fn eval(
         Op::SliceGrad { begin } => {
             let mut out = V::zeros(&x[0].shape);
             for i in 0..x[1].data.len() {
-                let idx: Vec<usize> = unravel(i, &x[1].shape).iter().zip(begin).map(|(a, b)| a + b).collect();
+                let idx: Vec<usize> = unravel(i, &x[1].shape)
+                    .iter()
+                    .zip(begin)
+                    .map(|(a, b)| a + b)
+                    .collect();
                 out.data[ravel(&idx, &x[0].shape)] = x[1].data[i];
             }
             one(out)
@@ -378,7 +526,11 @@ fn eval(
                     s.clone().map(|j| dy[j]).sum()
                 };
                 for j in s {
-                    out.data[j] = if matches!(op, Op::SoftmaxGrad) { y[j] * (dy[j] - dot) } else { dy[j] - y[j].exp() * dot };
+                    out.data[j] = if matches!(op, Op::SoftmaxGrad) {
+                        y[j] * (dy[j] - dot)
+                    } else {
+                        dy[j] - y[j].exp() * dot
+                    };
                 }
             }
             one(out)
@@ -395,11 +547,19 @@ fn eval(
                 }
                 l
             };
-            let loss = (0..r).map(|i| -(0..w).map(|j| labels.data[i * w + j] * ls.data[i * w + j]).sum::<f64>()).collect();
+            let loss = (0..r)
+                .map(|i| {
+                    -(0..w)
+                        .map(|j| labels.data[i * w + j] * ls.data[i * w + j])
+                        .sum::<f64>()
+                })
+                .collect();
             let back = binary(&ls.map(f64::exp), &labels, |p, l| p - l);
             vec![V::new(&[r], loss), back]
         }
-        Op::L2Loss => one(V::scalar(x[0].data.iter().map(|v| v * v).sum::<f64>() / 2.0)),
+        Op::L2Loss => one(V::scalar(
+            x[0].data.iter().map(|v| v * v).sum::<f64>() / 2.0,
+        )),
         Op::ReduceSum { axes, keep_dims } => one(reduce(&x[0], axes, *keep_dims, false)),
         Op::ReduceMean { axes, keep_dims } => one(reduce(&x[0], axes, *keep_dims, true)),
         Op::ArgMax { axis } => {
@@ -411,11 +571,21 @@ fn eval(
                     out.push((0..a).fold(0, |b, k| if at(k) > at(b) { k } else { b }) as f64);
                 }
             }
-            let shape: Vec<usize> = x[0].shape.iter().enumerate().filter(|(i, _)| i != axis).map(|(_, &d)| d).collect();
+            let shape: Vec<usize> = x[0]
+                .shape
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i != axis)
+                .map(|(_, &d)| d)
+                .collect();
             one(V::new(&shape, out))
         }
         Op::Equal => one(binary(&x[0], &x[1], |a, b| (a == b) as i32 as f64)),
-        Op::Cast { dtype } => one(if dtype.is_float() { x[0].clone() } else { x[0].map(f64::trunc) }),
+        Op::Cast { dtype } => one(if dtype.is_float() {
+            x[0].clone()
+        } else {
+            x[0].map(f64::trunc)
+        }),
         Op::Dropout { rate, seed, .. } => {
             let mask = dropout_mask(&x[0].shape, rate.0 as f64, *seed);
             vec![binary(&x[0], &mask, |a, b| a * b), mask]
@@ -423,18 +593,42 @@ fn eval(
         Op::BatchNorm { epsilon } => {
             let (r, c) = rows(&x[0]);
             let col = |v: &V, j: usize| (0..r).map(|i| v.data[i * c + j]).collect::<Vec<f64>>();
-            let mean: Vec<f64> = (0..c).map(|j| col(&x[0], j).iter().sum::<f64>() / r as f64).collect();
-            let var: Vec<f64> =
-                (0..c).map(|j| col(&x[0], j).iter().map(|v| (v - mean[j]).powi(2)).sum::<f64>() / r as f64).collect();
-            let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + epsilon.0 as f64).sqrt()).collect();
-            let y = (0..r * c).map(|k| x[1].data[k % c] * (x[0].data[k] - mean[k % c]) * inv[k % c] + x[2].data[k % c]);
-            let unbiased = var.iter().map(|v| v * r as f64 / (r as f64 - 1.0).max(1.0)).collect();
-            vec![V::new(&x[0].shape, y.collect()), V::new(&[c], mean), V::new(&[c], inv), V::new(&[c], unbiased)]
+            let mean: Vec<f64> = (0..c)
+                .map(|j| col(&x[0], j).iter().sum::<f64>() / r as f64)
+                .collect();
+            let var: Vec<f64> = (0..c)
+                .map(|j| {
+                    col(&x[0], j)
+                        .iter()
+                        .map(|v| (v - mean[j]).powi(2))
+                        .sum::<f64>()
+                        / r as f64
+                })
+                .collect();
+            let inv: Vec<f64> = var
+                .iter()
+                .map(|v| 1.0 / (v + epsilon.0 as f64).sqrt())
+                .collect();
+            let y = (0..r * c).map(|k| {
+                x[1].data[k % c] * (x[0].data[k] - mean[k % c]) * inv[k % c] + x[2].data[k % c]
+            });
+            let unbiased = var
+                .iter()
+                .map(|v| v * r as f64 / (r as f64 - 1.0).max(1.0))
+                .collect();
+            vec![
+                V::new(&x[0].shape, y.collect()),
+                V::new(&[c], mean),
+                V::new(&[c], inv),
+                V::new(&[c], unbiased),
+            ]
         }
         Op::BatchNormGrad => {
             let (dy, xv, gamma, mean, inv) = (&x[0], &x[1], &x[2], &x[3], &x[4]);
             let (r, c) = rows(xv);
-            let xhat: Vec<f64> = (0..r * c).map(|k| (xv.data[k] - mean.data[k % c]) * inv.data[k % c]).collect();
+            let xhat: Vec<f64> = (0..r * c)
+                .map(|k| (xv.data[k] - mean.data[k % c]) * inv.data[k % c])
+                .collect();
             let mut db = vec![0.0; c];
             let mut dg = vec![0.0; c];
             for k in 0..r * c {
@@ -488,14 +682,32 @@ pub fn apply(opt: &Optimizer, w: &V, slots: &[V], g: &V, t: f64) -> (V, Vec<V>) 
     let zip = |a: &V, b: &V, f: &dyn Fn(f64, f64) -> f64| binary(a, b, f);
     match opt {
         Optimizer::Sgd { lr } => (zip(w, g, &|w, g| w - lr.0 as f64 * g), vec![]),
-        Optimizer::Momentum { lr, momentum, nesterov } => {
+        Optimizer::Momentum {
+            lr,
+            momentum,
+            nesterov,
+        } => {
             let (lr, m) = (lr.0 as f64, momentum.0 as f64);
             let a = zip(&slots[0], g, &|a, g| m * a + g);
-            let step = if *nesterov { zip(g, &a, &|g, a| g + m * a) } else { a.clone() };
+            let step = if *nesterov {
+                zip(g, &a, &|g, a| g + m * a)
+            } else {
+                a.clone()
+            };
             (zip(w, &step, &|w, s| w - lr * s), vec![a])
         }
-        Optimizer::Adam { lr, beta1, beta2, epsilon } => {
-            let (lr, b1, b2, eps) = (lr.0 as f64, beta1.0 as f64, beta2.0 as f64, epsilon.0 as f64);
+        Optimizer::Adam {
+            lr,
+            beta1,
+            beta2,
+            epsilon,
+        } => {
+            let (lr, b1, b2, eps) = (
+                lr.0 as f64,
+                beta1.0 as f64,
+                beta2.0 as f64,
+                epsilon.0 as f64,
+            );
             let lr_t = lr * (1.0 - b2.powf(t)).sqrt() / (1.0 - b1.powf(t));
             let m = zip(&slots[0], g, &|m, g| b1 * m + (1.0 - b1) * g);
             let v = zip(&slots[1], g, &|v, g| b2 * v + (1.0 - b2) * g * g);
