@@ -35,7 +35,9 @@ impl Pass for BindBatch {
         let mut batch_inputs = Vec::new();
         for id in g.node_ids() {
             let node = g.node(id);
-            let Op::Placeholder { dtype, shape } = &node.op else { continue };
+            let Op::Placeholder { dtype, shape } = &node.op else {
+                continue;
+            };
             let (dtype, mut shape) = (*dtype, shape.clone());
             if shape.rank() == 0 {
                 continue;

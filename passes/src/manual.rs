@@ -58,7 +58,9 @@ pub fn average_gradients(
         let mut set = BTreeSet::new();
         for (v, _) in grads {
             if !set.insert(v.as_str()) {
-                return Err(PassError::TowerGradientMismatch { detail: format!("tower {t} lists variable '{v}' twice") });
+                return Err(PassError::TowerGradientMismatch {
+                    detail: format!("tower {t} lists variable '{v}' twice"),
+                });
             }
         }
         sets.push(set);
@@ -83,7 +85,9 @@ pub fn average_gradients(
             .iter()
             .map(|grads| grads.iter().find(|(w, _)| w == v).map(|(_, t)| *t))
             .collect::<Option<_>>()
-            .ok_or_else(|| PassError::TowerGradientMismatch { detail: format!("variable '{v}' is missing in a tower") })?;
+            .ok_or_else(|| PassError::TowerGradientMismatch {
+                detail: format!("variable '{v}' is missing in a tower"),
+            })?;
         out.push((v.clone(), tower_mean(g, &format!("{v}/grad_mean"), inputs, weights)?));
     }
     Ok(out)

@@ -61,7 +61,9 @@ impl Ctx {
     fn request(&self, g: &Graph, id: NodeId) -> Result<Option<Device>, PassError> {
         let n = g.node(id);
         let spec = &n.requested_device;
-        let Some(kind) = spec.kind else { return Ok(None) };
+        let Some(kind) = spec.kind else {
+            return Ok(None);
+        };
         if self.single.is_some() {
             return Ok(self.single);
         }
@@ -185,7 +187,9 @@ impl Pass for Place {
                 continue;
             }
             let ins = g.inputs(id);
-            let Some(var) = ins.first().map(|t| t.node) else { continue };
+            let Some(var) = ins.first().map(|t| t.node) else {
+                continue;
+            };
             colocate.insert(id, var);
             if matches!(op, Op::IncrementStep) {
                 steps.insert(var);
@@ -228,7 +232,8 @@ impl Pass for Place {
         } else {
             self.place_variables(g, &vars, &slot_bytes, &devices)
         };
-        let default_dev = if st.towers.is_empty() { devices.first().copied().unwrap_or(Device::CPU0) } else { Device::CPU0 };
+        let default_dev =
+            if st.towers.is_empty() { devices.first().copied().unwrap_or(Device::CPU0) } else { Device::CPU0 };
         let loss_mean = st.fetches.get("loss").and_then(|t| g.get(&t.node));
         let train_op = st.train_op.as_ref().and_then(|n| g.get(n));
 
@@ -292,7 +297,9 @@ fn dev_tag(d: Device) -> String {
 fn insert_copies(g: &mut Graph) -> Result<(), PassError> {
     let mut copies: BTreeMap<(Tensor, Device), Tensor> = BTreeMap::new();
     for id in g.topo_order()? {
-        let Some(dst) = g.node(id).device else { continue };
+        let Some(dst) = g.node(id).device else {
+            continue;
+        };
         for (slot, t) in g.inputs(id).into_iter().enumerate() {
             if g.node(t.node).device == Some(dst) {
                 continue;

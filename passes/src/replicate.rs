@@ -146,8 +146,7 @@ impl Pass for Replicate {
                     let node = g.node(n);
                     let m = |t: &Tensor| Tensor::new(*map.get(&t.node).unwrap_or(&t.node), t.slot);
                     let inputs = g.inputs(n).iter().map(m).collect();
-                    let control_inputs =
-                        g.control_inputs(n).iter().map(|c| *map.get(c).unwrap_or(c)).collect();
+                    let control_inputs = g.control_inputs(n).iter().map(|c| *map.get(c).unwrap_or(c)).collect();
                     let scope = if node.scope.is_empty() {
                         prefix.trim_end_matches('/').to_string()
                     } else {
@@ -187,7 +186,9 @@ impl Pass for Replicate {
         st.tower_losses = maps.iter().map(|m| TensorRef::of(g, mapped(m, loss))).collect();
         st.tower_grads = maps
             .iter()
-            .map(|m| grads.iter().map(|(v, t)| (v.clone(), TensorRef::of(g, mapped(m, *t)))).collect::<BTreeMap<_, _>>())
+            .map(|m| {
+                grads.iter().map(|(v, t)| (v.clone(), TensorRef::of(g, mapped(m, *t)))).collect::<BTreeMap<_, _>>()
+            })
             .collect();
 
         // Rewire the readers outside the subgraph.
@@ -216,7 +217,10 @@ impl Pass for Replicate {
                 if !update_ops.contains(&cname) {
                     st.warn(
                         "replicate",
-                        format!("'{cname}' is outside the towers but reads '{}'; it now reads tower 0's copy", g.node(t.node).name),
+                        format!(
+                            "'{cname}' is outside the towers but reads '{}'; it now reads tower 0's copy",
+                            g.node(t.node).name
+                        ),
                     );
                 }
                 mapped(&maps[0], t)

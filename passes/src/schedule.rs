@@ -78,10 +78,8 @@ pub fn schedule(g: &Graph) -> Result<Schedule, PassError> {
     }
     let preds: BTreeMap<NodeId, BTreeSet<NodeId>> = order.iter().map(|&id| (id, scheduled_preds(g, id))).collect();
     // Producers with a consumer on another stream get an event, numbered in global order.
-    let needs: BTreeSet<NodeId> = order
-        .iter()
-        .flat_map(|id| preds[id].iter().filter(|p| stream_of[*p] != stream_of[id]).copied())
-        .collect();
+    let needs: BTreeSet<NodeId> =
+        order.iter().flat_map(|id| preds[id].iter().filter(|p| stream_of[*p] != stream_of[id]).copied()).collect();
     let mut event_of: BTreeMap<NodeId, usize> = BTreeMap::new();
     for &id in &order {
         if needs.contains(&id) {
@@ -93,8 +91,12 @@ pub fn schedule(g: &Graph) -> Result<Schedule, PassError> {
     let mut waited: BTreeSet<((Device, StreamKind), usize)> = BTreeSet::new();
     for &id in &order {
         let s = stream_of[&id];
-        let mut waits: Vec<usize> =
-            preds[&id].iter().filter(|p| stream_of[*p] != s).map(|p| event_of[p]).filter(|e| !waited.contains(&(s, *e))).collect();
+        let mut waits: Vec<usize> = preds[&id]
+            .iter()
+            .filter(|p| stream_of[*p] != s)
+            .map(|p| event_of[p])
+            .filter(|e| !waited.contains(&(s, *e)))
+            .collect();
         waits.sort_unstable();
         let list = items.entry(s).or_default();
         for e in waits {

@@ -91,7 +91,11 @@ impl Pass for SplitBatch {
             after: "bind_batch".into(),
         })?;
         if st.replicas.is_empty() || st.towers.is_empty() {
-            return Err(PassError::MissingState { pass: "split".into(), what: "the replicas".into(), after: "replicate".into() });
+            return Err(PassError::MissingState {
+                pass: "split".into(),
+                what: "the replicas".into(),
+                after: "replicate".into(),
+            });
         }
         let towers = st.towers.len();
         let k = st.replicas.len() / towers;
@@ -105,7 +109,9 @@ impl Pass for SplitBatch {
                 return Err(PassError::BadSplit {
                     batch,
                     towers,
-                    detail: format!(": placeholder '{ph_name}' has {rows:?} rows, not the bound batch; run bind_batch first"),
+                    detail: format!(
+                        ": placeholder '{ph_name}' has {rows:?} rows, not the bound batch; run bind_batch first"
+                    ),
                 });
             }
             let uses: Vec<(usize, usize, usize)> = g
@@ -117,7 +123,8 @@ impl Pass for SplitBatch {
                 continue;
             }
             let name = g.unique_name(&format!("split/{ph_name}"));
-            let split = g.add(NewNode::new(name, Op::Split { axis: 0, sizes: sizes.clone() }, vec![Tensor::new(ph, 0)]))?;
+            let split =
+                g.add(NewNode::new(name, Op::Split { axis: 0, sizes: sizes.clone() }, vec![Tensor::new(ph, 0)]))?;
             for (c, dst, r) in uses {
                 g.set_input(towers_graph::NodeId::new(c), dst, Tensor::new(split, r))?;
             }
