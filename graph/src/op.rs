@@ -205,6 +205,9 @@ pub enum Op {
     /// in: variable, value. Writes var = var*decay + value*(1-decay). out: the variable.
     AssignMovingAverage { decay: F32 },
     /// in: variable, slots..., grad, global_step. Writes the variable and its slots.
+    /// Reads global_step *before* this step's increment (the `IncrementStep`
+    /// node has a control edge from every apply), so Adam's bias correction
+    /// uses t = global_step + 1 (TF's beta powers after t updates).
     ApplyGradient { optimizer: Optimizer },
     /// in: global_step (i32 scalar variable). Writes step += 1.
     IncrementStep,

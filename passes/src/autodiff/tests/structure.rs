@@ -143,3 +143,35 @@ fn int_paths_do_not_propagate() {
     let res = gradients(&mut g, loss, &[x.node]).unwrap();
     assert_eq!(res.grads.len(), 1);
 }
+
+#[test]
+fn autodiff_and_apply_passes_fill_the_state() {
+    use crate::autodiff::Autodiff;
+    use crate::manager::Pass;
+    use crate::optimizer::ApplyOptimizer;
+    use crate::state::{CompileState, TensorRef};
+    let mut b = GraphBuilder::new();
+    let x = var(&mut b, "x", &[3]);
+    let _unused = var(&mut b, "unused", &[3]);
+    let loss = weighted_loss(&mut b, &[x]);
+    let mut g = b.finish();
+    let mut st = CompileState {
+        loss: Some(TensorRef::of(&g, loss)),
+        ..Default::default()
+    };
+    Autodiff.run(&mut g, &mut st).unwrap();
+    assert_eq!(st.grads.keys().collect::<Vec<_>>(), ["x"]);
+    assert!(
+        st.diagnostics[0].message.contains("[unused]"),
+        "{:?}",
+        st.diagnostics
+    );
+    let opt = towers_graph::Optimizer::Sgd {
+        lr: towers_graph::F32(0.1),
+    };
+    ApplyOptimizer { optimizer: opt }
+        .run(&mut g, &mut st)
+        .unwrap();
+    assert_eq!(st.train_op.as_deref(), Some("train_op"));
+    assert_eq!(st.fetches["loss"], TensorRef::of(&g, loss));
+}
