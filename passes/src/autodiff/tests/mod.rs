@@ -2,6 +2,7 @@
 //! the f64 reference interpreter in [`interp`], and the diagnostics.
 
 pub(crate) mod interp;
+mod interp_nn;
 mod rules;
 mod structure;
 
