@@ -41,7 +41,7 @@ pub fn split_sizes(policy: &SplitPolicy, batch: usize, towers: usize, k: usize) 
     let micro = if k > 1 { format!(" x {k} micro-batches") } else { String::new() };
     match policy {
         SplitPolicy::Even => {
-            if r == 0 || batch % r != 0 {
+            if r == 0 || !batch.is_multiple_of(r) {
                 let lo = batch / r.max(1) * r;
                 let hint = if lo > 0 { format!("{lo} or {}", lo + r) } else { format!("{r}") };
                 return Err(bad(format!(
@@ -64,7 +64,7 @@ pub fn split_sizes(policy: &SplitPolicy, batch: usize, towers: usize, k: usize) 
             let mut sizes = Vec::with_capacity(r);
             for (i, &wi) in w.iter().enumerate() {
                 let num = batch as u64 * wi as u64;
-                if num % sum != 0 || (num / sum) % k as u64 != 0 {
+                if !num.is_multiple_of(sum) || !(num / sum).is_multiple_of(k as u64) {
                     return Err(bad(format!(
                         "{micro} with weights {w:?}: tower {i} would get {batch}*{wi}/{sum} = {:.2} examples{}; use a global batch size that is a multiple of {}",
                         num as f64 / sum as f64,
