@@ -1,0 +1,310 @@
+//! The closed set of kernels a plan launches, with every parameter the
+//! kernel needs already computed (shapes, strides, transposes, scalars), so a
+//! backend only dispatches. Each variant documents its launch arguments:
+//! `in:` the `inputs` of the launch, `out:` its `outputs`, in order.
+
+use serde::{Deserialize, Serialize};
+use towers_graph::{DType, Padding};
+
+/// An elementwise binary operation with NumPy broadcasting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BinaryKind {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// An elementwise unary operation (and, in `UnaryGrad`, its gradient).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UnaryKind {
+    Neg,
+    Relu,
+    Sigmoid,
+    Tanh,
+}
+
+/// Geometry of a 2-D convolution (NHWC activations, HWIO filters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConvGeom {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c_in: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub c_out: usize,
+    pub stride_h: usize,
+    pub stride_w: usize,
+    pub padding: Padding,
+}
+
+/// Geometry of a 2-D pooling window (NHWC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolGeom {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride_h: usize,
+    pub stride_w: usize,
+    pub padding: Padding,
+}
+
+/// One kernel with its parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Kernel {
+    /// in: a, b. out: c = op(a)·op(b), `c: [m, n]`.
+    MatMul {
+        m: usize,
+        n: usize,
+        k: usize,
+        trans_a: bool,
+        trans_b: bool,
+    },
+    /// in: a, b. out: a op b, broadcast.
+    Binary {
+        op: BinaryKind,
+        a_shape: Vec<usize>,
+        b_shape: Vec<usize>,
+        out_shape: Vec<usize>,
+    },
+    /// in: n tensors. out: their sum.
+    AddN {
+        n: usize,
+    },
+    /// in: x, bias. out: y.
+    BiasAdd {
+        channels: usize,
+    },
+    /// in: dy. out: db.
+    BiasAddGrad {
+        channels: usize,
+    },
+    /// in: x. out: y.
+    Unary {
+        op: UnaryKind,
+    },
+    /// in: dy, y. out: dx (Relu, Sigmoid and Tanh only).
+    UnaryGrad {
+        op: UnaryKind,
+    },
+    /// in: x, filter. out: y. Workspace: `workspace_len` f32.
+    Conv2D {
+        geom: ConvGeom,
+        workspace_len: usize,
+    },
+    /// in: dy, filter. out: dx.
+    Conv2DBackpropInput {
+        geom: ConvGeom,
+        workspace_len: usize,
+    },
+    /// in: x, dy. out: dfilter.
+    Conv2DBackpropFilter {
+        geom: ConvGeom,
+        workspace_len: usize,
+    },
+    /// in: x. out: y.
+    MaxPool {
+        geom: PoolGeom,
+    },
+    /// in: x, y, dy. out: dx.
+    MaxPoolGrad {
+        geom: PoolGeom,
+    },
+    /// in: x. out: y.
+    AvgPool {
+        geom: PoolGeom,
+    },
+    /// in: dy. out: dx.
+    AvgPoolGrad {
+        geom: PoolGeom,
+    },
+    /// in: n tensors. out: their concatenation.
+    Concat {
+        axis: usize,
+        shapes: Vec<Vec<usize>>,
+    },
+    /// in: x. out: one tensor per size.
+    Split {
+        axis: usize,
+        shape: Vec<usize>,
+        sizes: Vec<usize>,
+    },
+    /// in: x. out: the window.
+    Slice {
+        shape: Vec<usize>,
+        begin: Vec<usize>,
+        size: Vec<usize>,
+    },
+    /// in: dy. out: dx (zeros outside the window).
+    SliceGrad {
+        shape: Vec<usize>,
+        begin: Vec<usize>,
+        size: Vec<usize>,
+    },
+    /// in: x. out: x broadcast to `out_shape`.
+    BroadcastTo {
+        x_shape: Vec<usize>,
+        out_shape: Vec<usize>,
+    },
+    /// in: x. out: x summed down to `out_shape`.
+    SumTo {
+        x_shape: Vec<usize>,
+        out_shape: Vec<usize>,
+    },
+    /// in: x. out: y (last axis of length `classes`).
+    Softmax {
+        classes: usize,
+    },
+    LogSoftmax {
+        classes: usize,
+    },
+    /// in: dy, y. out: dx.
+    SoftmaxGrad {
+        classes: usize,
+    },
+    LogSoftmaxGrad {
+        classes: usize,
+    },
+    /// in: logits, labels (i32). out: loss, backprop.
+    SparseSoftmaxXent {
+        classes: usize,
+    },
+    /// in: logits, labels. out: loss, backprop.
+    SoftmaxXent {
+        classes: usize,
+    },
+    /// in: x. out: a scalar Σx²/2.
+    L2Loss,
+    /// in: x. out: the sum over `axes`.
+    ReduceSum {
+        shape: Vec<usize>,
+        axes: Vec<usize>,
+    },
+    ReduceMean {
+        shape: Vec<usize>,
+        axes: Vec<usize>,
+    },
+    /// in: x. out: i32 indices.
+    ArgMax {
+        shape: Vec<usize>,
+        axis: usize,
+    },
+    /// in: a, b of `dtype`. out: bool (i32 0/1).
+    Equal {
+        dtype: DType,
+    },
+    /// in: x. out: x converted.
+    Cast {
+        from: DType,
+        to: DType,
+    },
+    /// Train mode. in: x. out: y, mask. Element `i` draws its mask from
+    /// `(seed, step, elem_offset + i)`; `step` is the program's run count.
+    Dropout {
+        keep_prob: f32,
+        seed: u64,
+        elem_offset: usize,
+    },
+    /// in: none. out: the buffer filled with `value` (eval-mode dropout masks).
+    Fill {
+        value: f32,
+    },
+    /// Train mode. in: x, gamma, beta. out: y, batch_mean, batch_inv_std, batch_var (unbiased).
+    BatchNormTrain {
+        channels: usize,
+        epsilon: f32,
+    },
+    /// Eval mode. in: x, gamma, beta, moving_mean, moving_var. out: y, mean, inv_std, var
+    /// (the moving statistics).
+    BatchNormInfer {
+        channels: usize,
+        epsilon: f32,
+    },
+    /// in: dy, x, gamma, batch_mean, batch_inv_std. out: dx, dgamma, dbeta.
+    BatchNormGrad {
+        channels: usize,
+    },
+    /// in: value. out: the variable, updated in place: `v = v*decay + value*(1-decay)`.
+    AssignMovingAverage {
+        decay: f32,
+    },
+    /// in: grad. out: the variable, in place.
+    ApplyGradientDescent {
+        lr: f32,
+    },
+    /// in: grad. out: the variable and its accumulator, in place.
+    ApplyMomentum {
+        lr: f32,
+        momentum: f32,
+        nesterov: bool,
+    },
+    /// in: grad, global_step (i32; the update uses step = global_step + 1).
+    /// out: the variable, m and v, in place.
+    ApplyAdam {
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        epsilon: f32,
+    },
+    /// in: one tensor per tower. out: Σ weights[i]·in[i] (the tower reduction).
+    WeightedSum {
+        weights: Vec<f32>,
+    },
+    /// in: none. out: the i32 step variable, incremented in place.
+    IncrementStep,
+}
+
+impl Kernel {
+    /// The kernel's name, as the CUDA twin would be called.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kernel::MatMul { .. } => "gemm",
+            Kernel::Binary { .. } => "binary",
+            Kernel::AddN { .. } => "add_n",
+            Kernel::BiasAdd { .. } => "bias_add",
+            Kernel::BiasAddGrad { .. } => "bias_add_grad",
+            Kernel::Unary { .. } => "unary",
+            Kernel::UnaryGrad { .. } => "unary_grad",
+            Kernel::Conv2D { .. } => "conv2d",
+            Kernel::Conv2DBackpropInput { .. } => "conv2d_backprop_input",
+            Kernel::Conv2DBackpropFilter { .. } => "conv2d_backprop_filter",
+            Kernel::MaxPool { .. } => "max_pool",
+            Kernel::MaxPoolGrad { .. } => "max_pool_grad",
+            Kernel::AvgPool { .. } => "avg_pool",
+            Kernel::AvgPoolGrad { .. } => "avg_pool_grad",
+            Kernel::Concat { .. } => "concat",
+            Kernel::Split { .. } => "split",
+            Kernel::Slice { .. } => "slice",
+            Kernel::SliceGrad { .. } => "slice_grad",
+            Kernel::BroadcastTo { .. } => "broadcast_to",
+            Kernel::SumTo { .. } => "sum_to_shape",
+            Kernel::Softmax { .. } => "softmax",
+            Kernel::LogSoftmax { .. } => "log_softmax",
+            Kernel::SoftmaxGrad { .. } => "softmax_grad",
+            Kernel::LogSoftmaxGrad { .. } => "log_softmax_grad",
+            Kernel::SparseSoftmaxXent { .. } => "sparse_softmax_xent",
+            Kernel::SoftmaxXent { .. } => "softmax_xent",
+            Kernel::L2Loss => "l2_loss",
+            Kernel::ReduceSum { .. } => "reduce_sum",
+            Kernel::ReduceMean { .. } => "reduce_mean",
+            Kernel::ArgMax { .. } => "argmax",
+            Kernel::Equal { .. } => "equal",
+            Kernel::Cast { .. } => "cast",
+            Kernel::Dropout { .. } => "dropout",
+            Kernel::Fill { .. } => "fill",
+            Kernel::BatchNormTrain { .. } => "batch_norm_train",
+            Kernel::BatchNormInfer { .. } => "batch_norm_infer",
+            Kernel::BatchNormGrad { .. } => "batch_norm_grad",
+            Kernel::AssignMovingAverage { .. } => "assign_moving_average",
+            Kernel::ApplyGradientDescent { .. } => "apply_gradient_descent",
+            Kernel::ApplyMomentum { .. } => "apply_momentum",
+            Kernel::ApplyAdam { .. } => "apply_adam",
+            Kernel::WeightedSum { .. } => "weighted_sum",
+            Kernel::IncrementStep => "increment_step",
+        }
+    }
+}

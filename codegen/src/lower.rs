@@ -1,0 +1,332 @@
+//! Lowering a placed, scheduled graph to a [`Plan`].
+//!
+//! Order of work, each step deterministic:
+//! 1. devices: the sorted set of devices of the schedule's streams and of
+//!    every node the program uses;
+//! 2. variables, then placeholders and constants, in topological order
+//!    (ties by creation order): variables bind to the store by name, the
+//!    others get arena buffers;
+//! 3. scheduled nodes in topological order: kernel selection
+//!    ([`crate::select`]), output and workspace buffers (or an alias of the
+//!    input for Reshape/Identity/StopGradient and in-place variable updates);
+//! 4. steps per stream, in the schedule's order.
+//!
+//! Maps keyed by node are used for lookup only; every output order comes
+//! from the schedule or the topological order, never from map order.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use towers_graph::{Device, Graph, NodeId, Op, Tensor};
+use towers_passes::{CompileState, ScheduleItem};
+
+use crate::error::CodegenError;
+use crate::plan::{
+    BufRef, Buffer, BufferKind, ConstantDecl, DevicePlan, LowerOptions, Plan, Step, StreamPlan, VariableDecl,
+};
+use crate::select::{select, Lowering, Outs, Ty};
+
+const ALIGN: usize = 64;
+
+struct Lowerer<'g> {
+    g: &'g Graph,
+    devices: Vec<DevicePlan>,
+    bind: BTreeMap<Tensor, BufRef>,
+    lowered: BTreeMap<NodeId, (Lowering, Option<BufRef>)>,
+}
+
+impl<'g> Lowerer<'g> {
+    fn device_of(&self, id: NodeId) -> Result<Device, CodegenError> {
+        let n = self.g.node(id);
+        n.device.ok_or_else(|| CodegenError::Unplaced { node: n.name.clone() })
+    }
+
+    fn dev_index(&self, d: Device) -> usize {
+        self.devices.iter().position(|p| p.device == d).unwrap_or(0)
+    }
+
+    fn ty(&self, t: Tensor) -> Result<Ty, CodegenError> {
+        let n = self.g.node(t.node);
+        let tt =
+            self.g.tensor_type(t).map_err(|_| CodegenError::UnknownNode { node: format!("{}:{}", n.name, t.slot) })?;
+        let dims = tt.shape.dims().ok_or_else(|| CodegenError::UnknownShape {
+            node: n.name.clone(),
+            slot: t.slot,
+            shape: tt.shape.to_string(),
+        })?;
+        Ok(Ty { dtype: tt.dtype, dims })
+    }
+
+    fn alloc(&mut self, device: Device, name: String, ty: &Ty, kind: BufferKind) -> BufRef {
+        let di = self.dev_index(device);
+        let d = &mut self.devices[di];
+        let bytes = ty.dims.iter().product::<usize>() * ty.dtype.size_bytes();
+        let offset = d.arena_bytes;
+        d.arena_bytes = (offset + bytes).div_ceil(ALIGN) * ALIGN;
+        d.buffers.push(Buffer { name, dtype: ty.dtype, shape: ty.dims.clone(), kind, offset, bytes });
+        BufRef::Arena { device: di, buffer: d.buffers.len() - 1 }
+    }
+
+    fn tensor_name(&self, t: Tensor) -> String {
+        let name = &self.g.node(t.node).name;
+        if t.slot == 0 {
+            name.clone()
+        } else {
+            format!("{name}:{}", t.slot)
+        }
+    }
+
+    fn alloc_outputs(&mut self, id: NodeId, kind: BufferKind) -> Result<(), CodegenError> {
+        let device = self.device_of(id)?;
+        for slot in 0..self.g.node(id).outputs.len() {
+            let t = Tensor::new(id, slot);
+            let ty = self.ty(t)?;
+            let r = self.alloc(device, self.tensor_name(t), &ty, kind);
+            self.bind.insert(t, r);
+        }
+        Ok(())
+    }
+
+    /// The buffer of a node's input, checking it is bound and on this device.
+    fn input(&self, id: NodeId, t: Tensor) -> Result<BufRef, CodegenError> {
+        let node = self.g.node(id);
+        let r = self.bind.get(&t).cloned().ok_or_else(|| CodegenError::NotScheduled {
+            node: self.g.node(t.node).name.clone(),
+            by: node.name.clone(),
+        })?;
+        let from = self.device_of(t.node)?;
+        let here = self.device_of(id)?;
+        // Variables live in the host store; the CPU backend reads them from any device.
+        if from != here && !matches!(node.op, Op::Copy) && !matches!(r, BufRef::Variable(_)) {
+            return Err(CodegenError::CrossDevice {
+                node: node.name.clone(),
+                op: node.op.type_name().to_string(),
+                input: self.tensor_name(t),
+                from: from.to_string(),
+            });
+        }
+        Ok(r)
+    }
+
+    fn lower_node(&mut self, id: NodeId, opts: &LowerOptions) -> Result<(), CodegenError> {
+        let node = self.g.node(id);
+        let inputs = self.g.inputs(id);
+        let ins = inputs.iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
+        let outs = (0..node.outputs.len()).map(|s| self.ty(Tensor::new(id, s))).collect::<Result<Vec<_>, _>>()?;
+        let in_refs = inputs.iter().map(|&t| self.input(id, t)).collect::<Result<Vec<_>, _>>()?;
+        let low = select(&node.op, &ins, &outs, opts.mode).map_err(|reason| CodegenError::Unsupported {
+            node: node.name.clone(),
+            op: node.op.type_name().to_string(),
+            reason,
+        })?;
+        let mut workspace = None;
+        match &low {
+            Lowering::Nothing => {}
+            Lowering::Alias => {
+                if let Some(r) = in_refs.first() {
+                    self.bind.insert(Tensor::new(id, 0), r.clone());
+                }
+            }
+            Lowering::Launch { outs: Outs::InPlace(_), .. } => {
+                if let (Some(r), false) = (in_refs.first(), node.outputs.is_empty()) {
+                    self.bind.insert(Tensor::new(id, 0), r.clone());
+                }
+            }
+            Lowering::CopyOut | Lowering::CopyAndOnes | Lowering::Launch { .. } => {
+                self.alloc_outputs(id, BufferKind::Tensor)?;
+                let ws = match &low {
+                    Lowering::Launch { kernel, .. } => match kernel {
+                        crate::Kernel::Conv2D { workspace_len, .. }
+                        | crate::Kernel::Conv2DBackpropInput { workspace_len, .. }
+                        | crate::Kernel::Conv2DBackpropFilter { workspace_len, .. } => *workspace_len,
+                        _ => 0,
+                    },
+                    _ => 0,
+                };
+                if ws > 0 {
+                    let ty = Ty { dtype: towers_graph::DType::F32, dims: vec![ws] };
+                    let name = format!("{}/workspace", node.name);
+                    workspace = Some(self.alloc(self.device_of(id)?, name, &ty, BufferKind::Workspace));
+                }
+            }
+        }
+        self.lowered.insert(id, (low, workspace));
+        Ok(())
+    }
+
+    fn steps(&self, id: NodeId) -> Vec<Step> {
+        let node = self.g.node(id);
+        let Some((low, workspace)) = self.lowered.get(&id) else { return Vec::new() };
+        let inputs = self.g.inputs(id);
+        let inb = |i: usize| self.bind.get(&inputs[i]).cloned().unwrap_or(BufRef::Variable(String::new()));
+        let outb = |s: usize| self.bind.get(&Tensor::new(id, s)).cloned().unwrap_or(BufRef::Variable(String::new()));
+        let name = node.name.clone();
+        let bytes = |s: usize| node.outputs[s].byte_size().unwrap_or(0);
+        match low {
+            Lowering::Nothing | Lowering::Alias => Vec::new(),
+            Lowering::CopyOut => vec![Step::Copy { from: inb(0), to: outb(0), bytes: bytes(0), node: name }],
+            Lowering::CopyAndOnes => vec![
+                Step::Copy { from: inb(0), to: outb(0), bytes: bytes(0), node: name.clone() },
+                Step::Launch {
+                    kernel: crate::Kernel::Fill { value: 1.0 },
+                    inputs: vec![],
+                    outputs: vec![outb(1)],
+                    workspace: None,
+                    node: name,
+                },
+            ],
+            Lowering::Launch { kernel, inputs: idx, outs } => {
+                let outputs = match outs {
+                    Outs::Own => (0..node.outputs.len()).map(outb).collect(),
+                    Outs::InPlace(v) => v.iter().map(|&i| inb(i)).collect(),
+                };
+                vec![Step::Launch {
+                    kernel: kernel.clone(),
+                    inputs: idx.iter().map(|&i| inb(i)).collect(),
+                    outputs,
+                    workspace: workspace.clone(),
+                    node: name,
+                }]
+            }
+        }
+    }
+}
+
+/// Lower a placed, scheduled graph to a plan.
+pub fn lower(g: &Graph, st: &CompileState, opts: &LowerOptions) -> Result<Plan, CodegenError> {
+    let schedule = st.schedule.as_ref().ok_or(CodegenError::NoSchedule)?;
+    // Which stream runs each node.
+    let mut stream_of: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for (si, s) in schedule.streams.iter().enumerate() {
+        for item in &s.items {
+            match item {
+                ScheduleItem::Run(name) => {
+                    let id = g.get(name).ok_or_else(|| CodegenError::UnknownNode { node: name.clone() })?;
+                    if let Some(&first) = stream_of.get(&id) {
+                        return Err(CodegenError::ScheduledTwice {
+                            node: name.clone(),
+                            first: schedule.streams[first].name(),
+                            second: s.name(),
+                        });
+                    }
+                    let n = g.node(id);
+                    let device = n.device.ok_or_else(|| CodegenError::Unplaced { node: name.clone() })?;
+                    if device != s.device && !matches!(n.op, Op::Copy) {
+                        return Err(CodegenError::WrongStream {
+                            node: name.clone(),
+                            op: n.op.type_name().to_string(),
+                            stream: s.name(),
+                            device: device.to_string(),
+                        });
+                    }
+                    stream_of.insert(id, si);
+                }
+                ScheduleItem::Record(e) | ScheduleItem::Wait(e) => {
+                    if *e >= schedule.num_events {
+                        return Err(CodegenError::BadEvent { event: *e, num_events: schedule.num_events });
+                    }
+                }
+            }
+        }
+    }
+    let order = g.topo_order().map_err(|e| CodegenError::UnknownNode { node: e.to_string() })?;
+    let is_source =
+        |id: NodeId| matches!(g.node(id).op, Op::Variable { .. } | Op::Placeholder { .. } | Op::Const { .. });
+
+    let mut devices: BTreeSet<Device> = schedule.streams.iter().map(|s| s.device).collect();
+    for &id in &order {
+        if is_source(id) || stream_of.contains_key(&id) {
+            let n = g.node(id);
+            devices.insert(n.device.ok_or_else(|| CodegenError::Unplaced { node: n.name.clone() })?);
+        }
+    }
+    let mut lw = Lowerer {
+        g,
+        devices: devices.into_iter().map(|device| DevicePlan { device, buffers: Vec::new(), arena_bytes: 0 }).collect(),
+        bind: BTreeMap::new(),
+        lowered: BTreeMap::new(),
+    };
+
+    let mut variables = Vec::new();
+    let mut constants = Vec::new();
+    let mut feeds = Vec::new();
+    for &id in &order {
+        let n = g.node(id);
+        match &n.op {
+            Op::Variable { dtype, shape, init, trainable } => {
+                variables.push(VariableDecl {
+                    name: n.name.clone(),
+                    dtype: *dtype,
+                    shape: shape.clone(),
+                    init: init.clone(),
+                    trainable: *trainable,
+                    device: lw.device_of(id)?,
+                });
+                lw.bind.insert(Tensor::new(id, 0), BufRef::Variable(n.name.clone()));
+            }
+            Op::Placeholder { .. } => {
+                lw.alloc_outputs(id, crate::plan::BufferKind::Feed)?;
+                feeds.push((n.name.clone(), lw.bind[&Tensor::new(id, 0)].clone()));
+            }
+            Op::Const { value } => {
+                lw.alloc_outputs(id, crate::plan::BufferKind::Constant)?;
+                let buffer = lw.bind[&Tensor::new(id, 0)].clone();
+                constants.push(ConstantDecl { buffer, data: value.data.iter().map(|v| v.0).collect() });
+            }
+            _ => {}
+        }
+    }
+    for &id in &order {
+        if stream_of.contains_key(&id) && !is_source(id) {
+            lw.lower_node(id, opts)?;
+        }
+    }
+
+    let mut streams = Vec::new();
+    for s in &schedule.streams {
+        let mut steps = Vec::new();
+        for item in &s.items {
+            match item {
+                ScheduleItem::Run(name) => {
+                    if let Some(id) = g.get(name) {
+                        steps.extend(lw.steps(id));
+                    }
+                }
+                ScheduleItem::Record(e) => steps.push(Step::Record(*e)),
+                ScheduleItem::Wait(e) => steps.push(Step::Wait(*e)),
+            }
+        }
+        streams.push(StreamPlan { device: s.device, kind: s.kind, steps });
+    }
+
+    let mut fetches = Vec::new();
+    for (name, tr) in &st.fetches {
+        let bad = || CodegenError::BadFetch { fetch: name.clone(), tensor: tr.to_string() };
+        let id = g.get(&tr.node).ok_or_else(bad)?;
+        if tr.slot >= g.node(id).outputs.len() {
+            return Err(bad());
+        }
+        let r = lw
+            .bind
+            .get(&Tensor::new(id, tr.slot))
+            .cloned()
+            .ok_or_else(|| CodegenError::NotScheduled { node: tr.node.clone(), by: format!("fetch '{name}'") })?;
+        fetches.push((name.clone(), r));
+    }
+    fetches.sort();
+    feeds.sort();
+    let mut tensors: Vec<(String, BufRef)> = lw.bind.iter().map(|(t, r)| (lw.tensor_name(*t), r.clone())).collect();
+    tensors.sort();
+
+    Ok(Plan {
+        program: opts.program.clone(),
+        mode: opts.mode,
+        devices: lw.devices,
+        variables,
+        constants,
+        feeds,
+        fetches,
+        tensors,
+        streams,
+        num_events: schedule.num_events,
+    })
+}

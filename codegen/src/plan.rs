@@ -1,0 +1,180 @@
+//! The plan: plain data (serde), deterministic, readable as text.
+//!
+//! Invariants a backend may rely on:
+//! - every [`BufRef::Arena`] names an existing buffer of an existing device;
+//!   buffers of one device never overlap (no liveness reuse yet);
+//! - variables live outside the arenas, in the backend's store, by name;
+//! - within a stream, steps run in order; across streams the only ordering
+//!   is `Record(e)` → `Wait(e)`: a buffer written on one stream is read on
+//!   another only after a wait on an event recorded after the write.
+
+use serde::{Deserialize, Serialize};
+use towers_graph::{DType, Device, Initializer};
+use towers_passes::StreamKind;
+
+use crate::kernel::Kernel;
+
+/// Lowering mode: training (batch statistics, dropout masks) or evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    Train,
+    Eval,
+}
+
+/// Options of [`crate::lower`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LowerOptions {
+    pub mode: Mode,
+    /// The program's name ("train", "eval").
+    pub program: String,
+}
+
+/// Where a tensor lives: a buffer of a device's arena, or a variable by name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum BufRef {
+    /// Buffer `buffer` of `Plan::devices[device]`.
+    Arena { device: usize, buffer: usize },
+    /// A variable in the backend's store.
+    Variable(String),
+}
+
+/// What a buffer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BufferKind {
+    /// An op's output (activation or gradient).
+    Tensor,
+    /// A fed placeholder.
+    Feed,
+    /// A constant, filled at load.
+    Constant,
+    /// Kernel scratch space.
+    Workspace,
+}
+
+/// One buffer in a device arena.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Buffer {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub kind: BufferKind,
+    /// Byte offset in the device's arena (64-byte aligned).
+    pub offset: usize,
+    /// Size in bytes.
+    pub bytes: usize,
+}
+
+impl Buffer {
+    /// Number of 4-byte elements.
+    pub fn len(&self) -> usize {
+        self.bytes / 4
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
+
+/// One device's arena.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DevicePlan {
+    pub device: Device,
+    pub buffers: Vec<Buffer>,
+    pub arena_bytes: usize,
+}
+
+/// A variable the program uses (stored by the backend, shared across programs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariableDecl {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub init: Initializer,
+    pub trainable: bool,
+    pub device: Device,
+}
+
+/// A constant buffer's value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConstantDecl {
+    pub buffer: BufRef,
+    /// Values as f32 (integers exact up to 2^24); converted to the buffer's dtype at load.
+    pub data: Vec<f32>,
+}
+
+/// One step of a stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Step {
+    Launch { kernel: Kernel, inputs: Vec<BufRef>, outputs: Vec<BufRef>, workspace: Option<BufRef>, node: String },
+    Copy { from: BufRef, to: BufRef, bytes: usize, node: String },
+    Record(usize),
+    Wait(usize),
+}
+
+/// The ordered steps of one stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamPlan {
+    pub device: Device,
+    pub kind: StreamKind,
+    pub steps: Vec<Step>,
+}
+
+impl StreamPlan {
+    /// `cpu:0/compute`.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.device, self.kind.name())
+    }
+}
+
+/// A compiled program.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub program: String,
+    pub mode: Mode,
+    pub devices: Vec<DevicePlan>,
+    pub variables: Vec<VariableDecl>,
+    pub constants: Vec<ConstantDecl>,
+    /// Placeholder name → buffer, sorted by name.
+    pub feeds: Vec<(String, BufRef)>,
+    /// User-facing fetch name → buffer, sorted by name.
+    pub fetches: Vec<(String, BufRef)>,
+    /// Every tensor of the program by `node` (slot 0) or `node:slot`, sorted.
+    pub tensors: Vec<(String, BufRef)>,
+    pub streams: Vec<StreamPlan>,
+    pub num_events: usize,
+}
+
+impl Plan {
+    /// The buffer a reference names (None for variables).
+    pub fn buffer(&self, r: &BufRef) -> Option<&Buffer> {
+        match r {
+            BufRef::Arena { device, buffer } => self.devices.get(*device)?.buffers.get(*buffer),
+            BufRef::Variable(_) => None,
+        }
+    }
+
+    /// The variable declaration of a name.
+    pub fn variable(&self, name: &str) -> Option<&VariableDecl> {
+        self.variables.iter().find(|v| v.name == name)
+    }
+
+    /// Dtype and shape of what a reference names.
+    pub fn type_of(&self, r: &BufRef) -> Option<(DType, &[usize])> {
+        match r {
+            BufRef::Arena { .. } => self.buffer(r).map(|b| (b.dtype, b.shape.as_slice())),
+            BufRef::Variable(n) => self.variable(n).map(|v| (v.dtype, v.shape.as_slice())),
+        }
+    }
+
+    /// A fetchable tensor: a fetch name first, then a tensor name (`node` or `node:slot`).
+    pub fn lookup(&self, name: &str) -> Option<&BufRef> {
+        fn find<'a>(v: &'a [(String, BufRef)], name: &str) -> Option<&'a BufRef> {
+            v.iter().find(|(n, _)| n == name).map(|(_, r)| r)
+        }
+        find(&self.fetches, name).or_else(|| find(&self.tensors, name))
+    }
+
+    /// JSON form.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}

@@ -1,0 +1,237 @@
+//! Kernel selection: one op (with its input and output types) to what the
+//! plan does for it. Pure: no buffers, no graph, so each rule reads alone.
+
+use towers_graph::{DType, Op, Optimizer};
+
+use crate::kernel::{BinaryKind, ConvGeom, Kernel, PoolGeom, UnaryKind};
+use crate::plan::Mode;
+
+/// A tensor's dtype and fully known dimensions.
+#[derive(Debug, Clone)]
+pub(crate) struct Ty {
+    pub dtype: DType,
+    pub dims: Vec<usize>,
+}
+
+/// Where a launch writes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Outs {
+    /// The node's own output buffers.
+    Own,
+    /// In place on these node inputs (variables); the node's output 0 aliases input 0.
+    InPlace(Vec<usize>),
+}
+
+/// What the plan does for one node.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Lowering {
+    /// Buffers only, or ordering only.
+    Nothing,
+    /// Output 0 is input 0's buffer (no copy).
+    Alias,
+    /// Copy input 0 into output 0.
+    CopyOut,
+    /// Copy input 0 into output 0 and fill output 1 with ones (eval dropout).
+    CopyAndOnes,
+    /// One kernel launch; `inputs` are node input indices.
+    Launch { kernel: Kernel, inputs: Vec<usize>, outs: Outs },
+}
+
+fn launch(kernel: Kernel, inputs: &[usize]) -> Result<Lowering, String> {
+    Ok(Lowering::Launch { kernel, inputs: inputs.to_vec(), outs: Outs::Own })
+}
+
+fn last(t: &Ty) -> usize {
+    t.dims.last().copied().unwrap_or(1)
+}
+
+fn nhwc(t: &Ty, what: &str) -> Result<[usize; 4], String> {
+    match t.dims[..] {
+        [n, h, w, c] => Ok([n, h, w, c]),
+        _ => Err(format!("{what} must be rank 4 (NHWC), got {:?}", t.dims)),
+    }
+}
+
+fn conv(x: &Ty, f: &Ty, strides: [usize; 2], padding: towers_graph::Padding) -> Result<(ConvGeom, usize), String> {
+    let [n, h, w, c_in] = nhwc(x, "input")?;
+    let [kh, kw, _, c_out] = nhwc(f, "filter")?;
+    let geom = ConvGeom { n, h, w, c_in, kh, kw, c_out, stride_h: strides[0], stride_w: strides[1], padding };
+    let k = towers_kernels::conv::Conv2d {
+        n,
+        h,
+        w,
+        c_in,
+        kh,
+        kw,
+        c_out,
+        stride_h: strides[0],
+        stride_w: strides[1],
+        padding: kernel_padding(padding),
+        threads: 1,
+    };
+    Ok((geom, k.workspace_len()))
+}
+
+/// The kernels' padding twin of the graph's.
+pub fn kernel_padding(p: towers_graph::Padding) -> towers_kernels::window::Padding {
+    match p {
+        towers_graph::Padding::Same => towers_kernels::window::Padding::Same,
+        towers_graph::Padding::Valid => towers_kernels::window::Padding::Valid,
+    }
+}
+
+fn pool(x: &Ty, ksize: [usize; 2], strides: [usize; 2], padding: towers_graph::Padding) -> Result<PoolGeom, String> {
+    let [n, h, w, c] = nhwc(x, "input")?;
+    Ok(PoolGeom { n, h, w, c, kh: ksize[0], kw: ksize[1], stride_h: strides[0], stride_w: strides[1], padding })
+}
+
+/// Select the lowering of `op` given its input and output types.
+/// The error string is the reason, wrapped by the caller with the node name.
+pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Lowering, String> {
+    use Op::*;
+    let all: Vec<usize> = (0..ins.len()).collect();
+    match op {
+        Placeholder { .. } | Const { .. } | Variable { .. } | NoOp => Ok(Lowering::Nothing),
+        Reshape { .. } | Identity | StopGradient => Ok(Lowering::Alias),
+        Copy => Ok(Lowering::CopyOut),
+        MatMul { transpose_a, transpose_b } => {
+            let (a, b) = (&ins[0].dims, &ins[1].dims);
+            if a.len() != 2 || b.len() != 2 {
+                return Err(format!("matmul needs rank-2 inputs, got {a:?} and {b:?}"));
+            }
+            let (m, k) = if *transpose_a { (a[1], a[0]) } else { (a[0], a[1]) };
+            let n = if *transpose_b { b[0] } else { b[1] };
+            launch(Kernel::MatMul { m, n, k, trans_a: *transpose_a, trans_b: *transpose_b }, &[0, 1])
+        }
+        Add | Sub | Mul | Div => {
+            let kind = match op {
+                Add => BinaryKind::Add,
+                Sub => BinaryKind::Sub,
+                Mul => BinaryKind::Mul,
+                _ => BinaryKind::Div,
+            };
+            if ins[0].dtype != DType::F32 {
+                return Err(format!("elementwise arithmetic runs on f32 only, got {}", ins[0].dtype));
+            }
+            let k = Kernel::Binary {
+                op: kind,
+                a_shape: ins[0].dims.clone(),
+                b_shape: ins[1].dims.clone(),
+                out_shape: outs[0].dims.clone(),
+            };
+            launch(k, &[0, 1])
+        }
+        AddN => launch(Kernel::AddN { n: ins.len() }, &all),
+        BiasAdd => launch(Kernel::BiasAdd { channels: last(&ins[1]) }, &[0, 1]),
+        BiasAddGrad => launch(Kernel::BiasAddGrad { channels: last(&ins[0]) }, &[0]),
+        Neg => launch(Kernel::Unary { op: UnaryKind::Neg }, &[0]),
+        Relu => launch(Kernel::Unary { op: UnaryKind::Relu }, &[0]),
+        Sigmoid => launch(Kernel::Unary { op: UnaryKind::Sigmoid }, &[0]),
+        Tanh => launch(Kernel::Unary { op: UnaryKind::Tanh }, &[0]),
+        ReluGrad => launch(Kernel::UnaryGrad { op: UnaryKind::Relu }, &[0, 1]),
+        SigmoidGrad => launch(Kernel::UnaryGrad { op: UnaryKind::Sigmoid }, &[0, 1]),
+        TanhGrad => launch(Kernel::UnaryGrad { op: UnaryKind::Tanh }, &[0, 1]),
+        Conv2D { strides, padding } => {
+            let (geom, workspace_len) = conv(&ins[0], &ins[1], *strides, *padding)?;
+            launch(Kernel::Conv2D { geom, workspace_len }, &[0, 1])
+        }
+        Conv2DBackpropInput { strides, padding } => {
+            let (geom, workspace_len) = conv(&ins[0], &ins[1], *strides, *padding)?;
+            launch(Kernel::Conv2DBackpropInput { geom, workspace_len }, &[2, 1])
+        }
+        Conv2DBackpropFilter { strides, padding } => {
+            let (geom, workspace_len) = conv(&ins[0], &ins[1], *strides, *padding)?;
+            launch(Kernel::Conv2DBackpropFilter { geom, workspace_len }, &[0, 2])
+        }
+        MaxPool { ksize, strides, padding } => {
+            launch(Kernel::MaxPool { geom: pool(&ins[0], *ksize, *strides, *padding)? }, &[0])
+        }
+        MaxPoolGrad { ksize, strides, padding } => {
+            launch(Kernel::MaxPoolGrad { geom: pool(&ins[0], *ksize, *strides, *padding)? }, &[0, 1, 2])
+        }
+        AvgPool { ksize, strides, padding } => {
+            launch(Kernel::AvgPool { geom: pool(&ins[0], *ksize, *strides, *padding)? }, &[0])
+        }
+        AvgPoolGrad { ksize, strides, padding } => {
+            launch(Kernel::AvgPoolGrad { geom: pool(&ins[0], *ksize, *strides, *padding)? }, &[1])
+        }
+        Concat { axis } => {
+            launch(Kernel::Concat { axis: *axis, shapes: ins.iter().map(|t| t.dims.clone()).collect() }, &all)
+        }
+        Split { axis, sizes } => {
+            launch(Kernel::Split { axis: *axis, shape: ins[0].dims.clone(), sizes: sizes.clone() }, &[0])
+        }
+        Slice { begin, .. } => {
+            launch(Kernel::Slice { shape: ins[0].dims.clone(), begin: begin.clone(), size: outs[0].dims.clone() }, &[0])
+        }
+        SliceGrad { begin } => launch(
+            Kernel::SliceGrad { shape: ins[0].dims.clone(), begin: begin.clone(), size: ins[1].dims.clone() },
+            &[1],
+        ),
+        BroadcastLike => {
+            launch(Kernel::BroadcastTo { x_shape: ins[0].dims.clone(), out_shape: outs[0].dims.clone() }, &[0])
+        }
+        SumToLike => launch(Kernel::SumTo { x_shape: ins[0].dims.clone(), out_shape: outs[0].dims.clone() }, &[0]),
+        Softmax => launch(Kernel::Softmax { classes: last(&ins[0]) }, &[0]),
+        LogSoftmax => launch(Kernel::LogSoftmax { classes: last(&ins[0]) }, &[0]),
+        SoftmaxGrad => launch(Kernel::SoftmaxGrad { classes: last(&ins[0]) }, &[0, 1]),
+        LogSoftmaxGrad => launch(Kernel::LogSoftmaxGrad { classes: last(&ins[0]) }, &[0, 1]),
+        SparseSoftmaxCrossEntropy => launch(Kernel::SparseSoftmaxXent { classes: last(&ins[0]) }, &[0, 1]),
+        SoftmaxCrossEntropy => launch(Kernel::SoftmaxXent { classes: last(&ins[0]) }, &[0, 1]),
+        L2Loss => launch(Kernel::L2Loss, &[0]),
+        ReduceSum { axes, .. } => launch(Kernel::ReduceSum { shape: ins[0].dims.clone(), axes: axes.clone() }, &[0]),
+        ReduceMean { axes, .. } => launch(Kernel::ReduceMean { shape: ins[0].dims.clone(), axes: axes.clone() }, &[0]),
+        ArgMax { axis } => launch(Kernel::ArgMax { shape: ins[0].dims.clone(), axis: *axis }, &[0]),
+        Equal => {
+            if ins[0].dims != ins[1].dims {
+                return Err(format!(
+                    "equal without broadcasting needs one shape, got {:?} and {:?}",
+                    ins[0].dims, ins[1].dims
+                ));
+            }
+            launch(Kernel::Equal { dtype: ins[0].dtype }, &[0, 1])
+        }
+        Cast { dtype } => launch(Kernel::Cast { from: ins[0].dtype, to: *dtype }, &[0]),
+        Dropout { rate, seed, first_row } => match mode {
+            Mode::Eval => Ok(Lowering::CopyAndOnes),
+            Mode::Train => {
+                let d = &ins[0].dims;
+                let row: usize = d.iter().skip(1).product();
+                let k = Kernel::Dropout { keep_prob: 1.0 - rate.0, seed: *seed, elem_offset: first_row * row };
+                launch(k, &[0])
+            }
+        },
+        BatchNorm { epsilon } => {
+            let channels = last(&ins[0]);
+            match mode {
+                Mode::Train => launch(Kernel::BatchNormTrain { channels, epsilon: epsilon.0 }, &[0, 1, 2]),
+                Mode::Eval => launch(Kernel::BatchNormInfer { channels, epsilon: epsilon.0 }, &[0, 1, 2, 3, 4]),
+            }
+        }
+        BatchNormGrad => launch(Kernel::BatchNormGrad { channels: last(&ins[1]) }, &[0, 1, 2, 3, 4]),
+        AssignMovingAverage { decay } => Ok(Lowering::Launch {
+            kernel: Kernel::AssignMovingAverage { decay: decay.0 },
+            inputs: vec![1],
+            outs: Outs::InPlace(vec![0]),
+        }),
+        ApplyGradient { optimizer } => {
+            let n = ins.len();
+            let (grad, step) = (n - 2, n - 1);
+            let (kernel, inputs) = match optimizer {
+                Optimizer::Sgd { lr } => (Kernel::ApplyGradientDescent { lr: lr.0 }, vec![grad]),
+                Optimizer::Momentum { lr, momentum, nesterov } => {
+                    (Kernel::ApplyMomentum { lr: lr.0, momentum: momentum.0, nesterov: *nesterov }, vec![grad])
+                }
+                Optimizer::Adam { lr, beta1, beta2, epsilon } => (
+                    Kernel::ApplyAdam { lr: lr.0, beta1: beta1.0, beta2: beta2.0, epsilon: epsilon.0 },
+                    vec![grad, step],
+                ),
+            };
+            Ok(Lowering::Launch { kernel, inputs, outs: Outs::InPlace((0..n - 2).collect()) })
+        }
+        IncrementStep => {
+            Ok(Lowering::Launch { kernel: Kernel::IncrementStep, inputs: vec![], outs: Outs::InPlace(vec![0]) })
+        }
+        TowerMean { weights } => launch(Kernel::WeightedSum { weights: weights.iter().map(|w| w.0).collect() }, &all),
+    }
+}
