@@ -1,1 +1,77 @@
-//! (crate under construction)
+//! Helpers shared by the end-to-end tests: small seed models, deterministic
+//! batches, and a runner that trains `k` steps under given compiler options
+//! and returns the losses and every variable, so that N-tower runs can be
+//! compared with the single-device run on the whole batch.
+
+use std::collections::BTreeMap;
+
+use towers::compiler::{compile_train, CompileOptions};
+use towers::data::Dataset;
+use towers::models::{build, Model, ModelKind, ModelSpec};
+use towers_runtime::Session;
+
+/// A small model on 8x8 inputs (MLP 64-16-10, or the seed convnet).
+pub fn small_model(kind: ModelKind, batch_norm: bool, seed: u64) -> Model {
+    let mut s = ModelSpec::new(kind, [8, 8, 1], 10);
+    s.hidden = vec![16];
+    s.batch_norm = batch_norm;
+    s.seed = seed;
+    build(&s).expect("the seed models build")
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub losses: Vec<f32>,
+    pub variables: BTreeMap<String, Vec<f32>>,
+}
+
+/// Deterministic synthetic batches: `steps` batches of `batch` examples.
+pub fn batches(batch: usize, steps: usize, seed: u64) -> Vec<(Vec<f32>, Vec<i32>)> {
+    let d = Dataset::synthetic(batch * steps, 8, 8, 1, 10, seed).expect("synthetic data");
+    (0..steps)
+        .map(|s| {
+            let imgs = d.images()[s * batch * 64..(s + 1) * batch * 64].to_vec();
+            let labels = d.labels()[s * batch..(s + 1) * batch].to_vec();
+            (imgs, labels)
+        })
+        .collect()
+}
+
+/// Compile `model` with `opts`, train one step per batch, return losses and variables.
+pub fn run(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)]) -> RunResult {
+    let c = compile_train(&model.graph, &model.loss, opts).expect("compiles");
+    let mut sess = Session::new(model.spec.seed);
+    sess.load("train", c.plan).expect("loads");
+    let mut losses = Vec::new();
+    for (imgs, labels) in data {
+        sess.feed_f32("train", &model.images, imgs).expect("feed images");
+        sess.feed_i32("train", &model.labels, labels).expect("feed labels");
+        sess.run("train").expect("runs");
+        losses.push(sess.fetch_f32("train", "loss").expect("loss")[0]);
+    }
+    let mut variables = BTreeMap::new();
+    for name in sess.variable_names() {
+        let v = sess.read_variable(&name).expect("variable");
+        variables.insert(name.to_string(), v.to_vec());
+    }
+    RunResult { losses, variables }
+}
+
+/// The largest relative difference between two runs' variables (over all
+/// elements: |a-b| / max(1, |b|)), and the variable where it occurs.
+pub fn max_rel_diff(a: &RunResult, b: &RunResult) -> (f32, String) {
+    let mut worst = (0f32, String::new());
+    for (name, vb) in &b.variables {
+        let Some(va) = a.variables.get(name) else {
+            return (f32::INFINITY, format!("{name} missing"));
+        };
+        for (x, y) in va.iter().zip(vb) {
+            let d = (x - y).abs() / y.abs().max(1.0);
+            if d > worst.0 || d.is_nan() {
+                worst = (d, name.clone());
+            }
+        }
+    }
+    worst
+}

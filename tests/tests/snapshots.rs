@@ -1,0 +1,49 @@
+//! Snapshots of what the compiler produces for the seed MLP and convnet at
+//! 1, 2 and 4 towers, variables on the CPU and on GPU 0: the plan's text
+//! form, the placement report and the dot of the placed graph. A snapshot of
+//! a plan is a snapshot of what will run. Compilation is deterministic, so
+//! these are stable byte for byte (checked by compiling twice).
+
+use towers::compiler::{compile_train, CompileOptions};
+use towers::models::{build, ModelKind, ModelSpec};
+use towers::report::placement_report;
+use towers_graph::{dot::to_dot, Device, Optimizer, F32};
+use towers_passes::VarPlacement;
+
+fn compile(kind: ModelKind, towers: u32, vars: VarPlacement) -> (String, String, String) {
+    let model = build(&ModelSpec::new(kind, [8, 8, 1], 10)).expect("model");
+    let mut o = CompileOptions::new(Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false }, 32);
+    o.towers = (0..towers).map(Device::gpu).collect();
+    o.variables = vars;
+    let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+    (c.plan.to_text(), placement_report(&c.graph, &c.plan), to_dot(&c.graph).expect("dot"))
+}
+
+#[test]
+fn plans_placements_and_dots_of_the_seed_models() {
+    for (kind, kname) in [(ModelKind::Mlp, "mlp"), (ModelKind::Convnet, "convnet")] {
+        for towers in [1u32, 2, 4] {
+            for (vars, vname) in [(VarPlacement::Cpu, "cpu"), (VarPlacement::Gpu0, "gpu0")] {
+                let (plan, placement, dot) = compile(kind, towers, vars);
+                let again = compile(kind, towers, vars);
+                assert_eq!((&plan, &placement, &dot), (&again.0, &again.1, &again.2), "compilation is deterministic");
+                let id = format!("{kname}_{towers}towers_{vname}");
+                insta::assert_snapshot!(format!("plan_{id}"), plan);
+                insta::assert_snapshot!(format!("placement_{id}"), placement);
+                insta::assert_snapshot!(format!("dot_{id}"), dot);
+            }
+        }
+    }
+}
+
+#[test]
+fn single_device_plans_of_the_seed_models() {
+    for (kind, kname) in [(ModelKind::Mlp, "mlp"), (ModelKind::Convnet, "convnet")] {
+        let model = build(&ModelSpec::new(kind, [8, 8, 1], 10)).expect("model");
+        let o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 32);
+        let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+        insta::assert_snapshot!(format!("plan_{kname}_single_device"), c.plan.to_text());
+        let text = towers_graph::text::to_text(&c.graph).expect("text");
+        insta::assert_snapshot!(format!("graph_{kname}_single_device"), text);
+    }
+}
