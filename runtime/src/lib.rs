@@ -1,1 +1,27 @@
-//! (crate under construction)
+//! # towers-runtime: executing a [`towers_codegen::Plan`]
+//!
+//! The CPU backend: a [`Session`] owns the variable store (host memory by
+//! variable name, shared by every loaded program) and runs loaded plans.
+//! `/gpu:i` devices run as CPU devices; [`cuda::probe`] reports whether a
+//! CUDA driver exists, without panicking.
+//!
+//! - [`session`]: load, feed, run, fetch, variables, [`Session::backend_note`];
+//! - `sched`: one thread per stream (stream 0 on the caller), events;
+//! - `mem`: the only `unsafe` memory access and its invariant;
+//! - `prepare`, `exec`: load-time resolution and kernel dispatch;
+//! - [`checkpoint`]: atomic safetensors save and checked restore;
+//! - [`error`]: [`RuntimeError`].
+
+pub mod checkpoint;
+pub mod cuda;
+pub mod error;
+mod exec;
+mod mem;
+mod prepare;
+mod sched;
+pub mod session;
+mod store;
+
+pub use cuda::{probe, CudaStatus};
+pub use error::RuntimeError;
+pub use session::Session;

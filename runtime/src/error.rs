@@ -1,0 +1,55 @@
+//! The runtime's error type: each variant names the program, feed, variable
+//! or node it is about.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    #[error("no program named '{program}' is loaded (loaded: {loaded})")]
+    UnknownProgram { program: String, loaded: String },
+
+    #[error("program '{program}' has no feed named '{feed}' (feeds: {feeds})")]
+    UnknownFeed { program: String, feed: String, feeds: String },
+
+    #[error("feed '{feed}' of program '{program}' expects {expected} elements, got {got}")]
+    FeedLength { program: String, feed: String, expected: usize, got: usize },
+
+    #[error("'{name}' of program '{program}' is {actual}, not {requested}")]
+    WrongDtype { program: String, name: String, actual: String, requested: String },
+
+    #[error("program '{program}' has no fetch or tensor named '{fetch}' (fetches: {fetches})")]
+    UnknownFetch { program: String, fetch: String, fetches: String },
+
+    #[error("no variable named '{name}'")]
+    UnknownVariable { name: String },
+
+    #[error("variable '{name}' is {existing} in the store but program '{program}' declares {declared}")]
+    VariableMismatch { program: String, name: String, existing: String, declared: String },
+
+    #[error("variable '{name}' has {expected} elements, got {got}")]
+    VariableLength { name: String, expected: usize, got: usize },
+
+    #[error("variable '{name}' is {dtype}; use the {dtype} accessor")]
+    VariableDtype { name: String, dtype: String },
+
+    #[error("program '{program}' is already loaded")]
+    DuplicateProgram { program: String },
+
+    #[error("invalid plan for program '{program}': {detail}")]
+    BadPlan { program: String, detail: String },
+
+    #[error("program '{program}', node '{node}': {detail}")]
+    Kernel { program: String, node: String, detail: String },
+
+    #[error("checkpoint {path}: {detail}")]
+    Checkpoint { path: String, detail: String },
+
+    #[error("checkpoint {path}: variable '{name}' is {in_file} in the checkpoint but {in_session} in the session")]
+    CheckpointMismatch { path: String, name: String, in_file: String, in_session: String },
+
+    #[error("checkpoint {path}: variable '{name}' is missing from the checkpoint")]
+    CheckpointMissing { path: String, name: String },
+
+    #[error("checkpoint {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}

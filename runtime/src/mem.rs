@@ -1,0 +1,144 @@
+//! The one module with `unsafe` memory access: shared arenas and the raw
+//! views the executor works through.
+//!
+//! Invariant (what makes this data-race free): the plan's arenas and the
+//! variable store are shared by the threads of one program, and
+//! - a buffer is written by one stream between two of its events, and read
+//!   by another stream only after that stream waited on an event recorded
+//!   after the write (the schedule guarantees this; the event table's
+//!   release/acquire atomics and mutex make the writes visible);
+//! - between runs no worker touches memory: `Session::run` takes `&mut
+//!   self` and returns only after every stream finished, so feeds, fetches,
+//!   variable reads/writes and checkpoints never race with kernels;
+//! - within one launch, an output never overlaps an input (checked at load
+//!   by [`Slot::overlaps`]), so a `&mut` view never aliases a `&` view.
+//!
+//! Regions are allocated once and never resized, so raw pointers into them
+//! stay valid as long as the `Arc<Region>` they came from is held.
+
+use std::cell::UnsafeCell;
+
+/// A fixed-size, 4-byte-element memory region shared across threads.
+pub struct Region {
+    data: Box<[UnsafeCell<u32>]>,
+}
+
+// SAFETY: access goes through `Slot`s whose use follows the module invariant.
+unsafe impl Sync for Region {}
+unsafe impl Send for Region {}
+
+impl Region {
+    /// A zeroed region of `len` 4-byte elements.
+    pub fn new(len: usize) -> Region {
+        Region { data: (0..len).map(|_| UnsafeCell::new(0)).collect() }
+    }
+    /// A view of elements `offset..offset + len`, or None when out of range.
+    pub fn slot(&self, offset: usize, len: usize) -> Option<Slot> {
+        if offset.checked_add(len)? > self.data.len() {
+            return None;
+        }
+        let base = UnsafeCell::raw_get(self.data.as_ptr());
+        // SAFETY: offset + len is within the allocation.
+        Some(Slot { ptr: unsafe { base.add(offset) }, len })
+    }
+    /// The whole region.
+    pub fn all(&self) -> Slot {
+        self.slot(0, self.data.len()).unwrap_or(Slot { ptr: std::ptr::NonNull::dangling().as_ptr(), len: 0 })
+    }
+}
+
+/// A raw view of `len` 4-byte elements inside a [`Region`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    ptr: *mut u32,
+    len: usize,
+}
+
+// SAFETY: see the module invariant.
+unsafe impl Send for Slot {}
+unsafe impl Sync for Slot {}
+
+impl Slot {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether two views share any element.
+    pub fn overlaps(&self, o: &Slot) -> bool {
+        let (a, b) = (self.ptr as usize, o.ptr as usize);
+        self.len > 0 && o.len > 0 && a < b + o.len * 4 && b < a + self.len * 4
+    }
+    /// # Safety
+    /// No other thread writes this slot meanwhile (module invariant).
+    pub unsafe fn f32<'a>(self) -> &'a [f32] {
+        std::slice::from_raw_parts(self.ptr as *const f32, self.len)
+    }
+    /// # Safety
+    /// No other view of this slot is used meanwhile (module invariant).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn f32_mut<'a>(self) -> &'a mut [f32] {
+        std::slice::from_raw_parts_mut(self.ptr as *mut f32, self.len)
+    }
+    /// # Safety
+    /// As [`Slot::f32`].
+    pub unsafe fn i32<'a>(self) -> &'a [i32] {
+        std::slice::from_raw_parts(self.ptr as *const i32, self.len)
+    }
+    /// # Safety
+    /// As [`Slot::f32_mut`].
+    pub unsafe fn i32_mut<'a>(self) -> &'a mut [i32] {
+        std::slice::from_raw_parts_mut(self.ptr as *mut i32, self.len)
+    }
+    /// # Safety
+    /// As [`Slot::f32`].
+    pub unsafe fn bytes<'a>(self) -> &'a [u8] {
+        std::slice::from_raw_parts(self.ptr as *const u8, self.len * 4)
+    }
+}
+
+/// Reusable storage for a list of slices, filled per call without
+/// allocating (its capacity is reserved at load).
+pub struct SliceList<T: 'static> {
+    v: Vec<&'static [T]>,
+}
+
+impl<T: 'static> SliceList<T> {
+    pub fn with_capacity(n: usize) -> Self {
+        SliceList { v: Vec::with_capacity(n) }
+    }
+    /// Call `f` with the slices of `items`; the list is empty again afterwards.
+    pub fn with<'a, R>(&mut self, items: impl Iterator<Item = &'a [T]>, f: impl FnOnce(&[&'a [T]]) -> R) -> R {
+        self.v.clear();
+        // SAFETY: the 'static references never outlive this call: the list
+        // is cleared before returning and only read through `f`'s borrow.
+        self.v.extend(items.map(|s| unsafe { std::mem::transmute::<&'a [T], &'static [T]>(s) }));
+        let r = f(&self.v[..]);
+        self.v.clear();
+        r
+    }
+}
+
+/// As [`SliceList`], for mutable slices.
+pub struct MutSliceList<T: 'static> {
+    v: Vec<&'static mut [T]>,
+}
+
+impl<T: 'static> MutSliceList<T> {
+    pub fn with_capacity(n: usize) -> Self {
+        MutSliceList { v: Vec::with_capacity(n) }
+    }
+    pub fn with<'a, R>(
+        &mut self,
+        items: impl Iterator<Item = &'a mut [T]>,
+        f: impl FnOnce(&mut [&'a mut [T]]) -> R,
+    ) -> R {
+        self.v.clear();
+        // SAFETY: as in `SliceList::with`.
+        self.v.extend(items.map(|s| unsafe { std::mem::transmute::<&'a mut [T], &'static mut [T]>(s) }));
+        // SAFETY: shortening the element lifetime back to 'a for the call.
+        let v: &mut [&'a mut [T]] =
+            unsafe { std::mem::transmute::<&mut [&'static mut [T]], &mut [&'a mut [T]]>(&mut self.v[..]) };
+        let r = f(v);
+        self.v.clear();
+        r
+    }
+}

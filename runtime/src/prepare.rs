@@ -1,0 +1,134 @@
+//! Load-time preparation: a [`Plan`]'s steps become [`Exec`]s whose
+//! buffers are resolved to [`Slot`]s, with every scratch list reserved, so
+//! that running a step allocates nothing.
+
+use std::sync::Arc;
+
+use towers_codegen::{BufRef, Kernel, Plan, Step};
+use towers_graph::DType;
+
+use crate::mem::{MutSliceList, Region, SliceList, Slot};
+use crate::store::Store;
+
+/// A resolved buffer: its view and dtype.
+#[derive(Debug, Clone, Copy)]
+pub struct Buf {
+    pub slot: Slot,
+    pub dtype: DType,
+}
+
+/// One executable step.
+pub enum Exec {
+    Launch(Box<Launch>),
+    Copy { from: Slot, to: Slot },
+    Record(usize),
+    Wait(usize),
+}
+
+/// A kernel launch with resolved buffers and reserved scratch.
+pub struct Launch {
+    pub kernel: Kernel,
+    pub ins: Vec<Buf>,
+    pub outs: Vec<Buf>,
+    pub ws: Option<Slot>,
+    pub node: String,
+    pub slices: SliceList<f32>,
+    pub shapes: SliceList<usize>,
+    pub mut_slices: MutSliceList<f32>,
+}
+
+/// Everything a program owns at run time.
+pub struct Prepared {
+    pub arenas: Vec<Arc<Region>>,
+    /// Keeps the variables' regions alive while slots point into them.
+    pub vars: Vec<Arc<Region>>,
+    pub streams: Vec<Vec<Exec>>,
+}
+
+/// Resolve a reference to a buffer.
+pub fn resolve(plan: &Plan, arenas: &[Arc<Region>], store: &Store, r: &BufRef) -> Result<Buf, String> {
+    match r {
+        BufRef::Arena { device, buffer } => {
+            let b = plan.buffer(r).ok_or_else(|| format!("buffer {device}/{buffer} does not exist"))?;
+            let arena = arenas.get(*device).ok_or_else(|| format!("device {device} does not exist"))?;
+            let slot = arena
+                .slot(b.offset / 4, b.len())
+                .ok_or_else(|| format!("buffer '{}' lies outside its arena", b.name))?;
+            Ok(Buf { slot, dtype: b.dtype })
+        }
+        BufRef::Variable(n) => {
+            let v = store.vars.get(n).ok_or_else(|| format!("variable '{n}' is not in the store"))?;
+            Ok(Buf { slot: v.region.all(), dtype: v.dtype })
+        }
+    }
+}
+
+/// Build the arenas and executable streams of `plan`; the store must hold its variables.
+pub fn prepare(plan: &Plan, store: &Store) -> Result<Prepared, String> {
+    let arenas: Vec<Arc<Region>> =
+        plan.devices.iter().map(|d| Arc::new(Region::new(d.arena_bytes.div_ceil(4)))).collect();
+    let vars = plan.variables.iter().filter_map(|v| store.vars.get(&v.name).map(|x| Arc::clone(&x.region))).collect();
+    for c in &plan.constants {
+        let b = resolve(plan, &arenas, store, &c.buffer)?;
+        if b.slot.len() != c.data.len() {
+            return Err(format!(
+                "constant {} has {} values for {} elements",
+                plan.ref_name(&c.buffer),
+                c.data.len(),
+                b.slot.len()
+            ));
+        }
+        // SAFETY: the arenas are new and not shared with any thread yet.
+        unsafe {
+            match b.dtype {
+                DType::F32 => b.slot.f32_mut().copy_from_slice(&c.data),
+                _ => b.slot.i32_mut().iter_mut().zip(&c.data).for_each(|(o, v)| *o = *v as i32),
+            }
+        }
+    }
+    let mut streams = Vec::new();
+    for s in &plan.streams {
+        let mut execs = Vec::new();
+        for step in &s.steps {
+            execs.push(match step {
+                Step::Record(e) | Step::Wait(e) if *e >= plan.num_events => {
+                    return Err(format!("event {e} is out of range (the plan has {})", plan.num_events))
+                }
+                Step::Record(e) => Exec::Record(*e),
+                Step::Wait(e) => Exec::Wait(*e),
+                Step::Copy { from, to, bytes, node } => {
+                    let (f, t) = (resolve(plan, &arenas, store, from)?, resolve(plan, &arenas, store, to)?);
+                    if f.slot.len() != t.slot.len() || f.slot.len() * 4 != *bytes || f.slot.overlaps(&t.slot) {
+                        return Err(format!("copy '{node}' has mismatched or overlapping buffers"));
+                    }
+                    Exec::Copy { from: f.slot, to: t.slot }
+                }
+                Step::Launch { kernel, inputs, outputs, workspace, node } => {
+                    let ins = inputs.iter().map(|r| resolve(plan, &arenas, store, r)).collect::<Result<Vec<_>, _>>()?;
+                    let outs =
+                        outputs.iter().map(|r| resolve(plan, &arenas, store, r)).collect::<Result<Vec<_>, _>>()?;
+                    let ws =
+                        workspace.as_ref().map(|r| resolve(plan, &arenas, store, r).map(|b| b.slot)).transpose()?;
+                    for o in &outs {
+                        if ins.iter().any(|i| i.slot.overlaps(&o.slot)) || ws.is_some_and(|w| w.overlaps(&o.slot)) {
+                            return Err(format!("launch '{node}' writes a buffer it also reads"));
+                        }
+                    }
+                    let n = ins.len().max(outs.len());
+                    Exec::Launch(Box::new(Launch {
+                        kernel: kernel.clone(),
+                        ins,
+                        outs,
+                        ws,
+                        node: node.clone(),
+                        slices: SliceList::with_capacity(n),
+                        shapes: SliceList::with_capacity(n),
+                        mut_slices: MutSliceList::with_capacity(n),
+                    }))
+                }
+            });
+        }
+        streams.push(execs);
+    }
+    Ok(Prepared { arenas, vars, streams })
+}

@@ -1,0 +1,180 @@
+//! Running a program's streams: one stream per thread.
+//!
+//! Stream 0 runs on the calling thread; every other stream has its own
+//! long-lived worker thread, created at load and parked between steps. A
+//! single-stream plan therefore never spawns. Each stream runs its steps in
+//! order; across streams, `Record(e)` stamps event `e` with the current step
+//! number (release) and `Wait(e)` blocks until the stamp reaches it
+//! (acquire), so the event table needs no reset between steps. A step is
+//! complete when every stream finished; `run` returns only then.
+//!
+//! If a launch fails, its stream skips its remaining launches and copies but
+//! still records its events, so the other streams finish and the error is
+//! reported. A schedule that waits on an event never recorded in the step
+//! deadlocks; codegen only emits waits on events it records.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use crate::exec::dispatch;
+use crate::prepare::Exec;
+
+/// State shared by the caller and the workers of one program.
+pub struct Shared {
+    /// (step number, shutdown).
+    start: Mutex<(u64, bool)>,
+    start_cv: Condvar,
+    /// Streams still running in this step.
+    remaining: Mutex<usize>,
+    done_cv: Condvar,
+    events: Vec<AtomicU64>,
+    ev_lock: Mutex<()>,
+    ev_cv: Condvar,
+    /// The first failure of the step: (node, message).
+    error: Mutex<Option<(String, String)>>,
+}
+
+impl Shared {
+    fn record(&self, e: usize, gen: u64) {
+        self.events[e].store(gen, Ordering::Release);
+        let _g = self.ev_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.ev_cv.notify_all();
+    }
+
+    fn wait(&self, e: usize, gen: u64) {
+        if self.events[e].load(Ordering::Acquire) >= gen {
+            return;
+        }
+        let mut g = self.ev_lock.lock().unwrap_or_else(|p| p.into_inner());
+        while self.events[e].load(Ordering::Acquire) < gen {
+            g = self.ev_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Run one stream's steps for step `gen` (1-based).
+fn run_stream(execs: &mut [Exec], gen: u64, sh: &Shared) {
+    let mut failed = false;
+    for x in execs.iter_mut() {
+        match x {
+            Exec::Record(e) => sh.record(*e, gen),
+            Exec::Wait(e) => sh.wait(*e, gen),
+            _ if failed => {}
+            // SAFETY: the schedule's events order every cross-stream access (crate::mem).
+            Exec::Copy { from, to } => unsafe { to.f32_mut().copy_from_slice(from.f32()) },
+            Exec::Launch(l) => {
+                // SAFETY: as above.
+                if let Err(msg) = unsafe { dispatch(l, gen - 1) } {
+                    failed = true;
+                    let mut slot = sh.error.lock().unwrap_or_else(|p| p.into_inner());
+                    if slot.is_none() {
+                        *slot = Some((l.node.clone(), msg));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The threads of one program.
+pub struct Runner {
+    first: Vec<Exec>,
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    gen: u64,
+}
+
+impl Runner {
+    /// Spawn one worker per stream after the first.
+    pub fn new(mut streams: Vec<Vec<Exec>>, num_events: usize, program: &str) -> Runner {
+        let shared = Arc::new(Shared {
+            start: Mutex::new((0, false)),
+            start_cv: Condvar::new(),
+            remaining: Mutex::new(0),
+            done_cv: Condvar::new(),
+            events: (0..num_events).map(|_| AtomicU64::new(0)).collect(),
+            ev_lock: Mutex::new(()),
+            ev_cv: Condvar::new(),
+            error: Mutex::new(None),
+        });
+        let first = if streams.is_empty() { Vec::new() } else { streams.remove(0) };
+        let workers = streams
+            .into_iter()
+            .enumerate()
+            .map(|(k, mut execs)| {
+                let sh = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("towers-{program}-stream{}", k + 1))
+                    .spawn(move || worker(&mut execs, &sh))
+                    .expect("spawning a stream worker thread")
+            })
+            .collect();
+        Runner { first, shared, workers, gen: 0 }
+    }
+
+    /// Run one step; Err is (node, message) of the first failed launch.
+    pub fn step(&mut self) -> Result<(), (String, String)> {
+        self.gen += 1;
+        let gen = self.gen;
+        let sh = &*self.shared;
+        if !self.workers.is_empty() {
+            *sh.remaining.lock().unwrap_or_else(|p| p.into_inner()) = self.workers.len();
+            let mut s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
+            s.0 = gen;
+            sh.start_cv.notify_all();
+        }
+        run_stream(&mut self.first, gen, sh);
+        if !self.workers.is_empty() {
+            let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());
+            while *r > 0 {
+                r = sh.done_cv.wait(r).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        match sh.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Steps run so far.
+    pub fn steps_run(&self) -> u64 {
+        self.gen
+    }
+}
+
+fn worker(execs: &mut [Exec], sh: &Shared) {
+    let mut seen = 0;
+    loop {
+        let gen = {
+            let mut s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
+            while s.0 == seen && !s.1 {
+                s = sh.start_cv.wait(s).unwrap_or_else(|p| p.into_inner());
+            }
+            if s.1 {
+                return;
+            }
+            s.0
+        };
+        seen = gen;
+        run_stream(execs, gen, sh);
+        let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());
+        *r -= 1;
+        if *r == 0 {
+            sh.done_cv.notify_all();
+        }
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        {
+            let mut s = self.shared.start.lock().unwrap_or_else(|p| p.into_inner());
+            s.1 = true;
+            self.shared.start_cv.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
