@@ -1,0 +1,88 @@
+//! Hand-built, hand-placed, hand-scheduled graphs lowered to plans.
+#![allow(dead_code)]
+
+use towers_codegen::{lower, LowerOptions, Mode, Plan};
+use towers_graph::{DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, F32};
+use towers_passes::{CompileState, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
+
+pub fn one_stream(g: &mut Graph) -> CompileState {
+    let order = g.topo_order().unwrap();
+    for &id in &order {
+        g.node_mut(id).device = Some(Device::CPU0);
+    }
+    let items = order.iter().map(|&id| ScheduleItem::Run(g.node(id).name.clone())).collect();
+    let mut st = CompileState::default();
+    st.schedule = Some(Schedule {
+        streams: vec![ScheduledStream { device: Device::CPU0, kind: StreamKind::Compute, items }],
+        num_events: 0,
+    });
+    st
+}
+
+/// relu(x[2,2] · w + b) → sparse softmax xent → mean; SGD on w with a fed gradient `g`.
+pub fn mlp_plan() -> Plan {
+    let mut b = GraphBuilder::with_seed(1);
+    let x = b.placeholder("x", DType::F32, [2, 2]).unwrap();
+    let y = b.placeholder("labels", DType::I32, [2]).unwrap();
+    let gw = b.placeholder("g", DType::F32, [2, 2]).unwrap();
+    let w = b.get_variable("fc/weights", [2, 2], Initializer::GlorotUniform).unwrap();
+    let bias = b.get_variable("fc/biases", [2], Initializer::Zeros).unwrap();
+    let h = b.matmul(x, w).unwrap();
+    let h = b.bias_add(h, bias).unwrap();
+    let h = b.relu(h).unwrap();
+    let xent = b.sparse_softmax_cross_entropy_with_logits(h, y).unwrap();
+    let loss = b.reduce_mean_all(xent).unwrap();
+    let step = b
+        .op1(
+            "global_step",
+            Op::Variable { dtype: DType::I32, shape: vec![], init: Initializer::Zeros, trainable: false },
+            &[],
+        )
+        .unwrap();
+    let apply =
+        b.op("apply_w", Op::ApplyGradient { optimizer: Optimizer::Sgd { lr: F32(0.5) } }, &[w, gw, step]).unwrap();
+    let inc = b.graph_mut().add(towers_graph::NewNode {
+        control_inputs: vec![apply],
+        ..towers_graph::NewNode::new("inc", Op::IncrementStep, vec![step])
+    });
+    inc.unwrap();
+    let mut g = b.finish();
+    let mut st = one_stream(&mut g);
+    st.fetches.insert("loss".into(), TensorRef::of(&g, loss));
+    lower(&g, &st, &LowerOptions { mode: Mode::Train, program: "train".into() }).unwrap()
+}
+
+/// x on cpu:0 → relu (cpu:0/compute) → record e0; gpu:0/compute waits e0,
+/// copies to gpu:0 and negates: out = -relu(x). Two streams, two threads.
+pub fn two_device_plan() -> Plan {
+    let mut b = GraphBuilder::new();
+    let x = b.placeholder("x", DType::F32, [2, 3]).unwrap();
+    let r = b.relu(x).unwrap();
+    let c = b.op1("relu_gpu0", Op::Copy, &[r]).unwrap();
+    let n = b.neg(c).unwrap();
+    let mut g = b.finish();
+    let name = |t: towers_graph::Tensor, g: &Graph| g.node(t.node).name.clone();
+    for id in g.node_ids() {
+        g.node_mut(id).device = Some(Device::CPU0);
+    }
+    g.node_mut(c.node).device = Some(Device::gpu(0));
+    g.node_mut(n.node).device = Some(Device::gpu(0));
+    let mut st = CompileState::default();
+    st.schedule = Some(Schedule {
+        streams: vec![
+            ScheduledStream {
+                device: Device::CPU0,
+                kind: StreamKind::Compute,
+                items: vec![ScheduleItem::Run(name(r, &g)), ScheduleItem::Record(0)],
+            },
+            ScheduledStream {
+                device: Device::gpu(0),
+                kind: StreamKind::Compute,
+                items: vec![ScheduleItem::Wait(0), ScheduleItem::Run(name(c, &g)), ScheduleItem::Run(name(n, &g))],
+            },
+        ],
+        num_events: 1,
+    });
+    st.fetches.insert("out".into(), TensorRef::of(&g, n));
+    lower(&g, &st, &LowerOptions { mode: Mode::Train, program: "two".into() }).unwrap()
+}

@@ -1,0 +1,93 @@
+//! End-to-end runs of lowered plans on the CPU backend.
+
+mod common;
+
+use towers_runtime::{RuntimeError, Session};
+
+fn setup() -> Session {
+    let mut s = Session::new(42);
+    s.load("train", common::mlp_plan()).unwrap();
+    s.write_variable("fc/weights", &[1.0, 0.0, 0.0, -1.0]).unwrap();
+    s.write_variable("fc/biases", &[0.5, 0.5]).unwrap();
+    s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    s.feed_i32("train", "labels", &[0, 1]).unwrap();
+    s.feed_f32("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    s
+}
+
+#[test]
+fn mlp_matches_hand_computed_values() {
+    let mut s = setup();
+    s.run("train").unwrap();
+    // x·w = [[1,-2],[3,-4]]; + b = [[1.5,-1.5],[3.5,-3.5]]; relu = [[1.5,0],[3.5,0]].
+    assert_eq!(s.fetch_f32("train", "Relu").unwrap(), &[1.5, 0.0, 3.5, 0.0]);
+    // xent row 0 (label 0): ln(e^1.5 + e^0) - 1.5 = ln(1 + e^-1.5);
+    // row 1 (label 1): ln(e^3.5 + 1) - 0.
+    let l0 = (1.0f64 + (-1.5f64).exp()).ln();
+    let l1 = (3.5f64.exp() + 1.0).ln();
+    let loss = s.fetch_f32("train", "loss").unwrap()[0] as f64;
+    assert!((loss - (l0 + l1) / 2.0).abs() < 1e-5, "loss {loss}");
+    // SGD: w -= 0.5 * g.
+    assert_eq!(s.read_variable("fc/weights").unwrap(), &[0.5, -1.0, -1.5, -3.0]);
+    assert_eq!(s.read_variable_i32("global_step").unwrap(), &[1]);
+    s.run("train").unwrap();
+    assert_eq!(s.read_variable_i32("global_step").unwrap(), &[2]);
+}
+
+#[test]
+fn initializers_depend_on_seed_and_name_only() {
+    let mut a = Session::new(9);
+    a.load("train", common::mlp_plan()).unwrap();
+    let mut b = Session::new(9);
+    b.load("train", common::mlp_plan()).unwrap();
+    assert_eq!(a.read_variable("fc/weights").unwrap(), b.read_variable("fc/weights").unwrap());
+    assert_eq!(a.read_variable("fc/biases").unwrap(), &[0.0, 0.0]);
+    // A second program shares the variables by name.
+    a.write_variable("fc/biases", &[1.0, 2.0]).unwrap();
+    a.load("again", common::mlp_plan()).unwrap();
+    assert_eq!(a.read_variable("fc/biases").unwrap(), &[1.0, 2.0]);
+    assert_eq!(a.variable_names(), vec!["fc/biases", "fc/weights", "global_step"]);
+}
+
+#[test]
+fn two_streams_on_two_threads_with_an_event() {
+    let mut s = Session::new(0);
+    let plan = common::two_device_plan();
+    assert!(plan.to_text().contains("wait e0"));
+    s.load("two", plan).unwrap();
+    for k in 0..50 {
+        let x: Vec<f32> = (0..6).map(|i| (i as f32 - 2.5) * (k as f32 + 1.0)).collect();
+        s.feed_f32("two", "x", &x).unwrap();
+        s.run("two").unwrap();
+        let want: Vec<f32> = x.iter().map(|v| -v.max(0.0)).collect();
+        assert_eq!(s.fetch_f32("two", "out").unwrap(), want.as_slice());
+    }
+    assert!(s.backend_note().starts_with("gpu:0 runs as a CPU device"), "{}", s.backend_note());
+}
+
+#[test]
+fn feed_and_fetch_errors_name_things() {
+    let mut s = setup();
+    let e = s.feed_f32("train", "x", &[1.0]).unwrap_err();
+    assert!(matches!(e, RuntimeError::FeedLength { expected: 4, got: 1, .. }), "{e}");
+    assert!(e.to_string().contains("feed 'x'"), "{e}");
+    let e = s.feed_f32("train", "nope", &[1.0]).unwrap_err().to_string();
+    assert!(e.contains("'nope'") && e.contains("labels"), "{e}");
+    let e = s.feed_f32("train", "labels", &[1.0, 2.0]).unwrap_err().to_string();
+    assert!(e.contains("i32"), "{e}");
+    let e = s.run("eval").unwrap_err().to_string();
+    assert!(e.contains("'eval'") && e.contains("train"), "{e}");
+    let e = s.fetch_f32("train", "nothing").unwrap_err().to_string();
+    assert!(e.contains("'nothing'") && e.contains("loss"), "{e}");
+    s.feed_i32("train", "labels", &[0, 7]).unwrap();
+    let e = s.run("train").unwrap_err().to_string();
+    assert!(e.contains("SparseSoftmaxCrossEntropyWithLogits") && e.contains("label 7"), "{e}");
+    let e = s.write_variable("fc/biases", &[1.0]).unwrap_err().to_string();
+    assert!(e.contains("fc/biases"), "{e}");
+}
+
+#[test]
+fn cuda_probe_never_panics() {
+    let st = towers_runtime::probe();
+    assert!(!st.to_string().is_empty());
+}
