@@ -254,7 +254,7 @@ pub fn evaluate(
     let (mut correct, mut seen) = (0usize, 0usize);
     while let Some(n) = chunks.next_chunk(&mut images, &mut labels)? {
         sess.feed_f32("eval", images_name, &images)?;
-        if sess.has_feed("eval", labels_name) {
+        if sess.plan("eval")?.feeds.iter().any(|(n, _)| n == labels_name) {
             sess.feed_i32("eval", labels_name, &labels)?;
         }
         sess.run("eval")?;

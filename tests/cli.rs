@@ -47,7 +47,7 @@ fn convnet_reaches_95_percent_on_digits() {
 fn four_towers_print_the_losses_of_one_tower() {
     let args = |n: &'static str| vec!["train", "--towers", n, "--seed", "3", "--log-every", "1", "--steps", "6"];
     let (one, err) = towers(&args("1"));
-    assert!(err.contains("run as CPU devices"), "the run says /gpu:i runs on the CPU: {err}");
+    assert!(err.contains("gpu:0 runs as a CPU device"), "the run says /gpu:0 runs on the CPU: {err}");
     let (four, _) = towers(&args("4"));
     let (a, b) = (losses(&one), losses(&four));
     assert_eq!(a.len(), 6, "{one}");
