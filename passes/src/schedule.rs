@@ -2,8 +2,10 @@
 //!
 //! Invariants of the [`Schedule`] this stores in `st.schedule`:
 //! - every node except variables, placeholders and constants (no work) is
-//!   `Run` exactly once, on one stream: `Copy` nodes on their (destination)
-//!   device's copy stream, `TowerMean` nodes on their device's collective
+//!   `Run` exactly once, on one stream: `Copy` nodes on the copy stream of
+//!   the accelerator side ([`copy_stream_device`]: host-to-device on the
+//!   destination, device-to-host and device-to-device on the source, as CUDA
+//!   programs issue them), `TowerMean` nodes on their device's collective
 //!   stream, everything else on its device's compute stream;
 //! - items follow one global topological order (ties by creation order),
 //!   so each stream runs its nodes in that order;
@@ -45,6 +47,19 @@ pub fn stream_kind(op: &Op) -> StreamKind {
     }
 }
 
+/// The device whose copy stream runs a `Copy` from `src` to `dst`: the
+/// destination for a host-to-device copy, the source otherwise (a
+/// device-to-host copy is issued by the device that has the data, and each
+/// tower then moves its own data in parallel).
+pub fn copy_stream_device(src: Device, dst: Device) -> Device {
+    use towers_graph::DeviceKind::Cpu;
+    if src.kind == Cpu && dst.kind != Cpu {
+        dst
+    } else {
+        src
+    }
+}
+
 /// The scheduled producers `id` depends on, looking through unscheduled nodes.
 fn scheduled_preds(g: &Graph, id: NodeId) -> BTreeSet<NodeId> {
     let mut out = BTreeSet::new();
@@ -74,6 +89,10 @@ pub fn schedule(g: &Graph) -> Result<Schedule, PassError> {
             what: format!("a device for '{}'", n.name),
             after: "place".into(),
         })?;
+        let d = match (&n.op, g.inputs(id).first().and_then(|t| g.node(t.node).device)) {
+            (Op::Copy, Some(src)) => copy_stream_device(src, d),
+            _ => d,
+        };
         stream_of.insert(id, (d, stream_kind(&n.op)));
     }
     let preds: BTreeMap<NodeId, BTreeSet<NodeId>> = order.iter().map(|&id| (id, scheduled_preds(g, id))).collect();
@@ -161,5 +180,19 @@ impl Pass for ScheduleStreams {
     fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
         st.schedule = Some(schedule(g)?);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod copy_stream_tests {
+    use super::copy_stream_device;
+    use towers_graph::Device;
+
+    #[test]
+    fn copies_run_on_the_accelerator_side() {
+        let (cpu, g0, g1) = (Device::CPU0, Device::gpu(0), Device::gpu(1));
+        assert_eq!(copy_stream_device(cpu, g1), g1, "host to device: the device pulls");
+        assert_eq!(copy_stream_device(g1, cpu), g1, "device to host: the device pushes");
+        assert_eq!(copy_stream_device(g0, g1), g0, "device to device: the source pushes");
     }
 }

@@ -45,7 +45,16 @@ fn check_schedule(g: &towers_graph::Graph, s: &Schedule) {
                         Op::TowerMean { .. } => StreamKind::Collective,
                         _ => StreamKind::Compute,
                     };
-                    assert_eq!((st.kind, Some(st.device)), (want, g.node(id).device), "{n}");
+                    // A copy runs on the accelerator side's copy stream
+                    // (host-to-device: the destination; otherwise the source).
+                    let dev = match g.node(id).op {
+                        Op::Copy => {
+                            let src = g.node(g.inputs(id)[0].node).device.unwrap();
+                            Some(towers_passes::schedule::copy_stream_device(src, g.node(id).device.unwrap()))
+                        }
+                        _ => g.node(id).device,
+                    };
+                    assert_eq!((st.kind, Some(st.device)), (want, dev), "{n}");
                 }
             }
         }

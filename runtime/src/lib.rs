@@ -6,7 +6,7 @@
 //! CUDA driver exists, without panicking.
 //!
 //! - [`session`]: load, feed, run, fetch, variables, [`Session::backend_note`];
-//! - `sched`: one thread per stream (stream 0 on the caller), events;
+//! - `sched`, `threads`: one thread per device (the host on the caller), events;
 //! - `mem`: the only `unsafe` memory access and its invariant;
 //! - `prepare`, `exec`: load-time resolution and kernel dispatch;
 //! - [`checkpoint`]: atomic safetensors save and checked restore;
@@ -19,9 +19,10 @@ mod exec;
 mod mem;
 mod prepare;
 mod sched;
+mod threads;
 pub mod session;
 mod store;
 
 pub use cuda::{probe, CudaStatus};
 pub use error::RuntimeError;
-pub use session::Session;
+pub use session::{Profiled, Session};

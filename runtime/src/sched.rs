@@ -1,9 +1,10 @@
-//! Running a program's streams: one stream per thread.
+//! Running a program's threads: one thread per device (see `threads` for
+//! how a device's streams merge into one thread without deadlock).
 //!
-//! Stream 0 runs on the calling thread; every other stream has its own
-//! long-lived worker thread, created at load and parked between steps. A
-//! single-stream plan therefore never spawns. Each stream runs its steps in
-//! order; across streams, `Record(e)` stamps event `e` with the current step
+//! Thread 0 (the host, `cpu:0`, when present) runs on the calling thread;
+//! every other thread is a long-lived worker created at load and parked
+//! between steps. A single-device plan therefore never spawns. Each thread
+//! runs its steps in order; across threads, `Record(e)` stamps event `e` with the current step
 //! number (release) and `Wait(e)` blocks until the stamp reaches it
 //! (acquire), so the event table needs no reset between steps. A step is
 //! complete when every stream finished; `run` returns only then.
@@ -12,8 +13,13 @@
 //! still records its events, so the other streams finish and the error is
 //! reported. A schedule that waits on an event never recorded in the step
 //! deadlocks; codegen only emits waits on events it records.
+//!
+//! Profiling (off by default) adds the wall time of every launch, copy and
+//! wait to a counter preallocated per step item, so it allocates nothing
+//! either; [`Runner::profile`] reads the totals.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -33,6 +39,34 @@ pub struct Shared {
     ev_cv: Condvar,
     /// The first failure of the step: (node, message).
     error: Mutex<Option<(String, String)>>,
+    /// Whether streams time their items.
+    profiling: AtomicBool,
+}
+
+/// What one stream item is, for profiles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemLabel {
+    /// "gemm", "weighted_sum", ... for launches; "copy"; "wait".
+    pub kind: &'static str,
+    pub node: String,
+}
+
+/// Total time spent in one stream item over the profiled steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileEntry {
+    pub stream: usize,
+    pub kind: &'static str,
+    pub node: String,
+    pub nanos: u64,
+}
+
+fn label(x: &Exec) -> ItemLabel {
+    match x {
+        Exec::Launch(l) => ItemLabel { kind: l.kernel.name(), node: l.node.clone() },
+        Exec::Copy { .. } => ItemLabel { kind: "copy", node: String::new() },
+        Exec::Wait(e) => ItemLabel { kind: "wait", node: format!("event {e}") },
+        Exec::Record(e) => ItemLabel { kind: "record", node: format!("event {e}") },
+    }
 }
 
 impl Shared {
@@ -54,9 +88,11 @@ impl Shared {
 }
 
 /// Run one stream's steps for step `gen` (1-based).
-fn run_stream(execs: &mut [Exec], gen: u64, sh: &Shared) {
+fn run_stream(execs: &mut [Exec], times: &[AtomicU64], gen: u64, sh: &Shared) {
     let mut failed = false;
-    for x in execs.iter_mut() {
+    let profiling = sh.profiling.load(Ordering::Relaxed);
+    for (i, x) in execs.iter_mut().enumerate() {
+        let t = profiling.then(Instant::now);
         match x {
             Exec::Record(e) => sh.record(*e, gen),
             Exec::Wait(e) => sh.wait(*e, gen),
@@ -74,6 +110,9 @@ fn run_stream(execs: &mut [Exec], gen: u64, sh: &Shared) {
                 }
             }
         }
+        if let Some(t) = t {
+            times[i].fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
     }
 }
 
@@ -83,11 +122,15 @@ pub struct Runner {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     gen: u64,
+    /// Per thread: (plan stream, label) and a time counter per item.
+    labels: Vec<Vec<(usize, ItemLabel)>>,
+    times: Vec<Arc<Vec<AtomicU64>>>,
 }
 
 impl Runner {
-    /// Spawn one worker per stream after the first.
-    pub fn new(mut streams: Vec<Vec<Exec>>, num_events: usize, program: &str) -> Runner {
+    /// Spawn one worker per thread after the first. Each item carries the
+    /// index of the plan stream it came from (for profiles).
+    pub fn new(threads: Vec<Vec<(usize, Exec)>>, num_events: usize, program: &str) -> Runner {
         let shared = Arc::new(Shared {
             start: Mutex::new((0, false)),
             start_cv: Condvar::new(),
@@ -97,20 +140,57 @@ impl Runner {
             ev_lock: Mutex::new(()),
             ev_cv: Condvar::new(),
             error: Mutex::new(None),
+            profiling: AtomicBool::new(false),
         });
+        let labels: Vec<Vec<(usize, ItemLabel)>> =
+            threads.iter().map(|t| t.iter().map(|(si, x)| (*si, label(x))).collect()).collect();
+        let mut streams: Vec<Vec<Exec>> = threads.into_iter().map(|t| t.into_iter().map(|(_, x)| x).collect()).collect();
+        let times: Vec<Arc<Vec<AtomicU64>>> =
+            streams.iter().map(|s| Arc::new(s.iter().map(|_| AtomicU64::new(0)).collect())).collect();
         let first = if streams.is_empty() { Vec::new() } else { streams.remove(0) };
         let workers = streams
             .into_iter()
             .enumerate()
             .map(|(k, mut execs)| {
                 let sh = Arc::clone(&shared);
+                let t = Arc::clone(&times[k + 1]);
                 std::thread::Builder::new()
-                    .name(format!("towers-{program}-stream{}", k + 1))
-                    .spawn(move || worker(&mut execs, &sh))
+                    .name(format!("towers-{program}-thread{}", k + 1))
+                    .spawn(move || worker(&mut execs, &t, &sh))
                     .expect("spawning a stream worker thread")
             })
             .collect();
-        Runner { first, shared, workers, gen: 0 }
+        Runner { first, shared, workers, gen: 0, labels, times }
+    }
+
+    /// Turn per-item timing on or off (totals restart when turned on).
+    pub fn set_profiling(&mut self, on: bool) {
+        if on {
+            for t in &self.times {
+                for c in t.iter() {
+                    c.store(0, Ordering::Relaxed);
+                }
+            }
+        }
+        self.shared.profiling.store(on, Ordering::Relaxed);
+    }
+
+    /// Time spent per stream item since profiling was turned on.
+    pub fn profile(&self) -> Vec<ProfileEntry> {
+        let mut v = Vec::new();
+        for (labels, times) in self.labels.iter().zip(&self.times) {
+            for ((s, l), t) in labels.iter().zip(times.iter()) {
+                if l.kind != "record" {
+                    v.push(ProfileEntry {
+                        stream: *s,
+                        kind: l.kind,
+                        node: l.node.clone(),
+                        nanos: t.load(Ordering::Relaxed),
+                    });
+                }
+            }
+        }
+        v
     }
 
     /// Run one step; Err is (node, message) of the first failed launch.
@@ -124,7 +204,7 @@ impl Runner {
             s.0 = gen;
             sh.start_cv.notify_all();
         }
-        run_stream(&mut self.first, gen, sh);
+        run_stream(&mut self.first, &self.times[0], gen, sh);
         if !self.workers.is_empty() {
             let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());
             while *r > 0 {
@@ -143,7 +223,7 @@ impl Runner {
     }
 }
 
-fn worker(execs: &mut [Exec], sh: &Shared) {
+fn worker(execs: &mut [Exec], times: &[AtomicU64], sh: &Shared) {
     let mut seen = 0;
     loop {
         let gen = {
@@ -157,7 +237,7 @@ fn worker(execs: &mut [Exec], sh: &Shared) {
             s.0
         };
         seen = gen;
-        run_stream(execs, gen, sh);
+        run_stream(execs, times, gen, sh);
         let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());
         *r -= 1;
         if *r == 0 {

@@ -13,7 +13,7 @@ use towers_graph::{DType, DeviceKind};
 
 use crate::error::RuntimeError;
 use crate::mem::Slot;
-use crate::prepare::{prepare, resolve, Buf, Prepared};
+use crate::prepare::{prepare, resolve, Buf, Exec, Prepared};
 use crate::sched::Runner;
 use crate::store::Store;
 
@@ -24,6 +24,17 @@ struct Program {
     fetchable: Vec<(String, Buf)>,
     runner: Runner,
     _prepared: Prepared,
+}
+
+/// Time spent in one item of a program while profiling was on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profiled {
+    /// `gpu:0/compute`.
+    pub stream: String,
+    /// The kernel name (`gemm`, `weighted_sum`, ...), `copy` or `wait`.
+    pub kernel: &'static str,
+    pub node: String,
+    pub nanos: u64,
 }
 
 /// Executes plans on the CPU backend; see the module docs.
@@ -81,7 +92,14 @@ impl Session {
             .collect::<Result<Vec<_>, RuntimeError>>()?;
         let Prepared { arenas, vars, streams } = prepared;
         let prepared = Prepared { arenas, vars, streams: Vec::new() };
-        let runner = Runner::new(streams, plan.num_events, name);
+        let threads = crate::threads::thread_plans(&plan).map_err(bad)?;
+        let mut streams: Vec<Vec<Option<Exec>>> =
+            streams.into_iter().map(|s| s.into_iter().map(Some).collect()).collect();
+        let threads: Vec<Vec<(usize, Exec)>> = threads
+            .iter()
+            .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, x))).collect())
+            .collect();
+        let runner = Runner::new(threads, plan.num_events, name);
         self.programs.insert(name.into(), Program { plan, feeds, fetchable, runner, _prepared: prepared });
         Ok(())
     }
@@ -150,6 +168,31 @@ impl Session {
                 .unwrap_or(RuntimeError::UnknownProgram { program: program.into(), loaded: String::new() }));
         };
         p.runner.step().map_err(|(node, detail)| RuntimeError::Kernel { program: program.into(), node, detail })
+    }
+
+    /// Turn per-item timing of `program` on (totals restart) or off.
+    pub fn set_profiling(&mut self, program: &str, on: bool) -> Result<(), RuntimeError> {
+        self.program(program)?;
+        if let Some(p) = self.programs.get_mut(program) {
+            p.runner.set_profiling(on);
+        }
+        Ok(())
+    }
+
+    /// Time spent in each launch, copy and wait of `program` while profiling
+    /// was on, with the stream's name.
+    pub fn profile(&self, program: &str) -> Result<Vec<Profiled>, RuntimeError> {
+        let p = self.program(program)?;
+        Ok(p.runner
+            .profile()
+            .into_iter()
+            .map(|e| Profiled {
+                stream: p.plan.streams.get(e.stream).map(|s| s.name()).unwrap_or_default(),
+                kernel: e.kind,
+                node: e.node,
+                nanos: e.nanos,
+            })
+            .collect())
     }
 
     /// How many steps `program` has run.

@@ -1,0 +1,182 @@
+//! Training-step benchmarks (not timed tests): `cargo bench --bench step`.
+//!
+//! 1. One training step, single device (one thread): the MLP 784-256-256-10
+//!    and the anchor convnet on 28x28 inputs (conv 5x5x12 VALID + relu,
+//!    max-pool 2x2, conv 3x3x24 VALID + relu, max-pool 2x2, flatten 600,
+//!    dense 100 + relu, dense 10; SGD lr 0.1), batch 256 — the models of
+//!    ../shared/bench/anchors/common.py, so the figures compare with JAX,
+//!    TensorFlow and PyTorch measured by that harness on the same machine.
+//! 2. Two towers against one device at the same global batch 256 (MLP
+//!    784-128-10 and 784-256-256-10; variables on the CPU and on GPU 0), with
+//!    the share of the step spent in the cross-tower gradient reduction.
+//!
+//! Each configuration: 10 warm-up steps, then timed steps; the median, p10 and
+//! p90 are reported. Output: a markdown table on stdout and one JSON line per
+//! configuration in `target/bench-step.jsonl` (or $TOWERS_BENCH_OUT).
+//! `bench/run.sh` wraps this with the FMA probe that detects the host running
+//! both vCPUs on one physical core.
+
+use std::io::Write;
+use std::time::Instant;
+
+use towers::compiler::{compile_train, CompileOptions};
+use towers::data::Dataset;
+use towers::graph::layers::{self, Activation};
+use towers::graph::{DType, Device, Graph, GraphBuilder, Optimizer, Padding, Reuse, Shape, F32};
+use towers::models::{build, ModelKind, ModelSpec};
+use towers::passes::VarPlacement;
+use towers::runtime::Session;
+
+struct Model {
+    graph: Graph,
+    name: &'static str,
+    /// Forward multiply-add FLOPs per example (2 per MAC), as the anchors count them.
+    fwd_flops: f64,
+}
+
+fn mlp(hidden: &[usize], name: &'static str) -> Model {
+    let mut s = ModelSpec::new(ModelKind::Mlp, [28, 28, 1], 10);
+    s.hidden = hidden.to_vec();
+    let m = build(&s).expect("mlp builds");
+    let mut dims = vec![784];
+    dims.extend_from_slice(hidden);
+    dims.push(10);
+    let fwd = dims.windows(2).map(|w| 2.0 * (w[0] * w[1]) as f64).sum();
+    Model { graph: m.graph, name, fwd_flops: fwd }
+}
+
+fn anchor_convnet() -> Model {
+    let mut b = GraphBuilder::with_seed(0);
+    let build = |b: &mut GraphBuilder| -> Result<(), towers::graph::GraphError> {
+        let x = b.placeholder("images", DType::F32, Shape(vec![None, Some(28), Some(28), Some(1)]))?;
+        let y = b.placeholder("labels", DType::I32, Shape(vec![None]))?;
+        let logits = b.variable_scope("ConvNet", Reuse::No, |b| {
+            let h = layers::conv2d(b, "conv_1", x, 12, [5, 5], Padding::Valid, Activation::Relu)?;
+            let h = b.max_pool(h, [2, 2], [2, 2], Padding::Valid)?;
+            let h = layers::conv2d(b, "conv_2", h, 24, [3, 3], Padding::Valid, Activation::Relu)?;
+            let h = b.max_pool(h, [2, 2], [2, 2], Padding::Valid)?;
+            let h = b.flatten(h)?;
+            let h = layers::dense(b, "fc", h, 100, Activation::Relu)?;
+            layers::dense(b, "logits", h, 10, Activation::None)
+        })?;
+        let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y)?;
+        let mean = b.reduce_mean(xent, &[0], false)?;
+        b.identity(mean, "loss")?;
+        Ok(())
+    };
+    build(&mut b).expect("convnet builds");
+    // conv1 24*24*12*25, conv2 10*10*24*108, fc 600*100, logits 100*10 MACs.
+    let macs = 24.0 * 24.0 * 12.0 * 25.0 + 10.0 * 10.0 * 24.0 * 108.0 + 60000.0 + 1000.0;
+    Model { graph: b.finish(), name: "conv", fwd_flops: 2.0 * macs }
+}
+
+struct Stats {
+    median_ms: f64,
+    p10_ms: f64,
+    p90_ms: f64,
+    reduce_share: Option<f64>,
+}
+
+fn time_steps(model: &Model, opts: &CompileOptions, steps: usize) -> Stats {
+    let c = compile_train(&model.graph, "loss", opts).expect("compiles");
+    let mut sess = Session::new(0);
+    sess.load("train", c.plan).expect("loads");
+    let data = Dataset::synthetic(opts.batch, 28, 28, 1, 10, 1).expect("data");
+    sess.feed_f32("train", "images", data.images()).expect("feed");
+    sess.feed_i32("train", "labels", data.labels()).expect("feed");
+    for _ in 0..10 {
+        sess.run("train").expect("step");
+    }
+    sess.set_profiling("train", true).expect("profiling");
+    let mut times = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let t = Instant::now();
+        sess.run("train").expect("step");
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let prof = sess.profile("train").expect("profile");
+    if std::env::var("TOWERS_BENCH_PROFILE").is_ok_and(|v| v == "1") {
+        let mut top: Vec<_> = prof.iter().collect();
+        top.sort_by(|a, b| b.nanos.cmp(&a.nanos));
+        eprintln!("-- {} towers={} vars={:?}: per-step microseconds", model.name, opts.towers.len(), opts.variables);
+        for p in top.iter().take(25) {
+            eprintln!("{:>9.1}  {:<18} {:<14} {}", p.nanos as f64 / 1e3 / steps as f64, p.stream, p.kernel, p.node);
+        }
+    }
+    let total: f64 = times.iter().sum();
+    let reduce_ns: u64 = prof.iter().filter(|p| p.kernel == "weighted_sum").map(|p| p.nanos).sum();
+    times.sort_by(|a, b| a.total_cmp(b));
+    let q = |f: f64| times[((times.len() - 1) as f64 * f).round() as usize];
+    Stats {
+        median_ms: q(0.5),
+        p10_ms: q(0.1),
+        p90_ms: q(0.9),
+        reduce_share: (reduce_ns > 0).then(|| reduce_ns as f64 / 1e6 / total),
+    }
+}
+
+fn main() {
+    let quick = std::env::var("TOWERS_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let out_path = std::env::var("TOWERS_BENCH_OUT").unwrap_or_else(|_| "target/bench-step.jsonl".into());
+    let mut out = std::fs::File::create(&out_path).ok();
+    let sgd = Optimizer::Sgd { lr: F32(0.1) };
+    let batch = 256;
+    let n_mlp = if quick { 60 } else { 300 };
+    let n_conv = if quick { 10 } else { 40 };
+
+    println!("## One training step, single device, one thread (batch {batch})\n");
+    println!("| model | step ms (median) | p10-p90 | GFLOP/s (3x fwd) |");
+    println!("|---|---|---|---|");
+    let big = mlp(&[256, 256], "mlp-784-256-256-10");
+    let conv = anchor_convnet();
+    for (m, n) in [(&big, n_mlp), (&conv, n_conv)] {
+        let s = time_steps(m, &CompileOptions::new(sgd.clone(), batch), n);
+        let gflops = 3.0 * m.fwd_flops * batch as f64 / (s.median_ms * 1e-3) / 1e9;
+        println!("| {} | {:.3} | {:.3}-{:.3} | {:.1} |", m.name, s.median_ms, s.p10_ms, s.p90_ms, gflops);
+        if let Some(f) = out.as_mut() {
+            let _ = writeln!(
+                f,
+                "{{\"bench\":\"single\",\"model\":\"{}\",\"batch\":{batch},\"median_ms\":{:.4},\"p10_ms\":{:.4},\"p90_ms\":{:.4}}}",
+                m.name, s.median_ms, s.p10_ms, s.p90_ms
+            );
+        }
+    }
+
+    println!("\n## Two towers vs one device, global batch {batch}\n");
+    println!("| model | variables | 1 device ms | 2 towers ms | speed-up | reduction share of step |");
+    println!("|---|---|---|---|---|---|");
+    let small = mlp(&[128], "mlp-784-128-10");
+    for m in [&small, &big] {
+        let one = time_steps(m, &CompileOptions::new(sgd.clone(), batch), n_mlp);
+        for (vars, vname) in [
+            (VarPlacement::Cpu, "cpu"),
+            (VarPlacement::Gpu0, "gpu0"),
+            (VarPlacement::RoundRobin, "round-robin"),
+            (VarPlacement::Greedy, "greedy"),
+        ] {
+            let mut o = CompileOptions::new(sgd.clone(), batch);
+            o.towers = vec![Device::gpu(0), Device::gpu(1)];
+            o.variables = vars;
+            let two = time_steps(m, &o, n_mlp);
+            let share = two.reduce_share.map(|s| format!("{:.1}%", 100.0 * s)).unwrap_or_else(|| "-".into());
+            println!(
+                "| {} | {vname} | {:.3} | {:.3} | {:.2}x | {share} |",
+                m.name,
+                one.median_ms,
+                two.median_ms,
+                one.median_ms / two.median_ms
+            );
+            if let Some(f) = out.as_mut() {
+                let _ = writeln!(
+                    f,
+                    "{{\"bench\":\"towers2\",\"model\":\"{}\",\"variables\":\"{vname}\",\"batch\":{batch},\"single_ms\":{:.4},\"towers2_ms\":{:.4},\"speedup\":{:.4},\"reduce_share\":{:.4}}}",
+                    m.name,
+                    one.median_ms,
+                    two.median_ms,
+                    one.median_ms / two.median_ms,
+                    two.reduce_share.unwrap_or(0.0)
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Which thread runs which step: one thread per device.
+//!
+//! A plan has several streams per device (compute, copy, collective). On the
+//! CPU backend a separate thread per stream only adds context switches (the
+//! machine has as many cores as towers), so each device's streams are merged
+//! into one thread. The merge must not deadlock: steps are taken in the order
+//! of one simulated sequential execution of the whole plan (every stream
+//! advances until it reaches a `Wait` on an event not yet recorded), and each
+//! device's thread runs its steps in that order. Any `Wait` then refers to an
+//! event recorded earlier in that order, by its own thread (already done) or
+//! by another thread whose earlier steps wait only on still earlier events,
+//! so by induction every thread makes progress.
+
+use towers_codegen::{Plan, Step};
+use towers_graph::Device;
+
+/// One thread's work: (stream index, step index) in execution order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadPlan {
+    pub device: Device,
+    pub items: Vec<(usize, usize)>,
+}
+
+/// A sequential execution order of all steps, or the stuck streams if the
+/// plan's events cannot be satisfied.
+pub fn global_order(plan: &Plan) -> Result<Vec<(usize, usize)>, String> {
+    let mut recorded = vec![false; plan.num_events];
+    let mut pos = vec![0usize; plan.streams.len()];
+    let total: usize = plan.streams.iter().map(|s| s.steps.len()).sum();
+    let mut order = Vec::with_capacity(total);
+    while order.len() < total {
+        let mut progressed = false;
+        for (si, s) in plan.streams.iter().enumerate() {
+            while let Some(step) = s.steps.get(pos[si]) {
+                match step {
+                    Step::Wait(e) if !recorded.get(*e).copied().unwrap_or(false) => break,
+                    Step::Record(e) => {
+                        if let Some(r) = recorded.get_mut(*e) {
+                            *r = true;
+                        }
+                    }
+                    _ => {}
+                }
+                order.push((si, pos[si]));
+                pos[si] += 1;
+                progressed = true;
+            }
+        }
+        if !progressed {
+            let stuck: Vec<String> = plan
+                .streams
+                .iter()
+                .enumerate()
+                .filter_map(|(si, s)| s.steps.get(pos[si]).map(|st| format!("{} at {:?}", s.name(), st)))
+                .collect();
+            return Err(format!("the plan's events can never all be recorded: stuck streams {}", stuck.join("; ")));
+        }
+    }
+    Ok(order)
+}
+
+/// One thread per device, each running its streams' steps in global order;
+/// threads sorted by device.
+pub fn thread_plans(plan: &Plan) -> Result<Vec<ThreadPlan>, String> {
+    let order = global_order(plan)?;
+    let mut devices: Vec<Device> = plan.streams.iter().map(|s| s.device).collect();
+    devices.sort();
+    devices.dedup();
+    Ok(devices
+        .into_iter()
+        .map(|d| ThreadPlan {
+            device: d,
+            items: order.iter().copied().filter(|&(si, _)| plan.streams[si].device == d).collect(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use towers_codegen::{Mode, StreamPlan};
+    use towers_passes::StreamKind;
+
+    fn plan(streams: Vec<(Device, Vec<Step>)>, num_events: usize) -> Plan {
+        Plan {
+            program: "t".into(),
+            mode: Mode::Train,
+            devices: vec![],
+            variables: vec![],
+            constants: vec![],
+            feeds: vec![],
+            fetches: vec![],
+            tensors: vec![],
+            streams: streams.into_iter().map(|(device, steps)| StreamPlan { device, kind: StreamKind::Compute, steps }).collect(),
+            num_events,
+        }
+    }
+
+    #[test]
+    fn merges_a_devices_streams_in_an_order_that_cannot_deadlock() {
+        // gpu:0/compute waits for e0 from cpu:0, records e1; gpu:0/copy waits
+        // e1 then records e2; cpu:0 records e0 then waits e2. Concatenating
+        // gpu:0's streams copy-first would deadlock; the global order does not.
+        let g = Device::gpu(0);
+        let c = Device::CPU0;
+        let p = plan(
+            vec![
+                (c, vec![Step::Record(0), Step::Wait(2)]),
+                (g, vec![Step::Wait(1), Step::Record(2)]),
+                (g, vec![Step::Wait(0), Step::Record(1)]),
+            ],
+            3,
+        );
+        let t = thread_plans(&p).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].device, c);
+        assert_eq!(t[1].items, vec![(2, 0), (2, 1), (1, 0), (1, 1)]);
+    }
+
+    #[test]
+    fn unsatisfiable_events_are_an_error() {
+        let p = plan(vec![(Device::CPU0, vec![Step::Wait(0)])], 1);
+        assert!(global_order(&p).unwrap_err().contains("stuck"));
+    }
+}
