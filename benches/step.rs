@@ -99,6 +99,14 @@ fn time_steps(model: &Model, opts: &CompileOptions, steps: usize) -> Stats {
         let mut top: Vec<_> = prof.iter().collect();
         top.sort_by(|a, b| b.nanos.cmp(&a.nanos));
         eprintln!("-- {} towers={} vars={:?}: per-step microseconds", model.name, opts.towers.len(), opts.variables);
+        let mut per: std::collections::BTreeMap<(String, bool), f64> = Default::default();
+        for p in &prof {
+            *per.entry((p.stream.split('/').next().unwrap_or("").to_string(), p.kernel == "wait")).or_default() +=
+                p.nanos as f64 / 1e3 / steps as f64;
+        }
+        for ((dev, wait), us) in &per {
+            eprintln!("   {dev:<8} {} {us:>9.1} us/step", if *wait { "waiting" } else { "working" });
+        }
         for p in top.iter().take(25) {
             eprintln!("{:>9.1}  {:<18} {:<14} {}", p.nanos as f64 / 1e3 / steps as f64, p.stream, p.kernel, p.node);
         }

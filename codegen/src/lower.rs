@@ -8,7 +8,9 @@
 //!    others get arena buffers;
 //! 3. scheduled nodes in topological order: kernel selection
 //!    ([`crate::select`]), output and workspace buffers (or an alias of the
-//!    input for Reshape/Identity/StopGradient and in-place variable updates);
+//!    input for Reshape/Identity/StopGradient and in-place variable updates,
+//!    or views into the input for a split along the leading axis: the batch
+//!    split costs no copy);
 //! 4. steps per stream, in the schedule's order.
 //!
 //! Maps keyed by node are used for lookup only; every output order comes
@@ -107,6 +109,37 @@ impl<'g> Lowerer<'g> {
         Ok(r)
     }
 
+    /// Bind each output of a leading-axis split to the contiguous part of
+    /// the input buffer it covers (no buffer space, no step).
+    fn bind_views(&mut self, id: NodeId, input: Option<&BufRef>) -> Result<(), CodegenError> {
+        let node = self.g.node(id);
+        let Some(BufRef::Arena { device, buffer }) = input.cloned() else {
+            return Err(CodegenError::Unsupported {
+                node: node.name.clone(),
+                op: node.op.type_name().to_string(),
+                reason: "a split view needs its input in an arena buffer".into(),
+            });
+        };
+        let mut offset = self.devices[device].buffers[buffer].offset;
+        for slot in 0..node.outputs.len() {
+            let t = Tensor::new(id, slot);
+            let ty = self.ty(t)?;
+            let bytes = ty.dims.iter().product::<usize>() * ty.dtype.size_bytes();
+            let d = &mut self.devices[device];
+            d.buffers.push(Buffer {
+                name: self.g.node(id).name.clone() + &if slot == 0 { String::new() } else { format!(":{slot}") },
+                dtype: ty.dtype,
+                shape: ty.dims,
+                kind: BufferKind::View,
+                offset,
+                bytes,
+            });
+            offset += bytes;
+            self.bind.insert(t, BufRef::Arena { device, buffer: d.buffers.len() - 1 });
+        }
+        Ok(())
+    }
+
     fn lower_node(&mut self, id: NodeId, opts: &LowerOptions) -> Result<(), CodegenError> {
         let node = self.g.node(id);
         let inputs = self.g.inputs(id);
@@ -126,6 +159,7 @@ impl<'g> Lowerer<'g> {
                     self.bind.insert(Tensor::new(id, 0), r.clone());
                 }
             }
+            Lowering::Views => self.bind_views(id, in_refs.first())?,
             Lowering::Launch { outs: Outs::InPlace(_), .. } => {
                 if let (Some(r), false) = (in_refs.first(), node.outputs.is_empty()) {
                     self.bind.insert(Tensor::new(id, 0), r.clone());
@@ -162,7 +196,7 @@ impl<'g> Lowerer<'g> {
         let name = node.name.clone();
         let bytes = |s: usize| node.outputs[s].byte_size().unwrap_or(0);
         match low {
-            Lowering::Nothing | Lowering::Alias => Vec::new(),
+            Lowering::Nothing | Lowering::Alias | Lowering::Views => Vec::new(),
             Lowering::CopyOut => vec![Step::Copy { from: inb(0), to: outb(0), bytes: bytes(0), node: name }],
             Lowering::CopyAndOnes => vec![
                 Step::Copy { from: inb(0), to: outb(0), bytes: bytes(0), node: name.clone() },

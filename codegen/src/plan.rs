@@ -2,7 +2,8 @@
 //!
 //! Invariants a backend may rely on:
 //! - every [`BufRef::Arena`] names an existing buffer of an existing device;
-//!   buffers of one device never overlap (no liveness reuse yet);
+//!   buffers of one device never overlap (no liveness reuse yet), except a
+//!   [`BufferKind::View`], which lies inside the buffer it views;
 //! - variables live outside the arenas, in the backend's store, by name;
 //! - within a stream, steps run in order; across streams the only ordering
 //!   is `Record(e)` → `Wait(e)`: a buffer written on one stream is read on
@@ -49,6 +50,8 @@ pub enum BufferKind {
     Constant,
     /// Kernel scratch space.
     Workspace,
+    /// A contiguous part of another buffer (an output of a leading-axis split).
+    View,
 }
 
 /// One buffer in a device arena.

@@ -29,6 +29,9 @@ pub(crate) enum Lowering {
     Nothing,
     /// Output 0 is input 0's buffer (no copy).
     Alias,
+    /// Each output is a contiguous part of input 0's buffer (a split along
+    /// an axis with only size-1 dimensions before it, e.g. the batch split).
+    Views,
     /// Copy input 0 into output 0.
     CopyOut,
     /// Copy input 0 into output 0 and fill output 1 with ones (eval dropout).
@@ -158,6 +161,7 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
         Concat { axis } => {
             launch(Kernel::Concat { axis: *axis, shapes: ins.iter().map(|t| t.dims.clone()).collect() }, &all)
         }
+        Split { axis, .. } if ins[0].dims[..*axis].iter().all(|&d| d == 1) => Ok(Lowering::Views),
         Split { axis, sizes } => {
             launch(Kernel::Split { axis: *axis, shape: ins[0].dims.clone(), sizes: sizes.clone() }, &[0])
         }

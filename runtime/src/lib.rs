@@ -12,6 +12,7 @@
 //! - [`checkpoint`]: atomic safetensors save and checked restore;
 //! - [`error`]: [`RuntimeError`].
 
+mod affinity;
 pub mod checkpoint;
 pub mod cuda;
 pub mod error;

@@ -35,8 +35,10 @@ pub struct Shared {
     remaining: Mutex<usize>,
     done_cv: Condvar,
     events: Vec<AtomicU64>,
-    ev_lock: Mutex<()>,
-    ev_cv: Condvar,
+    /// One lock and condvar per event, so a record wakes only that event's
+    /// waiters (a shared condvar woke every waiting thread on every record:
+    /// dozens of needless context switches per step on two cores).
+    ev_wake: Vec<(Mutex<()>, Condvar)>,
     /// The first failure of the step: (node, message).
     error: Mutex<Option<(String, String)>>,
     /// Whether streams time their items.
@@ -72,17 +74,19 @@ fn label(x: &Exec) -> ItemLabel {
 impl Shared {
     fn record(&self, e: usize, gen: u64) {
         self.events[e].store(gen, Ordering::Release);
-        let _g = self.ev_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.ev_cv.notify_all();
+        let (lock, cv) = &self.ev_wake[e];
+        let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+        cv.notify_all();
     }
 
     fn wait(&self, e: usize, gen: u64) {
         if self.events[e].load(Ordering::Acquire) >= gen {
             return;
         }
-        let mut g = self.ev_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (lock, cv) = &self.ev_wake[e];
+        let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
         while self.events[e].load(Ordering::Acquire) < gen {
-            g = self.ev_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
     }
 }
@@ -137,8 +141,7 @@ impl Runner {
             remaining: Mutex::new(0),
             done_cv: Condvar::new(),
             events: (0..num_events).map(|_| AtomicU64::new(0)).collect(),
-            ev_lock: Mutex::new(()),
-            ev_cv: Condvar::new(),
+            ev_wake: (0..num_events).map(|_| (Mutex::new(()), Condvar::new())).collect(),
             error: Mutex::new(None),
             profiling: AtomicBool::new(false),
         });
@@ -156,7 +159,10 @@ impl Runner {
                 let t = Arc::clone(&times[k + 1]);
                 std::thread::Builder::new()
                     .name(format!("towers-{program}-thread{}", k + 1))
-                    .spawn(move || worker(&mut execs, &t, &sh))
+                    .spawn(move || {
+                        crate::affinity::pin_worker(k);
+                        worker(&mut execs, &t, &sh)
+                    })
                     .expect("spawning a stream worker thread")
             })
             .collect();
