@@ -112,7 +112,8 @@ fn time_steps(model: &Model, opts: &CompileOptions, steps: usize) -> Stats {
         }
     }
     let total: f64 = times.iter().sum();
-    let reduce_ns: u64 = prof.iter().filter(|p| p.kernel == "weighted_sum").map(|p| p.nanos).sum();
+    let reduce_ns: u64 =
+        prof.iter().filter(|p| p.kernel == "weighted_sum" || p.kernel == "mean_apply").map(|p| p.nanos).sum();
     times.sort_by(|a, b| a.total_cmp(b));
     let q = |f: f64| times[((times.len() - 1) as f64 * f).round() as usize];
     Stats {

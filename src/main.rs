@@ -255,7 +255,8 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
 }
 
 fn parse_input(s: &str) -> Result<[usize; 3], String> {
-    let v: Vec<usize> = s.split('x').map(|p| p.parse::<usize>()).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let v: Vec<usize> =
+        s.split('x').map(|p| p.parse::<usize>()).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     match v.as_slice() {
         [h, w, c] => Ok([*h, *w, *c]),
         [h, w] => Ok([*h, *w, 1]),

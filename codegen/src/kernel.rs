@@ -254,6 +254,15 @@ pub enum Kernel {
     WeightedSum {
         weights: Vec<f32>,
     },
+    /// The tower reduction fused into the optimizer update that is its only
+    /// consumer: in: one gradient per tower, then `apply`'s inputs after its
+    /// gradient (Adam's global_step). out: `apply`'s outputs, in place. One
+    /// pass over memory instead of two: the reduced gradient is formed block
+    /// by block in scratch and applied at once, never stored.
+    MeanApply {
+        weights: Vec<f32>,
+        apply: Box<Kernel>,
+    },
     /// in: none. out: the i32 step variable, incremented in place.
     IncrementStep,
 }
@@ -304,6 +313,7 @@ impl Kernel {
             Kernel::ApplyMomentum { .. } => "apply_momentum",
             Kernel::ApplyAdam { .. } => "apply_adam",
             Kernel::WeightedSum { .. } => "weighted_sum",
+            Kernel::MeanApply { .. } => "mean_apply",
             Kernel::IncrementStep => "increment_step",
         }
     }

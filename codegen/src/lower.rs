@@ -13,6 +13,11 @@
 //!    split costs no copy);
 //! 4. steps per stream, in the schedule's order.
 //!
+//! One fusion: a `TowerMean` whose only consumer is an `ApplyGradient` on
+//! its device (and that is not fetched) gets no buffer and no launch; the
+//! apply becomes one `MeanApply` launch that reads the towers' gradients
+//! directly (see [`fusable_means`]).
+//!
 //! Maps keyed by node are used for lookup only; every output order comes
 //! from the schedule or the topological order, never from map order.
 
@@ -34,6 +39,35 @@ struct Lowerer<'g> {
     devices: Vec<DevicePlan>,
     bind: BTreeMap<Tensor, BufRef>,
     lowered: BTreeMap<NodeId, (Lowering, Option<BufRef>)>,
+    /// Apply node -> the TowerMean fused into it.
+    fused: BTreeMap<NodeId, NodeId>,
+    /// Launch inputs of fused applies (the towers' gradients, then the rest).
+    fused_inputs: BTreeMap<NodeId, Vec<BufRef>>,
+}
+
+/// TowerMean nodes that fuse into their consumer: (apply, mean) pairs. A
+/// mean fuses when its only consumer (data or control) is one
+/// `ApplyGradient` on the same device and no fetch names it.
+pub fn fusable_means(g: &Graph, st: &CompileState) -> BTreeMap<NodeId, NodeId> {
+    let fetched: BTreeSet<&str> = st.fetches.values().map(|t| t.node.as_str()).collect();
+    let mut out = BTreeMap::new();
+    for id in g.node_ids() {
+        let n = g.node(id);
+        if !matches!(n.op, Op::TowerMean { .. }) || fetched.contains(n.name.as_str()) {
+            continue;
+        }
+        let consumers = g.consumers(id);
+        if let [(a, _, 0)] = consumers[..] {
+            let apply = g.node(a);
+            if matches!(apply.op, Op::ApplyGradient { .. })
+                && apply.device == n.device
+                && g.control_consumers(id).iter().all(|&c| c == a)
+            {
+                out.insert(a, id);
+            }
+        }
+    }
+    out
 }
 
 impl<'g> Lowerer<'g> {
@@ -142,15 +176,38 @@ impl<'g> Lowerer<'g> {
 
     fn lower_node(&mut self, id: NodeId, opts: &LowerOptions) -> Result<(), CodegenError> {
         let node = self.g.node(id);
+        if self.fused.values().any(|&m| m == id) {
+            // Fused into its apply: no buffer, no launch.
+            self.lowered.insert(id, (Lowering::Nothing, None));
+            return Ok(());
+        }
+        let mean = self.fused.get(&id).copied();
         let inputs = self.g.inputs(id);
         let ins = inputs.iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
         let outs = (0..node.outputs.len()).map(|s| self.ty(Tensor::new(id, s))).collect::<Result<Vec<_>, _>>()?;
-        let in_refs = inputs.iter().map(|&t| self.input(id, t)).collect::<Result<Vec<_>, _>>()?;
-        let low = select(&node.op, &ins, &outs, opts.mode).map_err(|reason| CodegenError::Unsupported {
+        let in_refs = inputs
+            .iter()
+            .map(|&t| if Some(t.node) == mean { Ok(BufRef::Variable(String::new())) } else { self.input(id, t) })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut low = select(&node.op, &ins, &outs, opts.mode).map_err(|reason| CodegenError::Unsupported {
             node: node.name.clone(),
             op: node.op.type_name().to_string(),
             reason,
         })?;
+        if let (Some(m), Lowering::Launch { kernel, inputs: idx, .. }) = (mean, &mut low) {
+            let Op::TowerMean { weights } = &self.g.node(m).op else {
+                return Err(CodegenError::Unsupported {
+                    node: node.name.clone(),
+                    op: node.op.type_name().into(),
+                    reason: "its fused gradient is not a TowerMean".into(),
+                });
+            };
+            let mut refs = self.g.inputs(m).iter().map(|&t| self.input(m, t)).collect::<Result<Vec<_>, _>>()?;
+            refs.extend(idx.iter().skip(1).map(|&i| in_refs[i].clone()));
+            let apply = Box::new(kernel.clone());
+            *kernel = crate::Kernel::MeanApply { weights: weights.iter().map(|w| w.0).collect(), apply };
+            self.fused_inputs.insert(id, refs);
+        }
         let mut workspace = None;
         match &low {
             Lowering::Nothing => {}
@@ -213,13 +270,11 @@ impl<'g> Lowerer<'g> {
                     Outs::Own => (0..node.outputs.len()).map(outb).collect(),
                     Outs::InPlace(v) => v.iter().map(|&i| inb(i)).collect(),
                 };
-                vec![Step::Launch {
-                    kernel: kernel.clone(),
-                    inputs: idx.iter().map(|&i| inb(i)).collect(),
-                    outputs,
-                    workspace: workspace.clone(),
-                    node: name,
-                }]
+                let inputs = match self.fused_inputs.get(&id) {
+                    Some(refs) => refs.clone(),
+                    None => idx.iter().map(|&i| inb(i)).collect(),
+                };
+                vec![Step::Launch { kernel: kernel.clone(), inputs, outputs, workspace: workspace.clone(), node: name }]
             }
         }
     }
@@ -278,6 +333,8 @@ pub fn lower(g: &Graph, st: &CompileState, opts: &LowerOptions) -> Result<Plan, 
         devices: devices.into_iter().map(|device| DevicePlan { device, buffers: Vec::new(), arena_bytes: 0 }).collect(),
         bind: BTreeMap::new(),
         lowered: BTreeMap::new(),
+        fused: fusable_means(g, st),
+        fused_inputs: BTreeMap::new(),
     };
 
     let mut variables = Vec::new();

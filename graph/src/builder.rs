@@ -105,8 +105,7 @@ fn check_scope_name(name: &str) -> Result<()> {
     {
         return Err(GraphError::BadScopeName {
             name: name.to_string(),
-            reason: "use letters, digits, '.', '_', '-' and '/' separators (TF's rule), and no empty components"
-                .into(),
+            reason: "use letters, digits, '.', '_', '-' and '/' separators (TF's rule), and no empty components".into(),
         });
     }
     Ok(())
@@ -302,7 +301,11 @@ impl GraphBuilder {
             let node = self.graph.node(id);
             if let Op::Variable { dtype, shape: found, .. } = &node.op {
                 if scope.reuse == Reuse::No {
-                    return Err(GraphError::VariableExists { name: full, scope: scope.path, reuse: scope.reuse.to_string() });
+                    return Err(GraphError::VariableExists {
+                        name: full,
+                        scope: scope.path,
+                        reuse: scope.reuse.to_string(),
+                    });
                 }
                 let found = Shape::known(found);
                 if !shape.compatible(&found) {
@@ -404,13 +407,31 @@ impl GraphBuilder {
     pub fn tanh(&mut self, x: Tensor) -> Result<Tensor> {
         self.op1("Tanh", Op::Tanh, &[x])
     }
-    pub fn conv2d(&mut self, x: Tensor, filter: Tensor, strides: [usize; 2], padding: crate::op::Padding) -> Result<Tensor> {
+    pub fn conv2d(
+        &mut self,
+        x: Tensor,
+        filter: Tensor,
+        strides: [usize; 2],
+        padding: crate::op::Padding,
+    ) -> Result<Tensor> {
         self.op1("Conv2D", Op::Conv2D { strides, padding }, &[x, filter])
     }
-    pub fn max_pool(&mut self, x: Tensor, ksize: [usize; 2], strides: [usize; 2], padding: crate::op::Padding) -> Result<Tensor> {
+    pub fn max_pool(
+        &mut self,
+        x: Tensor,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: crate::op::Padding,
+    ) -> Result<Tensor> {
         self.op1("MaxPool", Op::MaxPool { ksize, strides, padding }, &[x])
     }
-    pub fn avg_pool(&mut self, x: Tensor, ksize: [usize; 2], strides: [usize; 2], padding: crate::op::Padding) -> Result<Tensor> {
+    pub fn avg_pool(
+        &mut self,
+        x: Tensor,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: crate::op::Padding,
+    ) -> Result<Tensor> {
         self.op1("AvgPool", Op::AvgPool { ksize, strides, padding }, &[x])
     }
     pub fn reshape(&mut self, x: Tensor, shape: &[i64]) -> Result<Tensor> {

@@ -10,8 +10,7 @@ use crate::error::Result;
 use crate::graph::{Graph, NodeId};
 use crate::op::Op;
 
-const GPU_COLOURS: [&str; 8] =
-    ["#a6cee3", "#b2df8a", "#fdbf6f", "#cab2d6", "#ffff99", "#fb9a99", "#8dd3c7", "#bebada"];
+const GPU_COLOURS: [&str; 8] = ["#a6cee3", "#b2df8a", "#fdbf6f", "#cab2d6", "#ffff99", "#fb9a99", "#8dd3c7", "#bebada"];
 
 /// The fill colour of a device (CPU grey, GPUs from a fixed palette).
 pub fn device_colour(d: Device) -> &'static str {
@@ -56,7 +55,13 @@ pub fn to_dot(g: &Graph) -> Result<String> {
     for &id in &order {
         for t in g.inputs(id) {
             let ty = &g.node(t.node).outputs[t.slot];
-            let _ = writeln!(s, "  n{} -> n{} [label=\"{}\", fontsize=8];", index[&t.node], index[&id], esc(&ty.to_string()));
+            let _ = writeln!(
+                s,
+                "  n{} -> n{} [label=\"{}\", fontsize=8];",
+                index[&t.node],
+                index[&id],
+                esc(&ty.to_string())
+            );
         }
         for c in g.control_inputs(id) {
             let _ = writeln!(s, "  n{} -> n{} [style=dashed, color=gray40];", index[&c], index[&id]);
@@ -68,7 +73,12 @@ pub fn to_dot(g: &Graph) -> Result<String> {
     if !devs.is_empty() {
         s.push_str("  subgraph cluster_legend {\n    label=\"devices\";\n");
         for d in devs {
-            let _ = writeln!(s, "    legend_{} [label=\"{d}\", fillcolor=\"{}\"];", d.to_string().replace(':', "_"), device_colour(d));
+            let _ = writeln!(
+                s,
+                "    legend_{} [label=\"{d}\", fillcolor=\"{}\"];",
+                d.to_string().replace(':', "_"),
+                device_colour(d)
+            );
         }
         s.push_str("  }\n");
     }
@@ -104,7 +114,12 @@ fn emit(g: &Graph, c: &Cluster, index: &BTreeMap<NodeId, usize>, s: &mut String,
     for (path, child) in &c.children {
         *cid += 1;
         let label = path.rsplit('/').next().unwrap_or(path);
-        let _ = writeln!(s, "{pad}subgraph cluster_{} {{\n{pad}  label=\"{}\";\n{pad}  style=rounded; color=gray50;", cid, esc(label));
+        let _ = writeln!(
+            s,
+            "{pad}subgraph cluster_{} {{\n{pad}  label=\"{}\";\n{pad}  style=rounded; color=gray50;",
+            cid,
+            esc(label)
+        );
         emit(g, child, index, s, cid, depth + 1);
         let _ = writeln!(s, "{pad}}}");
     }

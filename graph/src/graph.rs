@@ -278,11 +278,8 @@ impl Graph {
         for id in self.g.node_indices() {
             indeg.insert(id, self.g.edges_directed(id, Direction::Incoming).count());
         }
-        let mut heap: BinaryHeap<std::cmp::Reverse<(u64, NodeId)>> = indeg
-            .iter()
-            .filter(|(_, &d)| d == 0)
-            .map(|(&i, _)| std::cmp::Reverse((self.g[i].seq, i)))
-            .collect();
+        let mut heap: BinaryHeap<std::cmp::Reverse<(u64, NodeId)>> =
+            indeg.iter().filter(|(_, &d)| d == 0).map(|(&i, _)| std::cmp::Reverse((self.g[i].seq, i))).collect();
         let mut order = Vec::with_capacity(self.g.node_count());
         while let Some(std::cmp::Reverse((_, id))) = heap.pop() {
             order.push(id);
@@ -484,7 +481,10 @@ impl Graph {
         for n in &s.nodes {
             let lookup = |name: &str, g: &Graph| {
                 g.get(name).ok_or_else(|| {
-                    GraphError::Deserialize(format!("node '{}' refers to '{name}', which is not defined before it", n.name))
+                    GraphError::Deserialize(format!(
+                        "node '{}' refers to '{name}', which is not defined before it",
+                        n.name
+                    ))
                 })
             };
             let inputs = n

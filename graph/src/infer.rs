@@ -186,8 +186,9 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
                     return detail(format!("all inputs must have one type; got {} and {}", inputs[0], t));
                 }
                 for (i, d) in t.shape.0.iter().enumerate() {
-                    shape.0[i] = merge_dim(shape.0[i], *d)
-                        .or_else(|_| detail(format!("all inputs must have one shape; got {} and {}", inputs[0].shape, t.shape)))?;
+                    shape.0[i] = merge_dim(shape.0[i], *d).or_else(|_| {
+                        detail(format!("all inputs must have one shape; got {} and {}", inputs[0].shape, t.shape))
+                    })?;
                 }
             }
             Ok(vec![TensorType { dtype: inputs[0].dtype, shape }])
@@ -276,8 +277,12 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             if minus > 1 || shape.iter().any(|&d| d < -1) {
                 return detail(format!("target shape {shape:?} may hold at most one -1 and no other negative size"));
             }
-            let known = known_elements(shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize), &format!("target shape {shape:?}"))?;
-            let mut out: Vec<Option<usize>> = shape.iter().map(|&d| if d >= 0 { Some(d as usize) } else { None }).collect();
+            let known = known_elements(
+                shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize),
+                &format!("target shape {shape:?}"),
+            )?;
+            let mut out: Vec<Option<usize>> =
+                shape.iter().map(|&d| if d >= 0 { Some(d as usize) } else { None }).collect();
             match x.shape.num_elements() {
                 Some(total) => {
                     if minus == 1 {
@@ -338,7 +343,10 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             let total: usize = sizes.iter().sum();
             if let Some(n) = x.shape.0[*axis] {
                 if n != total {
-                    return detail(format!("split sizes {sizes:?} sum to {total}, but dimension {axis} of {} is {n}", x.shape));
+                    return detail(format!(
+                        "split sizes {sizes:?} sum to {total}, but dimension {axis} of {} is {n}",
+                        x.shape
+                    ));
                 }
             }
             Ok(sizes.iter().map(|&s| TensorType { dtype: x.dtype, shape: x.shape.with_dim(*axis, Some(s)) }).collect())
@@ -355,7 +363,12 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
                 let o = if size[i] < 0 { d.map(|d| d.saturating_sub(begin[i])) } else { Some(size[i] as usize) };
                 if let (Some(d), Some(o)) = (d, o) {
                     if begin[i] + o > d {
-                        return detail(format!("slice [{}..{}] exceeds dimension {i} of {}", begin[i], begin[i] + o, x.shape));
+                        return detail(format!(
+                            "slice [{}..{}] exceeds dimension {i} of {}",
+                            begin[i],
+                            begin[i] + o,
+                            x.shape
+                        ));
                     }
                 }
                 out.push(o);
@@ -469,7 +482,10 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
         AssignMovingAverage { .. } => {
             arity(inputs, 2)?;
             if !inputs[0].shape.compatible(&inputs[1].shape) {
-                return detail(format!("variable {} and value {} must have one shape", inputs[0].shape, inputs[1].shape));
+                return detail(format!(
+                    "variable {} and value {} must have one shape",
+                    inputs[0].shape, inputs[1].shape
+                ));
             }
             same(&inputs[0])
         }

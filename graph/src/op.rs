@@ -100,15 +100,28 @@ impl Optimizer {
 pub enum Op {
     // ---- sources -------------------------------------------------------
     /// A fed input. out: the fed tensor.
-    Placeholder { dtype: DType, shape: crate::types::Shape },
+    Placeholder {
+        dtype: DType,
+        shape: crate::types::Shape,
+    },
     /// A constant. out: the value.
-    Const { value: ConstValue },
+    Const {
+        value: ConstValue,
+    },
     /// A variable; the node's name is the variable's full name. out: its value.
-    Variable { dtype: DType, shape: Vec<usize>, init: Initializer, trainable: bool },
+    Variable {
+        dtype: DType,
+        shape: Vec<usize>,
+        init: Initializer,
+        trainable: bool,
+    },
 
     // ---- dense math ----------------------------------------------------
     /// in: a, b (rank 2). out: a·b with optional transposes.
-    MatMul { transpose_a: bool, transpose_b: bool },
+    MatMul {
+        transpose_a: bool,
+        transpose_b: bool,
+    },
     /// in: a, b (broadcasting). out: a+b.
     Add,
     Sub,
@@ -133,30 +146,67 @@ pub enum Op {
 
     // ---- convolution and pooling (NHWC; filters HWIO) -------------------
     /// in: x [N,H,W,C], filter [KH,KW,C,O]. out: [N,OH,OW,O].
-    Conv2D { strides: [usize; 2], padding: Padding },
+    Conv2D {
+        strides: [usize; 2],
+        padding: Padding,
+    },
     /// in: x (for its shape only), filter, dy. out: dx.
-    Conv2DBackpropInput { strides: [usize; 2], padding: Padding },
+    Conv2DBackpropInput {
+        strides: [usize; 2],
+        padding: Padding,
+    },
     /// in: x, filter (for its shape only), dy. out: dfilter.
-    Conv2DBackpropFilter { strides: [usize; 2], padding: Padding },
+    Conv2DBackpropFilter {
+        strides: [usize; 2],
+        padding: Padding,
+    },
     /// in: x. out: pooled.
-    MaxPool { ksize: [usize; 2], strides: [usize; 2], padding: Padding },
+    MaxPool {
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    },
     /// in: x, y, dy. out: dx.
-    MaxPoolGrad { ksize: [usize; 2], strides: [usize; 2], padding: Padding },
-    AvgPool { ksize: [usize; 2], strides: [usize; 2], padding: Padding },
+    MaxPoolGrad {
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    },
+    AvgPool {
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    },
     /// in: x (for its shape only), dy. out: dx.
-    AvgPoolGrad { ksize: [usize; 2], strides: [usize; 2], padding: Padding },
+    AvgPoolGrad {
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    },
 
     // ---- shapes ----------------------------------------------------------
     /// in: x. out: x with a new shape; one dimension may be -1 (inferred).
-    Reshape { shape: Vec<i64> },
+    Reshape {
+        shape: Vec<i64>,
+    },
     /// in: n tensors. out: their concatenation along `axis`.
-    Concat { axis: usize },
+    Concat {
+        axis: usize,
+    },
     /// in: x. out: one tensor per entry of `sizes`, along `axis`.
-    Split { axis: usize, sizes: Vec<usize> },
+    Split {
+        axis: usize,
+        sizes: Vec<usize>,
+    },
     /// in: x. out: x[begin .. begin+size]; size -1 means "to the end".
-    Slice { begin: Vec<usize>, size: Vec<i64> },
+    Slice {
+        begin: Vec<usize>,
+        size: Vec<i64>,
+    },
     /// in: x (for its shape only), dy. out: zeros shaped like x with dy at `begin`.
-    SliceGrad { begin: Vec<usize> },
+    SliceGrad {
+        begin: Vec<usize>,
+    },
     /// in: x, like. out: x broadcast to like's shape.
     BroadcastLike,
     /// in: x, like. out: x summed down to like's shape (gradient of broadcasting).
@@ -177,24 +227,40 @@ pub enum Op {
     L2Loss,
 
     // ---- reductions and comparisons --------------------------------------
-    ReduceSum { axes: Vec<usize>, keep_dims: bool },
-    ReduceMean { axes: Vec<usize>, keep_dims: bool },
+    ReduceSum {
+        axes: Vec<usize>,
+        keep_dims: bool,
+    },
+    ReduceMean {
+        axes: Vec<usize>,
+        keep_dims: bool,
+    },
     /// in: x. out: i32 index of the maximum along `axis` (first on ties).
-    ArgMax { axis: usize },
+    ArgMax {
+        axis: usize,
+    },
     /// in: a, b. out: bool.
     Equal,
-    Cast { dtype: DType },
+    Cast {
+        dtype: DType,
+    },
 
     // ---- regularization and normalization --------------------------------
     /// in: x. out: y, mask (0 or 1/keep). Identity with an all-ones mask in
     /// eval mode. The mask of row r is drawn from (seed, step, first_row + r),
     /// so a tower holding rows `first_row..` of the global batch draws exactly
     /// the mask one device would draw for those rows.
-    Dropout { rate: F32, seed: u64, first_row: usize },
+    Dropout {
+        rate: F32,
+        seed: u64,
+        first_row: usize,
+    },
     /// in: x, gamma, beta, moving_mean, moving_var. out: y, batch_mean,
     /// batch_inv_std, batch_var (unbiased). Eval mode normalizes with the
     /// moving statistics.
-    BatchNorm { epsilon: F32 },
+    BatchNorm {
+        epsilon: F32,
+    },
     /// in: dy, x, gamma, batch_mean, batch_inv_std. out: dx, dgamma, dbeta.
     BatchNormGrad,
     Identity,
@@ -203,19 +269,25 @@ pub enum Op {
 
     // ---- state ------------------------------------------------------------
     /// in: variable, value. Writes var = var*decay + value*(1-decay). out: the variable.
-    AssignMovingAverage { decay: F32 },
+    AssignMovingAverage {
+        decay: F32,
+    },
     /// in: variable, slots..., grad, global_step. Writes the variable and its slots.
     /// Reads global_step *before* this step's increment (the `IncrementStep`
     /// node has a control edge from every apply), so Adam's bias correction
     /// uses t = global_step + 1 (TF's beta powers after t updates).
-    ApplyGradient { optimizer: Optimizer },
+    ApplyGradient {
+        optimizer: Optimizer,
+    },
     /// in: global_step (i32 scalar variable). Writes step += 1.
     IncrementStep,
 
     // ---- towers -----------------------------------------------------------
     /// in: one gradient per tower. out: Σ weights[i]*in[i], the cross-tower
     /// reduction as one n-ary node (the weights are the towers' shares of the batch).
-    TowerMean { weights: Vec<F32> },
+    TowerMean {
+        weights: Vec<F32>,
+    },
     /// in: x on another device. out: x on this node's device.
     Copy,
     /// Groups control inputs; no data.

@@ -30,7 +30,9 @@ fn a_variable_under_cpu_inside_a_gpu_scope() {
     let mut b = GraphBuilder::new();
     let (v, op) = b
         .device("/gpu:0", |b| {
-            let v = b.device("/cpu:0", |b| b.variable_scope("fc", Reuse::No, |b| b.get_variable("w", [2], Initializer::Zeros)))?;
+            let v = b.device("/cpu:0", |b| {
+                b.variable_scope("fc", Reuse::No, |b| b.get_variable("w", [2], Initializer::Zeros))
+            })?;
             let op = b.neg(v)?;
             Ok::<_, GraphError>((v, op))
         })

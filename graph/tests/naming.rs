@@ -109,7 +109,9 @@ fn name_scope_with_trailing_slash_reenters_absolute_scope() {
     let x = b.placeholder("x", DType::F32, [Some(2)]).unwrap();
     let first = b.name_scope("foo", |b| b.neg(x)).unwrap();
     let again = b
-        .name_scope("elsewhere", |b| b.name_scope("foo/", |b| Ok::<_, GraphError>((b.current_name_scope().to_string(), b.neg(x)?))))
+        .name_scope("elsewhere", |b| {
+            b.name_scope("foo/", |b| Ok::<_, GraphError>((b.current_name_scope().to_string(), b.neg(x)?)))
+        })
         .unwrap();
     assert_eq!(name(&b, first), "foo/Neg");
     assert_eq!(again.0, "foo");
@@ -138,21 +140,31 @@ fn name_scope_inside_variable_scope_affects_ops_only() {
 #[test]
 fn reuse_is_inherited_by_sub_scopes() {
     let mut b = GraphBuilder::new();
-    b.variable_scope("a", Reuse::No, |b| b.variable_scope("b", Reuse::No, |b| b.get_variable("w", [2], Initializer::Zeros)))
-        .unwrap();
+    b.variable_scope("a", Reuse::No, |b| {
+        b.variable_scope("b", Reuse::No, |b| b.get_variable("w", [2], Initializer::Zeros))
+    })
+    .unwrap();
     let (reuse, w) = b
         .variable_scope("a", Reuse::Yes, |b| {
-            b.variable_scope("b", Reuse::No, |b| Ok::<_, GraphError>((b.current_reuse(), b.get_variable("w", [2], Initializer::Zeros)?)))
+            b.variable_scope("b", Reuse::No, |b| {
+                Ok::<_, GraphError>((b.current_reuse(), b.get_variable("w", [2], Initializer::Zeros)?))
+            })
         })
         .unwrap();
     assert_eq!(reuse, Reuse::Yes);
     assert_eq!(name(&b, w), "a/b/w");
     // Auto does not turn reuse off either.
-    let r = b.variable_scope("a", Reuse::Yes, |b| b.variable_scope("c", Reuse::Auto, |b| Ok::<_, GraphError>(b.current_reuse()))).unwrap();
+    let r = b
+        .variable_scope("a", Reuse::Yes, |b| {
+            b.variable_scope("c", Reuse::Auto, |b| Ok::<_, GraphError>(b.current_reuse()))
+        })
+        .unwrap();
     assert_eq!(r, Reuse::Yes);
     // A reusing sub-scope cannot create.
     let e = b
-        .variable_scope("a", Reuse::Yes, |b| b.variable_scope("new", Reuse::No, |b| b.get_variable("w", [2], Initializer::Zeros)))
+        .variable_scope("a", Reuse::Yes, |b| {
+            b.variable_scope("new", Reuse::No, |b| b.get_variable("w", [2], Initializer::Zeros))
+        })
         .unwrap_err();
     assert!(matches!(e, GraphError::VariableMissing { ref name, .. } if name == "a/new/w"), "{e}");
     assert_eq!(b.graph().collection("variables"), ["a/b/w"]);

@@ -2,7 +2,10 @@
 
 use towers_graph::{DType, GraphBuilder, GraphError, Initializer, Padding, Reuse};
 
-fn in_tower<T>(b: &mut GraphBuilder, f: impl FnOnce(&mut GraphBuilder) -> Result<T, GraphError>) -> Result<T, GraphError> {
+fn in_tower<T>(
+    b: &mut GraphBuilder,
+    f: impl FnOnce(&mut GraphBuilder) -> Result<T, GraphError>,
+) -> Result<T, GraphError> {
     b.name_scope("tower_0", |b| b.variable_scope("fc", Reuse::No, f))
 }
 
@@ -109,7 +112,10 @@ fn flatten_with_unknown_inner_dimension_names_the_scope() {
     let mut b = GraphBuilder::new();
     let x = b.placeholder("x", DType::F32, [None, None, Some(3)]).unwrap();
     let e = b.flatten(x).unwrap_err();
-    assert!(e.to_string().starts_with("Reshape 'Flatten' (in scope ''): flatten needs all but the batch dimension known"), "{e}");
+    assert!(
+        e.to_string().starts_with("Reshape 'Flatten' (in scope ''): flatten needs all but the batch dimension known"),
+        "{e}"
+    );
     let e = b.name_scope("net", |b| b.flatten(x)).unwrap_err();
     assert!(e.to_string().starts_with("Reshape 'net/Flatten' (in scope 'net')"), "{e}");
 }

@@ -89,7 +89,12 @@ fn verifier_accepts_built_graphs_and_catches_tampering() {
     let e = verify(&g, "tamper", false).unwrap_err();
     assert!(matches!(e, GraphError::Verify { .. }), "{e:?}");
     let m = e.to_string();
-    assert!(m.starts_with("graph verification failed after tamper: 'tower_0/fc1/MatMul' (MatMul) stores output types [\"f32[3,4]\"]"), "{m}");
+    assert!(
+        m.starts_with(
+            "graph verification failed after tamper: 'tower_0/fc1/MatMul' (MatMul) stores output types [\"f32[3,4]\"]"
+        ),
+        "{m}"
+    );
 }
 
 #[test]

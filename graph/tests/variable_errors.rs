@@ -4,7 +4,9 @@ use towers_graph::builder::VariableOptions;
 use towers_graph::{DType, GraphBuilder, GraphError, Initializer, Reuse};
 
 fn fc_weights(b: &mut GraphBuilder, reuse: Reuse, shape: [usize; 2]) -> Result<(), GraphError> {
-    b.variable_scope("ConvNet", reuse, |b| b.variable_scope("fc", Reuse::No, |b| b.get_variable("weights", shape, Initializer::Zeros)))?;
+    b.variable_scope("ConvNet", reuse, |b| {
+        b.variable_scope("fc", Reuse::No, |b| b.get_variable("weights", shape, Initializer::Zeros))
+    })?;
     Ok(())
 }
 
@@ -39,8 +41,10 @@ fn reusing_a_missing_variable() {
     );
     assert!(!msg.contains("did you mean '"), "no close name yet: {msg}");
     // With a near miss in the store, the hint names it.
-    b.variable_scope("ConvNet", Reuse::No, |b| b.variable_scope("fc", Reuse::No, |b| b.get_variable("weight", [2, 4], Initializer::Zeros)))
-        .unwrap();
+    b.variable_scope("ConvNet", Reuse::No, |b| {
+        b.variable_scope("fc", Reuse::No, |b| b.get_variable("weight", [2, 4], Initializer::Zeros))
+    })
+    .unwrap();
     let msg = fc_weights(&mut b, Reuse::Yes, [2, 4]).unwrap_err().to_string();
     assert!(msg.ends_with("; did you mean 'ConvNet/fc/weight'?"), "{msg}");
 }
@@ -53,7 +57,12 @@ fn sharing_with_another_shape_or_dtype() {
     assert_eq!(e.to_string(), "Trying to share variable fc/weights, but specified shape [3,4] and found shape [2,4].");
     let e = b
         .variable_scope("fc", Reuse::Auto, |b| {
-            b.get_variable_with("weights", [2, 4], Initializer::Zeros, VariableOptions { dtype: DType::I32, ..Default::default() })
+            b.get_variable_with(
+                "weights",
+                [2, 4],
+                Initializer::Zeros,
+                VariableOptions { dtype: DType::I32, ..Default::default() },
+            )
         })
         .unwrap_err();
     assert_eq!(e.to_string(), "Trying to share variable fc/weights, but specified dtype i32 and found dtype f32.");
@@ -66,7 +75,9 @@ fn sharing_with_another_shape_or_dtype() {
 fn a_variable_name_taken_by_an_op_is_a_duplicate() {
     let mut b = GraphBuilder::new();
     b.placeholder("x", DType::F32, [Some(1)]).unwrap();
-    let e = b.variable_scope("s", Reuse::Auto, |b| b.reuse_scope(Reuse::Auto, |b| b.name_scope("/", |b| b.get_variable("x", [1], Initializer::Zeros))));
+    let e = b.variable_scope("s", Reuse::Auto, |b| {
+        b.reuse_scope(Reuse::Auto, |b| b.name_scope("/", |b| b.get_variable("x", [1], Initializer::Zeros)))
+    });
     // "/" is not a valid scope name; the store must still reject a clash at root.
     assert!(e.is_err());
     let e = b.reuse_scope(Reuse::Auto, |b| b.get_variable("x", [1], Initializer::Zeros)).unwrap_err();

@@ -37,10 +37,7 @@ fn main() {
         let mut c = vec![0.0f32; m * n];
         let s = time(|| matmul(&p, &a, &b, &mut c));
         let gf = 2.0 * (m * k * n) as f64 / s / 1e9;
-        println!(
-            "gemm {m}x{k} * {k}x{n} ta={ta} tb={tb}: {:.1} us, {gf:.1} GFLOP/s",
-            s * 1e6
-        );
+        println!("gemm {m}x{k} * {k}x{n} ta={ta} tb={tb}: {:.1} us, {gf:.1} GFLOP/s", s * 1e6);
     }
     for &(h, ci, k, co) in &[(28, 1, 5, 12), (14, 12, 3, 24), (8, 12, 3, 24)] {
         let p = Conv2d {

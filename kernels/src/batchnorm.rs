@@ -18,12 +18,7 @@
 pub const BLOCK: usize = 256;
 
 /// Per-channel `total[c] = sum_r f(r, c)`, summed blockwise via `partial`.
-fn blocked_sum(
-    rows: usize,
-    total: &mut [f32],
-    partial: &mut [f32],
-    mut f: impl FnMut(usize, &mut [f32]),
-) {
+fn blocked_sum(rows: usize, total: &mut [f32], partial: &mut [f32], mut f: impl FnMut(usize, &mut [f32])) {
     total.fill(0.0);
     let mut r0 = 0;
     while r0 < rows {
@@ -154,11 +149,7 @@ pub fn batch_norm_grad(
         }
     });
     let inv_n = 1.0 / rows as f32;
-    for ((dr, gr), xr) in dx
-        .chunks_exact_mut(c)
-        .zip(dy.chunks_exact(c))
-        .zip(x.chunks_exact(c))
-    {
+    for ((dr, gr), xr) in dx.chunks_exact_mut(c).zip(dy.chunks_exact(c)).zip(x.chunks_exact(c)) {
         for j in 0..c {
             let xhat = (xr[j] - mean[j]) * inv_std[j];
             dr[j] = gamma[j] * inv_std[j] * (gr[j] - dbeta[j] * inv_n - xhat * dgamma[j] * inv_n);
@@ -178,14 +169,8 @@ pub fn batch_norm_update_moving(
     rows: usize,
     decay: f32,
 ) {
-    debug_assert!(
-        moving_mean.len() == mean.len() && moving_var.len() == var.len() && mean.len() == var.len()
-    );
-    let unbias = if rows > 1 {
-        rows as f32 / (rows - 1) as f32
-    } else {
-        1.0
-    };
+    debug_assert!(moving_mean.len() == mean.len() && moving_var.len() == var.len() && mean.len() == var.len());
+    let unbias = if rows > 1 { rows as f32 / (rows - 1) as f32 } else { 1.0 };
     for (m, b) in moving_mean.iter_mut().zip(mean) {
         *m = *m * decay + *b * (1.0 - decay);
     }
@@ -203,29 +188,18 @@ mod tests {
     fn train_forward_statistics() {
         let mut r = Lcg::new(81);
         let (rows, c) = (600, 3); // more than one BLOCK
-        let x: Vec<f32> = r
-            .vec(rows * c)
-            .iter()
-            .enumerate()
-            .map(|(i, v)| v * (1 + i % c) as f32 + 5.0)
-            .collect();
+        let x: Vec<f32> = r.vec(rows * c).iter().enumerate().map(|(i, v)| v * (1 + i % c) as f32 + 5.0).collect();
         let gamma = [1.5, -0.5, 2.0];
         let beta = [0.1, 0.2, -0.3];
-        let (mut y, mut mean, mut var, mut inv) =
-            (vec![0.0; rows * c], [0.0; 3], [0.0; 3], [0.0; 3]);
-        batch_norm_train(
-            &x, &gamma, &beta, 1e-3, &mut y, &mut mean, &mut var, &mut inv,
-        );
+        let (mut y, mut mean, mut var, mut inv) = (vec![0.0; rows * c], [0.0; 3], [0.0; 3], [0.0; 3]);
+        batch_norm_train(&x, &gamma, &beta, 1e-3, &mut y, &mut mean, &mut var, &mut inv);
         for j in 0..c {
             let col: Vec<f64> = (0..rows).map(|i| x[i * c + j] as f64).collect();
             let m = col.iter().sum::<f64>() / rows as f64;
             let v = col.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / rows as f64;
             assert!((mean[j] as f64 - m).abs() < 1e-5, "mean");
             assert!((var[j] as f64 - v).abs() < 1e-4 * v, "var");
-            assert!(
-                (inv[j] as f64 - 1.0 / (v + 1e-3).sqrt()).abs() < 1e-5,
-                "inv_std"
-            );
+            assert!((inv[j] as f64 - 1.0 / (v + 1e-3).sqrt()).abs() < 1e-5, "inv_std");
             for i in 0..rows {
                 let want = gamma[j] as f64 * (col[i] - m) / (v + 1e-3).sqrt() + beta[j] as f64;
                 assert!((y[i * c + j] as f64 - want).abs() < 1e-4, "y");
@@ -250,42 +224,17 @@ mod tests {
         let g = r.vec(rows * c);
         let eps = 1e-3;
         let loss = |x: &[f32], gamma: &[f32], beta: &[f32]| -> f64 {
-            let (mut y, mut m, mut v, mut s) = (
-                vec![0.0; rows * c],
-                vec![0.0; c],
-                vec![0.0; c],
-                vec![0.0; c],
-            );
+            let (mut y, mut m, mut v, mut s) = (vec![0.0; rows * c], vec![0.0; c], vec![0.0; c], vec![0.0; c]);
             batch_norm_train(x, gamma, beta, eps, &mut y, &mut m, &mut v, &mut s);
             y.iter().zip(&g).map(|(a, b)| *a as f64 * *b as f64).sum()
         };
-        let (mut y, mut m, mut v, mut s) = (
-            vec![0.0; rows * c],
-            vec![0.0; c],
-            vec![0.0; c],
-            vec![0.0; c],
-        );
+        let (mut y, mut m, mut v, mut s) = (vec![0.0; rows * c], vec![0.0; c], vec![0.0; c], vec![0.0; c]);
         batch_norm_train(&x, &gamma, &beta, eps, &mut y, &mut m, &mut v, &mut s);
         let (mut dx, mut dg, mut db) = (vec![0.0; rows * c], vec![0.0; c], vec![0.0; c]);
         batch_norm_grad(&g, &x, &gamma, &m, &s, &mut dx, &mut dg, &mut db);
-        assert_close(
-            &dx,
-            &numeric_grad(&x, 1e-3, |x| loss(x, &gamma, &beta)),
-            5e-3,
-            "dx",
-        );
-        assert_close(
-            &dg,
-            &numeric_grad(&gamma, 1e-3, |gm| loss(&x, gm, &beta)),
-            5e-3,
-            "dgamma",
-        );
-        assert_close(
-            &db,
-            &numeric_grad(&beta, 1e-3, |bt| loss(&x, &gamma, bt)),
-            5e-3,
-            "dbeta",
-        );
+        assert_close(&dx, &numeric_grad(&x, 1e-3, |x| loss(x, &gamma, &beta)), 5e-3, "dx");
+        assert_close(&dg, &numeric_grad(&gamma, 1e-3, |gm| loss(&x, gm, &beta)), 5e-3, "dgamma");
+        assert_close(&db, &numeric_grad(&beta, 1e-3, |bt| loss(&x, &gamma, bt)), 5e-3, "dbeta");
     }
 
     #[test]

@@ -14,23 +14,11 @@ use crate::random::{philox_block, u32_to_unit};
 /// `keep_prob >= 1` keeps everything (mask 1); `keep_prob <= 0` drops all.
 pub fn dropout(x: &[f32], keep_prob: f32, seed: u64, step: u64, y: &mut [f32], mask: &mut [f32]) {
     debug_assert!(x.len() == y.len() && x.len() == mask.len());
-    let scale = if keep_prob > 0.0 {
-        1.0 / keep_prob.min(1.0)
-    } else {
-        0.0
-    };
-    for (block, (mb, (yb, xb))) in mask
-        .chunks_mut(4)
-        .zip(y.chunks_mut(4).zip(x.chunks(4)))
-        .enumerate()
-    {
+    let scale = if keep_prob > 0.0 { 1.0 / keep_prob.min(1.0) } else { 0.0 };
+    for (block, (mb, (yb, xb))) in mask.chunks_mut(4).zip(y.chunks_mut(4).zip(x.chunks(4))).enumerate() {
         let r = philox_block(seed, step, block as u64);
         for (j, (m, (o, v))) in mb.iter_mut().zip(yb.iter_mut().zip(xb)).enumerate() {
-            *m = if keep_prob >= 1.0 || u32_to_unit(r[j]) < keep_prob {
-                scale
-            } else {
-                0.0
-            };
+            *m = if keep_prob >= 1.0 || u32_to_unit(r[j]) < keep_prob { scale } else { 0.0 };
             *o = *v * *m;
         }
     }
@@ -56,9 +44,7 @@ mod tests {
         dropout(&x, 0.75, 7, 3, &mut y, &mut m);
         let kept = m.iter().filter(|v| **v != 0.0).count() as f64 / n as f64;
         assert!((kept - 0.75).abs() < 0.01, "keep rate {kept}");
-        assert!(m
-            .iter()
-            .all(|v| *v == 0.0 || (*v - 1.0 / 0.75).abs() < 1e-6));
+        assert!(m.iter().all(|v| *v == 0.0 || (*v - 1.0 / 0.75).abs() < 1e-6));
         assert!(y.iter().zip(&m).all(|(a, b)| *a == 2.0 * b));
         // Element i's draw depends on (seed, step, i) only: a prefix run alone
         // gives the same mask.

@@ -11,31 +11,14 @@ use thiserror::Error;
 pub enum KernelError {
     /// A sparse label is outside `[0, classes)`.
     #[error("{op}: label {label} of example {example} is outside [0, {classes}); labels must be class indices")]
-    LabelOutOfRange {
-        op: &'static str,
-        example: usize,
-        label: i32,
-        classes: usize,
-    },
+    LabelOutOfRange { op: &'static str, example: usize, label: i32, classes: usize },
     /// Two shapes cannot be broadcast together (NumPy rules).
     #[error("{op}: shapes {a:?} and {b:?} are not broadcast-compatible (aligned from the right, each dimension pair must be equal or contain a 1)")]
-    IncompatibleShapes {
-        op: &'static str,
-        a: Vec<usize>,
-        b: Vec<usize>,
-    },
+    IncompatibleShapes { op: &'static str, a: Vec<usize>, b: Vec<usize> },
     /// A shape has more dimensions than the kernels support.
     #[error("{op}: rank {rank} exceeds the supported maximum of {max}; reshape (merge contiguous axes) first")]
-    RankTooLarge {
-        op: &'static str,
-        rank: usize,
-        max: usize,
-    },
+    RankTooLarge { op: &'static str, rank: usize, max: usize },
     /// An axis argument is out of range for the given rank, or repeated.
     #[error("{op}: axis {axis} is invalid for a tensor of rank {rank} (axes must be in 0..rank and distinct)")]
-    BadAxis {
-        op: &'static str,
-        axis: usize,
-        rank: usize,
-    },
+    BadAxis { op: &'static str, axis: usize, rank: usize },
 }

@@ -31,16 +31,7 @@ pub struct MatMul {
 impl MatMul {
     /// `C = A * B` with `A: [m, k]`, `B: [k, n]`, single-threaded.
     pub fn new(m: usize, k: usize, n: usize) -> Self {
-        MatMul {
-            m,
-            n,
-            k,
-            trans_a: false,
-            trans_b: false,
-            alpha: 1.0,
-            beta: 0.0,
-            threads: 1,
-        }
+        MatMul { m, n, k, trans_a: false, trans_b: false, alpha: 1.0, beta: 0.0, threads: 1 }
     }
     /// Read `A` as stored `[k, m]`.
     pub fn trans_a(mut self, t: bool) -> Self {
@@ -83,16 +74,8 @@ pub fn matmul(p: &MatMul, a: &[f32], b: &[f32], c: &mut [f32]) {
         }
         return;
     }
-    let (a_rs, a_cs) = if p.trans_a {
-        (1, m as isize)
-    } else {
-        (k as isize, 1)
-    };
-    let (b_rs, b_cs) = if p.trans_b {
-        (1, k as isize)
-    } else {
-        (n as isize, 1)
-    };
+    let (a_rs, a_cs) = if p.trans_a { (1, m as isize) } else { (k as isize, 1) };
+    let (b_rs, b_cs) = if p.trans_b { (1, k as isize) } else { (n as isize, 1) };
     let par = parallelism(p.threads);
     // SAFETY: the pointers cover m*k, k*n and m*n elements (asserted above in
     // debug, the caller's contract in release); strides address exactly
@@ -140,23 +123,11 @@ mod tests {
             for j in 0..p.n {
                 let mut s = 0.0f64;
                 for q in 0..p.k {
-                    let av = if p.trans_a {
-                        a[q * p.m + i]
-                    } else {
-                        a[i * p.k + q]
-                    };
-                    let bv = if p.trans_b {
-                        b[j * p.k + q]
-                    } else {
-                        b[q * p.n + j]
-                    };
+                    let av = if p.trans_a { a[q * p.m + i] } else { a[i * p.k + q] };
+                    let bv = if p.trans_b { b[j * p.k + q] } else { b[q * p.n + j] };
                     s += av as f64 * bv as f64;
                 }
-                let old = if p.beta == 0.0 {
-                    0.0
-                } else {
-                    p.beta * c[i * p.n + j]
-                };
+                let old = if p.beta == 0.0 { 0.0 } else { p.beta * c[i * p.n + j] };
                 c[i * p.n + j] = (p.alpha as f64 * s) as f32 + old;
             }
         }
@@ -169,10 +140,7 @@ mod tests {
             for ta in [false, true] {
                 for tb in [false, true] {
                     for (alpha, beta) in [(1.0, 0.0), (0.5, 1.0), (2.0, -0.5)] {
-                        let p = MatMul::new(m, k, n)
-                            .trans_a(ta)
-                            .trans_b(tb)
-                            .scale(alpha, beta);
+                        let p = MatMul::new(m, k, n).trans_a(ta).trans_b(tb).scale(alpha, beta);
                         let a = r.vec(m * k);
                         let b = r.vec(k * n);
                         let c0 = r.vec(m * n);

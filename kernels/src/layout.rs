@@ -9,10 +9,7 @@ use crate::shape::{numel, pad4};
 use crate::KernelError;
 
 fn outer_inner(shape: &[usize], axis: usize) -> (usize, usize) {
-    (
-        shape[..axis].iter().product(),
-        shape[axis + 1..].iter().product(),
-    )
+    (shape[..axis].iter().product(), shape[axis + 1..].iter().product())
 }
 
 fn check_axis(op: &'static str, rank: usize, axis: usize) -> Result<(), KernelError> {
@@ -27,29 +24,17 @@ fn check_axis(op: &'static str, rank: usize, axis: usize) -> Result<(), KernelEr
 
 /// Concatenates `inputs` (with shapes `shapes`, equal except along `axis`)
 /// along `axis` into `out`. Errors: bad axis or mismatched shapes.
-pub fn concat(
-    inputs: &[&[f32]],
-    shapes: &[&[usize]],
-    axis: usize,
-    out: &mut [f32],
-) -> Result<(), KernelError> {
+pub fn concat(inputs: &[&[f32]], shapes: &[&[usize]], axis: usize, out: &mut [f32]) -> Result<(), KernelError> {
     debug_assert_eq!(inputs.len(), shapes.len());
     let Some(first) = shapes.first() else {
         return Ok(());
     };
     check_axis("concat", first.len(), axis)?;
     for s in shapes {
-        let same = s.len() == first.len()
-            && s.iter()
-                .zip(first.iter())
-                .enumerate()
-                .all(|(i, (a, b))| i == axis || a == b);
+        let same =
+            s.len() == first.len() && s.iter().zip(first.iter()).enumerate().all(|(i, (a, b))| i == axis || a == b);
         if !same {
-            return Err(KernelError::IncompatibleShapes {
-                op: "concat",
-                a: first.to_vec(),
-                b: s.to_vec(),
-            });
+            return Err(KernelError::IncompatibleShapes { op: "concat", a: first.to_vec(), b: s.to_vec() });
         }
     }
     let (outer, inner) = outer_inner(first, axis);
@@ -78,11 +63,7 @@ pub fn split(
 ) -> Result<(), KernelError> {
     check_axis("split", shape.len(), axis)?;
     if sizes.iter().sum::<usize>() != shape[axis] || sizes.len() != outs.len() {
-        return Err(KernelError::IncompatibleShapes {
-            op: "split",
-            a: shape.to_vec(),
-            b: sizes.to_vec(),
-        });
+        return Err(KernelError::IncompatibleShapes { op: "split", a: shape.to_vec(), b: sizes.to_vec() });
     }
     let (outer, inner) = outer_inner(shape, axis);
     let total = shape[axis] * inner;
@@ -103,12 +84,7 @@ pub fn split(
 type Window4 = ([usize; 4], [usize; 4], [usize; 4]);
 
 /// Validates a slice window and returns padded (shape, begin, size).
-fn window4(
-    op: &'static str,
-    shape: &[usize],
-    begin: &[usize],
-    size: &[usize],
-) -> Result<Window4, KernelError> {
+fn window4(op: &'static str, shape: &[usize], begin: &[usize], size: &[usize]) -> Result<Window4, KernelError> {
     let s = pad4(op, shape)?;
     if begin.len() != shape.len()
         || size.len() != shape.len()
@@ -142,19 +118,11 @@ fn for_runs(s: [usize; 4], b: [usize; 4], z: [usize; 4], mut f: impl FnMut(usize
 }
 
 /// `out = x[begin .. begin + size]` (TF `Slice`); `out` has shape `size`.
-pub fn slice(
-    x: &[f32],
-    shape: &[usize],
-    begin: &[usize],
-    size: &[usize],
-    out: &mut [f32],
-) -> Result<(), KernelError> {
+pub fn slice(x: &[f32], shape: &[usize], begin: &[usize], size: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
     let (s, b, z) = window4("slice", shape, begin, size)?;
     debug_assert_eq!(x.len(), numel(shape));
     debug_assert_eq!(out.len(), numel(size));
-    for_runs(s, b, z, |src, dst, run| {
-        out[dst..dst + run].copy_from_slice(&x[src..src + run])
-    });
+    for_runs(s, b, z, |src, dst, run| out[dst..dst + run].copy_from_slice(&x[src..src + run]));
     Ok(())
 }
 
@@ -171,9 +139,7 @@ pub fn slice_grad(
     debug_assert_eq!(dx.len(), numel(shape));
     debug_assert_eq!(dy.len(), numel(size));
     dx.fill(0.0);
-    for_runs(s, b, z, |src, dst, run| {
-        dx[src..src + run].copy_from_slice(&dy[dst..dst + run])
-    });
+    for_runs(s, b, z, |src, dst, run| dx[src..src + run].copy_from_slice(&dy[dst..dst + run]));
     Ok(())
 }
 
@@ -192,10 +158,7 @@ mod tests {
         let b: Vec<f32> = iota(6).iter().map(|v| v + 10.0).collect();
         let mut out = vec![0.0; 10];
         concat(&[&a, &b], &[&[2, 2], &[2, 3]], 1, &mut out).unwrap();
-        assert_eq!(
-            out,
-            vec![0.0, 1.0, 10.0, 11.0, 12.0, 2.0, 3.0, 13.0, 14.0, 15.0]
-        );
+        assert_eq!(out, vec![0.0, 1.0, 10.0, 11.0, 12.0, 2.0, 3.0, 13.0, 14.0, 15.0]);
         let (mut p, mut q) = (vec![0.0; 4], vec![0.0; 6]);
         split(&out, &[2, 5], 1, &[2, 3], &mut [&mut p, &mut q]).unwrap();
         assert_eq!((p, q), (a.clone(), b.clone()));
@@ -204,14 +167,7 @@ mod tests {
         concat(&[&a, &a], &[&[2, 2], &[2, 2]], 0, &mut out).unwrap();
         assert_eq!(out, [a.clone(), a.clone()].concat());
         assert!(concat(&[&a, &b], &[&[2, 2], &[3, 2]], 1, &mut out).is_err());
-        assert!(split(
-            &out,
-            &[2, 4],
-            1,
-            &[1, 2],
-            &mut [&mut [0.0; 2], &mut [0.0; 4]]
-        )
-        .is_err());
+        assert!(split(&out, &[2, 4], 1, &[1, 2], &mut [&mut [0.0; 2], &mut [0.0; 4]]).is_err());
     }
 
     #[test]
@@ -226,11 +182,7 @@ mod tests {
         let mut dx = vec![f32::NAN; 24];
         slice_grad(&out, &shape, &begin, &size, &mut dx).unwrap();
         for (i, v) in dx.iter().enumerate() {
-            let want = if [17, 18, 21, 22].contains(&i) {
-                i as f32
-            } else {
-                0.0
-            };
+            let want = if [17, 18, 21, 22].contains(&i) { i as f32 } else { 0.0 };
             assert_eq!(*v, want);
         }
         assert!(slice(&x, &shape, &[1, 2, 0], &[1, 2, 1], &mut out).is_err());

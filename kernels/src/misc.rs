@@ -81,10 +81,7 @@ mod tests {
 
     #[test]
     fn l2_loss_and_grad() {
-        assert_eq!(
-            l2_loss(&[1.0, 2.0, 3.0, -4.0, 0.5]),
-            (1.0 + 4.0 + 9.0 + 16.0 + 0.25) / 2.0
-        );
+        assert_eq!(l2_loss(&[1.0, 2.0, 3.0, -4.0, 0.5]), (1.0 + 4.0 + 9.0 + 16.0 + 0.25) / 2.0);
         let mut r = Lcg::new(91);
         let x = r.vec(9);
         let mut dx = vec![0.0; 9];
@@ -103,9 +100,7 @@ mod tests {
         let w = [0.5, -1.0, 0.25];
         let mut out = vec![f32::NAN; n];
         weighted_sum(&refs, &w, &mut out);
-        let want: Vec<f32> = (0..n)
-            .map(|i| xs[0][i] * 0.5 - xs[1][i] + xs[2][i] * 0.25)
-            .collect();
+        let want: Vec<f32> = (0..n).map(|i| xs[0][i] * 0.5 - xs[1][i] + xs[2][i] * 0.25).collect();
         assert_close(&out, &want, 1e-6, "weighted_sum");
         add_n(&refs, &mut out);
         let want: Vec<f32> = (0..n).map(|i| xs[0][i] + xs[1][i] + xs[2][i]).collect();

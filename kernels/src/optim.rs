@@ -12,22 +12,11 @@ pub fn apply_gradient_descent(w: &mut [f32], g: &[f32], lr: f32) {
 
 /// `accum = accum * momentum + g`; then `w -= lr * accum`, or with Nesterov
 /// `w -= lr * (g + momentum * accum)` (using the updated `accum`).
-pub fn apply_momentum(
-    w: &mut [f32],
-    accum: &mut [f32],
-    g: &[f32],
-    lr: f32,
-    momentum: f32,
-    use_nesterov: bool,
-) {
+pub fn apply_momentum(w: &mut [f32], accum: &mut [f32], g: &[f32], lr: f32, momentum: f32, use_nesterov: bool) {
     debug_assert!(w.len() == g.len() && accum.len() == g.len());
     for ((w, a), g) in w.iter_mut().zip(accum.iter_mut()).zip(g) {
         *a = *a * momentum + *g;
-        *w -= if use_nesterov {
-            lr * (*g + momentum * *a)
-        } else {
-            lr * *a
-        };
+        *w -= if use_nesterov { lr * (*g + momentum * *a) } else { lr * *a };
     }
 }
 
@@ -90,9 +79,7 @@ mod tests {
         let (mut rw, mut rm, mut rv) = ([0.5f64, -0.3], [0.0f64; 2], [0.0f64; 2]);
         for (t, g) in [[0.2f32, -0.7], [0.1, 0.4]].iter().enumerate() {
             let t = t as i32 + 1;
-            apply_adam(
-                &mut w, &mut m, &mut v, g, lr as f32, b1 as f32, b2 as f32, eps as f32, t as u64,
-            );
+            apply_adam(&mut w, &mut m, &mut v, g, lr as f32, b1 as f32, b2 as f32, eps as f32, t as u64);
             let lr_t = lr * (1.0 - b2.powi(t)).sqrt() / (1.0 - b1.powi(t));
             for i in 0..2 {
                 let gi = g[i] as f64;

@@ -48,10 +48,7 @@ impl Pool2d {
     }
 
     /// Calls `f(b, oy, ox, (y_lo, y_hi), (x_lo, x_hi))` for every output pixel.
-    fn for_each_window(
-        &self,
-        mut f: impl FnMut(usize, usize, usize, (usize, usize), (usize, usize)),
-    ) {
+    fn for_each_window(&self, mut f: impl FnMut(usize, usize, usize, (usize, usize), (usize, usize))) {
         let (oh, pt) = self.out_h();
         let (ow, pl) = self.out_w();
         for b in 0..self.n {
@@ -204,17 +201,7 @@ mod tests {
                 (2, 5, 7, 1, 3, 2, 1, 1),
                 (1, 9, 9, 2, 3, 3, 3, 2),
             ] {
-                v.push(Pool2d {
-                    n,
-                    h,
-                    w,
-                    c,
-                    kh,
-                    kw,
-                    stride_h: sh,
-                    stride_w: sw,
-                    padding,
-                });
+                v.push(Pool2d { n, h, w, c, kh, kw, stride_h: sh, stride_w: sw, padding });
             }
         }
         v
@@ -260,12 +247,7 @@ mod tests {
                 } else {
                     avg_pool_grad(&p, &g, &mut dx)
                 }
-                assert_close(
-                    &dx,
-                    &numeric_grad(&x, 1e-4, loss),
-                    2e-3,
-                    if max { "max grad" } else { "avg grad" },
-                );
+                assert_close(&dx, &numeric_grad(&x, 1e-4, loss), 2e-3, if max { "max grad" } else { "avg grad" });
             }
         }
     }
@@ -273,17 +255,7 @@ mod tests {
     #[test]
     fn max_grad_ties_go_to_first() {
         // One 2x2 window of equal values: TF sends everything to (0, 0).
-        let p = Pool2d {
-            n: 1,
-            h: 2,
-            w: 2,
-            c: 1,
-            kh: 2,
-            kw: 2,
-            stride_h: 2,
-            stride_w: 2,
-            padding: Padding::Valid,
-        };
+        let p = Pool2d { n: 1, h: 2, w: 2, c: 1, kh: 2, kw: 2, stride_h: 2, stride_w: 2, padding: Padding::Valid };
         let mut dx = vec![0.0; 4];
         max_pool_grad(&p, &[1.0; 4], &[1.0], &[3.0], &mut dx);
         assert_eq!(dx, vec![3.0, 0.0, 0.0, 0.0]);

@@ -19,12 +19,7 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     for round in 0..10 {
         let p0 = M0 as u64 * c[0] as u64;
         let p1 = M1 as u64 * c[2] as u64;
-        c = [
-            ((p1 >> 32) as u32) ^ c[1] ^ k[0],
-            p1 as u32,
-            ((p0 >> 32) as u32) ^ c[3] ^ k[1],
-            p0 as u32,
-        ];
+        c = [((p1 >> 32) as u32) ^ c[1] ^ k[0], p1 as u32, ((p0 >> 32) as u32) ^ c[3] ^ k[1], p0 as u32];
         if round < 9 {
             k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
         }
@@ -36,12 +31,7 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 #[inline]
 pub fn philox_block(seed: u64, step: u64, block: u64) -> [u32; 4] {
     philox4x32_10(
-        [
-            block as u32,
-            (block >> 32) as u32,
-            step as u32,
-            (step >> 32) as u32,
-        ],
+        [block as u32, (block >> 32) as u32, step as u32, (step >> 32) as u32],
         [seed as u32, (seed >> 32) as u32],
     )
 }
@@ -59,19 +49,10 @@ mod tests {
     /// Known-answer vectors from Random123's `kat_vectors` (philox4x32_10).
     #[test]
     fn known_answers() {
+        assert_eq!(philox4x32_10([0; 4], [0; 2]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
+        assert_eq!(philox4x32_10([u32::MAX; 4], [u32::MAX; 2]), [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]);
         assert_eq!(
-            philox4x32_10([0; 4], [0; 2]),
-            [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]
-        );
-        assert_eq!(
-            philox4x32_10([u32::MAX; 4], [u32::MAX; 2]),
-            [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]
-        );
-        assert_eq!(
-            philox4x32_10(
-                [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
-                [0xa4093822, 0x299f31d0]
-            ),
+            philox4x32_10([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0]),
             [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
         );
     }

@@ -79,11 +79,7 @@ fn axis_flags(
     let mut count = 1;
     for &a in axes {
         if a >= shape.len() || flags[off + a] {
-            return Err(KernelError::BadAxis {
-                op,
-                axis: a,
-                rank: shape.len(),
-            });
+            return Err(KernelError::BadAxis { op, axis: a, rank: shape.len() });
         }
         flags[off + a] = true;
         count *= shape[a];
@@ -93,12 +89,7 @@ fn axis_flags(
 
 /// `out = sum(x, axes)`; `x: shape`, `out`: the kept axes of `shape`.
 /// Errors: an axis out of range or repeated, or rank > 4.
-pub fn reduce_sum(
-    x: &[f32],
-    shape: &[usize],
-    axes: &[usize],
-    out: &mut [f32],
-) -> Result<(), KernelError> {
+pub fn reduce_sum(x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
     let (dims, flags, count) = axis_flags("reduce_sum", shape, axes)?;
     debug_assert_eq!(x.len(), dims.iter().product::<usize>());
     debug_assert_eq!(out.len() * count, x.len());
@@ -108,12 +99,7 @@ pub fn reduce_sum(
 
 /// `out = mean(x, axes)`: [`reduce_sum`] divided by the number of reduced
 /// elements (NaN when that number is 0, as TF).
-pub fn reduce_mean(
-    x: &[f32],
-    shape: &[usize],
-    axes: &[usize],
-    out: &mut [f32],
-) -> Result<(), KernelError> {
+pub fn reduce_mean(x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
     let (dims, flags, count) = axis_flags("reduce_mean", shape, axes)?;
     debug_assert_eq!(x.len(), dims.iter().product::<usize>());
     sum_flags(x, dims, flags, out);
@@ -128,11 +114,7 @@ pub fn reduce_mean(
 /// longer than `i32::MAX`.
 pub fn argmax(x: &[f32], shape: &[usize], axis: usize, out: &mut [i32]) -> Result<(), KernelError> {
     if axis >= shape.len() || shape[axis] > i32::MAX as usize {
-        return Err(KernelError::BadAxis {
-            op: "argmax",
-            axis,
-            rank: shape.len(),
-        });
+        return Err(KernelError::BadAxis { op: "argmax", axis, rank: shape.len() });
     }
     let outer: usize = shape[..axis].iter().product();
     let len = shape[axis];
@@ -270,10 +252,7 @@ mod tests {
             for i in 0..5 {
                 let col: Vec<f32> = (0..4).map(|j| x[o * 20 + j * 5 + i]).collect();
                 let m = col.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-                assert_eq!(
-                    out[o * 5 + i],
-                    col.iter().position(|v| *v == m).unwrap() as i32
-                );
+                assert_eq!(out[o * 5 + i], col.iter().position(|v| *v == m).unwrap() as i32);
             }
         }
         assert!(argmax(&x, &[3, 4, 5], 3, &mut out).is_err());

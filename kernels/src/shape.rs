@@ -15,11 +15,7 @@ pub fn numel(shape: &[usize]) -> usize {
 /// `shape` left-padded with 1s to rank 4.
 pub(crate) fn pad4(op: &'static str, shape: &[usize]) -> Result<[usize; 4], KernelError> {
     if shape.len() > MAX_RANK {
-        return Err(KernelError::RankTooLarge {
-            op,
-            rank: shape.len(),
-            max: MAX_RANK,
-        });
+        return Err(KernelError::RankTooLarge { op, rank: shape.len(), max: MAX_RANK });
     }
     let mut d = [1; 4];
     d[4 - shape.len()..].copy_from_slice(shape);
@@ -40,11 +36,7 @@ pub(crate) fn bstrides(d: &[usize; 4]) -> [usize; 4] {
 
 /// The NumPy broadcast of two shapes, as a rank-4 padded shape, plus the
 /// result's true rank (`max(a.len(), b.len())`).
-pub fn broadcast_shapes(
-    op: &'static str,
-    a: &[usize],
-    b: &[usize],
-) -> Result<([usize; 4], usize), KernelError> {
+pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<([usize; 4], usize), KernelError> {
     let (pa, pb) = (pad4(op, a)?, pad4(op, b)?);
     let mut out = [1; 4];
     for i in 0..4 {
@@ -52,13 +44,7 @@ pub fn broadcast_shapes(
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
-            _ => {
-                return Err(KernelError::IncompatibleShapes {
-                    op,
-                    a: a.to_vec(),
-                    b: b.to_vec(),
-                })
-            }
+            _ => return Err(KernelError::IncompatibleShapes { op, a: a.to_vec(), b: b.to_vec() }),
         };
     }
     Ok((out, a.len().max(b.len())))
@@ -108,14 +94,8 @@ mod tests {
 
     #[test]
     fn broadcasting_rules() {
-        assert_eq!(
-            broadcast_shapes("t", &[2, 3], &[3]).unwrap(),
-            ([1, 1, 2, 3], 2)
-        );
-        assert_eq!(
-            broadcast_shapes("t", &[4, 1, 3], &[2, 1]).unwrap(),
-            ([1, 4, 2, 3], 3)
-        );
+        assert_eq!(broadcast_shapes("t", &[2, 3], &[3]).unwrap(), ([1, 1, 2, 3], 2));
+        assert_eq!(broadcast_shapes("t", &[4, 1, 3], &[2, 1]).unwrap(), ([1, 4, 2, 3], 3));
         assert_eq!(broadcast_shapes("t", &[], &[5]).unwrap(), ([1, 1, 1, 5], 1));
         assert!(broadcast_shapes("t", &[2, 3], &[2]).is_err());
         assert!(broadcast_shapes("t", &[1, 1, 1, 1, 1], &[2]).is_err());
@@ -123,13 +103,7 @@ mod tests {
 
     #[test]
     fn merging() {
-        assert_eq!(
-            merge_runs([2, 3, 4, 5], [true, true, false, false]),
-            ([1, 1, 6, 20], [false, false, true, false])
-        );
-        assert_eq!(
-            merge_runs([2, 1, 4, 5], [false, true, true, false]),
-            ([1, 2, 4, 5], [false, false, true, false])
-        );
+        assert_eq!(merge_runs([2, 3, 4, 5], [true, true, false, false]), ([1, 1, 6, 20], [false, false, true, false]));
+        assert_eq!(merge_runs([2, 1, 4, 5], [false, true, true, false]), ([1, 2, 4, 5], [false, false, true, false]));
     }
 }

@@ -56,11 +56,7 @@ pub fn log_softmax(x: &[f32], c: usize, y: &mut [f32]) {
 pub fn softmax_grad(dy: &[f32], y: &[f32], c: usize, dx: &mut [f32]) {
     debug_assert!(dy.len() == y.len() && dy.len() == dx.len());
     let c = c.max(1);
-    for ((gr, yr), dr) in dy
-        .chunks_exact(c)
-        .zip(y.chunks_exact(c))
-        .zip(dx.chunks_exact_mut(c))
-    {
+    for ((gr, yr), dr) in dy.chunks_exact(c).zip(y.chunks_exact(c)).zip(dx.chunks_exact_mut(c)) {
         let s: f32 = gr.iter().zip(yr).map(|(g, v)| g * v).sum();
         for ((o, g), v) in dr.iter_mut().zip(gr).zip(yr) {
             *o = *v * (*g - s);
@@ -72,11 +68,7 @@ pub fn softmax_grad(dy: &[f32], y: &[f32], c: usize, dx: &mut [f32]) {
 pub fn log_softmax_grad(dy: &[f32], y: &[f32], c: usize, dx: &mut [f32]) {
     debug_assert!(dy.len() == y.len() && dy.len() == dx.len());
     let c = c.max(1);
-    for ((gr, yr), dr) in dy
-        .chunks_exact(c)
-        .zip(y.chunks_exact(c))
-        .zip(dx.chunks_exact_mut(c))
-    {
+    for ((gr, yr), dr) in dy.chunks_exact(c).zip(y.chunks_exact(c)).zip(dx.chunks_exact_mut(c)) {
         let s: f32 = gr.iter().sum();
         for ((o, g), v) in dr.iter_mut().zip(gr).zip(yr) {
             *o = *g - v.exp() * s;
@@ -99,26 +91,14 @@ pub fn sparse_softmax_cross_entropy(
     debug_assert_eq!(loss.len(), labels.len());
     debug_assert_eq!(backprop.len(), logits.len());
     const OP: &str = "sparse_softmax_cross_entropy_with_logits";
-    if let Some((example, &label)) = labels
-        .iter()
-        .enumerate()
-        .find(|(_, &l)| l < 0 || l as usize >= c)
-    {
-        return Err(KernelError::LabelOutOfRange {
-            op: OP,
-            example,
-            label,
-            classes: c,
-        });
+    if let Some((example, &label)) = labels.iter().enumerate().find(|(_, &l)| l < 0 || l as usize >= c) {
+        return Err(KernelError::LabelOutOfRange { op: OP, example, label, classes: c });
     }
     if labels.is_empty() {
         return Ok(());
     }
-    for (((lr, br), l), label) in logits
-        .chunks_exact(c)
-        .zip(backprop.chunks_exact_mut(c))
-        .zip(loss.iter_mut())
-        .zip(labels)
+    for (((lr, br), l), label) in
+        logits.chunks_exact(c).zip(backprop.chunks_exact_mut(c)).zip(loss.iter_mut()).zip(labels)
     {
         // br holds log_softmax first, then is turned into softmax - onehot.
         let lse = shifted_lse(lr, br);
@@ -136,22 +116,13 @@ pub fn sparse_softmax_cross_entropy(
 /// row a distribution, e.g. one-hot), `loss: [rows]` with
 /// `loss[r] = -sum_j labels[r, j] * log_softmax(logits)[r, j]`,
 /// `backprop: [rows, c] = softmax(logits) - labels`.
-pub fn softmax_cross_entropy(
-    logits: &[f32],
-    labels: &[f32],
-    c: usize,
-    loss: &mut [f32],
-    backprop: &mut [f32],
-) {
+pub fn softmax_cross_entropy(logits: &[f32], labels: &[f32], c: usize, loss: &mut [f32], backprop: &mut [f32]) {
     debug_assert_eq!(logits.len(), labels.len());
     debug_assert_eq!(backprop.len(), logits.len());
     debug_assert_eq!(loss.len() * c, logits.len());
     let c = c.max(1);
-    for (((lr, yr), br), l) in logits
-        .chunks_exact(c)
-        .zip(labels.chunks_exact(c))
-        .zip(backprop.chunks_exact_mut(c))
-        .zip(loss.iter_mut())
+    for (((lr, yr), br), l) in
+        logits.chunks_exact(c).zip(labels.chunks_exact(c)).zip(backprop.chunks_exact_mut(c)).zip(loss.iter_mut())
     {
         let lse = shifted_lse(lr, br);
         let mut s = 0.0f32;
@@ -175,9 +146,7 @@ mod tests {
         x.chunks(c)
             .flat_map(|r| {
                 let s: f64 = r.iter().map(|v| (*v as f64).exp()).sum();
-                r.iter()
-                    .map(move |v| (*v as f64).exp() / s)
-                    .collect::<Vec<_>>()
+                r.iter().map(move |v| (*v as f64).exp() / s).collect::<Vec<_>>()
             })
             .collect()
     }
@@ -190,19 +159,9 @@ mod tests {
         let want = naive_softmax(&x, c);
         let mut y = vec![0.0; rows * c];
         softmax(&x, c, &mut y);
-        assert_close(
-            &y,
-            &want.iter().map(|v| *v as f32).collect::<Vec<_>>(),
-            1e-6,
-            "softmax",
-        );
+        assert_close(&y, &want.iter().map(|v| *v as f32).collect::<Vec<_>>(), 1e-6, "softmax");
         log_softmax(&x, c, &mut y);
-        assert_close(
-            &y,
-            &want.iter().map(|v| v.ln() as f32).collect::<Vec<_>>(),
-            1e-5,
-            "log_softmax",
-        );
+        assert_close(&y, &want.iter().map(|v| v.ln() as f32).collect::<Vec<_>>(), 1e-5, "log_softmax");
         // Huge logits: no overflow.
         let mut y = [0.0; 2];
         softmax(&[1000.0, 1000.0], 2, &mut y);
@@ -240,16 +199,7 @@ mod tests {
                 f(x, &mut y);
                 y.iter().zip(&g).map(|(a, b)| *a as f64 * *b as f64).sum()
             });
-            assert_close(
-                &dx,
-                &want,
-                2e-3,
-                if log {
-                    "log_softmax grad"
-                } else {
-                    "softmax grad"
-                },
-            );
+            assert_close(&dx, &want, 2e-3, if log { "log_softmax grad" } else { "softmax grad" });
         }
     }
 
@@ -273,15 +223,10 @@ mod tests {
         assert_close(&l1, &l2, 1e-6, "loss sparse vs dense");
         assert_close(&b1, &b2, 1e-6, "backprop sparse vs dense");
         let sm = naive_softmax(&x, c);
-        let want: Vec<f32> = (0..rows)
-            .map(|i| -(sm[i * c + labels[i] as usize].ln()) as f32)
-            .collect();
+        let want: Vec<f32> = (0..rows).map(|i| -(sm[i * c + labels[i] as usize].ln()) as f32).collect();
         assert_close(&l1, &want, 1e-5, "loss value");
         // Soft labels: finite differences of the total loss.
-        let soft: Vec<f32> = naive_softmax(&r.vec(rows * c), c)
-            .iter()
-            .map(|v| *v as f32)
-            .collect();
+        let soft: Vec<f32> = naive_softmax(&r.vec(rows * c), c).iter().map(|v| *v as f32).collect();
         softmax_cross_entropy(&x, &soft, c, &mut l2, &mut b2);
         let want = numeric_grad(&x, 1e-3, |x| {
             let (mut l, mut b) = (vec![0.0; rows], vec![0.0; rows * c]);

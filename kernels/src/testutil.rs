@@ -10,10 +10,7 @@ impl Lcg {
     }
     /// Uniform in [-1, 1).
     pub fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
     pub fn vec(&mut self, n: usize) -> Vec<f32> {

@@ -38,13 +38,7 @@ pub fn out_and_pad(input: usize, k: usize, stride: usize, padding: Padding) -> (
 /// clipped to `[0, input)`; `offset` is the (possibly negative) first input
 /// index of the unclipped window.
 #[inline]
-pub(crate) fn window(
-    o: usize,
-    stride: usize,
-    pad: usize,
-    k: usize,
-    input: usize,
-) -> (usize, usize, isize) {
+pub(crate) fn window(o: usize, stride: usize, pad: usize, k: usize, input: usize) -> (usize, usize, isize) {
     let start = (o * stride) as isize - pad as isize;
     let lo = start.max(0) as usize;
     let hi = ((start + k as isize).max(0) as usize).min(input);

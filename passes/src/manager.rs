@@ -76,9 +76,9 @@ impl PassManager {
                     let base = dir.join(format!("{:02}-{}", i, p.name()));
                     let write = |ext: &str, s: String| {
                         let path = base.with_extension(ext);
-                        std::fs::create_dir_all(dir)
-                            .and_then(|_| std::fs::write(&path, s))
-                            .map_err(|source| PassError::Dump { pass: p.name().into(), path: path.display().to_string(), source })
+                        std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, s)).map_err(|source| {
+                            PassError::Dump { pass: p.name().into(), path: path.display().to_string(), source }
+                        })
                     };
                     write("txt", to_text(g)?)?;
                     write("dot", to_dot(g)?)?;

@@ -34,11 +34,7 @@ pub struct ApplyResult {
 }
 
 /// Add the optimizer's update of every variable, the step increment and the train op.
-pub fn apply_gradients(
-    g: &mut Graph,
-    grads: &[(String, Tensor)],
-    opt: &Optimizer,
-) -> Result<ApplyResult, PassError> {
+pub fn apply_gradients(g: &mut Graph, grads: &[(String, Tensor)], opt: &Optimizer) -> Result<ApplyResult, PassError> {
     if grads.is_empty() {
         return Err(PassError::NoVariables);
     }
@@ -60,12 +56,8 @@ pub fn apply_gradients(
         let mut inputs = vec![Tensor::new(var, 0)];
         for slot in opt.slot_names() {
             let name = format!("{var_name}/{slot}");
-            let op = Op::Variable {
-                dtype: DType::F32,
-                shape: shape.clone(),
-                init: Initializer::Zeros,
-                trainable: false,
-            };
+            let op =
+                Op::Variable { dtype: DType::F32, shape: shape.clone(), init: Initializer::Zeros, trainable: false };
             let mut n = NewNode::new(name.clone(), op, vec![]);
             n.requested_device = dev.clone();
             let id = g.add(n)?;
@@ -75,9 +67,7 @@ pub fn apply_gradients(
         }
         inputs.push(*grad);
         inputs.push(Tensor::new(global_step, 0));
-        let op = Op::ApplyGradient {
-            optimizer: opt.clone(),
-        };
+        let op = Op::ApplyGradient { optimizer: opt.clone() };
         let name = g.unique_name(&format!("{opt_name}/update_{var_name}/{}", op.type_name()));
         let mut n = NewNode::new(name, op, inputs);
         n.requested_device = dev;
@@ -102,35 +92,20 @@ pub fn apply_gradients(
     let train_op = g.add(train)?;
     let train_name = g.node(train_op).name.clone();
     g.add_to_collection(keys::TRAIN_OP, &train_name);
-    Ok(ApplyResult {
-        train_op,
-        global_step,
-        applies,
-        slots,
-    })
+    Ok(ApplyResult { train_op, global_step, applies, slots })
 }
 
 /// The `global_step` variable, created (i32 scalar, zeros, not trainable) if missing.
 fn global_step(g: &mut Graph) -> Result<NodeId, PassError> {
     if let Some(id) = g.get("global_step") {
         return match &g.node(id).op {
-            Op::Variable {
-                dtype: DType::I32,
-                shape,
-                ..
-            } if shape.is_empty() => Ok(id),
+            Op::Variable { dtype: DType::I32, shape, .. } if shape.is_empty() => Ok(id),
             _ => Err(PassError::Options(
-                "a node named 'global_step' exists but is not an i32 scalar variable; rename it"
-                    .into(),
+                "a node named 'global_step' exists but is not an i32 scalar variable; rename it".into(),
             )),
         };
     }
-    let op = Op::Variable {
-        dtype: DType::I32,
-        shape: vec![],
-        init: Initializer::Zeros,
-        trainable: false,
-    };
+    let op = Op::Variable { dtype: DType::I32, shape: vec![], init: Initializer::Zeros, trainable: false };
     let id = g.add(NewNode::new("global_step", op, vec![]))?;
     g.add_to_collection(keys::GLOBAL_VARIABLES, "global_step");
     Ok(id)
@@ -156,11 +131,7 @@ impl Pass for ApplyOptimizer {
             });
         }
         // Variables in var_list order first, then any others by name.
-        let mut names: Vec<&String> = st
-            .var_list
-            .iter()
-            .filter(|v| st.grads.contains_key(*v))
-            .collect();
+        let mut names: Vec<&String> = st.var_list.iter().filter(|v| st.grads.contains_key(*v)).collect();
         names.extend(st.grads.keys().filter(|k| !st.var_list.contains(k)));
         let grads = names
             .into_iter()

@@ -49,6 +49,50 @@ fn unary_op(k: UnaryKind) -> UnaryOp {
     }
 }
 
+/// Elements per block of a fused reduction + update: the reduced gradient
+/// of one block lives in a stack buffer (16 KiB, in L1), never in memory.
+const MEAN_BLOCK: usize = 4096;
+
+/// `MeanApply`: per block, the towers' weighted gradient into scratch, then
+/// the optimizer update of that block of the variable and its slots.
+///
+/// # Safety
+/// As [`dispatch`].
+unsafe fn mean_apply(
+    weights: &[f32],
+    apply: &Kernel,
+    ins: &[crate::prepare::Buf],
+    outs: &[crate::prepare::Buf],
+    slices: &mut crate::mem::SliceList<f32>,
+) -> Result<(), String> {
+    let n = weights.len();
+    let len = outs[0].slot.len();
+    let mut scratch = [0f32; MEAN_BLOCK];
+    let step = match apply {
+        Kernel::ApplyAdam { .. } => ins.get(n).map(|b| b.slot.i32().first().copied().unwrap_or(0).max(0) as u64 + 1),
+        _ => None,
+    };
+    let mut start = 0;
+    while start < len {
+        let end = (start + MEAN_BLOCK).min(len);
+        let g = &mut scratch[..end - start];
+        slices.with(ins[..n].iter().map(|b| &b.slot.f32()[start..end]), |xs| misc::weighted_sum(xs, weights, g));
+        let o = |k: usize| &mut outs[k].slot.f32_mut()[start..end];
+        match apply {
+            Kernel::ApplyGradientDescent { lr } => optim::apply_gradient_descent(o(0), g, *lr),
+            Kernel::ApplyMomentum { lr, momentum, nesterov } => {
+                optim::apply_momentum(o(0), o(1), g, *lr, *momentum, *nesterov)
+            }
+            Kernel::ApplyAdam { lr, beta1, beta2, epsilon } => {
+                optim::apply_adam(o(0), o(1), o(2), g, *lr, *beta1, *beta2, *epsilon, step.unwrap_or(1))
+            }
+            other => return Err(format!("mean_apply cannot fuse into {}", other.name())),
+        }
+        start = end;
+    }
+    Ok(())
+}
+
 /// Run one launch. `step` is the program's 0-based run count (dropout's stream).
 ///
 /// # Safety
@@ -161,6 +205,7 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         Kernel::AssignMovingAverage { decay } => {
             o(0).iter_mut().zip(i(0)).for_each(|(v, x)| *v = *v * *decay + *x * (1.0 - *decay));
         }
+        Kernel::MeanApply { weights, apply } => mean_apply(weights, apply, ins, outs, slices)?,
         Kernel::ApplyGradientDescent { lr } => optim::apply_gradient_descent(o(0), i(0), *lr),
         Kernel::ApplyMomentum { lr, momentum, nesterov } => {
             optim::apply_momentum(o(0), o(1), i(0), *lr, *momentum, *nesterov)

@@ -20,9 +20,9 @@ mod exec;
 mod mem;
 mod prepare;
 mod sched;
-mod threads;
 pub mod session;
 mod store;
+mod threads;
 
 pub use cuda::{probe, CudaStatus};
 pub use error::RuntimeError;

@@ -19,9 +19,9 @@
 //! either; [`Runner::profile`] reads the totals.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use crate::exec::dispatch;
 use crate::prepare::Exec;
@@ -147,7 +147,8 @@ impl Runner {
         });
         let labels: Vec<Vec<(usize, ItemLabel)>> =
             threads.iter().map(|t| t.iter().map(|(si, x)| (*si, label(x))).collect()).collect();
-        let mut streams: Vec<Vec<Exec>> = threads.into_iter().map(|t| t.into_iter().map(|(_, x)| x).collect()).collect();
+        let mut streams: Vec<Vec<Exec>> =
+            threads.into_iter().map(|t| t.into_iter().map(|(_, x)| x).collect()).collect();
         let times: Vec<Arc<Vec<AtomicU64>>> =
             streams.iter().map(|s| Arc::new(s.iter().map(|_| AtomicU64::new(0)).collect())).collect();
         let first = if streams.is_empty() { Vec::new() } else { streams.remove(0) };
@@ -210,6 +211,7 @@ impl Runner {
             s.0 = gen;
             sh.start_cv.notify_all();
         }
+        let pin = (!self.workers.is_empty()).then(|| crate::affinity::HostPin::new(self.workers.len()));
         run_stream(&mut self.first, &self.times[0], gen, sh);
         if !self.workers.is_empty() {
             let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());
@@ -217,6 +219,7 @@ impl Runner {
                 r = sh.done_cv.wait(r).unwrap_or_else(|p| p.into_inner());
             }
         }
+        drop(pin);
         match sh.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(e),
             None => Ok(()),

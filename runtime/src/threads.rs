@@ -91,7 +91,10 @@ mod tests {
             feeds: vec![],
             fetches: vec![],
             tensors: vec![],
-            streams: streams.into_iter().map(|(device, steps)| StreamPlan { device, kind: StreamKind::Compute, steps }).collect(),
+            streams: streams
+                .into_iter()
+                .map(|(device, steps)| StreamPlan { device, kind: StreamKind::Compute, steps })
+                .collect(),
             num_events,
         }
     }

@@ -45,14 +45,7 @@ impl<'a> Batcher<'a> {
                 data.len()
             )));
         }
-        let mut b = Batcher {
-            data,
-            batch_size,
-            seed,
-            epoch: 0,
-            batch: 0,
-            order: (0..data.len()).collect(),
-        };
+        let mut b = Batcher { data, batch_size, seed, epoch: 0, batch: 0, order: (0..data.len()).collect() };
         b.shuffle_for_epoch();
         Ok(b)
     }
@@ -80,16 +73,9 @@ impl<'a> Batcher<'a> {
     /// Fills `images` (`batch_size * image_len` floats) and `labels`
     /// (`batch_size`) with the next batch, moving to the next epoch after
     /// the last full batch. Errors only on wrong buffer lengths.
-    pub fn next_batch(
-        &mut self,
-        images: &mut [f32],
-        labels: &mut [i32],
-    ) -> Result<BatchInfo, DataError> {
+    pub fn next_batch(&mut self, images: &mut [f32], labels: &mut [i32]) -> Result<BatchInfo, DataError> {
         check_buffers(self.data, self.batch_size, images, labels, true)?;
-        let info = BatchInfo {
-            epoch: self.epoch,
-            batch: self.batch,
-        };
+        let info = BatchInfo { epoch: self.epoch, batch: self.batch };
         let start = self.batch * self.batch_size;
         let k = self.data.image_len();
         let picks = &self.order[start..start + self.batch_size];
@@ -128,11 +114,7 @@ impl<'a> EvalChunks<'a> {
         if chunk_size == 0 {
             return Err(DataError::Batch("chunk size must be at least 1".into()));
         }
-        Ok(EvalChunks {
-            data,
-            chunk_size,
-            next: 0,
-        })
+        Ok(EvalChunks { data, chunk_size, next: 0 })
     }
 
     /// Chunks in the pass: `ceil(len / chunk_size)`.
@@ -143,11 +125,7 @@ impl<'a> EvalChunks<'a> {
     /// Fills the buffers (`chunk_size * image_len` floats, `chunk_size`
     /// labels) with the next chunk and returns how many examples it holds
     /// (`chunk_size` except maybe for the last), or `None` after the last.
-    pub fn next_chunk(
-        &mut self,
-        images: &mut [f32],
-        labels: &mut [i32],
-    ) -> Result<Option<usize>, DataError> {
+    pub fn next_chunk(&mut self, images: &mut [f32], labels: &mut [i32]) -> Result<Option<usize>, DataError> {
         check_buffers(self.data, self.chunk_size, images, labels, false)?;
         let n = self.chunk_size.min(self.data.len() - self.next);
         if n == 0 {
@@ -164,13 +142,7 @@ impl<'a> EvalChunks<'a> {
     }
 }
 
-fn check_buffers(
-    data: &Dataset,
-    size: usize,
-    images: &[f32],
-    labels: &[i32],
-    training: bool,
-) -> Result<(), DataError> {
+fn check_buffers(data: &Dataset, size: usize, images: &[f32], labels: &[i32], training: bool) -> Result<(), DataError> {
     let want = size * data.image_len();
     if images.len() != want || labels.len() != size {
         return Err(DataError::Batch(format!(

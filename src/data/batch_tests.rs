@@ -86,13 +86,7 @@ fn eval_visits_every_example_once_in_order() {
     while let Some(n) = e.next_chunk(&mut img, &mut lab).expect("ok") {
         lens.push(n);
         seen.extend((0..n).map(|s| img[2 * s] as usize));
-        assert_eq!(
-            &lab[..n],
-            &seen[seen.len() - n..]
-                .iter()
-                .map(|&i| (i % 5) as i32)
-                .collect::<Vec<_>>()[..]
-        );
+        assert_eq!(&lab[..n], &seen[seen.len() - n..].iter().map(|&i| (i % 5) as i32).collect::<Vec<_>>()[..]);
     }
     assert_eq!(lens, [4, 4, 2]);
     assert_eq!(seen, (0..10).collect::<Vec<_>>());

@@ -38,14 +38,10 @@ impl Dataset {
             )));
         }
         if i32::try_from(num_classes).is_err() {
-            return Err(DataError::InvalidDataset(format!(
-                "num_classes {num_classes} does not fit in an i32 label"
-            )));
+            return Err(DataError::InvalidDataset(format!("num_classes {num_classes} does not fit in an i32 label")));
         }
-        let expected = height
-            .checked_mul(width)
-            .and_then(|x| x.checked_mul(channels))
-            .and_then(|x| x.checked_mul(labels.len()));
+        let expected =
+            height.checked_mul(width).and_then(|x| x.checked_mul(channels)).and_then(|x| x.checked_mul(labels.len()));
         if expected != Some(images.len()) {
             return Err(DataError::InvalidDataset(format!(
                 "{} pixels for {} labels of {height}x{width}x{channels}; expected {}",
@@ -54,52 +50,26 @@ impl Dataset {
                 expected.map_or_else(|| "an overflowing count".to_string(), |e| e.to_string()),
             )));
         }
-        if let Some((i, l)) = labels
-            .iter()
-            .enumerate()
-            .find(|(_, &l)| l < 0 || l as usize >= num_classes)
-        {
-            return Err(DataError::InvalidDataset(format!(
-                "label {l} at index {i} is out of range 0..{num_classes}"
-            )));
+        if let Some((i, l)) = labels.iter().enumerate().find(|(_, &l)| l < 0 || l as usize >= num_classes) {
+            return Err(DataError::InvalidDataset(format!("label {l} at index {i} is out of range 0..{num_classes}")));
         }
         if let Some(i) = images.iter().position(|p| !p.is_finite()) {
-            return Err(DataError::InvalidDataset(format!(
-                "pixel {i} is not finite"
-            )));
+            return Err(DataError::InvalidDataset(format!("pixel {i} is not finite")));
         }
-        Ok(Dataset {
-            images,
-            labels,
-            height,
-            width,
-            channels,
-            num_classes,
-        })
+        Ok(Dataset { images, labels, height, width, channels, num_classes })
     }
 
     /// `n` random examples of `h x w x c` for benchmarks: pixels uniform in
     /// `[0, 1)`, labels uniform in `0..classes`, all drawn from
     /// SplitMix64(`seed`) (pixels of example 0 first, then its label, ...).
-    pub fn synthetic(
-        n: usize,
-        h: usize,
-        w: usize,
-        c: usize,
-        classes: usize,
-        seed: u64,
-    ) -> Result<Self, DataError> {
+    pub fn synthetic(n: usize, h: usize, w: usize, c: usize, classes: usize, seed: u64) -> Result<Self, DataError> {
         let per = h
             .checked_mul(w)
             .and_then(|x| x.checked_mul(c))
             .filter(|&p| p.checked_mul(n).is_some())
-            .ok_or_else(|| {
-                DataError::InvalidDataset(format!("{n}x{h}x{w}x{c} pixels overflow usize"))
-            })?;
+            .ok_or_else(|| DataError::InvalidDataset(format!("{n}x{h}x{w}x{c} pixels overflow usize")))?;
         if classes == 0 || i32::try_from(classes).is_err() {
-            return Err(DataError::InvalidDataset(format!(
-                "classes {classes} must be in 1..=i32::MAX"
-            )));
+            return Err(DataError::InvalidDataset(format!("classes {classes} must be in 1..=i32::MAX")));
         }
         let mut rng = SplitMix64::new(seed);
         let mut images = Vec::with_capacity(per * n);
@@ -221,15 +191,7 @@ mod tests {
 
     #[test]
     fn select_copies_examples_in_order() {
-        let d = Dataset::new(
-            vec![0.0, 0.1, 1.0, 1.1, 2.0, 2.1],
-            vec![0, 1, 2],
-            1,
-            2,
-            1,
-            3,
-        )
-        .expect("valid");
+        let d = Dataset::new(vec![0.0, 0.1, 1.0, 1.1, 2.0, 2.1], vec![0, 1, 2], 1, 2, 1, 3).expect("valid");
         let s = d.select(&[2, 0]);
         assert_eq!(s.labels(), &[2, 0]);
         assert_eq!(s.images(), &[2.0, 2.1, 0.0, 0.1]);

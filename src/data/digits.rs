@@ -33,10 +33,7 @@ pub fn digits() -> Result<Dataset, DataError> {
     let mut text = String::new();
     flate2::read::GzDecoder::new(DIGITS_GZ)
         .read_to_string(&mut text)
-        .map_err(|source| DataError::Gzip {
-            path: "<embedded data/digits.csv.gz>".into(),
-            source,
-        })?;
+        .map_err(|source| DataError::Gzip { path: "<embedded data/digits.csv.gz>".into(), source })?;
     parse_digits_csv(&text)
 }
 
@@ -68,28 +65,20 @@ pub fn parse_digits_csv(text: &str) -> Result<Dataset, DataError> {
         if line.is_empty() {
             continue;
         }
-        let err = |detail: String| DataError::Csv {
-            line: line_no,
-            detail,
-        };
+        let err = |detail: String| DataError::Csv { line: line_no, detail };
         let mut count = 0;
         for (col, field) in line.split(',').enumerate() {
             count += 1;
             if col > pixels {
                 continue;
             }
-            let value: u8 = field.trim().parse().map_err(|_| {
-                err(format!(
-                    "column {} is {field:?}, not a non-negative integer",
-                    col + 1
-                ))
-            })?;
+            let value: u8 = field
+                .trim()
+                .parse()
+                .map_err(|_| err(format!("column {} is {field:?}, not a non-negative integer", col + 1)))?;
             if col < pixels {
                 if f32::from(value) > DIGITS_MAX_PIXEL {
-                    return Err(err(format!(
-                        "pixel in column {} is {value}, outside 0..=16",
-                        col + 1
-                    )));
+                    return Err(err(format!("pixel in column {} is {value}, outside 0..=16", col + 1)));
                 }
                 images.push(f32::from(value) / DIGITS_MAX_PIXEL);
             } else {
@@ -100,10 +89,7 @@ pub fn parse_digits_csv(text: &str) -> Result<Dataset, DataError> {
             }
         }
         if count != pixels + 1 {
-            return Err(err(format!(
-                "{count} columns, expected {} (64 pixels and a label)",
-                pixels + 1
-            )));
+            return Err(err(format!("{count} columns, expected {} (64 pixels and a label)", pixels + 1)));
         }
     }
     Dataset::new(images, labels, DIGITS_SIDE, DIGITS_SIDE, 1, DIGITS_CLASSES)
@@ -115,11 +101,7 @@ mod tests {
 
     /// Order-sensitive checksum: sum of (position + 1) * label.
     fn label_checksum(labels: &[i32]) -> u64 {
-        labels
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (i as u64 + 1) * l as u64)
-            .sum()
+        labels.iter().enumerate().map(|(i, &l)| (i as u64 + 1) * l as u64).sum()
     }
 
     #[test]
@@ -136,10 +118,7 @@ mod tests {
         for &l in d.labels() {
             per_class[l as usize] += 1;
         }
-        assert_eq!(
-            per_class,
-            [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
-        );
+        assert_eq!(per_class, [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]);
     }
 
     #[test]

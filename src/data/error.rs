@@ -135,9 +135,6 @@ pub enum DataError {
 
 impl DataError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        DataError::Io {
-            path: path.into(),
-            source,
-        }
+        DataError::Io { path: path.into(), source }
     }
 }

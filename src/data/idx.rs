@@ -80,10 +80,7 @@ fn resolve(dir: &Path, name: &str) -> Result<PathBuf, DataError> {
     if gz.is_file() {
         return Ok(gz);
     }
-    Err(DataError::MissingFile {
-        dir: dir.to_path_buf(),
-        name: name.to_string(),
-    })
+    Err(DataError::MissingFile { dir: dir.to_path_buf(), name: name.to_string() })
 }
 
 /// The contents of an IDX image file.
@@ -110,22 +107,14 @@ pub fn read_idx_images(path: &Path) -> Result<IdxImages, DataError> {
             detail: format!("images are {rows}x{cols}; both sides must be at least 1"),
         });
     }
-    let body = (count as u64)
-        .checked_mul(rows as u64)
-        .and_then(|x| x.checked_mul(cols as u64))
-        .ok_or_else(|| DataError::BadDimensions {
+    let body = (count as u64).checked_mul(rows as u64).and_then(|x| x.checked_mul(cols as u64)).ok_or_else(|| {
+        DataError::BadDimensions {
             path: path.to_path_buf(),
-            detail: format!(
-                "{count} images of {rows}x{cols} overflow a 64-bit size; is the header corrupt?"
-            ),
-        })?;
+            detail: format!("{count} images of {rows}x{cols} overflow a 64-bit size; is the header corrupt?"),
+        }
+    })?;
     let pixels = body_bytes(path, &bytes, 16, body)?;
-    Ok(IdxImages {
-        count,
-        rows,
-        cols,
-        pixels: pixels.to_vec(),
-    })
+    Ok(IdxImages { count, rows, cols, pixels: pixels.to_vec() })
 }
 
 /// Reads and validates an IDX label file (plain or gzip); labels are in `0..10`.
@@ -153,38 +142,21 @@ fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
     let mut out = Vec::new();
     flate2::read::MultiGzDecoder::new(raw.as_slice())
         .read_to_end(&mut out)
-        .map_err(|source| DataError::Gzip {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        .map_err(|source| DataError::Gzip { path: path.to_path_buf(), source })?;
     Ok(out)
 }
 
 /// The first `words` big-endian u32s (magic first), after checking the magic.
-fn header(
-    path: &Path,
-    bytes: &[u8],
-    magic: u32,
-    kind: &'static str,
-    words: usize,
-) -> Result<[usize; 4], DataError> {
+fn header(path: &Path, bytes: &[u8], magic: u32, kind: &'static str, words: usize) -> Result<[usize; 4], DataError> {
     let word = |i: usize| -> Option<u32> {
         let b = bytes.get(4 * i..4 * i + 4)?;
         Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
-    let truncated = || DataError::Truncated {
-        path: path.to_path_buf(),
-        expected: 4 * words as u64,
-        found: bytes.len() as u64,
-    };
+    let truncated =
+        || DataError::Truncated { path: path.to_path_buf(), expected: 4 * words as u64, found: bytes.len() as u64 };
     let found = word(0).ok_or_else(truncated)?;
     if found != magic {
-        return Err(DataError::BadMagic {
-            path: path.to_path_buf(),
-            expected: magic,
-            found,
-            kind,
-        });
+        return Err(DataError::BadMagic { path: path.to_path_buf(), expected: magic, found, kind });
     }
     let mut out = [0usize; 4];
     for (i, slot) in out.iter_mut().enumerate().take(words) {
@@ -194,27 +166,14 @@ fn header(
 }
 
 /// `bytes[start..]`, which must be exactly `len` bytes long.
-fn body_bytes<'a>(
-    path: &Path,
-    bytes: &'a [u8],
-    start: usize,
-    len: u64,
-) -> Result<&'a [u8], DataError> {
+fn body_bytes<'a>(path: &Path, bytes: &'a [u8], start: usize, len: u64) -> Result<&'a [u8], DataError> {
     let expected = start as u64 + len;
     let found = bytes.len() as u64;
     if found < expected {
-        return Err(DataError::Truncated {
-            path: path.to_path_buf(),
-            expected,
-            found,
-        });
+        return Err(DataError::Truncated { path: path.to_path_buf(), expected, found });
     }
     if found > expected {
-        return Err(DataError::TrailingBytes {
-            path: path.to_path_buf(),
-            expected,
-            found,
-        });
+        return Err(DataError::TrailingBytes { path: path.to_path_buf(), expected, found });
     }
     Ok(&bytes[start..])
 }

@@ -104,17 +104,7 @@ fn missing_file() {
 #[test]
 fn bad_image_magic() {
     let (e, msg) = error_after(|d| write(d, TRAIN_IMAGES, &labels_bytes(&[1, 2, 3])));
-    assert!(
-        matches!(
-            e,
-            DataError::BadMagic {
-                expected: 0x803,
-                found: 0x801,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert!(matches!(e, DataError::BadMagic { expected: 0x803, found: 0x801, .. }), "{e:?}");
     assert!(msg.contains("expected magic 0x00000803"), "{msg}");
     assert!(msg.contains("found 0x00000801"), "{msg}");
     assert!(msg.contains("train-images-idx3-ubyte"), "{msg}");
@@ -124,17 +114,7 @@ fn bad_image_magic() {
 #[test]
 fn bad_label_magic() {
     let (e, _) = error_after(|d| write(d, TEST_LABELS, &images_bytes(1, 1, 1, |_| 0)));
-    assert!(
-        matches!(
-            e,
-            DataError::BadMagic {
-                expected: 0x801,
-                found: 0x803,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert!(matches!(e, DataError::BadMagic { expected: 0x801, found: 0x803, .. }), "{e:?}");
 }
 
 #[test]
@@ -142,17 +122,7 @@ fn truncated_body() {
     let mut bytes = images_bytes(3, 2, 3, |_| 1);
     bytes.pop();
     let (e, msg) = error_after(|d| write(d, TRAIN_IMAGES, &bytes));
-    assert!(
-        matches!(
-            e,
-            DataError::Truncated {
-                expected: 34,
-                found: 33,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert!(matches!(e, DataError::Truncated { expected: 34, found: 33, .. }), "{e:?}");
     assert!(msg.contains("truncated"), "{msg}");
 }
 
@@ -202,17 +172,7 @@ fn huge_header_does_not_allocate_or_overflow() {
 #[test]
 fn count_mismatch() {
     let (e, msg) = error_after(|d| write(d, TRAIN_LABELS, &labels_bytes(&[1, 2])));
-    assert!(
-        matches!(
-            e,
-            DataError::CountMismatch {
-                n_images: 3,
-                n_labels: 2,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert!(matches!(e, DataError::CountMismatch { n_images: 3, n_labels: 2, .. }), "{e:?}");
     assert!(msg.contains("train-images-idx3-ubyte"), "{msg}");
     assert!(msg.contains("train-labels-idx1-ubyte"), "{msg}");
 }
@@ -220,17 +180,7 @@ fn count_mismatch() {
 #[test]
 fn label_out_of_range() {
     let (e, _) = error_after(|d| write(d, TEST_LABELS, &labels_bytes(&[1, 10])));
-    assert!(
-        matches!(
-            e,
-            DataError::LabelOutOfRange {
-                index: 1,
-                label: 10,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert!(matches!(e, DataError::LabelOutOfRange { index: 1, label: 10, .. }), "{e:?}");
 }
 
 #[test]

@@ -25,13 +25,11 @@ mod spec;
 pub use batch::{BatchInfo, Batcher, EvalChunks};
 pub use dataset::Dataset;
 pub use digits::{
-    digits, digits_split, parse_digits_csv, shuffle_split, DIGITS_CLASSES, DIGITS_SIDE,
-    DIGITS_SPLIT_SEED,
+    digits, digits_split, parse_digits_csv, shuffle_split, DIGITS_CLASSES, DIGITS_SIDE, DIGITS_SPLIT_SEED,
 };
 pub use error::DataError;
 pub use idx::{
-    load_mnist_dir, read_idx_images, read_idx_labels, IdxImages, IDX_IMAGES_MAGIC,
-    IDX_LABELS_MAGIC, MNIST_CLASSES,
+    load_mnist_dir, read_idx_images, read_idx_labels, IdxImages, IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, MNIST_CLASSES,
 };
 pub use rng::{derive_seed, SplitMix64};
 pub use spec::DataSpec;

@@ -26,10 +26,7 @@ pub enum DataSpec {
 impl DataSpec {
     /// Parses `digits` or `mnist:<dir>`.
     pub fn parse(spec: &str) -> Result<Self, DataError> {
-        let bad = |reason: &str| DataError::BadSpec {
-            spec: spec.to_string(),
-            reason: reason.to_string(),
-        };
+        let bad = |reason: &str| DataError::BadSpec { spec: spec.to_string(), reason: reason.to_string() };
         if spec == "digits" {
             return Ok(DataSpec::Digits);
         }
@@ -76,14 +73,8 @@ mod tests {
     #[test]
     fn parses_accepted_forms() {
         assert_eq!(DataSpec::parse("digits").expect("ok"), DataSpec::Digits);
-        assert_eq!(
-            DataSpec::parse("mnist:/some/dir").expect("ok"),
-            DataSpec::Mnist(PathBuf::from("/some/dir"))
-        );
-        assert_eq!(
-            "mnist:rel/a:b".parse::<DataSpec>().expect("ok"),
-            DataSpec::Mnist(PathBuf::from("rel/a:b"))
-        );
+        assert_eq!(DataSpec::parse("mnist:/some/dir").expect("ok"), DataSpec::Mnist(PathBuf::from("/some/dir")));
+        assert_eq!("mnist:rel/a:b".parse::<DataSpec>().expect("ok"), DataSpec::Mnist(PathBuf::from("rel/a:b")));
     }
 
     #[test]
@@ -99,10 +90,7 @@ mod tests {
             let e = DataSpec::parse(s).expect_err(s);
             assert!(matches!(e, DataError::BadSpec { .. }), "{s}: {e:?}");
             let msg = e.to_string();
-            assert!(
-                msg.contains("`digits`") && msg.contains("`mnist:<dir>`"),
-                "{msg}"
-            );
+            assert!(msg.contains("`digits`") && msg.contains("`mnist:<dir>`"), "{msg}");
         }
     }
 
@@ -111,9 +99,7 @@ mod tests {
         let (train, test) = DataSpec::Digits.load().expect("embedded");
         assert_eq!((train.len(), test.len()), (1437, 360));
         let dir = tempfile::tempdir().expect("temp dir");
-        let e = DataSpec::Mnist(dir.path().to_path_buf())
-            .load()
-            .expect_err("empty dir");
+        let e = DataSpec::Mnist(dir.path().to_path_buf()).load().expect_err("empty dir");
         assert!(matches!(e, DataError::MissingFile { .. }), "{e:?}");
     }
 }

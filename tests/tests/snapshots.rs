@@ -47,3 +47,28 @@ fn single_device_plans_of_the_seed_models() {
         insta::assert_snapshot!(format!("graph_{kname}_single_device"), text);
     }
 }
+
+#[test]
+fn each_gradient_reduction_fuses_into_its_update_and_the_loss_mean_does_not() {
+    // One n-ary TowerMean per variable in the graph; codegen fuses each into
+    // the apply that is its only consumer (one pass over memory), while the
+    // fetched loss mean stays a plain weighted_sum launch.
+    let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
+    let mut o = CompileOptions::new(
+        Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
+        33,
+    );
+    o.towers = vec![Device::gpu(0), Device::gpu(1), Device::gpu(2)];
+    let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+    let means = c
+        .graph
+        .node_ids()
+        .iter()
+        .filter(|&&i| matches!(c.graph.node(i).op, towers_graph::Op::TowerMean { .. }))
+        .count();
+    let vars = c.graph.collection(towers_graph::keys::TRAINABLE_VARIABLES).len();
+    assert_eq!(means, vars + 1, "one reduction per variable plus the loss");
+    let text = c.plan.to_text();
+    assert_eq!(text.matches("mean_apply ").count(), vars, "{text}");
+    assert_eq!(text.matches("weighted_sum ").count(), 1, "{text}");
+}

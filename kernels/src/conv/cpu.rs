@@ -38,13 +38,7 @@ pub fn conv2d(p: &Conv2d, x: &[f32], filter: &[f32], y: &mut [f32], workspace: &
 ///
 /// `dy: [n, out_h, out_w, c_out]`, `filter: [kh, kw, c_in, c_out]`,
 /// `dx: [n, h, w, c_in]` (overwritten), `workspace: [p.workspace_len()]`.
-pub fn conv2d_backprop_input(
-    p: &Conv2d,
-    dy: &[f32],
-    filter: &[f32],
-    dx: &mut [f32],
-    workspace: &mut [f32],
-) {
+pub fn conv2d_backprop_input(p: &Conv2d, dy: &[f32], filter: &[f32], dx: &mut [f32], workspace: &mut [f32]) {
     debug_assert_eq!(dx.len(), p.x_len());
     debug_assert_eq!(filter.len(), p.filter_len());
     debug_assert_eq!(dy.len(), p.y_len());
@@ -52,12 +46,7 @@ pub fn conv2d_backprop_input(
     let (rows, k, co) = (p.rows(), p.k(), p.c_out);
     if p.is_pointwise() {
         // dx[rows, c_in] = dy[rows, c_out] * W^T, W stored [c_in, c_out].
-        matmul(
-            &MatMul::new(rows, co, k).trans_b(true).threads(p.threads),
-            dy,
-            filter,
-            dx,
-        );
+        matmul(&MatMul::new(rows, co, k).trans_b(true).threads(p.threads), dy, filter, dx);
         return;
     }
     dx.fill(0.0);
@@ -80,13 +69,7 @@ pub fn conv2d_backprop_input(
 ///
 /// `x: [n, h, w, c_in]`, `dy: [n, out_h, out_w, c_out]`,
 /// `dfilter: [kh, kw, c_in, c_out]` (overwritten), `workspace: [p.workspace_len()]`.
-pub fn conv2d_backprop_filter(
-    p: &Conv2d,
-    x: &[f32],
-    dy: &[f32],
-    dfilter: &mut [f32],
-    workspace: &mut [f32],
-) {
+pub fn conv2d_backprop_filter(p: &Conv2d, x: &[f32], dy: &[f32], dfilter: &mut [f32], workspace: &mut [f32]) {
     debug_assert_eq!(x.len(), p.x_len());
     debug_assert_eq!(dfilter.len(), p.filter_len());
     debug_assert_eq!(dy.len(), p.y_len());
@@ -98,12 +81,7 @@ pub fn conv2d_backprop_filter(
     }
     if p.is_pointwise() {
         // dW[c_in, c_out] = x^T dy, x stored [rows, c_in].
-        matmul(
-            &MatMul::new(k, rows, co).trans_a(true).threads(p.threads),
-            x,
-            dy,
-            dfilter,
-        );
+        matmul(&MatMul::new(k, rows, co).trans_a(true).threads(p.threads), x, dy, dfilter);
         return;
     }
     let step = p.chunk_rows();
@@ -113,10 +91,7 @@ pub fn conv2d_backprop_filter(
         let col = &mut workspace[..r * k];
         im2col(p, x, r0, r, col);
         let beta = if r0 == 0 { 0.0 } else { 1.0 };
-        let mm = MatMul::new(k, r, co)
-            .trans_a(true)
-            .scale(1.0, beta)
-            .threads(p.threads);
+        let mm = MatMul::new(k, r, co).trans_a(true).scale(1.0, beta).threads(p.threads);
         matmul(&mm, col, &dy[r0 * co..(r0 + r) * co], dfilter);
         r0 += r;
     }
@@ -150,10 +125,7 @@ fn im2col(p: &Conv2d, x: &[f32], r0: usize, r: usize, col: &mut [f32]) {
             let src = ((b * p.h + iy as usize) * p.w + x_lo) * ci;
             let n = (x_hi - x_lo) * ci;
             // Short runs (c_in = 1 filters) are cheaper as a plain loop than a memcpy call.
-            for (o, v) in d[kx_lo * ci..kx_lo * ci + n]
-                .iter_mut()
-                .zip(&x[src..src + n])
-            {
+            for (o, v) in d[kx_lo * ci..kx_lo * ci + n].iter_mut().zip(&x[src..src + n]) {
                 *o = *v;
             }
         }
@@ -226,9 +198,7 @@ mod tests {
                                     continue;
                                 }
                                 for c in 0..p.c_in {
-                                    let xv = x[((b * p.h + iy as usize) * p.w + ix as usize)
-                                        * p.c_in
-                                        + c];
+                                    let xv = x[((b * p.h + iy as usize) * p.w + ix as usize) * p.c_in + c];
                                     let fv = f[((ky * p.kw + kx) * p.c_in + c) * p.c_out + o];
                                     s += xv as f64 * fv as f64;
                                 }
@@ -296,11 +266,7 @@ mod tests {
             let f = r.vec(p.filter_len());
             let g = r.vec(p.y_len());
             let loss = |x: &[f32], f: &[f32]| -> f64 {
-                naive(&p, x, f)
-                    .iter()
-                    .zip(&g)
-                    .map(|(a, b)| *a as f64 * *b as f64)
-                    .sum()
+                naive(&p, x, f).iter().zip(&g).map(|(a, b)| *a as f64 * *b as f64).sum()
             };
             let mut ws = vec![f32::NAN; p.workspace_len()];
             let mut dx = vec![f32::NAN; p.x_len()];
@@ -346,11 +312,7 @@ mod tests {
         for (j, w) in want.iter_mut().enumerate() {
             let mut e = vec![0.0; p.filter_len()];
             e[j] = 1.0;
-            *w = naive(&p, &x, &e)
-                .iter()
-                .zip(&g)
-                .map(|(a, b)| *a as f64 * *b as f64)
-                .sum::<f64>() as f32;
+            *w = naive(&p, &x, &e).iter().zip(&g).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() as f32;
         }
         assert_close(&df, &want, 1e-3, "chunked dW");
     }

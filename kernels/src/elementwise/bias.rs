@@ -49,9 +49,7 @@ mod tests {
         }
         let mut db = vec![f32::NAN; c];
         bias_add_grad(&x, &mut db);
-        let want: Vec<f32> = (0..c)
-            .map(|j| (0..rows).map(|i| x[i * c + j] as f64).sum::<f64>() as f32)
-            .collect();
+        let want: Vec<f32> = (0..c).map(|j| (0..rows).map(|i| x[i * c + j] as f64).sum::<f64>() as f32).collect();
         assert_close(&db, &want, 1e-6, "bias grad");
     }
 }

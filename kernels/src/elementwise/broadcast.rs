@@ -103,9 +103,7 @@ fn run<F: Fn(f32, f32) -> f32 + Copy>(
                     let o = &mut out[oi..oi + d3];
                     match (sa[3] != 0, sb[3] != 0) {
                         (true, true) => {
-                            for ((o, x), y) in
-                                o.iter_mut().zip(&a[ab..ab + d3]).zip(&b[bb..bb + d3])
-                            {
+                            for ((o, x), y) in o.iter_mut().zip(&a[ab..ab + d3]).zip(&b[bb..bb + d3]) {
                                 *o = f(*x, *y);
                             }
                         }
@@ -131,31 +129,18 @@ fn run<F: Fn(f32, f32) -> f32 + Copy>(
 }
 
 /// Checks that `small` broadcasts to exactly `big`; returns both padded.
-fn check_to(
-    op: &'static str,
-    small: &[usize],
-    big: &[usize],
-) -> Result<([usize; 4], [usize; 4]), KernelError> {
+fn check_to(op: &'static str, small: &[usize], big: &[usize]) -> Result<([usize; 4], [usize; 4]), KernelError> {
     let (bd, _) = broadcast_shapes(op, small, big)?;
     let pbig = pad4(op, big)?;
     if bd != pbig || small.len() > big.len() {
-        return Err(KernelError::IncompatibleShapes {
-            op,
-            a: small.to_vec(),
-            b: big.to_vec(),
-        });
+        return Err(KernelError::IncompatibleShapes { op, a: small.to_vec(), b: big.to_vec() });
     }
     Ok((pad4(op, small)?, pbig))
 }
 
 /// `out = broadcast_to(x, out_shape)`: repeats `x` along its size-1 (or
 /// missing leading) axes. Errors if `x_shape` does not broadcast to `out_shape`.
-pub fn broadcast_to(
-    x: &[f32],
-    x_shape: &[usize],
-    out: &mut [f32],
-    out_shape: &[usize],
-) -> Result<(), KernelError> {
+pub fn broadcast_to(x: &[f32], x_shape: &[usize], out: &mut [f32], out_shape: &[usize]) -> Result<(), KernelError> {
     let (px, po) = check_to("broadcast_to", x_shape, out_shape)?;
     debug_assert_eq!(x.len(), numel(x_shape));
     debug_assert_eq!(out.len(), numel(out_shape));
@@ -169,12 +154,7 @@ pub fn broadcast_to(
 /// which `out_shape` was broadcast, the adjoint of [`broadcast_to`] (the
 /// gradient of a broadcasting op with respect to its smaller operand).
 /// `out_shape` must broadcast to `x_shape`; `out` is overwritten.
-pub fn sum_to_shape(
-    x: &[f32],
-    x_shape: &[usize],
-    out: &mut [f32],
-    out_shape: &[usize],
-) -> Result<(), KernelError> {
+pub fn sum_to_shape(x: &[f32], x_shape: &[usize], out: &mut [f32], out_shape: &[usize]) -> Result<(), KernelError> {
     let (po, px) = check_to("sum_to_shape", out_shape, x_shape)?;
     debug_assert_eq!(x.len(), numel(x_shape));
     debug_assert_eq!(out.len(), numel(out_shape));
@@ -286,10 +266,7 @@ mod tests {
             sum_to_shape(&v, big, &mut sv, small).unwrap();
             let lhs: f64 = bu.iter().zip(&v).map(|(a, b)| *a as f64 * *b as f64).sum();
             let rhs: f64 = u.iter().zip(&sv).map(|(a, b)| *a as f64 * *b as f64).sum();
-            assert!(
-                (lhs - rhs).abs() < 1e-4 * (1.0 + lhs.abs()),
-                "{small:?}->{big:?}: {lhs} vs {rhs}"
-            );
+            assert!((lhs - rhs).abs() < 1e-4 * (1.0 + lhs.abs()), "{small:?}->{big:?}: {lhs} vs {rhs}");
         }
     }
 }

@@ -15,6 +15,4 @@ pub mod unary;
 
 pub use bias::{bias_add, bias_add_grad};
 pub use broadcast::{binary, broadcast_to, sum_to_shape, BinaryOp};
-pub use unary::{
-    relu_grad, scale, scale_inplace, sigmoid_grad, tanh_grad, unary, unary_inplace, UnaryOp,
-};
+pub use unary::{relu_grad, scale, scale_inplace, sigmoid_grad, tanh_grad, unary, unary_inplace, UnaryOp};

@@ -49,10 +49,7 @@ pub(super) fn rule(
                 let last = i + 1 == ins.len();
                 if want(i) {
                     let Some(off) = offset else {
-                        return Err(shape_err(
-                            cx,
-                            "concat inputs before this one have an unknown size along the axis",
-                        ));
+                        return Err(shape_err(cx, "concat inputs before this one have an unknown size along the axis"));
                     };
                     if shape.dim(*axis).is_none() && !last {
                         return Err(shape_err(
@@ -62,11 +59,7 @@ pub(super) fn rule(
                     }
                     let mut begin = vec![0; shape.rank()];
                     begin[*axis] = off;
-                    let size = shape
-                        .0
-                        .iter()
-                        .map(|d| d.map(|d| d as i64).unwrap_or(-1))
-                        .collect();
+                    let size = shape.0.iter().map(|d| d.map(|d| d as i64).unwrap_or(-1)).collect();
                     out.push(Some(cx.op(Op::Slice { begin, size }, vec![dy])?));
                 } else {
                     out.push(None);
@@ -87,12 +80,7 @@ pub(super) fn rule(
         }
         Op::Slice { begin, .. } => {
             let dy = dy0(cx, dys)?;
-            vec![Some(cx.op(
-                Op::SliceGrad {
-                    begin: begin.clone(),
-                },
-                vec![ins[0], dy],
-            )?)]
+            vec![Some(cx.op(Op::SliceGrad { begin: begin.clone() }, vec![ins[0], dy])?)]
         }
         Op::ReduceSum { axes, keep_dims } | Op::ReduceMean { axes, keep_dims } => {
             let dy = dy0(cx, dys)?;
@@ -102,12 +90,7 @@ pub(super) fn rule(
                 dy
             } else {
                 let kshape = Shape(
-                    shape
-                        .0
-                        .iter()
-                        .enumerate()
-                        .map(|(i, d)| if axes.contains(&i) { Some(1) } else { *d })
-                        .collect(),
+                    shape.0.iter().enumerate().map(|(i, d)| if axes.contains(&i) { Some(1) } else { *d }).collect(),
                 );
                 let target = reshape_target(cx, &kshape)?;
                 cx.op(Op::Reshape { shape: target }, vec![dy])?
@@ -119,13 +102,7 @@ pub(super) fn rule(
                     None => {
                         let one = cx.scalar(1.0)?;
                         let ones = cx.op(Op::BroadcastLike, vec![one, x])?;
-                        cx.op(
-                            Op::ReduceSum {
-                                axes: axes.clone(),
-                                keep_dims: true,
-                            },
-                            vec![ones],
-                        )?
+                        cx.op(Op::ReduceSum { axes: axes.clone(), keep_dims: true }, vec![ones])?
                     }
                 };
                 cx.op(Op::Div, vec![dyk, c])?
@@ -144,16 +121,10 @@ fn reshape_target(cx: &Ctx, shape: &Shape) -> Result<Vec<i64>, PassError> {
     if shape.0.iter().filter(|d| d.is_none()).count() > 1 {
         return Err(shape_err(
             cx,
-            &format!(
-                "cannot reshape the gradient back to {shape}: more than one unknown dimension"
-            ),
+            &format!("cannot reshape the gradient back to {shape}: more than one unknown dimension"),
         ));
     }
-    Ok(shape
-        .0
-        .iter()
-        .map(|d| d.map(|d| d as i64).unwrap_or(-1))
-        .collect())
+    Ok(shape.0.iter().map(|d| d.map(|d| d as i64).unwrap_or(-1)).collect())
 }
 
 fn shape_err(cx: &Ctx, detail: &str) -> PassError {

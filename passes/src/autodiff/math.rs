@@ -24,16 +24,10 @@ pub(super) fn rule(
     let y = Tensor::new(cx.fwd, 0);
     let want = |i: usize| need.get(i).copied().unwrap_or(false);
     let grads = match op {
-        Op::MatMul {
-            transpose_a,
-            transpose_b,
-        } => {
+        Op::MatMul { transpose_a, transpose_b } => {
             let dy = dy0(cx, dys)?;
             let (a, b) = (ins[0], ins[1]);
-            let mm = |ta, tb| Op::MatMul {
-                transpose_a: ta,
-                transpose_b: tb,
-            };
+            let mm = |ta, tb| Op::MatMul { transpose_a: ta, transpose_b: tb };
             // (op for dA, its inputs), (op for dB, its inputs)
             let ((oa, ia), (ob, ib)) = match (*transpose_a, *transpose_b) {
                 (false, false) => ((mm(false, true), [dy, b]), (mm(true, false), [a, dy])),
@@ -41,16 +35,8 @@ pub(super) fn rule(
                 (false, true) => ((mm(false, false), [dy, b]), (mm(true, false), [dy, a])),
                 (true, true) => ((mm(true, true), [b, dy]), (mm(true, true), [dy, a])),
             };
-            let da = if want(0) {
-                Some(cx.op(oa, ia.to_vec())?)
-            } else {
-                None
-            };
-            let db = if want(1) {
-                Some(cx.op(ob, ib.to_vec())?)
-            } else {
-                None
-            };
+            let da = if want(0) { Some(cx.op(oa, ia.to_vec())?) } else { None };
+            let db = if want(1) { Some(cx.op(ob, ib.to_vec())?) } else { None };
             vec![da, db]
         }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
@@ -95,11 +81,7 @@ pub(super) fn rule(
         }
         Op::BiasAdd => {
             let dy = dy0(cx, dys)?;
-            let db = if want(1) {
-                Some(cx.op(Op::BiasAddGrad, vec![dy])?)
-            } else {
-                None
-            };
+            let db = if want(1) { Some(cx.op(Op::BiasAddGrad, vec![dy])?) } else { None };
             vec![Some(dy), db]
         }
         Op::Neg => {

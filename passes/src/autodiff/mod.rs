@@ -49,48 +49,26 @@ pub struct GradientResult {
 /// Errors: `LossNotScalar` for a non-scalar or non-f32 loss, `NoGradients`
 /// when no variable reaches the loss, `NoGradientDefined` for an op on the
 /// path without a gradient rule.
-pub fn gradients(
-    g: &mut Graph,
-    loss: Tensor,
-    vars: &[NodeId],
-) -> Result<GradientResult, PassError> {
+pub fn gradients(g: &mut Graph, loss: Tensor, vars: &[NodeId]) -> Result<GradientResult, PassError> {
     let loss_ty = g.tensor_type(loss)?.clone();
     let loss_name = g.node(loss.node).name.clone();
     if loss_ty.dtype != DType::F32 || loss_ty.shape.rank() != 0 {
-        return Err(PassError::LossNotScalar {
-            loss: loss_name,
-            ty: loss_ty.to_string(),
-        });
+        return Err(PassError::LossNotScalar { loss: loss_name, ty: loss_ty.to_string() });
     }
     let on_path = path_nodes(g, loss.node, vars);
     let var_names: Vec<String> = vars.iter().map(|&v| g.node(v).name.clone()).collect();
     if !vars.iter().any(|v| on_path.contains(v)) {
-        return Err(PassError::NoGradients {
-            loss: loss_name,
-            vars: var_names.join(", "),
-        });
+        return Err(PassError::NoGradients { loss: loss_name, vars: var_names.join(", ") });
     }
 
     // Incoming gradient contributions per tensor.
     let mut pending: BTreeMap<Tensor, Vec<Tensor>> = BTreeMap::new();
     let seed_dev = g.node(loss.node).requested_device.clone();
-    let seed = add_node(
-        g,
-        "gradients/Fill",
-        Op::Const {
-            value: ConstValue::scalar(1.0),
-        },
-        vec![],
-        seed_dev,
-    )?;
+    let seed = add_node(g, "gradients/Fill", Op::Const { value: ConstValue::scalar(1.0) }, vec![], seed_dev)?;
     pending.insert(loss, vec![seed]);
 
     let mut var_grads: BTreeMap<NodeId, Tensor> = BTreeMap::new();
-    let order: Vec<NodeId> = g
-        .topo_order()?
-        .into_iter()
-        .filter(|n| on_path.contains(n))
-        .collect();
+    let order: Vec<NodeId> = g.topo_order()?.into_iter().filter(|n| on_path.contains(n)).collect();
     for &id in order.iter().rev() {
         let n_out = g.node(id).outputs.len();
         let mut out_grads: Vec<Option<Tensor>> = Vec::with_capacity(n_out);
@@ -108,10 +86,7 @@ pub fn gradients(
             continue;
         }
         let inputs = g.inputs(id);
-        let need: Vec<bool> = inputs
-            .iter()
-            .map(|t| on_path.contains(&t.node) && is_float(g, *t))
-            .collect();
+        let need: Vec<bool> = inputs.iter().map(|t| on_path.contains(&t.node) && is_float(g, *t)).collect();
         let mut cx = Ctx::new(g, id);
         let in_grads = rule(&mut cx, &inputs, &out_grads, &need)?;
         for ((t, d), nd) in inputs.iter().zip(in_grads).zip(need) {
@@ -121,10 +96,7 @@ pub fn gradients(
         }
     }
 
-    let mut res = GradientResult {
-        grads: Vec::new(),
-        unreachable: Vec::new(),
-    };
+    let mut res = GradientResult { grads: Vec::new(), unreachable: Vec::new() };
     for (v, name) in vars.iter().zip(var_names) {
         match var_grads.get(v) {
             Some(d) => res.grads.push((name, *d)),
@@ -133,26 +105,18 @@ pub fn gradients(
     }
     if res.grads.is_empty() {
         let vars = res.unreachable.join(", ");
-        return Err(PassError::NoGradients {
-            loss: g.node(loss.node).name.clone(),
-            vars,
-        });
+        return Err(PassError::NoGradients { loss: g.node(loss.node).name.clone(), vars });
     }
     Ok(res)
 }
 
 fn is_float(g: &Graph, t: Tensor) -> bool {
-    g.tensor_type(t)
-        .map(|ty| ty.dtype == DType::F32)
-        .unwrap_or(false)
+    g.tensor_type(t).map(|ty| ty.dtype == DType::F32).unwrap_or(false)
 }
 
 /// Ops through which no gradient flows (TF returns `None` for their inputs).
 fn blocks_gradient(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::StopGradient | Op::Cast { .. } | Op::ArgMax { .. } | Op::Equal
-    )
+    matches!(op, Op::StopGradient | Op::Cast { .. } | Op::ArgMax { .. } | Op::Equal)
 }
 
 /// Nodes reachable from some variable (over data edges, not through blocking
@@ -178,11 +142,7 @@ fn path_nodes(g: &Graph, loss: NodeId, vars: &[NodeId]) -> BTreeSet<NodeId> {
 }
 
 /// Sum the contributions to one tensor with a single `AddN`.
-fn accumulate(
-    g: &mut Graph,
-    fwd: NodeId,
-    mut parts: Vec<Tensor>,
-) -> Result<Option<Tensor>, PassError> {
+fn accumulate(g: &mut Graph, fwd: NodeId, mut parts: Vec<Tensor>) -> Result<Option<Tensor>, PassError> {
     match parts.len() {
         0 => Ok(None),
         1 => Ok(parts.pop()),
@@ -194,13 +154,7 @@ fn accumulate(
     }
 }
 
-fn add_node(
-    g: &mut Graph,
-    base: &str,
-    op: Op,
-    inputs: Vec<Tensor>,
-    dev: DeviceSpec,
-) -> Result<Tensor, PassError> {
+fn add_node(g: &mut Graph, base: &str, op: Op, inputs: Vec<Tensor>, dev: DeviceSpec) -> Result<Tensor, PassError> {
     let mut n = NewNode::new(g.unique_name(base), op, inputs);
     n.requested_device = dev;
     Ok(Tensor::new(g.add(n)?, 0))
@@ -219,12 +173,7 @@ impl<'a> Ctx<'a> {
         let node = g.node(fwd);
         let prefix = format!("gradients/{}_grad", node.name);
         let device = node.requested_device.clone();
-        Ctx {
-            g,
-            fwd,
-            prefix,
-            device,
-        }
+        Ctx { g, fwd, prefix, device }
     }
     /// Add `gradients/<fwd>_grad/<OpType>` and return its output 0.
     pub fn op(&mut self, op: Op, inputs: Vec<Tensor>) -> Result<Tensor, PassError> {
@@ -235,12 +184,7 @@ impl<'a> Ctx<'a> {
         Ok(add_node(self.g, &base, op, inputs, self.device.clone())?.node)
     }
     pub fn scalar(&mut self, v: f32) -> Result<Tensor, PassError> {
-        self.op(
-            Op::Const {
-                value: ConstValue::scalar(v),
-            },
-            vec![],
-        )
+        self.op(Op::Const { value: ConstValue::scalar(v) }, vec![])
     }
     pub fn ty(&self, t: Tensor) -> Result<TensorType, PassError> {
         Ok(self.g.tensor_type(t)?.clone())
@@ -260,22 +204,14 @@ impl<'a> Ctx<'a> {
     }
     pub fn no_rule(&self) -> PassError {
         let n = self.g.node(self.fwd);
-        PassError::NoGradientDefined {
-            node: n.name.clone(),
-            op: n.op.type_name().to_string(),
-        }
+        PassError::NoGradientDefined { node: n.name.clone(), op: n.op.type_name().to_string() }
     }
 }
 
 /// Input gradients of one node: `None` where no gradient flows or none is needed.
 type Grads = Vec<Option<Tensor>>;
 
-fn rule(
-    cx: &mut Ctx,
-    inputs: &[Tensor],
-    dys: &[Option<Tensor>],
-    need: &[bool],
-) -> Result<Grads, PassError> {
+fn rule(cx: &mut Ctx, inputs: &[Tensor], dys: &[Option<Tensor>], need: &[bool]) -> Result<Grads, PassError> {
     let op = cx.g.node(cx.fwd).op.clone();
     if let Some(r) = math::rule(cx, &op, inputs, dys, need)? {
         return Ok(r);

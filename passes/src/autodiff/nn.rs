@@ -31,10 +31,7 @@ pub(super) fn rule(
     let want = |i: usize| need.get(i).copied().unwrap_or(false);
     let multi = matches!(
         op,
-        Op::SparseSoftmaxCrossEntropy
-            | Op::SoftmaxCrossEntropy
-            | Op::Dropout { .. }
-            | Op::BatchNorm { .. }
+        Op::SparseSoftmaxCrossEntropy | Op::SoftmaxCrossEntropy | Op::Dropout { .. } | Op::BatchNorm { .. }
     );
     if multi && dys.iter().skip(1).any(|d| d.is_some()) {
         return Err(cx.no_rule());
@@ -44,54 +41,28 @@ pub(super) fn rule(
             let dy = dy0(cx, dys)?;
             let (x, f) = (ins[0], ins[1]);
             let (strides, padding) = (*strides, *padding);
-            let dx = if want(0) {
-                Some(cx.op(Op::Conv2DBackpropInput { strides, padding }, vec![x, f, dy])?)
-            } else {
-                None
-            };
+            let dx =
+                if want(0) { Some(cx.op(Op::Conv2DBackpropInput { strides, padding }, vec![x, f, dy])?) } else { None };
             let df = if want(1) {
-                Some(cx.op(
-                    Op::Conv2DBackpropFilter { strides, padding },
-                    vec![x, f, dy],
-                )?)
+                Some(cx.op(Op::Conv2DBackpropFilter { strides, padding }, vec![x, f, dy])?)
             } else {
                 None
             };
             vec![dx, df]
         }
-        Op::MaxPool {
-            ksize,
-            strides,
-            padding,
-        } => {
+        Op::MaxPool { ksize, strides, padding } => {
             let dy = dy0(cx, dys)?;
-            let g = Op::MaxPoolGrad {
-                ksize: *ksize,
-                strides: *strides,
-                padding: *padding,
-            };
+            let g = Op::MaxPoolGrad { ksize: *ksize, strides: *strides, padding: *padding };
             vec![Some(cx.op(g, vec![ins[0], out(0), dy])?)]
         }
-        Op::AvgPool {
-            ksize,
-            strides,
-            padding,
-        } => {
+        Op::AvgPool { ksize, strides, padding } => {
             let dy = dy0(cx, dys)?;
-            let g = Op::AvgPoolGrad {
-                ksize: *ksize,
-                strides: *strides,
-                padding: *padding,
-            };
+            let g = Op::AvgPoolGrad { ksize: *ksize, strides: *strides, padding: *padding };
             vec![Some(cx.op(g, vec![ins[0], dy])?)]
         }
         Op::Softmax | Op::LogSoftmax => {
             let dy = dy0(cx, dys)?;
-            let g = if matches!(op, Op::Softmax) {
-                Op::SoftmaxGrad
-            } else {
-                Op::LogSoftmaxGrad
-            };
+            let g = if matches!(op, Op::Softmax) { Op::SoftmaxGrad } else { Op::LogSoftmaxGrad };
             vec![Some(cx.op(g, vec![dy, out(0)])?)]
         }
         Op::SparseSoftmaxCrossEntropy | Op::SoftmaxCrossEntropy => {

@@ -27,10 +27,7 @@ impl Pass for Autodiff {
         let vars = if st.var_list.is_empty() {
             g.trainable_variables()
         } else {
-            st.var_list
-                .iter()
-                .map(|v| g.find(v))
-                .collect::<Result<Vec<_>, _>>()?
+            st.var_list.iter().map(|v| g.find(v)).collect::<Result<Vec<_>, _>>()?
         };
         if vars.is_empty() {
             return Err(PassError::NoVariables);

@@ -20,15 +20,8 @@ pub struct V {
 
 impl V {
     pub fn new(shape: &[usize], data: Vec<f64>) -> V {
-        assert_eq!(
-            shape.iter().product::<usize>(),
-            data.len(),
-            "shape {shape:?}"
-        );
-        V {
-            shape: shape.to_vec(),
-            data,
-        }
+        assert_eq!(shape.iter().product::<usize>(), data.len(), "shape {shape:?}");
+        V { shape: shape.to_vec(), data }
     }
     pub fn zeros(shape: &[usize]) -> V {
         V::new(shape, vec![0.0; shape.iter().product()])
@@ -57,11 +50,7 @@ pub(super) fn ravel(idx: &[usize], shape: &[usize]) -> usize {
 /// Index into `small` (right-aligned, size-1 dims broadcast) of a big index.
 fn bcast_index(big: &[usize], small: &[usize]) -> usize {
     let off = big.len() - small.len();
-    let idx: Vec<usize> = small
-        .iter()
-        .enumerate()
-        .map(|(i, &d)| if d == 1 { 0 } else { big[off + i] })
-        .collect();
+    let idx: Vec<usize> = small.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { big[off + i] }).collect();
     ravel(&idx, small)
 }
 
@@ -69,16 +58,8 @@ fn bcast_shape(a: &[usize], b: &[usize]) -> Vec<usize> {
     let r = a.len().max(b.len());
     (0..r)
         .map(|i| {
-            let da = if i < r - a.len() {
-                1
-            } else {
-                a[i - (r - a.len())]
-            };
-            let db = if i < r - b.len() {
-                1
-            } else {
-                b[i - (r - b.len())]
-            };
+            let da = if i < r - a.len() { 1 } else { a[i - (r - a.len())] };
+            let db = if i < r - b.len() { 1 } else { b[i - (r - b.len())] };
             da.max(db)
         })
         .collect()
@@ -90,10 +71,7 @@ pub(super) fn binary(a: &V, b: &V, f: impl Fn(f64, f64) -> f64) -> V {
     let data = (0..n)
         .map(|i| {
             let idx = unravel(i, &shape);
-            f(
-                a.data[bcast_index(&idx, &a.shape)],
-                b.data[bcast_index(&idx, &b.shape)],
-            )
+            f(a.data[bcast_index(&idx, &a.shape)], b.data[bcast_index(&idx, &b.shape)])
         })
         .collect();
     V::new(&shape, data)
@@ -101,12 +79,7 @@ pub(super) fn binary(a: &V, b: &V, f: impl Fn(f64, f64) -> f64) -> V {
 
 fn broadcast_to(x: &V, shape: &[usize]) -> V {
     let n = shape.iter().product();
-    V::new(
-        shape,
-        (0..n)
-            .map(|i| x.data[bcast_index(&unravel(i, shape), &x.shape)])
-            .collect(),
-    )
+    V::new(shape, (0..n).map(|i| x.data[bcast_index(&unravel(i, shape), &x.shape)]).collect())
 }
 
 fn sum_to(x: &V, shape: &[usize]) -> V {
@@ -132,11 +105,7 @@ fn matmul(a: &V, b: &V, ta: bool, tb: bool) -> V {
             b.data[k * b.shape[1] + j]
         }
     };
-    let (m, k) = if ta {
-        (a.shape[1], a.shape[0])
-    } else {
-        (a.shape[0], a.shape[1])
-    };
+    let (m, k) = if ta { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
     let n = if tb { b.shape[0] } else { b.shape[1] };
     let mut out = V::zeros(&[m, n]);
     for i in 0..m {
@@ -168,36 +137,21 @@ fn log_softmax(x: &V) -> V {
 }
 
 fn reduce(x: &V, axes: &[usize], keep: bool, mean: bool) -> V {
-    let kshape: Vec<usize> = x
-        .shape
-        .iter()
-        .enumerate()
-        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
-        .collect();
+    let kshape: Vec<usize> = x.shape.iter().enumerate().map(|(i, &d)| if axes.contains(&i) { 1 } else { d }).collect();
     let mut out = sum_to(x, &kshape);
     if mean {
         let n: usize = axes.iter().map(|&a| x.shape[a]).product();
         out = out.map(|v| v / n as f64);
     }
     if !keep {
-        out.shape = x
-            .shape
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !axes.contains(i))
-            .map(|(_, &d)| d)
-            .collect();
+        out.shape = x.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
     }
     out
 }
 
 /// (outer, axis, inner) sizes for an axis.
 fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
-    (
-        shape[..axis].iter().product(),
-        shape[axis],
-        shape[axis + 1..].iter().product(),
-    )
+    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
 }
 
 fn concat(xs: &[&V], axis: usize) -> V {
@@ -235,9 +189,7 @@ fn dropout_mask(shape: &[usize], rate: f64, seed: u64) -> V {
 }
 
 fn init(op: &Op) -> V {
-    let Op::Variable { shape, init, .. } = op else {
-        unreachable!()
-    };
+    let Op::Variable { shape, init, .. } = op else { unreachable!() };
     let v = match init {
         Initializer::Zeros => 0.0,
         Initializer::Ones => 1.0,
@@ -250,19 +202,11 @@ fn init(op: &Op) -> V {
 /// Evaluate every node of `g` once, in topological order. `vars` holds
 /// variable values by name (missing ones take their constant initializer)
 /// and is updated by stateful ops; `feeds` gives placeholders by name.
-pub fn run(
-    g: &Graph,
-    vars: &mut BTreeMap<String, V>,
-    feeds: &BTreeMap<String, V>,
-) -> BTreeMap<NodeId, Vec<V>> {
+pub fn run(g: &Graph, vars: &mut BTreeMap<String, V>, feeds: &BTreeMap<String, V>) -> BTreeMap<NodeId, Vec<V>> {
     let mut vals: BTreeMap<NodeId, Vec<V>> = BTreeMap::new();
     for id in g.topo_order().expect("acyclic") {
         let node = g.node(id);
-        let ins: Vec<V> = g
-            .inputs(id)
-            .iter()
-            .map(|t| vals[&t.node][t.slot].clone())
-            .collect();
+        let ins: Vec<V> = g.inputs(id).iter().map(|t| vals[&t.node][t.slot].clone()).collect();
         let name_of = |i: usize| g.node(g.inputs(id)[i].node).name.clone();
         let out = eval(&node.op, &ins, &node.name, vars, feeds, name_of);
         vals.insert(id, out);
@@ -280,29 +224,15 @@ fn eval(
 ) -> Vec<V> {
     let one = |v: V| vec![v];
     match op {
-        Op::Placeholder { .. } => one(feeds
-            .get(name)
-            .unwrap_or_else(|| panic!("feed {name}"))
-            .clone()),
-        Op::Const { value } => one(V::new(
-            &value.shape,
-            value.data.iter().map(|v| v.0 as f64).collect(),
-        )),
-        Op::Variable { .. } => one(vars
-            .entry(name.to_string())
-            .or_insert_with(|| init(op))
-            .clone()),
-        Op::MatMul {
-            transpose_a,
-            transpose_b,
-        } => one(matmul(&x[0], &x[1], *transpose_a, *transpose_b)),
+        Op::Placeholder { .. } => one(feeds.get(name).unwrap_or_else(|| panic!("feed {name}")).clone()),
+        Op::Const { value } => one(V::new(&value.shape, value.data.iter().map(|v| v.0 as f64).collect())),
+        Op::Variable { .. } => one(vars.entry(name.to_string()).or_insert_with(|| init(op)).clone()),
+        Op::MatMul { transpose_a, transpose_b } => one(matmul(&x[0], &x[1], *transpose_a, *transpose_b)),
         Op::Add => one(binary(&x[0], &x[1], |a, b| a + b)),
         Op::Sub => one(binary(&x[0], &x[1], |a, b| a - b)),
         Op::Mul => one(binary(&x[0], &x[1], |a, b| a * b)),
         Op::Div => one(binary(&x[0], &x[1], |a, b| a / b)),
-        Op::AddN => one(x[1..]
-            .iter()
-            .fold(x[0].clone(), |acc, v| binary(&acc, v, |a, b| a + b))),
+        Op::AddN => one(x[1..].iter().fold(x[0].clone(), |acc, v| binary(&acc, v, |a, b| a + b))),
         Op::BiasAdd => one(binary(&x[0], &x[1], |a, b| a + b)),
         Op::BiasAddGrad => one(sum_to(&x[0], &x[0].shape[x[0].shape.len() - 1..])),
         Op::Neg => one(x[0].map(|v| -v)),
@@ -313,48 +243,20 @@ fn eval(
         Op::SigmoidGrad => one(binary(&x[0], &x[1], |d, y| d * y * (1.0 - y))),
         Op::TanhGrad => one(binary(&x[0], &x[1], |d, y| d * (1.0 - y * y))),
         Op::Conv2D { strides, padding } => one(conv(&x[0], &x[1], None, *strides, *padding, 0)),
-        Op::Conv2DBackpropInput { strides, padding } => {
-            one(conv(&x[0], &x[1], Some(&x[2]), *strides, *padding, 1))
+        Op::Conv2DBackpropInput { strides, padding } => one(conv(&x[0], &x[1], Some(&x[2]), *strides, *padding, 1)),
+        Op::Conv2DBackpropFilter { strides, padding } => one(conv(&x[0], &x[1], Some(&x[2]), *strides, *padding, 2)),
+        Op::MaxPool { ksize, strides, padding } => one(pool(&x[0], None, *ksize, *strides, *padding, true).0),
+        Op::MaxPoolGrad { ksize, strides, padding } => {
+            one(pool(&x[0], Some(&x[2]), *ksize, *strides, *padding, true).1)
         }
-        Op::Conv2DBackpropFilter { strides, padding } => {
-            one(conv(&x[0], &x[1], Some(&x[2]), *strides, *padding, 2))
+        Op::AvgPool { ksize, strides, padding } => one(pool(&x[0], None, *ksize, *strides, *padding, false).0),
+        Op::AvgPoolGrad { ksize, strides, padding } => {
+            one(pool(&x[0], Some(&x[1]), *ksize, *strides, *padding, false).1)
         }
-        Op::MaxPool {
-            ksize,
-            strides,
-            padding,
-        } => one(pool(&x[0], None, *ksize, *strides, *padding, true).0),
-        Op::MaxPoolGrad {
-            ksize,
-            strides,
-            padding,
-        } => one(pool(&x[0], Some(&x[2]), *ksize, *strides, *padding, true).1),
-        Op::AvgPool {
-            ksize,
-            strides,
-            padding,
-        } => one(pool(&x[0], None, *ksize, *strides, *padding, false).0),
-        Op::AvgPoolGrad {
-            ksize,
-            strides,
-            padding,
-        } => one(pool(&x[0], Some(&x[1]), *ksize, *strides, *padding, false).1),
         Op::Reshape { shape } => {
-            let known: usize = shape
-                .iter()
-                .filter(|&&d| d >= 0)
-                .map(|&d| d as usize)
-                .product();
-            let dims: Vec<usize> = shape
-                .iter()
-                .map(|&d| {
-                    if d < 0 {
-                        x[0].data.len() / known
-                    } else {
-                        d as usize
-                    }
-                })
-                .collect();
+            let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+            let dims: Vec<usize> =
+                shape.iter().map(|&d| if d < 0 { x[0].data.len() / known } else { d as usize }).collect();
             one(V::new(&dims, x[0].data.clone()))
         }
         Op::Concat { axis } => one(concat(&x.iter().collect::<Vec<_>>(), *axis)),
@@ -367,9 +269,7 @@ fn eval(
                 shape[*axis] = s;
                 let mut data = Vec::new();
                 for o in 0..outer {
-                    data.extend_from_slice(
-                        &x[0].data[(o * a + start) * inner..(o * a + start + s) * inner],
-                    );
+                    data.extend_from_slice(&x[0].data[(o * a + start) * inner..(o * a + start + s) * inner]);
                 }
                 outs.push(V::new(&shape, data));
                 start += s;
@@ -380,22 +280,12 @@ fn eval(
             let sh: Vec<usize> = size
                 .iter()
                 .enumerate()
-                .map(|(i, &s)| {
-                    if s < 0 {
-                        x[0].shape[i] - begin[i]
-                    } else {
-                        s as usize
-                    }
-                })
+                .map(|(i, &s)| if s < 0 { x[0].shape[i] - begin[i] } else { s as usize })
                 .collect();
             let n = sh.iter().product();
             let data = (0..n)
                 .map(|i| {
-                    let idx: Vec<usize> = unravel(i, &sh)
-                        .iter()
-                        .zip(begin)
-                        .map(|(a, b)| a + b)
-                        .collect();
+                    let idx: Vec<usize> = unravel(i, &sh).iter().zip(begin).map(|(a, b)| a + b).collect();
                     x[0].data[ravel(&idx, &x[0].shape)]
                 })
                 .collect();
@@ -404,11 +294,7 @@ fn eval(
         Op::SliceGrad { begin } => {
             let mut out = V::zeros(&x[0].shape);
             for i in 0..x[1].data.len() {
-                let idx: Vec<usize> = unravel(i, &x[1].shape)
-                    .iter()
-                    .zip(begin)
-                    .map(|(a, b)| a + b)
-                    .collect();
+                let idx: Vec<usize> = unravel(i, &x[1].shape).iter().zip(begin).map(|(a, b)| a + b).collect();
                 out.data[ravel(&idx, &x[0].shape)] = x[1].data[i];
             }
             one(out)
@@ -429,11 +315,8 @@ fn eval(
                     s.clone().map(|j| dy[j]).sum()
                 };
                 for j in s {
-                    out.data[j] = if matches!(op, Op::SoftmaxGrad) {
-                        y[j] * (dy[j] - dot)
-                    } else {
-                        dy[j] - y[j].exp() * dot
-                    };
+                    out.data[j] =
+                        if matches!(op, Op::SoftmaxGrad) { y[j] * (dy[j] - dot) } else { dy[j] - y[j].exp() * dot };
                 }
             }
             one(out)
@@ -450,19 +333,12 @@ fn eval(
                 }
                 l
             };
-            let loss = (0..r)
-                .map(|i| {
-                    -(0..w)
-                        .map(|j| labels.data[i * w + j] * ls.data[i * w + j])
-                        .sum::<f64>()
-                })
-                .collect();
+            let loss =
+                (0..r).map(|i| -(0..w).map(|j| labels.data[i * w + j] * ls.data[i * w + j]).sum::<f64>()).collect();
             let back = binary(&ls.map(f64::exp), &labels, |p, l| p - l);
             vec![V::new(&[r], loss), back]
         }
-        Op::L2Loss => one(V::scalar(
-            x[0].data.iter().map(|v| v * v).sum::<f64>() / 2.0,
-        )),
+        Op::L2Loss => one(V::scalar(x[0].data.iter().map(|v| v * v).sum::<f64>() / 2.0)),
         Op::ReduceSum { axes, keep_dims } => one(reduce(&x[0], axes, *keep_dims, false)),
         Op::ReduceMean { axes, keep_dims } => one(reduce(&x[0], axes, *keep_dims, true)),
         Op::ArgMax { axis } => {
@@ -474,21 +350,11 @@ fn eval(
                     out.push((0..a).fold(0, |b, k| if at(k) > at(b) { k } else { b }) as f64);
                 }
             }
-            let shape: Vec<usize> = x[0]
-                .shape
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| i != axis)
-                .map(|(_, &d)| d)
-                .collect();
+            let shape: Vec<usize> = x[0].shape.iter().enumerate().filter(|(i, _)| i != axis).map(|(_, &d)| d).collect();
             one(V::new(&shape, out))
         }
         Op::Equal => one(binary(&x[0], &x[1], |a, b| (a == b) as i32 as f64)),
-        Op::Cast { dtype } => one(if dtype.is_float() {
-            x[0].clone()
-        } else {
-            x[0].map(f64::trunc)
-        }),
+        Op::Cast { dtype } => one(if dtype.is_float() { x[0].clone() } else { x[0].map(f64::trunc) }),
         Op::Dropout { rate, seed, .. } => {
             let mask = dropout_mask(&x[0].shape, rate.0 as f64, *seed);
             vec![binary(&x[0], &mask, |a, b| a * b), mask]
@@ -496,42 +362,18 @@ fn eval(
         Op::BatchNorm { epsilon } => {
             let (r, c) = rows(&x[0]);
             let col = |v: &V, j: usize| (0..r).map(|i| v.data[i * c + j]).collect::<Vec<f64>>();
-            let mean: Vec<f64> = (0..c)
-                .map(|j| col(&x[0], j).iter().sum::<f64>() / r as f64)
-                .collect();
-            let var: Vec<f64> = (0..c)
-                .map(|j| {
-                    col(&x[0], j)
-                        .iter()
-                        .map(|v| (v - mean[j]).powi(2))
-                        .sum::<f64>()
-                        / r as f64
-                })
-                .collect();
-            let inv: Vec<f64> = var
-                .iter()
-                .map(|v| 1.0 / (v + epsilon.0 as f64).sqrt())
-                .collect();
-            let y = (0..r * c).map(|k| {
-                x[1].data[k % c] * (x[0].data[k] - mean[k % c]) * inv[k % c] + x[2].data[k % c]
-            });
-            let unbiased = var
-                .iter()
-                .map(|v| v * r as f64 / (r as f64 - 1.0).max(1.0))
-                .collect();
-            vec![
-                V::new(&x[0].shape, y.collect()),
-                V::new(&[c], mean),
-                V::new(&[c], inv),
-                V::new(&[c], unbiased),
-            ]
+            let mean: Vec<f64> = (0..c).map(|j| col(&x[0], j).iter().sum::<f64>() / r as f64).collect();
+            let var: Vec<f64> =
+                (0..c).map(|j| col(&x[0], j).iter().map(|v| (v - mean[j]).powi(2)).sum::<f64>() / r as f64).collect();
+            let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + epsilon.0 as f64).sqrt()).collect();
+            let y = (0..r * c).map(|k| x[1].data[k % c] * (x[0].data[k] - mean[k % c]) * inv[k % c] + x[2].data[k % c]);
+            let unbiased = var.iter().map(|v| v * r as f64 / (r as f64 - 1.0).max(1.0)).collect();
+            vec![V::new(&x[0].shape, y.collect()), V::new(&[c], mean), V::new(&[c], inv), V::new(&[c], unbiased)]
         }
         Op::BatchNormGrad => {
             let (dy, xv, gamma, mean, inv) = (&x[0], &x[1], &x[2], &x[3], &x[4]);
             let (r, c) = rows(xv);
-            let xhat: Vec<f64> = (0..r * c)
-                .map(|k| (xv.data[k] - mean.data[k % c]) * inv.data[k % c])
-                .collect();
+            let xhat: Vec<f64> = (0..r * c).map(|k| (xv.data[k] - mean.data[k % c]) * inv.data[k % c]).collect();
             let mut db = vec![0.0; c];
             let mut dg = vec![0.0; c];
             for k in 0..r * c {

@@ -7,13 +7,7 @@ use towers_graph::{Optimizer, Padding};
 use super::interp::{binary, ravel, V};
 
 /// Calls `f(n, oh, ow, ih, iw, kh, kw)` for every in-bounds window tap (NHWC, TF padding).
-fn windows(
-    x: &[usize],
-    k: [usize; 2],
-    s: [usize; 2],
-    p: Padding,
-    mut f: impl FnMut([usize; 7]),
-) -> [usize; 2] {
+fn windows(x: &[usize], k: [usize; 2], s: [usize; 2], p: Padding, mut f: impl FnMut([usize; 7])) -> [usize; 2] {
     let (oh, ph) = p.out_and_pad(x[1], k[0], s[0]).expect("window fits");
     let (ow, pw) = p.out_and_pad(x[2], k[1], s[1]).expect("window fits");
     for n in 0..x[0] {
@@ -21,10 +15,7 @@ fn windows(
             for j in 0..ow {
                 for a in 0..k[0] {
                     for b in 0..k[1] {
-                        let (ih, iw) = (
-                            (i * s[0] + a) as i64 - ph as i64,
-                            (j * s[1] + b) as i64 - pw as i64,
-                        );
+                        let (ih, iw) = ((i * s[0] + a) as i64 - ph as i64, (j * s[1] + b) as i64 - pw as i64);
                         if ih >= 0 && iw >= 0 && (ih as usize) < x[1] && (iw as usize) < x[2] {
                             f([n, i, j, ih as usize, iw as usize, a, b]);
                         }
@@ -64,19 +55,11 @@ pub(super) fn conv(x: &V, f: &V, dy: Option<&V>, s: [usize; 2], p: Padding, mode
 }
 
 /// Max/avg pooling and gradients: returns (y, dx) where dx needs `dy`.
-pub(super) fn pool(
-    x: &V,
-    dy: Option<&V>,
-    k: [usize; 2],
-    s: [usize; 2],
-    p: Padding,
-    max: bool,
-) -> (V, V) {
+pub(super) fn pool(x: &V, dy: Option<&V>, k: [usize; 2], s: [usize; 2], p: Padding, max: bool) -> (V, V) {
     let [oh, ow] = windows(&x.shape, k, s, p, |_| {});
     let c = x.shape[3];
     let yshape = [x.shape[0], oh, ow, c];
-    let mut best: Vec<(f64, usize, usize)> =
-        vec![(f64::NEG_INFINITY, 0, 0); yshape.iter().product()];
+    let mut best: Vec<(f64, usize, usize)> = vec![(f64::NEG_INFINITY, 0, 0); yshape.iter().product()];
     windows(&x.shape, k, s, p, |[n, i, j, ih, iw, _, _]| {
         for ci in 0..c {
             let xi = ravel(&[n, ih, iw, ci], &x.shape);
@@ -88,12 +71,7 @@ pub(super) fn pool(
             }
         }
     });
-    let y = V::new(
-        &yshape,
-        best.iter()
-            .map(|b| if max { b.0 } else { b.0 / b.2 as f64 })
-            .collect(),
-    );
+    let y = V::new(&yshape, best.iter().map(|b| if max { b.0 } else { b.0 / b.2 as f64 }).collect());
     let mut dx = V::zeros(&x.shape);
     if let Some(dy) = dy {
         if max {
@@ -117,32 +95,14 @@ pub fn apply(opt: &Optimizer, w: &V, slots: &[V], g: &V, t: f64) -> (V, Vec<V>) 
     let zip = |a: &V, b: &V, f: &dyn Fn(f64, f64) -> f64| binary(a, b, f);
     match opt {
         Optimizer::Sgd { lr } => (zip(w, g, &|w, g| w - lr.0 as f64 * g), vec![]),
-        Optimizer::Momentum {
-            lr,
-            momentum,
-            nesterov,
-        } => {
+        Optimizer::Momentum { lr, momentum, nesterov } => {
             let (lr, m) = (lr.0 as f64, momentum.0 as f64);
             let a = zip(&slots[0], g, &|a, g| m * a + g);
-            let step = if *nesterov {
-                zip(g, &a, &|g, a| g + m * a)
-            } else {
-                a.clone()
-            };
+            let step = if *nesterov { zip(g, &a, &|g, a| g + m * a) } else { a.clone() };
             (zip(w, &step, &|w, s| w - lr * s), vec![a])
         }
-        Optimizer::Adam {
-            lr,
-            beta1,
-            beta2,
-            epsilon,
-        } => {
-            let (lr, b1, b2, eps) = (
-                lr.0 as f64,
-                beta1.0 as f64,
-                beta2.0 as f64,
-                epsilon.0 as f64,
-            );
+        Optimizer::Adam { lr, beta1, beta2, epsilon } => {
+            let (lr, b1, b2, eps) = (lr.0 as f64, beta1.0 as f64, beta2.0 as f64, epsilon.0 as f64);
             let lr_t = lr * (1.0 - b2.powf(t)).sqrt() / (1.0 - b1.powf(t));
             let m = zip(&slots[0], g, &|m, g| b1 * m + (1.0 - b1) * g);
             let v = zip(&slots[1], g, &|v, g| b2 * v + (1.0 - b2) * g * g);

@@ -14,14 +14,10 @@ use interp::V;
 
 /// Deterministic pseudo-random values in [-1, 1).
 pub(crate) fn rand_vec(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
         })
         .collect()
@@ -29,8 +25,7 @@ pub(crate) fn rand_vec(n: usize, seed: u64) -> Vec<f64> {
 
 /// A variable `name` of `shape` (its value is given to the interpreter separately).
 pub(crate) fn var(b: &mut GraphBuilder, name: &str, shape: &[usize]) -> Tensor {
-    b.get_variable(name, shape.to_vec(), Initializer::Zeros)
-        .expect("variable")
+    b.get_variable(name, shape.to_vec(), Initializer::Zeros).expect("variable")
 }
 
 /// `Σ_i reduce_sum(outs[i] * W_i)` with fixed random f32 weights W_i, so every
@@ -38,31 +33,10 @@ pub(crate) fn var(b: &mut GraphBuilder, name: &str, shape: &[usize]) -> Tensor {
 pub(crate) fn weighted_loss(b: &mut GraphBuilder, outs: &[Tensor]) -> Tensor {
     let mut terms = Vec::new();
     for (i, &y) in outs.iter().enumerate() {
-        let shape = b
-            .graph()
-            .tensor_type(y)
-            .expect("type")
-            .shape
-            .dims()
-            .expect("known shape");
+        let shape = b.graph().tensor_type(y).expect("type").shape.dims().expect("known shape");
         let n = shape.iter().product();
-        let data: Vec<F32> = rand_vec(n, 1000 + i as u64)
-            .into_iter()
-            .map(|v| F32(v as f32))
-            .collect();
-        let w = b
-            .op1(
-                "W",
-                Op::Const {
-                    value: ConstValue {
-                        dtype: DType::F32,
-                        shape,
-                        data,
-                    },
-                },
-                &[],
-            )
-            .expect("const");
+        let data: Vec<F32> = rand_vec(n, 1000 + i as u64).into_iter().map(|v| F32(v as f32)).collect();
+        let w = b.op1("W", Op::Const { value: ConstValue { dtype: DType::F32, shape, data } }, &[]).expect("const");
         let p = b.mul(y, w).expect("mul");
         terms.push(b.reduce_sum_all(p).expect("sum"));
     }
@@ -74,12 +48,7 @@ pub(crate) fn weighted_loss(b: &mut GraphBuilder, outs: &[Tensor]) -> Tensor {
 }
 
 /// Loss value of the graph at these variable values.
-fn loss_at(
-    g: &Graph,
-    loss: Tensor,
-    vals: &BTreeMap<String, V>,
-    feeds: &BTreeMap<String, V>,
-) -> f64 {
+fn loss_at(g: &Graph, loss: Tensor, vals: &BTreeMap<String, V>, feeds: &BTreeMap<String, V>) -> f64 {
     let mut vars = vals.clone();
     interp::run(g, &mut vars, feeds)[&loss.node][loss.slot].data[0]
 }
@@ -89,27 +58,16 @@ fn loss_at(
 /// Step h = 1e-4 in f64: the truncation error is O(h²·f''') ≈ 1e-8 and the
 /// rounding error ≈ 1e-16/h = 1e-12, so we require
 /// |analytic - numeric| <= 1e-5 * max(1, |numeric|) elementwise.
-pub(crate) fn check_grads(
-    g: &mut Graph,
-    loss: Tensor,
-    vars: &[NodeId],
-    feeds: &BTreeMap<String, V>,
-) {
+pub(crate) fn check_grads(g: &mut Graph, loss: Tensor, vars: &[NodeId], feeds: &BTreeMap<String, V>) {
     let mut vals = BTreeMap::new();
     for (i, &v) in vars.iter().enumerate() {
         let node = g.node(v);
-        let Op::Variable { shape, .. } = &node.op else {
-            panic!("not a variable")
-        };
+        let Op::Variable { shape, .. } = &node.op else { panic!("not a variable") };
         let n = shape.iter().product();
         vals.insert(node.name.clone(), V::new(shape, rand_vec(n, 7 + i as u64)));
     }
     let res = super::gradients(g, loss, vars).expect("gradients");
-    assert!(
-        res.unreachable.is_empty(),
-        "unreachable: {:?}",
-        res.unreachable
-    );
+    assert!(res.unreachable.is_empty(), "unreachable: {:?}", res.unreachable);
     let mut state = vals.clone();
     let out = interp::run(g, &mut state, feeds);
     let h = 1e-4;
@@ -122,8 +80,7 @@ pub(crate) fn check_grads(
             plus.get_mut(name).expect("var").data[k] += h;
             let mut minus = vals.clone();
             minus.get_mut(name).expect("var").data[k] -= h;
-            let numeric =
-                (loss_at(g, loss, &plus, feeds) - loss_at(g, loss, &minus, feeds)) / (2.0 * h);
+            let numeric = (loss_at(g, loss, &plus, feeds) - loss_at(g, loss, &minus, feeds)) / (2.0 * h);
             let a = analytic.data[k];
             assert!(
                 (a - numeric).abs() <= 1e-5 * numeric.abs().max(1.0),

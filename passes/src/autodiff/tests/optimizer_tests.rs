@@ -12,22 +12,11 @@ use crate::optimizer::apply_gradients;
 use crate::state::PassError;
 
 fn adam() -> Optimizer {
-    Optimizer::Adam {
-        lr: F32(0.1),
-        beta1: F32(0.9),
-        beta2: F32(0.999),
-        epsilon: F32(1e-8),
-    }
+    Optimizer::Adam { lr: F32(0.1), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) }
 }
 
 /// A model with variables fc1/weights [2,3] and fc1/biases [3]; loss = l2_loss(w) + Σ b*W.
-fn model(
-    opt: &Optimizer,
-) -> (
-    towers_graph::Graph,
-    crate::optimizer::ApplyResult,
-    Vec<(String, Tensor)>,
-) {
+fn model(opt: &Optimizer) -> (towers_graph::Graph, crate::optimizer::ApplyResult, Vec<(String, Tensor)>) {
     let mut b = GraphBuilder::new();
     let (w, bias) = b
         .variable_scope("fc1", towers_graph::Reuse::No, |b| {
@@ -38,9 +27,7 @@ fn model(
     let lb = weighted_loss(&mut b, &[bias]);
     let loss = b.add(l2, lb).unwrap();
     let mut g = b.finish();
-    let grads = crate::autodiff::gradients(&mut g, loss, &[w.node, bias.node])
-        .unwrap()
-        .grads;
+    let grads = crate::autodiff::gradients(&mut g, loss, &[w.node, bias.node]).unwrap().grads;
     let res = apply_gradients(&mut g, &grads, opt).unwrap();
     (g, res, grads)
 }
@@ -48,52 +35,27 @@ fn model(
 #[test]
 fn names_of_slots_and_applies() {
     let cases: [(Optimizer, &[&str], &str); 3] = [
+        (Optimizer::Sgd { lr: F32(0.1) }, &[], "GradientDescent/update_fc1/weights/ApplyGradientDescent"),
         (
-            Optimizer::Sgd { lr: F32(0.1) },
-            &[],
-            "GradientDescent/update_fc1/weights/ApplyGradientDescent",
-        ),
-        (
-            Optimizer::Momentum {
-                lr: F32(0.1),
-                momentum: F32(0.9),
-                nesterov: true,
-            },
+            Optimizer::Momentum { lr: F32(0.1), momentum: F32(0.9), nesterov: true },
             &["fc1/weights/Momentum", "fc1/biases/Momentum"],
             "Momentum/update_fc1/weights/ApplyMomentum",
         ),
         (
             adam(),
-            &[
-                "fc1/weights/Adam",
-                "fc1/weights/Adam_1",
-                "fc1/biases/Adam",
-                "fc1/biases/Adam_1",
-            ],
+            &["fc1/weights/Adam", "fc1/weights/Adam_1", "fc1/biases/Adam", "fc1/biases/Adam_1"],
             "Adam/update_fc1/weights/ApplyAdam",
         ),
     ];
     for (opt, slots, apply) in cases {
         let (g, res, _) = model(&opt);
-        assert_eq!(
-            res.slots,
-            slots.iter().map(|s| s.to_string()).collect::<Vec<_>>()
-        );
+        assert_eq!(res.slots, slots.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert_eq!(g.node(res.applies[0]).name, apply);
         for s in slots {
             let id = g.find(s).unwrap();
-            assert!(matches!(
-                g.node(id).op,
-                Op::Variable {
-                    trainable: false,
-                    ..
-                }
-            ));
+            assert!(matches!(g.node(id).op, Op::Variable { trainable: false, .. }));
             assert!(g.collection(keys::GLOBAL_VARIABLES).iter().any(|n| n == s));
-            assert!(!g
-                .collection(keys::TRAINABLE_VARIABLES)
-                .iter()
-                .any(|n| n == s));
+            assert!(!g.collection(keys::TRAINABLE_VARIABLES).iter().any(|n| n == s));
         }
         assert_eq!(g.node(res.global_step).name, "global_step");
         assert_eq!(g.node(res.train_op).name, "train_op");
@@ -104,11 +66,7 @@ fn names_of_slots_and_applies() {
 #[test]
 fn one_increment_after_every_apply_and_train_op_deps() {
     let (g, res, _) = model(&adam());
-    let incs: Vec<_> = g
-        .node_ids()
-        .into_iter()
-        .filter(|&n| matches!(g.node(n).op, Op::IncrementStep))
-        .collect();
+    let incs: Vec<_> = g.node_ids().into_iter().filter(|&n| matches!(g.node(n).op, Op::IncrementStep)).collect();
     assert_eq!(incs.len(), 1);
     assert_eq!(g.node(incs[0]).name, "Adam/IncrementStep");
     assert_eq!(g.control_inputs(incs[0]), res.applies);
@@ -130,9 +88,7 @@ fn update_ops_run_with_the_step_and_global_step_is_reused() {
     let y = towers_graph::layers::batch_norm(&mut b, "bn", x, 0.9, 1e-3).unwrap();
     let loss = weighted_loss(&mut b, &[y]);
     let mut g = b.finish();
-    let grads = crate::autodiff::gradients(&mut g, loss, &[x.node])
-        .unwrap()
-        .grads;
+    let grads = crate::autodiff::gradients(&mut g, loss, &[x.node]).unwrap().grads;
     let first = apply_gradients(&mut g, &grads, &Optimizer::Sgd { lr: F32(0.1) }).unwrap();
     let deps = g.control_inputs(first.train_op);
     for u in g.collection(keys::UPDATE_OPS) {
@@ -140,24 +96,15 @@ fn update_ops_run_with_the_step_and_global_step_is_reused() {
     }
     let grads2: Vec<_> = grads.iter().map(|(v, t)| (v.clone(), *t)).collect();
     let _ = grads2;
-    assert!(matches!(
-        apply_gradients(&mut g, &[], &adam()),
-        Err(PassError::NoVariables)
-    ));
+    assert!(matches!(apply_gradients(&mut g, &[], &adam()), Err(PassError::NoVariables)));
 }
 
 /// Run `steps` training steps of the graph; returns the variable map.
 fn train(opt: &Optimizer, steps: usize) -> (BTreeMap<String, V>, BTreeMap<String, V>) {
     let (g, _, _) = model(opt);
     let init = BTreeMap::from([
-        (
-            "fc1/weights".to_string(),
-            V::new(&[2, 3], crate::autodiff::tests::rand_vec(6, 1)),
-        ),
-        (
-            "fc1/biases".to_string(),
-            V::new(&[3], crate::autodiff::tests::rand_vec(3, 2)),
-        ),
+        ("fc1/weights".to_string(), V::new(&[2, 3], crate::autodiff::tests::rand_vec(6, 1))),
+        ("fc1/biases".to_string(), V::new(&[3], crate::autodiff::tests::rand_vec(3, 2))),
     ]);
     let mut vars = init.clone();
     for _ in 0..steps {
@@ -169,22 +116,11 @@ fn train(opt: &Optimizer, steps: usize) -> (BTreeMap<String, V>, BTreeMap<String
 #[test]
 fn one_and_two_steps_match_tf_formulas() {
     // The gradients: d l2_loss(w)/dw = w; d Σ b*W / db = W (the fixed weights).
-    let wb: Vec<f64> = crate::autodiff::tests::rand_vec(3, 1000)
-        .into_iter()
-        .map(|v| v as f32 as f64)
-        .collect();
+    let wb: Vec<f64> = crate::autodiff::tests::rand_vec(3, 1000).into_iter().map(|v| v as f32 as f64).collect();
     let opts = [
         Optimizer::Sgd { lr: F32(0.1) },
-        Optimizer::Momentum {
-            lr: F32(0.1),
-            momentum: F32(0.9),
-            nesterov: false,
-        },
-        Optimizer::Momentum {
-            lr: F32(0.1),
-            momentum: F32(0.9),
-            nesterov: true,
-        },
+        Optimizer::Momentum { lr: F32(0.1), momentum: F32(0.9), nesterov: false },
+        Optimizer::Momentum { lr: F32(0.1), momentum: F32(0.9), nesterov: true },
         adam(),
     ];
     for opt in &opts {
@@ -208,8 +144,8 @@ fn one_and_two_steps_match_tf_formulas() {
                             // v = β2v+(1-β2)g²; w -= lr_t*m/(sqrt(v)+ε)
                             Optimizer::Adam { .. } => {
                                 let (b1, b2) = (0.9f32 as f64, 0.999f32 as f64);
-                                let lr_t = (0.1f32 as f64) * (1.0 - b2.powi(t as i32)).sqrt()
-                                    / (1.0 - b1.powi(t as i32));
+                                let lr_t =
+                                    (0.1f32 as f64) * (1.0 - b2.powi(t as i32)).sqrt() / (1.0 - b1.powi(t as i32));
                                 m[k] = b1 * m[k] + (1.0 - b1) * g;
                                 v[k] = b2 * v[k] + (1.0 - b2) * g * g;
                                 w[k] -= lr_t * m[k] / (v[k].sqrt() + 1e-8f32 as f64);
@@ -219,12 +155,7 @@ fn one_and_two_steps_match_tf_formulas() {
                 }
                 for k in 0..w.len() {
                     let lr_err = (got[name].data[k] - w[k]).abs();
-                    assert!(
-                        lr_err < 1e-6,
-                        "{opt:?} step {steps} {name}[{k}]: {} vs {}",
-                        got[name].data[k],
-                        w[k]
-                    );
+                    assert!(lr_err < 1e-6, "{opt:?} step {steps} {name}[{k}]: {} vs {}", got[name].data[k], w[k]);
                 }
             }
             assert_eq!(got["global_step"].data, vec![steps as f64]);

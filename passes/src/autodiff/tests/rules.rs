@@ -13,10 +13,7 @@ fn case(build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>)) {
     case_fed(BTreeMap::new(), build)
 }
 
-fn case_fed(
-    feeds: BTreeMap<String, V>,
-    build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>),
-) {
+fn case_fed(feeds: BTreeMap<String, V>, build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>)) {
     let mut b = GraphBuilder::new();
     let (vars, outs) = build(&mut b);
     let loss = weighted_loss(&mut b, &outs);
@@ -78,11 +75,7 @@ fn activations() {
 
 #[test]
 fn conv2d_same_and_valid_with_strides() {
-    for (padding, strides) in [
-        (Padding::Same, [1, 1]),
-        (Padding::Same, [2, 2]),
-        (Padding::Valid, [2, 1]),
-    ] {
+    for (padding, strides) in [(Padding::Same, [1, 1]), (Padding::Same, [2, 2]), (Padding::Valid, [2, 1])] {
         case(|b| {
             let x = var(b, "x", &[2, 5, 6, 3]);
             let f = var(b, "f", &[3, 2, 3, 4]);
@@ -93,11 +86,9 @@ fn conv2d_same_and_valid_with_strides() {
 
 #[test]
 fn pools() {
-    for (padding, k, s) in [
-        (Padding::Same, [2, 2], [2, 2]),
-        (Padding::Valid, [3, 2], [1, 2]),
-        (Padding::Same, [3, 3], [2, 1]),
-    ] {
+    for (padding, k, s) in
+        [(Padding::Same, [2, 2], [2, 2]), (Padding::Valid, [3, 2], [1, 2]), (Padding::Same, [3, 3], [2, 1])]
+    {
         case(|b| {
             let x = var(b, "x", &[2, 5, 4, 3]);
             let m = b.max_pool(x, k, s, padding).unwrap();
@@ -136,20 +127,11 @@ fn cross_entropies() {
     // dlogits = reshape(dloss, [-1,1]) * (softmax(logits) - labels).
     case(|b| {
         let x = var(b, "x", &[3, 4]);
-        let labels = b
-            .constant("labels", DType::I32, &[3], &[2.0, 0.0, 3.0])
-            .unwrap();
+        let labels = b.constant("labels", DType::I32, &[3], &[2.0, 0.0, 3.0]).unwrap();
         let onehot = b
-            .constant(
-                "onehot",
-                DType::F32,
-                &[3, 4],
-                &[0.2, 0.3, 0.5, 0.0, 1., 0., 0., 0., 0.1, 0.1, 0.1, 0.7],
-            )
+            .constant("onehot", DType::F32, &[3, 4], &[0.2, 0.3, 0.5, 0.0, 1., 0., 0., 0., 0.1, 0.1, 0.1, 0.7])
             .unwrap();
-        let s = b
-            .sparse_softmax_cross_entropy_with_logits(x, labels)
-            .unwrap();
+        let s = b.sparse_softmax_cross_entropy_with_logits(x, labels).unwrap();
         let d = b.softmax_cross_entropy_with_logits(x, onehot).unwrap();
         (vec![x], vec![s, d])
     });
@@ -188,13 +170,7 @@ fn batch_norm_x_gamma_beta() {
             let beta = var(b, "beta", &[3]);
             let mm = var(b, "mm", &[3]);
             let mv = var(b, "mv", &[3]);
-            let bn = b
-                .op(
-                    "bn",
-                    Op::BatchNorm { epsilon: F32(1e-3) },
-                    &[x, gamma, beta, mm, mv],
-                )
-                .unwrap();
+            let bn = b.op("bn", Op::BatchNorm { epsilon: F32(1e-3) }, &[x, gamma, beta, mm, mv]).unwrap();
             (vec![x, gamma, beta], vec![Tensor::new(bn, 0)])
         });
     }
@@ -204,9 +180,7 @@ fn batch_norm_x_gamma_beta() {
 fn unknown_batch_reduce_mean_and_reshape_after_reinfer() {
     // Built with a None batch: the mean's count must come from the bound shape.
     let mut b = GraphBuilder::new();
-    let x = b
-        .placeholder("x", DType::F32, Shape(vec![None, Some(2), Some(3)]))
-        .unwrap();
+    let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(2), Some(3)])).unwrap();
     let w = var(&mut b, "w", &[6, 2]);
     let f = b.flatten(x).unwrap();
     let h = b.matmul(f, w).unwrap();
@@ -219,10 +193,7 @@ fn unknown_batch_reduce_mean_and_reshape_after_reinfer() {
     let res = crate::autodiff::gradients(&mut g, loss, &[w.node]).unwrap();
     assert!(res.unreachable.is_empty());
     // Bind the batch to 4 and re-run inference; then check numerically.
-    g.node_mut(x.node).op = Op::Placeholder {
-        dtype: DType::F32,
-        shape: Shape::known(&[4, 2, 3]),
-    };
+    g.node_mut(x.node).op = Op::Placeholder { dtype: DType::F32, shape: Shape::known(&[4, 2, 3]) };
     g.reinfer().unwrap();
     let mut feeds = BTreeMap::new();
     feeds.insert("x".to_string(), V::new(&[4, 2, 3], super::rand_vec(24, 99)));

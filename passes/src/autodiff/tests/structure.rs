@@ -29,10 +29,7 @@ fn no_gradients_error_names_loss_and_vars() {
     let err = gradients(&mut g, loss, &[x.node]).unwrap_err();
     assert!(matches!(err, PassError::NoGradients { .. }));
     let text = err.to_string();
-    assert!(
-        text.contains("No gradients provided for any variable"),
-        "{text}"
-    );
+    assert!(text.contains("No gradients provided for any variable"), "{text}");
     assert!(text.contains("'Sum'") && text.contains("[x]"), "{text}");
 }
 
@@ -49,10 +46,7 @@ fn stop_gradient_blocks_one_path() {
     let d = res.grads[0].1;
     // No AddN: only one contribution reaches x.
     assert!(!matches!(g.node(d.node).op, Op::AddN));
-    assert!(g
-        .node_ids()
-        .iter()
-        .all(|&n| !g.node(n).name.starts_with("gradients/StopGradient")));
+    assert!(g.node_ids().iter().all(|&n| !g.node(n).name.starts_with("gradients/StopGradient")));
 }
 
 #[test]
@@ -69,11 +63,7 @@ fn tensor_used_twice_accumulates_with_one_add_n() {
     assert!(matches!(g.node(d.node).op, Op::AddN));
     assert_eq!(g.inputs(d.node).len(), 3);
     assert_eq!(g.node(d.node).name, "gradients/x_grad/AddN");
-    let addns = g
-        .node_ids()
-        .into_iter()
-        .filter(|&n| matches!(g.node(n).op, Op::AddN))
-        .count();
+    let addns = g.node_ids().into_iter().filter(|&n| matches!(g.node(n).op, Op::AddN)).count();
     // One in the forward loss (3 terms), one accumulating x's gradient.
     assert_eq!(addns, 2);
 }
@@ -97,13 +87,7 @@ fn gradient_names_and_devices_follow_forward_nodes() {
     assert_eq!(d.name, "gradients/fc1/MatMul_grad/MatMul");
     assert_eq!(d.requested_device, g.node(y.node).requested_device);
     // Pruned: no gradient is built for the placeholder input.
-    assert_eq!(
-        g.node_ids()
-            .iter()
-            .filter(|&&n| g.node(n).name.starts_with("gradients/fc1/MatMul_grad/"))
-            .count(),
-        1
-    );
+    assert_eq!(g.node_ids().iter().filter(|&&n| g.node(n).name.starts_with("gradients/fc1/MatMul_grad/")).count(), 1);
 }
 
 #[test]
@@ -111,10 +95,7 @@ fn non_scalar_loss_and_missing_rule_are_errors() {
     let mut b = GraphBuilder::new();
     let x = var(&mut b, "x", &[3]);
     let mut g = b.finish();
-    assert!(matches!(
-        gradients(&mut g, x, &[x.node]),
-        Err(PassError::LossNotScalar { .. })
-    ));
+    assert!(matches!(gradients(&mut g, x, &[x.node]), Err(PassError::LossNotScalar { .. })));
 
     let mut b = GraphBuilder::new();
     let x = var(&mut b, "x", &[3]);
@@ -122,11 +103,7 @@ fn non_scalar_loss_and_missing_rule_are_errors() {
     let loss = b.reduce_sum_all(c).unwrap();
     let mut g = b.finish();
     let err = gradients(&mut g, loss, &[x.node]).unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("No gradient defined for operation 'copy'"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("No gradient defined for operation 'copy'"), "{err}");
 }
 
 #[test]
@@ -155,23 +132,12 @@ fn autodiff_and_apply_passes_fill_the_state() {
     let _unused = var(&mut b, "unused", &[3]);
     let loss = weighted_loss(&mut b, &[x]);
     let mut g = b.finish();
-    let mut st = CompileState {
-        loss: Some(TensorRef::of(&g, loss)),
-        ..Default::default()
-    };
+    let mut st = CompileState { loss: Some(TensorRef::of(&g, loss)), ..Default::default() };
     Autodiff.run(&mut g, &mut st).unwrap();
     assert_eq!(st.grads.keys().collect::<Vec<_>>(), ["x"]);
-    assert!(
-        st.diagnostics[0].message.contains("[unused]"),
-        "{:?}",
-        st.diagnostics
-    );
-    let opt = towers_graph::Optimizer::Sgd {
-        lr: towers_graph::F32(0.1),
-    };
-    ApplyOptimizer { optimizer: opt }
-        .run(&mut g, &mut st)
-        .unwrap();
+    assert!(st.diagnostics[0].message.contains("[unused]"), "{:?}", st.diagnostics);
+    let opt = towers_graph::Optimizer::Sgd { lr: towers_graph::F32(0.1) };
+    ApplyOptimizer { optimizer: opt }.run(&mut g, &mut st).unwrap();
     assert_eq!(st.train_op.as_deref(), Some("train_op"));
     assert_eq!(st.fetches["loss"], TensorRef::of(&g, loss));
 }
