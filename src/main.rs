@@ -219,7 +219,7 @@ impl TrainObserver for Printer {
         }
     }
     fn step(&mut self, step: usize, loss: f32, eps: f64) {
-        if self.log_every > 0 && step % self.log_every == 0 {
+        if self.log_every > 0 && step.is_multiple_of(self.log_every) {
             match &self.bar {
                 Some(b) => b.println(format!("step {step} loss {loss:.6}")),
                 None => println!("step {step} loss {loss:.6}"),
@@ -227,7 +227,7 @@ impl TrainObserver for Printer {
         }
         if let Some(b) = &self.bar {
             b.set_position(step as u64);
-            if step % 10 == 0 {
+            if step.is_multiple_of(10) {
                 b.set_message(format!("loss {loss:.4}  {eps:.0} examples/s"));
             }
         }

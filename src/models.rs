@@ -1,8 +1,8 @@
 //! The seed models, built with the TF1-style builder: a 2-hidden-layer ReLU
-//! MLP and the seed's convnet (conv 12 5x5 + relu, max-pool 2x2, conv 24 3x3
-//! + relu, max-pool 2x2, flatten, dense 100 + relu, dropout, dense 10), with
-//! SAME padding so it fits 8x8 digits and 28x28 MNIST alike, and optional
-//! batch norm after each convolution as the seed's slim version has.
+//! MLP and the seed's convnet (conv 12 5x5 with relu, max-pool 2x2, conv 24
+//! 3x3 with relu, max-pool 2x2, flatten, dense 100 with relu, dropout, dense
+//! 10), with SAME padding so it fits 8x8 digits and 28x28 MNIST alike, and
+//! optional batch norm after each convolution as the seed's slim version has.
 //!
 //! Every model exposes the same names: placeholders `images` (f32
 //! `[?, h, w, c]`) and `labels` (i32 `[?]`), the scalar `loss` (mean softmax

@@ -147,7 +147,7 @@ impl GraphBuilder {
     }
     /// The current variable scope path.
     pub fn current_variable_scope(&self) -> &str {
-        &self.var_scopes.last().map(|s| s.path.as_str()).unwrap_or("")
+        self.var_scopes.last().map(|s| s.path.as_str()).unwrap_or("")
     }
     pub fn current_reuse(&self) -> Reuse {
         self.var_scopes.last().map(|s| s.reuse).unwrap_or(Reuse::No)
