@@ -7,8 +7,10 @@
 //!    ../shared/bench/anchors/common.py, so the figures compare with JAX,
 //!    TensorFlow and PyTorch measured by that harness on the same machine.
 //! 2. Two towers against one device at the same global batch 256 (MLP
-//!    784-128-10 and 784-256-256-10; variables on the CPU and on GPU 0), with
-//!    the share of the step spent in the cross-tower gradient reduction.
+//!    784-128-10 and 784-256-256-10; each variable placement), with the
+//!    share of the step spent in the cross-tower gradient reduction. Codegen
+//!    fuses each variable's reduction into its optimizer update
+//!    (`mean_apply`), so the share counts the reduction and the update.
 //!
 //! Each configuration: 10 warm-up steps, then timed steps; the median, p10 and
 //! p90 are reported. Output: a markdown table on stdout and one JSON line per
@@ -152,7 +154,7 @@ fn main() {
     }
 
     println!("\n## Two towers vs one device, global batch {batch}\n");
-    println!("| model | variables | 1 device ms | 2 towers ms | speed-up | reduction share of step |");
+    println!("| model | variables | 1 device ms | 2 towers ms | speed-up | reduction+update share of step |");
     println!("|---|---|---|---|---|---|");
     let small = mlp(&[128], "mlp-784-128-10");
     for m in [&small, &big] {
