@@ -15,6 +15,9 @@ use towers::train::{train, OptimizerKind, TrainConfig, TrainObserver};
 #[derive(Parser)]
 #[command(name = "towers", version, about = "A computation-graph compiler for synchronous data-parallel training")]
 struct Cli {
+    /// Log compiler passes and their timings to standard error.
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -298,6 +301,8 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let level = if cli.verbose { tracing::Level::DEBUG } else { tracing::Level::WARN };
+    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).with_target(false).init();
     let r = match cli.cmd {
         Cmd::Train(a) => run_train(a),
         Cmd::Compile(a) => run_compile(a),

@@ -192,7 +192,17 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     }
     let (train_set, test_set) = cfg.data.load()?;
     let model = build(&cfg.model_spec(&train_set))?;
+    let t0 = Instant::now();
     let compiled = compile_train(&model.graph, &model.loss, &cfg.compile_options())?;
+    for t in &compiled.timings {
+        tracing::debug!(pass = t.pass, micros = t.elapsed.as_micros() as u64, "compiler pass");
+    }
+    tracing::debug!(
+        micros = t0.elapsed().as_micros() as u64,
+        nodes = compiled.graph.len(),
+        events = compiled.plan.num_events,
+        "compiled the training program"
+    );
     let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
 
