@@ -4,7 +4,7 @@
 //! `apply_gradients` on `/cpu:0`), done as passes:
 //!
 //! ```text
-//! prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> apply -> place -> schedule -> lower
+//! prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> apply -> place -> schedule -> lower
 //! ```
 //! The bracketed passes run when towers are given. The evaluation program is
 //! compiled from the same model graph, forward only, on one device; it
@@ -18,7 +18,7 @@ use towers_codegen::{lower, CodegenError, LowerOptions, Mode, Plan};
 use towers_graph::{keys, Device, Graph, GraphError, NodeId, Op, Optimizer};
 use towers_passes::{
     ApplyOptimizer, Autodiff, BindBatch, BnUpdates, CompileState, GradMean, PassError, PassManager, PassTiming, Place,
-    Replicate, ScheduleStreams, SplitBatch, SplitPolicy, TensorRef, VarPlacement,
+    Replicate, ScheduleStreams, Simplify, SplitBatch, SplitPolicy, TensorRef, VarPlacement,
 };
 
 /// Everything that can go wrong while compiling.
@@ -123,6 +123,7 @@ pub fn compile_train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result
             .add(GradMean);
     }
     pm = pm
+        .add(Simplify)
         .add(ApplyOptimizer { optimizer: opts.optimizer.clone() })
         .add(Place { strategy: opts.variables, devices: opts.towers.clone() })
         .add(ScheduleStreams);
@@ -146,6 +147,7 @@ pub fn compile_eval(model: &Graph, fetches: &[(&str, &str)], batch: usize) -> Re
     g.set_collection(keys::UPDATE_OPS, Vec::new());
     let mut pm = PassManager::new()
         .add(BindBatch { batch })
+        .add(Simplify)
         .add(Place { strategy: VarPlacement::Cpu, devices: Vec::new() })
         .add(ScheduleStreams);
     pm.run(&mut g, &mut st)?;
@@ -156,4 +158,99 @@ pub fn compile_eval(model: &Graph, fetches: &[(&str, &str)], batch: usize) -> Re
 /// Whether a graph has ops whose train and eval behaviour differ.
 pub fn has_mode_dependent_ops(g: &Graph) -> bool {
     g.node_ids().iter().any(|&i| matches!(g.node(i).op, Op::Dropout { .. } | Op::BatchNorm { .. }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::{build, ModelKind, ModelSpec};
+    use towers_graph::{text::to_text, verify::verify, F32};
+    use towers_passes::{Pass, Simplify};
+
+    /// A seed model's training graph just before `simplify` (the passes of
+    /// `compile_train` up to `grad_mean`), at a global batch of 32.
+    fn before_simplify(kind: ModelKind, towers: u32) -> (Graph, CompileState) {
+        let model = build(&ModelSpec::new(kind, [8, 8, 1], 10)).expect("model");
+        let mut g = model.graph.clone();
+        let mut roots = vec![g.find(&model.loss).expect("loss")];
+        roots.extend(g.collection(keys::UPDATE_OPS).iter().filter_map(|n| g.get(n)));
+        prune(&mut g, &roots);
+        let mut st = CompileState {
+            loss: Some(TensorRef::new(&model.loss, 0)),
+            var_list: g.collection(keys::TRAINABLE_VARIABLES).to_vec(),
+            ..Default::default()
+        };
+        let mut pm = PassManager::new().verify(true).add(Autodiff).add(BindBatch { batch: 32 });
+        if towers > 0 {
+            pm = pm
+                .add(Replicate {
+                    towers: (0..towers).map(Device::gpu).collect(),
+                    accumulate: 1,
+                    bn_updates: BnUpdates::default(),
+                })
+                .add(SplitBatch { policy: SplitPolicy::Even })
+                .add(GradMean);
+        }
+        pm.run(&mut g, &mut st).expect("front passes");
+        (g, st)
+    }
+
+    /// Node counts before and after `simplify`, and the simplified graph's text.
+    fn simplify(kind: ModelKind, towers: u32) -> (usize, usize, String) {
+        let (mut g, mut st) = before_simplify(kind, towers);
+        let before = g.len();
+        Simplify.run(&mut g, &mut st).expect("simplify");
+        verify(&g, "simplify", false).expect("the simplified graph verifies");
+        assert!(st.diagnostics.is_empty(), "{:?}", st.diagnostics);
+        (before, g.len(), to_text(&g).expect("text"))
+    }
+
+    /// Per tower, the ReduceMean gradient (7 nodes: two ones, BroadcastLike,
+    /// Sum, RealDiv, BroadcastLike, Reshape) becomes one scalar constant
+    /// feeding the existing Mul, and the `logits` Identity goes: 7 nodes fewer.
+    #[test]
+    fn simplify_shrinks_the_seed_training_graphs() {
+        for (kind, towers, before, after) in [
+            (ModelKind::Mlp, 0, 39, 32),
+            (ModelKind::Mlp, 2, 79, 65),
+            (ModelKind::Convnet, 0, 55, 48),
+            (ModelKind::Convnet, 2, 111, 97),
+        ] {
+            let (b, a, text) = simplify(kind, towers);
+            if std::env::var_os("SIMPLIFY_DUMP").is_some() {
+                eprintln!("{kind:?} towers={towers}: {b} -> {a}\n{text}");
+            }
+            assert_eq!((b, a), (before, after), "{kind:?} with {towers} towers");
+            assert!(!text.contains("BroadcastLike"), "{text}");
+            assert!(
+                text.contains("Const { value: ConstValue { dtype: F32, shape: [], data: [0.03125] } }") || towers > 0
+            );
+            let (_, _, again) = simplify(kind, towers);
+            assert_eq!(text, again, "simplify is deterministic");
+        }
+    }
+
+    /// Simplifying twice changes nothing more.
+    #[test]
+    fn simplify_is_idempotent() {
+        let (mut g, mut st) = before_simplify(ModelKind::Convnet, 2);
+        Simplify.run(&mut g, &mut st).expect("simplify");
+        let once = to_text(&g).expect("text");
+        Simplify.run(&mut g, &mut st).expect("simplify again");
+        assert_eq!(once, to_text(&g).expect("text"));
+    }
+
+    /// The training program still compiles and the loss and every gradient keep their names.
+    #[test]
+    fn compiled_programs_keep_their_named_tensors() {
+        let model = build(&ModelSpec::new(ModelKind::Convnet, [8, 8, 1], 10)).expect("model");
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 32);
+        o.towers = (0..2).map(Device::gpu).collect();
+        let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+        for t in c.state.grads.values().chain(c.state.loss.iter()) {
+            assert!(c.graph.get(&t.node).is_some(), "{t} is gone");
+        }
+        let e = compile_eval(&model.graph, &[("predictions", &model.predictions)], 16).expect("eval compiles");
+        assert!(e.graph.get(&model.predictions).is_some());
+    }
 }

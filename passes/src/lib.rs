@@ -18,6 +18,7 @@ pub mod options;
 pub mod place;
 pub mod replicate;
 pub mod schedule;
+pub mod simplify;
 pub mod split;
 pub mod state;
 
@@ -31,6 +32,7 @@ pub use options::{BnUpdates, SplitPolicy, VarPlacement};
 pub use place::Place;
 pub use replicate::Replicate;
 pub use schedule::ScheduleStreams;
+pub use simplify::Simplify;
 pub use split::SplitBatch;
 pub use state::{
     CompileState, Diagnostic, PassError, Replica, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef,

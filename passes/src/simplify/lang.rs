@@ -1,0 +1,285 @@
+//! The e-graph language of `simplify` and its type/constant analysis.
+//!
+//! Only the pure, rewritable ops are terms of the language: `add`, `sub`,
+//! `mul`, `div`, `neg`, `identity`, `reshape`, `broadcast_like`,
+//! `reduce_sum`, splat f32 constants (`f32[32,1]=0.03125`: every element the
+//! same value) and the attributes of reshape and reduce_sum (`dims[-1,1]`,
+//! `axes[0]`, `axes[0]+keep`) as child leaves. Every other tensor is an
+//! opaque `Leaf` named `node:slot`, never merged or rewritten.
+//!
+//! `scalar` is a helper term used by rules only: `(scalar ?c)` is the rank-0
+//! constant holding the value of the splat constant `?c`. The analysis turns
+//! it into a real constant, and the cost function forbids extracting it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use egg::{define_language, Analysis, DidMerge, EGraph, Id, Symbol};
+use towers_graph::infer::infer;
+use towers_graph::{DType, Op, Shape, TensorType};
+
+/// A splat constant: dtype, shape and one value (as f64 bits, rounded to f32 once, when materialized).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Konst {
+    pub dtype: DType,
+    pub dims: Vec<usize>,
+    pub bits: u64,
+}
+
+impl Konst {
+    pub fn new(dtype: DType, dims: Vec<usize>, value: f64) -> Konst {
+        Konst { dtype, dims, bits: value.to_bits() }
+    }
+    pub fn value(&self) -> f64 {
+        f64::from_bits(self.bits)
+    }
+    pub fn ty(&self) -> TensorType {
+        TensorType::new(self.dtype, self.dims.clone())
+    }
+}
+
+fn join<T: fmt::Display>(v: &[T]) -> String {
+    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn parse_list<T: FromStr>(s: &str) -> Result<Vec<T>, String> {
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',').map(|x| x.parse::<T>().map_err(|_| format!("bad list item '{x}'"))).collect()
+}
+
+impl fmt::Display for Konst {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]={:?}", self.dtype.name(), join(&self.dims), self.value())
+    }
+}
+
+impl FromStr for Konst {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Konst, String> {
+        let (ty, v) = s.split_once("]=").ok_or("not a constant")?;
+        let (dt, dims) = ty.split_once('[').ok_or("not a constant")?;
+        let dtype = match dt {
+            "f32" => DType::F32,
+            _ => return Err(format!("unsupported constant dtype '{dt}'")),
+        };
+        let value: f64 = v.parse().map_err(|_| format!("bad constant value '{v}'"))?;
+        Ok(Konst::new(dtype, parse_list(dims)?, value))
+    }
+}
+
+/// The attribute of a reshape (`dims[..]`) or a reduce_sum (`axes[..]`, `axes[..]+keep`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Attr {
+    Dims(Vec<i64>),
+    Axes { axes: Vec<usize>, keep: bool },
+}
+
+impl fmt::Display for Attr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Attr::Dims(d) => write!(f, "dims[{}]", join(d)),
+            Attr::Axes { axes, keep } => write!(f, "axes[{}]{}", join(axes), if *keep { "+keep" } else { "" }),
+        }
+    }
+}
+
+impl FromStr for Attr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Attr, String> {
+        if let Some(r) = s.strip_prefix("dims[").and_then(|r| r.strip_suffix(']')) {
+            return Ok(Attr::Dims(parse_list(r)?));
+        }
+        if let Some(r) = s.strip_prefix("axes[") {
+            let (r, keep) = match r.strip_suffix("]+keep") {
+                Some(r) => (r, true),
+                None => (r.strip_suffix(']').ok_or("not an attribute")?, false),
+            };
+            return Ok(Attr::Axes { axes: parse_list(r)?, keep });
+        }
+        Err("not an attribute".into())
+    }
+}
+
+define_language! {
+    /// The pure, rewritable part of a graph (see the module docs).
+    pub enum TensorLang {
+        "add" = Add([Id; 2]),
+        "sub" = Sub([Id; 2]),
+        "mul" = Mul([Id; 2]),
+        "div" = Div([Id; 2]),
+        "neg" = Neg([Id; 1]),
+        "identity" = Identity([Id; 1]),
+        "broadcast_like" = BroadcastLike([Id; 2]),
+        // (reshape dims[..] x)
+        "reshape" = Reshape([Id; 2]),
+        // (reduce_sum axes[..] x)
+        "reduce_sum" = ReduceSum([Id; 2]),
+        // rules only: the rank-0 constant of a splat constant
+        "scalar" = Scalar([Id; 1]),
+        Num(Konst),
+        Attr(Attr),
+        Leaf(Symbol),
+    }
+}
+
+impl TensorLang {
+    /// The graph op of a compute node (None for leaves, constants, attributes, `scalar`).
+    pub fn op(&self, attr: impl Fn(Id) -> Option<Attr>) -> Option<Op> {
+        Some(match self {
+            TensorLang::Add(_) => Op::Add,
+            TensorLang::Sub(_) => Op::Sub,
+            TensorLang::Mul(_) => Op::Mul,
+            TensorLang::Div(_) => Op::Div,
+            TensorLang::Neg(_) => Op::Neg,
+            TensorLang::Identity(_) => Op::Identity,
+            TensorLang::BroadcastLike(_) => Op::BroadcastLike,
+            TensorLang::Reshape([a, _]) => match attr(*a)? {
+                Attr::Dims(shape) => Op::Reshape { shape },
+                _ => return None,
+            },
+            TensorLang::ReduceSum([a, _]) => match attr(*a)? {
+                Attr::Axes { axes, keep } => Op::ReduceSum { axes, keep_dims: keep },
+                _ => return None,
+            },
+            _ => return None,
+        })
+    }
+
+    /// The tensor inputs of a compute node, in graph input order (attributes left out).
+    pub fn tensor_inputs(&self) -> Vec<Id> {
+        match self {
+            TensorLang::Reshape([_, x]) | TensorLang::ReduceSum([_, x]) => vec![*x],
+            TensorLang::Num(_) | TensorLang::Attr(_) | TensorLang::Leaf(_) => vec![],
+            n => egg::Language::children(n).to_vec(),
+        }
+    }
+}
+
+/// What the analysis knows about an e-class: its tensor type, and the value
+/// of every element when it is a splat f32 constant; or the attribute it is.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Data {
+    pub ty: Option<TensorType>,
+    pub konst: Option<f64>,
+    pub attr: Option<Attr>,
+}
+
+impl Data {
+    /// The type, when fully known.
+    pub fn known(&self) -> Option<&TensorType> {
+        self.ty.as_ref().filter(|t| t.shape.is_fully_known())
+    }
+}
+
+/// Types of leaves (by `node:slot`), and the type/constant analysis.
+#[derive(Debug, Clone, Default)]
+pub struct TypeAnalysis {
+    pub leaves: BTreeMap<Symbol, TensorType>,
+}
+
+pub type TEGraph = EGraph<TensorLang, TypeAnalysis>;
+
+fn fold(op: &TensorLang, a: f64, b: f64) -> Option<f64> {
+    let v = match op {
+        TensorLang::Add(_) => a + b,
+        TensorLang::Sub(_) => a - b,
+        TensorLang::Mul(_) => a * b,
+        TensorLang::Div(_) => a / b,
+        _ => return None,
+    };
+    v.is_finite().then_some(v)
+}
+
+/// The data of one e-node, from its children's data (used by `make` and the cost function).
+pub fn node_data(egraph: &TEGraph, enode: &TensorLang) -> Data {
+    let d = |i: &Id| &egraph[*i].data;
+    match enode {
+        TensorLang::Leaf(s) => Data { ty: egraph.analysis.leaves.get(s).cloned(), ..Data::default() },
+        TensorLang::Attr(a) => Data { attr: Some(a.clone()), ..Data::default() },
+        TensorLang::Num(k) => Data { ty: Some(k.ty()), konst: Some(k.value()), attr: None },
+        TensorLang::Scalar([c]) => Data {
+            ty: d(c).ty.as_ref().map(|t| TensorType::new(t.dtype, Shape::scalar())),
+            konst: d(c).konst,
+            attr: None,
+        },
+        n => {
+            let ins: Option<Vec<TensorType>> = n.tensor_inputs().iter().map(|i| d(i).ty.clone()).collect();
+            let op = n.op(|i| egraph[i].data.attr.clone());
+            let ty = match (op, ins) {
+                (Some(op), Some(ins)) => infer(&op, &ins).ok().and_then(|mut v| (v.len() == 1).then(|| v.remove(0))),
+                _ => None,
+            };
+            let f32_known = ty.as_ref().is_some_and(|t| t.dtype == DType::F32 && t.shape.is_fully_known());
+            let konst = if !f32_known {
+                None
+            } else {
+                match n {
+                    TensorLang::Add([a, b])
+                    | TensorLang::Sub([a, b])
+                    | TensorLang::Mul([a, b])
+                    | TensorLang::Div([a, b]) => d(a).konst.zip(d(b).konst).and_then(|(x, y)| fold(n, x, y)),
+                    TensorLang::Neg([x]) => d(x).konst.map(|v| -v),
+                    TensorLang::Identity([x]) | TensorLang::Reshape([_, x]) | TensorLang::BroadcastLike([x, _]) => {
+                        d(x).konst
+                    }
+                    TensorLang::ReduceSum([a, x]) => {
+                        let (Some(Attr::Axes { axes, .. }), Some(xt)) = (&d(a).attr, d(x).known()) else {
+                            return Data { ty, ..Data::default() };
+                        };
+                        let dims = xt.shape.dims().unwrap_or_default();
+                        let count: usize = axes.iter().map(|&i| dims.get(i).copied().unwrap_or(1)).product();
+                        d(x).konst.map(|v| v * count as f64)
+                    }
+                    _ => None,
+                }
+            };
+            Data { ty, konst, attr: None }
+        }
+    }
+}
+
+impl Analysis<TensorLang> for TypeAnalysis {
+    type Data = Data;
+
+    fn make(egraph: &mut TEGraph, enode: &TensorLang, _id: Id) -> Data {
+        node_data(egraph, enode)
+    }
+
+    /// Both sides of a merge are the same tensor: an unsound rule fails here, loudly.
+    fn merge(&mut self, to: &mut Data, from: Data) -> DidMerge {
+        debug_assert_eq!(to.ty, from.ty, "simplify: merged e-classes of different types");
+        debug_assert_eq!(to.attr, from.attr, "simplify: merged different attributes");
+        if let (Some(a), Some(b)) = (to.konst, from.konst) {
+            debug_assert!(
+                a == b || (a - b).abs() <= 1e-12 * a.abs().max(b.abs()),
+                "simplify: merged different constants {a} and {b}"
+            );
+        }
+        let before = to.clone();
+        if to.ty.is_none() {
+            to.ty = from.ty.clone();
+        }
+        if to.konst.is_none() {
+            to.konst = from.konst;
+        }
+        if to.attr.is_none() {
+            to.attr = from.attr.clone();
+        }
+        DidMerge(*to != before, *to != from)
+    }
+
+    /// A class known to be a splat f32 constant gets the constant itself as a member.
+    fn modify(egraph: &mut TEGraph, id: Id) {
+        let data = &egraph[id].data;
+        if let (Some(v), Some(t)) = (data.konst, data.known()) {
+            if t.dtype == DType::F32 {
+                let k = Konst::new(t.dtype, t.shape.dims().unwrap_or_default(), v);
+                let added = egraph.add(TensorLang::Num(k));
+                egraph.union(id, added);
+            }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The rewrite rules of `simplify`. Each is obviously sound and keeps the
+//! numerics (constants fold in f64 in the analysis and round to f32 once);
+//! each has a test below that shows its intent, in the style of egg's
+//! `tests/math.rs`. Constant folding itself (`add`/`sub`/`mul`/`div`/`neg` of
+//! constants, `reduce_sum` of a splat = value × count, `reshape`/
+//! `broadcast_like`/`identity` of a splat) is done by the analysis, not by
+//! rules; it has tests here too.
+
+use egg::{rewrite as rw, Id, Pattern, Rewrite, Subst, Var};
+
+use super::lang::{TEGraph, TensorLang, TypeAnalysis};
+
+type Rule = Rewrite<TensorLang, TypeAnalysis>;
+
+fn pat(s: &str) -> Pattern<TensorLang> {
+    s.parse().expect("pattern")
+}
+
+fn var(s: &str) -> Var {
+    s.parse().expect("pattern variable")
+}
+
+/// `?v` is a splat constant equal to `value`.
+fn konst_is(v: &str, value: f64) -> impl Fn(&mut TEGraph, Id, &Subst) -> bool {
+    let v = var(v);
+    move |eg, _, s| eg[s[v]].data.konst == Some(value)
+}
+
+/// `?v` has the (fully known) type of the matched term: replacing the term by it changes no shape.
+fn same_type(v: &str) -> impl Fn(&mut TEGraph, Id, &Subst) -> bool {
+    let v = var(v);
+    move |eg, id, s| eg[s[v]].data.known().is_some_and(|t| eg[id].data.known() == Some(t))
+}
+
+/// `?v` is a splat f32 constant of rank > 0 (so `(scalar ?v)` is smaller and broadcasts back to it).
+fn splat_tensor(v: &str) -> impl Fn(&mut TEGraph, Id, &Subst) -> bool {
+    let v = var(v);
+    move |eg, _, s| eg[s[v]].data.konst.is_some() && eg[s[v]].data.known().is_some_and(|t| t.shape.rank() > 0)
+}
+
+/// All rules, in a fixed order.
+pub fn rules() -> Vec<Rule> {
+    let mut rules = vec![
+        rw!("mul-one-right"; "(mul ?x ?c)" => "?x" if konst_is("?c", 1.0) if same_type("?x")),
+        rw!("mul-one-left"; "(mul ?c ?x)" => "?x" if konst_is("?c", 1.0) if same_type("?x")),
+        rw!("div-one"; "(div ?x ?c)" => "?x" if konst_is("?c", 1.0) if same_type("?x")),
+        rw!("add-zero-right"; "(add ?x ?c)" => "?x" if konst_is("?c", 0.0) if same_type("?x")),
+        rw!("add-zero-left"; "(add ?c ?x)" => "?x" if konst_is("?c", 0.0) if same_type("?x")),
+        rw!("sub-zero"; "(sub ?x ?c)" => "?x" if konst_is("?c", 0.0) if same_type("?x")),
+        rw!("neg-neg"; "(neg (neg ?x))" => "?x"),
+        rw!("identity"; "(identity ?x)" => "?x"),
+        rw!("reshape-reshape"; "(reshape ?s (reshape ?t ?x))" => "(reshape ?s ?x)"),
+        rw!("reshape-noop"; "(reshape ?s ?x)" => "?x" if same_type("?x")),
+        rw!("broadcast-noop"; "(broadcast_like ?x ?l)" => "?x" if same_type("?x")),
+    ];
+    // A splat constant operand of a broadcasting binary op is the scalar
+    // constant, when the other operand alone already has the result's type.
+    // The operand order is kept, so every element is computed as before.
+    for op in ["add", "sub", "mul", "div"] {
+        let (name, lhs, rhs) =
+            (format!("scalarize-{op}-left"), pat(&format!("({op} ?a ?y)")), pat(&format!("({op} (scalar ?a) ?y)")));
+        rules.push(rw!(name; { lhs } => { rhs } if splat_tensor("?a") if same_type("?y")));
+        let (name, lhs, rhs) =
+            (format!("scalarize-{op}-right"), pat(&format!("({op} ?y ?a)")), pat(&format!("({op} ?y (scalar ?a))")));
+        rules.push(rw!(name; { lhs } => { rhs } if splat_tensor("?a") if same_type("?y")));
+    }
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use egg::{Extractor, RecExpr, Runner, SimpleScheduler};
+    use towers_graph::TensorType;
+
+    use super::*;
+    use crate::simplify::cost::KernelCost;
+
+    /// Leaves `x`, `y` f32[32,10], `v` f32[32], `b` f32[10], `s` f32[] (a non-constant scalar).
+    fn analysis() -> TypeAnalysis {
+        let mut a = TypeAnalysis::default();
+        for (n, dims) in [("x", vec![32, 10]), ("y", vec![32, 10]), ("v", vec![32]), ("b", vec![10]), ("s", vec![])] {
+            a.leaves.insert(n.into(), TensorType::f32(dims));
+        }
+        a
+    }
+
+    fn run(start: &str, rules: &[Rule]) -> (Runner<TensorLang, TypeAnalysis>, Id) {
+        let start: RecExpr<TensorLang> = start.parse().expect("start term");
+        let mut eg = TEGraph::new(analysis());
+        let root = eg.add_expr(&start);
+        eg.rebuild();
+        let runner = Runner::default()
+            .with_egraph(eg)
+            .with_iter_limit(10)
+            .with_node_limit(20_000)
+            .with_scheduler(SimpleScheduler)
+            .run(rules);
+        assert!(matches!(runner.stop_reason, Some(egg::StopReason::Saturated)), "{:?}", runner.stop_reason);
+        (runner, root)
+    }
+
+    /// `start` and `goal` end in one e-class, and `goal` is what extraction picks.
+    fn proves(start: &str, goal: &str) {
+        let (mut runner, root) = run(start, &rules());
+        let goal_expr: RecExpr<TensorLang> = goal.parse().expect("goal term");
+        let g = runner.egraph.add_expr(&goal_expr);
+        runner.egraph.rebuild();
+        assert_eq!(runner.egraph.find(root), runner.egraph.find(g), "{start} should equal {goal}");
+        let (_, best) = Extractor::new(&runner.egraph, KernelCost { egraph: &runner.egraph }).find_best(root);
+        assert_eq!(best.to_string(), goal_expr.to_string(), "extracting {start}");
+    }
+
+    /// `start` is left alone: extraction gives it back unchanged.
+    fn keeps(start: &str) {
+        let (runner, root) = run(start, &rules());
+        let (_, best) = Extractor::new(&runner.egraph, KernelCost { egraph: &runner.egraph }).find_best(root);
+        let start: RecExpr<TensorLang> = start.parse().unwrap();
+        assert_eq!(best.to_string(), start.to_string());
+    }
+
+    // ---- constant folding (the analysis) ----
+
+    #[test]
+    fn folds_add_sub_mul_div_neg_of_constants() {
+        proves("(add f32[]=1.5 f32[]=2.0)", "f32[]=3.5");
+        proves("(sub f32[]=1.5 f32[]=2.0)", "f32[]=-0.5");
+        proves("(mul f32[]=1.5 f32[]=2.0)", "f32[]=3.0");
+        proves("(div f32[]=1.0 f32[]=32.0)", "f32[]=0.03125");
+        proves("(neg f32[]=2.0)", "f32[]=-2.0");
+    }
+
+    #[test]
+    fn folds_constants_with_broadcasting_to_the_broadcast_shape() {
+        proves("(div f32[]=1.0 f32[1]=32.0)", "f32[1]=0.03125");
+    }
+
+    #[test]
+    fn does_not_fold_a_division_by_zero() {
+        keeps("(div f32[]=1.0 f32[]=0.0)");
+    }
+
+    #[test]
+    fn reduce_sum_of_a_broadcast_constant_is_value_times_count() {
+        proves("(reduce_sum axes[0]+keep (broadcast_like f32[]=1.0 v))", "f32[1]=32.0");
+        proves("(reduce_sum axes[0,1] (broadcast_like f32[]=0.5 x))", "f32[]=160.0");
+        proves("(reduce_sum axes[0] (broadcast_like f32[]=2.0 x))", "f32[10]=64.0");
+    }
+
+    #[test]
+    fn reshape_of_a_broadcast_scalar_constant_is_a_constant_of_the_new_shape() {
+        proves("(reshape dims[-1,1] (broadcast_like f32[1]=0.25 v))", "f32[32,1]=0.25");
+    }
+
+    // ---- rules ----
+
+    #[test]
+    fn mul_one() {
+        proves("(mul x f32[]=1.0)", "x");
+        proves("(mul f32[10]=1.0 x)", "x");
+        // Multiplying by ones that broadcast b to a bigger shape is not b
+        // (the broadcast ones fold into a constant, the multiply stays).
+        proves("(mul b (broadcast_like f32[]=1.0 x))", "(mul b f32[32,10]=1.0)");
+    }
+
+    #[test]
+    fn div_one() {
+        proves("(div x f32[]=1.0)", "x");
+    }
+
+    #[test]
+    fn add_zero_and_sub_zero() {
+        proves("(add x f32[]=0.0)", "x");
+        proves("(add f32[]=0.0 x)", "x");
+        proves("(sub x f32[]=0.0)", "x");
+        // 0 - x is not x.
+        keeps("(sub f32[]=0.0 x)");
+    }
+
+    #[test]
+    fn neg_neg() {
+        proves("(neg (neg x))", "x");
+        keeps("(neg x)");
+    }
+
+    #[test]
+    fn identity_is_its_input() {
+        proves("(identity (mul x y))", "(mul x y)");
+    }
+
+    #[test]
+    fn reshape_of_reshape_is_one_reshape() {
+        proves("(reshape dims[-1,5] (reshape dims[320] x))", "(reshape dims[-1,5] x)");
+    }
+
+    #[test]
+    fn reshape_to_its_own_shape_is_a_no_op() {
+        proves("(reshape dims[-1,10] x)", "x");
+        keeps("(reshape dims[-1,1] v)");
+    }
+
+    #[test]
+    fn broadcast_to_its_own_shape_is_a_no_op() {
+        proves("(broadcast_like x y)", "x");
+        keeps("(broadcast_like b x)");
+    }
+
+    #[test]
+    fn splat_operand_becomes_a_scalar() {
+        proves("(mul f32[32,1]=0.5 x)", "(mul f32[]=0.5 x)");
+        proves("(mul x f32[32,1]=0.5)", "(mul x f32[]=0.5)");
+        proves("(add f32[10]=2.0 x)", "(add f32[]=2.0 x)");
+        proves("(sub x f32[10]=2.0)", "(sub x f32[]=2.0)");
+        proves("(div f32[10]=2.0 x)", "(div f32[]=2.0 x)");
+        // Not when the splat gives the result its shape: (mul f32[32,10]=2 s) needs the broadcast.
+        keeps("(mul f32[32,10]=2.0 s)");
+    }
+
+    /// The ReduceMean gradient as autodiff builds it for an unknown batch size,
+    /// once the batch is 32: `Mul(Reshape(BroadcastLike(1 / Sum(BroadcastLike(1, v)), v)), y)`
+    /// is `Mul(1/32, y)`.
+    #[test]
+    fn mean_gradient_becomes_one_scalar_multiply() {
+        proves(
+            "(mul (reshape dims[-1,1] (broadcast_like (div f32[]=1.0 (reduce_sum axes[0]+keep (broadcast_like f32[]=1.0 v))) v)) y)",
+            "(mul f32[]=0.03125 y)",
+        );
+    }
+
+    /// An unsound rule (a reshape is always its input) merges classes of
+    /// different types and the analysis fails loudly.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "different types")]
+    fn an_unsound_rule_fails_loudly() {
+        let bad: Vec<Rule> = vec![rw!("bad"; "(reshape ?s ?x)" => "?x")];
+        run("(reshape dims[-1,1] v)", &bad);
+    }
+}
