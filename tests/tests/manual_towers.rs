@@ -9,7 +9,9 @@ use towers::compiler::{compile_train, CompileOptions};
 use towers::models::{build, ModelKind, ModelSpec};
 use towers_codegen::{lower, LowerOptions, Mode};
 use towers_graph::layers::Activation;
-use towers_graph::{keys, DType, Device, Graph, GraphBuilder, GraphError, Initializer, Optimizer, Reuse, Shape, Tensor, F32};
+use towers_graph::{
+    keys, DType, Device, Graph, GraphBuilder, GraphError, Initializer, Optimizer, Reuse, Shape, Tensor, F32,
+};
 use towers_passes::{
     apply_gradients, average_gradients, gradients, BindBatch, CompileState, PassManager, Place, ScheduleStreams,
     TensorRef, VarPlacement,
@@ -20,7 +22,13 @@ use towers_tests::batches;
 const BATCH: usize = 24;
 
 /// `_variable_on_cpu`: the variable lives on the CPU whatever the tower scope.
-fn dense_on_cpu(b: &mut GraphBuilder, name: &str, x: Tensor, units: usize, act: Activation) -> Result<Tensor, GraphError> {
+fn dense_on_cpu(
+    b: &mut GraphBuilder,
+    name: &str,
+    x: Tensor,
+    units: usize,
+    act: Activation,
+) -> Result<Tensor, GraphError> {
     let in_dim = b.graph().tensor_type(x)?.shape.dim(1).unwrap_or(0);
     b.variable_scope(name, Reuse::No, |b| {
         let (w, bias) = b.device("/cpu:0", |b| {
