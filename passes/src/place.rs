@@ -28,7 +28,12 @@
 //! readers too): every node that writes a variable ([`Op::mutated_inputs`])
 //! gets a control edge from every other reader of that variable that it
 //! does not already follow, unless the reader depends on the writer (a read
-//! of the new value). Two writers of one variable are not ordered.
+//! of the new value). Readers through a `Copy`, `Identity`, `Reshape` or
+//! `StopGradient` of the variable count as readers of the variable: a backend
+//! may alias those outputs to the variable's memory (codegen aliases the
+//! last three; the CPU backend, whose devices share one memory, elides
+//! copies), so the update must also wait for them. Two writers of one
+//! variable are not ordered.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -328,6 +333,27 @@ fn insert_copies(g: &mut Graph) -> Result<(), PassError> {
     Ok(())
 }
 
+/// The nodes that read variable `v`'s memory: its consumers that do not
+/// write it, and, through copies and aliasing ops, their consumers too.
+fn readers(g: &Graph, v: NodeId) -> Vec<NodeId> {
+    let mut out = Vec::new();
+    let mut stack = vec![v];
+    let mut seen = BTreeSet::new();
+    while let Some(n) = stack.pop() {
+        for (c, slot, _) in g.consumers(n) {
+            if !seen.insert(c) || (n == v && g.node(c).op.mutated_inputs().contains(&slot)) {
+                continue;
+            }
+            out.push(c);
+            if matches!(g.node(c).op, Op::Copy | Op::Identity | Op::Reshape { .. } | Op::StopGradient) {
+                stack.push(c);
+            }
+        }
+    }
+    out.sort_by_key(|&c| g.node(c).seq);
+    out
+}
+
 /// Every writer of a variable runs after the variable's other readers.
 fn add_war_edges(g: &mut Graph) -> Result<(), PassError> {
     for w in g.node_ids() {
@@ -337,9 +363,8 @@ fn add_war_edges(g: &mut Graph) -> Result<(), PassError> {
         }
         let vars: Vec<NodeId> = g.inputs(w).iter().take(muts.end).map(|t| t.node).collect();
         for v in vars {
-            for (c, slot, _) in g.consumers(v) {
-                let writes_v = g.node(c).op.mutated_inputs().contains(&slot);
-                if c == w || writes_v || g.reaches(c, w) || g.reaches(w, c) {
+            for c in readers(g, v) {
+                if c == w || g.reaches(c, w) || g.reaches(w, c) {
                     continue;
                 }
                 g.add_control(c, w)?;

@@ -3,7 +3,10 @@
 //! The CPU backend: a [`Session`] owns the variable store (host memory by
 //! variable name, shared by every loaded program) and runs loaded plans.
 //! `/gpu:i` devices run as CPU devices; [`cuda::probe`] reports whether a
-//! CUDA driver exists, without panicking.
+//! CUDA driver exists, without panicking. All devices of the CPU backend share
+//! host memory, so the plan's copies are elided at load (a copy's consumers
+//! read its source after the copy's event; see `prepare::copy_aliases` for why
+//! that is sound): the events, and so the cross-device ordering, stay.
 //!
 //! - [`session`]: load, feed, run, fetch, variables, [`Session::backend_note`];
 //! - `sched`, `threads`: one thread per device (the host on the caller), events;

@@ -2,6 +2,7 @@
 //! buffers are resolved to [`Slot`]s, with every scratch list reserved, so
 //! that running a step allocates nothing.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use towers_codegen::{BufRef, Kernel, Plan, Step};
@@ -20,7 +21,6 @@ pub struct Buf {
 /// One executable step.
 pub enum Exec {
     Launch(Box<Launch>),
-    Copy { from: Slot, to: Slot },
     Record(usize),
     Wait(usize),
 }
@@ -42,7 +42,54 @@ pub struct Prepared {
     pub arenas: Vec<Arc<Region>>,
     /// Keeps the variables' regions alive while slots point into them.
     pub vars: Vec<Arc<Region>>,
-    pub streams: Vec<Vec<Exec>>,
+    /// Per plan stream, one entry per plan step (`None`: an elided copy).
+    pub streams: Vec<Vec<Option<Exec>>>,
+    /// Copy destination -> the buffer it reads instead (see [`copy_aliases`]).
+    pub aliases: BTreeMap<BufRef, BufRef>,
+}
+
+/// Copies elided on the CPU backend: every device's arena and the variable
+/// store are host memory, so a `Copy` step's destination is resolved to its
+/// source and the step does nothing but keep its place between the events.
+/// Sound because a copy's source is written at most once per step before the
+/// copy (activations are never reused within a step; a variable's writer runs
+/// after every reader of its copies: the `place` pass orders it so), and a
+/// copy's destination is only read. Chains of copies resolve to the first
+/// source.
+pub fn copy_aliases(plan: &Plan) -> BTreeMap<BufRef, BufRef> {
+    let mut alias: BTreeMap<BufRef, BufRef> = BTreeMap::new();
+    for s in &plan.streams {
+        for step in &s.steps {
+            if let Step::Copy { from, to, .. } = step {
+                alias.insert(to.clone(), from.clone());
+            }
+        }
+    }
+    let keys: Vec<BufRef> = alias.keys().cloned().collect();
+    for k in keys {
+        let mut r = alias[&k].clone();
+        let mut hops = 0;
+        while let Some(next) = alias.get(&r) {
+            r = next.clone();
+            hops += 1;
+            if hops > alias.len() {
+                break;
+            }
+        }
+        alias.insert(k, r);
+    }
+    alias
+}
+
+/// Resolve a reference, following elided copies.
+pub fn resolve_aliased(
+    plan: &Plan,
+    arenas: &[Arc<Region>],
+    store: &Store,
+    aliases: &BTreeMap<BufRef, BufRef>,
+    r: &BufRef,
+) -> Result<Buf, String> {
+    resolve(plan, arenas, store, aliases.get(r).unwrap_or(r))
 }
 
 /// Resolve a reference to a buffer.
@@ -86,22 +133,31 @@ pub fn prepare(plan: &Plan, store: &Store) -> Result<Prepared, String> {
             }
         }
     }
+    let aliases = copy_aliases(plan);
+    let resolve = |plan: &Plan, arenas: &[Arc<Region>], store: &Store, r: &BufRef| {
+        resolve_aliased(plan, arenas, store, &aliases, r)
+    };
     let mut streams = Vec::new();
     for s in &plan.streams {
         let mut execs = Vec::new();
         for step in &s.steps {
-            execs.push(match step {
+            execs.push(Some(match step {
                 Step::Record(e) | Step::Wait(e) if *e >= plan.num_events => {
                     return Err(format!("event {e} is out of range (the plan has {})", plan.num_events))
                 }
                 Step::Record(e) => Exec::Record(*e),
                 Step::Wait(e) => Exec::Wait(*e),
                 Step::Copy { from, to, bytes, node } => {
-                    let (f, t) = (resolve(plan, &arenas, store, from)?, resolve(plan, &arenas, store, to)?);
+                    // Checked against the plan's own buffers, then elided.
+                    let (f, t) = (
+                        resolve_aliased(plan, &arenas, store, &BTreeMap::new(), from)?,
+                        resolve_aliased(plan, &arenas, store, &BTreeMap::new(), to)?,
+                    );
                     if f.slot.len() != t.slot.len() || f.slot.len() * 4 != *bytes || f.slot.overlaps(&t.slot) {
                         return Err(format!("copy '{node}' has mismatched or overlapping buffers"));
                     }
-                    Exec::Copy { from: f.slot, to: t.slot }
+                    execs.push(None);
+                    continue;
                 }
                 Step::Launch { kernel, inputs, outputs, workspace, node } => {
                     let ins = inputs.iter().map(|r| resolve(plan, &arenas, store, r)).collect::<Result<Vec<_>, _>>()?;
@@ -126,9 +182,9 @@ pub fn prepare(plan: &Plan, store: &Store) -> Result<Prepared, String> {
                         mut_slices: MutSliceList::with_capacity(n),
                     }))
                 }
-            });
+            }));
         }
         streams.push(execs);
     }
-    Ok(Prepared { arenas, vars, streams })
+    Ok(Prepared { arenas, vars, streams, aliases })
 }

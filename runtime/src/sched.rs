@@ -65,7 +65,6 @@ pub struct ProfileEntry {
 fn label(x: &Exec) -> ItemLabel {
     match x {
         Exec::Launch(l) => ItemLabel { kind: l.kernel.name(), node: l.node.clone() },
-        Exec::Copy { .. } => ItemLabel { kind: "copy", node: String::new() },
         Exec::Wait(e) => ItemLabel { kind: "wait", node: format!("event {e}") },
         Exec::Record(e) => ItemLabel { kind: "record", node: format!("event {e}") },
     }
@@ -101,10 +100,8 @@ fn run_stream(execs: &mut [Exec], times: &[AtomicU64], gen: u64, sh: &Shared) {
             Exec::Record(e) => sh.record(*e, gen),
             Exec::Wait(e) => sh.wait(*e, gen),
             _ if failed => {}
-            // SAFETY: the schedule's events order every cross-stream access (crate::mem).
-            Exec::Copy { from, to } => unsafe { to.f32_mut().copy_from_slice(from.f32()) },
             Exec::Launch(l) => {
-                // SAFETY: as above.
+                // SAFETY: the schedule's events order every cross-stream access (crate::mem).
                 if let Err(msg) = unsafe { dispatch(l, gen - 1) } {
                     failed = true;
                     let mut slot = sh.error.lock().unwrap_or_else(|p| p.into_inner());

@@ -13,7 +13,7 @@ use towers_graph::{DType, DeviceKind};
 
 use crate::error::RuntimeError;
 use crate::mem::Slot;
-use crate::prepare::{prepare, resolve, Buf, Exec, Prepared};
+use crate::prepare::{prepare, resolve_aliased, Buf, Exec, Prepared};
 use crate::sched::Runner;
 use crate::store::Store;
 
@@ -81,7 +81,7 @@ impl Session {
         }
         let bad = |detail: String| RuntimeError::BadPlan { program: name.into(), detail };
         let prepared = prepare(&plan, &self.store).map_err(bad)?;
-        let res = |r| resolve(&plan, &prepared.arenas, &self.store, r).map_err(bad);
+        let res = |r| resolve_aliased(&plan, &prepared.arenas, &self.store, &prepared.aliases, r).map_err(bad);
         let feeds =
             plan.feeds.iter().map(|(n, r)| Ok((n.clone(), res(r)?))).collect::<Result<Vec<_>, RuntimeError>>()?;
         let fetchable = plan
@@ -90,11 +90,10 @@ impl Session {
             .chain(&plan.tensors)
             .map(|(n, r)| Ok((n.clone(), res(r)?)))
             .collect::<Result<Vec<_>, RuntimeError>>()?;
-        let Prepared { arenas, vars, streams } = prepared;
-        let prepared = Prepared { arenas, vars, streams: Vec::new() };
+        let Prepared { arenas, vars, streams, aliases } = prepared;
+        let prepared = Prepared { arenas, vars, streams: Vec::new(), aliases };
         let threads = crate::threads::thread_plans(&plan).map_err(bad)?;
-        let mut streams: Vec<Vec<Option<Exec>>> =
-            streams.into_iter().map(|s| s.into_iter().map(Some).collect()).collect();
+        let mut streams: Vec<Vec<Option<Exec>>> = streams;
         let threads: Vec<Vec<(usize, Exec)>> = threads
             .iter()
             .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, x))).collect())
