@@ -70,11 +70,15 @@ pub struct VariableOptions {
     pub trainable: bool,
     /// Extra collections besides the global (and trainable) variables.
     pub collections: Vec<String>,
+    /// Weight decay: `scale * l2_loss(var)` (TF's `l2_regularizer(scale)`),
+    /// built once, when the variable is created (never on reuse, as TF), and
+    /// added to the `regularization_losses` collection.
+    pub l2_regularizer: Option<f32>,
 }
 
 impl Default for VariableOptions {
     fn default() -> Self {
-        VariableOptions { dtype: DType::F32, trainable: true, collections: Vec::new() }
+        VariableOptions { dtype: DType::F32, trainable: true, collections: Vec::new(), l2_regularizer: None }
     }
 }
 
@@ -350,7 +354,41 @@ impl GraphBuilder {
         for c in &opts.collections {
             self.graph.add_to_collection(c, &full);
         }
-        Ok(Tensor::new(id, 0))
+        let var = Tensor::new(id, 0);
+        if let Some(scale) = opts.l2_regularizer {
+            // TF builds the regularizer under `name_scope(var + "/Regularizer/")`,
+            // colocated with the variable.
+            let saved_scope = std::mem::replace(&mut self.name_scope, format!("{full}/Regularizer"));
+            let saved_device = std::mem::replace(&mut self.device, self.graph.node(id).requested_device.clone());
+            let saved_control = std::mem::take(&mut self.control);
+            let reg = self.l2_loss(var).and_then(|l2| {
+                let s = self.scalar(scale)?;
+                self.op1("l2_regularizer", Op::Mul, &[s, l2])
+            });
+            self.name_scope = saved_scope;
+            self.device = saved_device;
+            self.control = saved_control;
+            let name = self.graph.node(reg?.node).name.clone();
+            self.graph.add_to_collection(keys::REGULARIZATION_LOSSES, &name);
+        }
+        Ok(var)
+    }
+
+    /// The sum of the `regularization_losses` collection (TF's
+    /// `tf.losses.get_regularization_loss`), or `None` when it is empty.
+    pub fn regularization_loss(&mut self) -> Result<Option<Tensor>> {
+        let terms: Vec<Tensor> = self
+            .graph
+            .collection(keys::REGULARIZATION_LOSSES)
+            .iter()
+            .filter_map(|n| self.graph.get(n))
+            .map(|id| Tensor::new(id, 0))
+            .collect();
+        match terms.len() {
+            0 => Ok(None),
+            1 => Ok(Some(terms[0])),
+            _ => self.op1("total_regularization_loss", Op::AddN, &terms).map(Some),
+        }
     }
 
     /// Add a node's name to a collection.

@@ -135,3 +135,49 @@ fn convnet_with_dropout_is_exact_across_towers() {
         }
     }
 }
+
+#[test]
+fn weight_decay_from_the_regularization_collection_is_exact_across_towers() {
+    // total loss = mean cross-entropy + sum of l2 regularizers. Each tower
+    // adds the (shared) regularizer to its own loss; the weights of the tower
+    // mean sum to 1, so the regularizer's gradient is counted exactly once.
+    use towers_graph::{DType, GraphBuilder, Initializer, Reuse, Shape, VariableOptions};
+    let mut b = GraphBuilder::with_seed(2);
+    let x = b.placeholder("images", DType::F32, Shape(vec![None, Some(8), Some(8), Some(1)])).unwrap();
+    let y = b.placeholder("labels", DType::I32, Shape(vec![None])).unwrap();
+    let opts = VariableOptions { l2_regularizer: Some(0.05), ..Default::default() };
+    let logits = b
+        .variable_scope("linear", Reuse::No, |b| {
+            let h = b.flatten(x)?;
+            let w = b.get_variable_with("weights", [64, 10], Initializer::GlorotUniform, opts.clone())?;
+            let bias = b.get_variable("biases", [10], Initializer::Zeros)?;
+            let z = b.matmul(h, w)?;
+            b.bias_add(z, bias)
+        })
+        .unwrap();
+    let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+    let mean = b.reduce_mean(xent, &[0], false).unwrap();
+    let reg = b.regularization_loss().unwrap().expect("a regularizer");
+    let total = b.add(mean, reg).unwrap();
+    b.identity(total, "loss").unwrap();
+    let graph = b.finish();
+    let model = towers::models::Model {
+        spec: towers::models::ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10),
+        graph,
+        images: "images".into(),
+        labels: "labels".into(),
+        loss: "loss".into(),
+        logits: "linear/BiasAdd".into(),
+        predictions: "linear/BiasAdd".into(),
+    };
+    let data = batches(BATCH, STEPS, 4);
+    let opt = Optimizer::Sgd { lr: F32(0.5) };
+    let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
+    for n in [2u32, 3] {
+        let mut o = CompileOptions::new(opt.clone(), BATCH);
+        o.towers = towers(n);
+        o.split = SplitPolicy::Weighted(uneven(n as usize));
+        let (d, var) = max_rel_diff(&run(&model, &o, &data), &single);
+        assert!(d <= TOL, "towers={n}: {var} differs by {d}");
+    }
+}
