@@ -51,6 +51,9 @@ pub struct CompileOptions {
     /// Where to dump the graph after passes, and after which ("all" for every pass).
     pub dump_dir: Option<PathBuf>,
     pub dump_after: Vec<String>,
+    /// Fuse each variable's tower reduction into its optimizer update (on by
+    /// default; off keeps every reduction a separate launch, e.g. to time it).
+    pub fuse_reductions: bool,
 }
 
 impl CompileOptions {
@@ -65,6 +68,7 @@ impl CompileOptions {
             batch,
             dump_dir: None,
             dump_after: Vec::new(),
+            fuse_reductions: true,
         }
     }
 }
@@ -129,7 +133,11 @@ pub fn compile_train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result
         .add(ScheduleStreams);
     let mut pm = dump(pm, &opts.dump_dir, &opts.dump_after);
     pm.run(&mut g, &mut st)?;
-    let plan = lower(&g, &st, &LowerOptions { mode: Mode::Train, program: "train".into() })?;
+    let plan = lower(
+        &g,
+        &st,
+        &LowerOptions { fuse_reductions: opts.fuse_reductions, ..LowerOptions::new(Mode::Train, "train") },
+    )?;
     Ok(Compiled { graph: g, state: st, plan, timings: pm.timings })
 }
 
@@ -151,7 +159,7 @@ pub fn compile_eval(model: &Graph, fetches: &[(&str, &str)], batch: usize) -> Re
         .add(Place { strategy: VarPlacement::Cpu, devices: Vec::new() })
         .add(ScheduleStreams);
     pm.run(&mut g, &mut st)?;
-    let plan = lower(&g, &st, &LowerOptions { mode: Mode::Eval, program: "eval".into() })?;
+    let plan = lower(&g, &st, &LowerOptions::new(Mode::Eval, "eval"))?;
     Ok(Compiled { graph: g, state: st, plan, timings: pm.timings })
 }
 

@@ -333,7 +333,7 @@ pub fn lower(g: &Graph, st: &CompileState, opts: &LowerOptions) -> Result<Plan, 
         devices: devices.into_iter().map(|device| DevicePlan { device, buffers: Vec::new(), arena_bytes: 0 }).collect(),
         bind: BTreeMap::new(),
         lowered: BTreeMap::new(),
-        fused: fusable_means(g, st),
+        fused: if opts.fuse_reductions { fusable_means(g, st) } else { BTreeMap::new() },
         fused_inputs: BTreeMap::new(),
     };
 

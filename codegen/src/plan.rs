@@ -28,6 +28,17 @@ pub struct LowerOptions {
     pub mode: Mode,
     /// The program's name ("train", "eval").
     pub program: String,
+    /// Fuse each tower reduction into the optimizer update that is its only
+    /// consumer (`MeanApply`); off, every reduction is its own
+    /// `weighted_sum` launch on the collective stream.
+    pub fuse_reductions: bool,
+}
+
+impl LowerOptions {
+    /// A program named `program` in `mode`, with reductions fused.
+    pub fn new(mode: Mode, program: &str) -> LowerOptions {
+        LowerOptions { mode, program: program.to_string(), fuse_reductions: true }
+    }
 }
 
 /// Where a tensor lives: a buffer of a device's arena, or a variable by name.

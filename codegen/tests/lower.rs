@@ -50,7 +50,7 @@ fn mlp() -> (Graph, CompileState) {
 }
 
 fn opts(mode: Mode) -> LowerOptions {
-    LowerOptions { mode, program: "train".into() }
+    LowerOptions::new(mode, "train")
 }
 
 #[test]

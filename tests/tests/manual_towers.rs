@@ -105,7 +105,7 @@ fn run_manual(opt: &Optimizer, seed: u64, data: &[(Vec<f32>, Vec<i32>)]) -> (Vec
             assert_eq!(n.device, Some(Device::CPU0), "{}", n.name);
         }
     }
-    let plan = lower(&g, &st, &LowerOptions { mode: Mode::Train, program: "train".into() }).expect("lowers");
+    let plan = lower(&g, &st, &LowerOptions::new(Mode::Train, "train")).expect("lowers");
     let mut sess = Session::new(seed);
     sess.load("train", plan).expect("loads");
     let mut losses = Vec::new();

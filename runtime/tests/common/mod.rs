@@ -49,7 +49,7 @@ pub fn mlp_plan() -> Plan {
     let mut g = b.finish();
     let mut st = one_stream(&mut g);
     st.fetches.insert("loss".into(), TensorRef::of(&g, loss));
-    lower(&g, &st, &LowerOptions { mode: Mode::Train, program: "train".into() }).unwrap()
+    lower(&g, &st, &LowerOptions::new(Mode::Train, "train")).unwrap()
 }
 
 /// x on cpu:0 → relu (cpu:0/compute) → record e0; gpu:0/compute waits e0,
@@ -84,5 +84,5 @@ pub fn two_device_plan() -> Plan {
         num_events: 1,
     });
     st.fetches.insert("out".into(), TensorRef::of(&g, n));
-    lower(&g, &st, &LowerOptions { mode: Mode::Train, program: "two".into() }).unwrap()
+    lower(&g, &st, &LowerOptions::new(Mode::Train, "two")).unwrap()
 }
