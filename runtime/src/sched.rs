@@ -131,7 +131,9 @@ pub struct Runner {
 impl Runner {
     /// Spawn one worker per thread after the first. Each item carries the
     /// index of the plan stream it came from (for profiles).
-    pub fn new(threads: Vec<Vec<(usize, Exec)>>, num_events: usize, program: &str) -> Runner {
+    /// Fails (with the OS's reason) only if a worker thread cannot be spawned;
+    /// the workers already started are stopped again.
+    pub fn new(threads: Vec<Vec<(usize, Exec)>>, num_events: usize, program: &str) -> Result<Runner, String> {
         let shared = Arc::new(Shared {
             start: Mutex::new((0, false)),
             start_cv: Condvar::new(),
@@ -149,22 +151,20 @@ impl Runner {
         let times: Vec<Arc<Vec<AtomicU64>>> =
             streams.iter().map(|s| Arc::new(s.iter().map(|_| AtomicU64::new(0)).collect())).collect();
         let first = if streams.is_empty() { Vec::new() } else { streams.remove(0) };
-        let workers = streams
-            .into_iter()
-            .enumerate()
-            .map(|(k, mut execs)| {
-                let sh = Arc::clone(&shared);
-                let t = Arc::clone(&times[k + 1]);
-                std::thread::Builder::new()
-                    .name(format!("towers-{program}-thread{}", k + 1))
-                    .spawn(move || {
-                        crate::affinity::pin_worker(k);
-                        worker(&mut execs, &t, &sh)
-                    })
-                    .expect("spawning a stream worker thread")
-            })
-            .collect();
-        Runner { first, shared, workers, gen: 0, labels, times }
+        let mut runner = Runner { first, shared, workers: Vec::new(), gen: 0, labels, times };
+        for (k, mut execs) in streams.into_iter().enumerate() {
+            let sh = Arc::clone(&runner.shared);
+            let t = Arc::clone(&runner.times[k + 1]);
+            let handle = std::thread::Builder::new()
+                .name(format!("towers-{program}-thread{}", k + 1))
+                .spawn(move || {
+                    crate::affinity::pin_worker(k);
+                    worker(&mut execs, &t, &sh)
+                })
+                .map_err(|e| format!("cannot start the worker thread of device thread {}: {e}", k + 1))?;
+            runner.workers.push(handle);
+        }
+        Ok(runner)
     }
 
     /// Turn per-item timing on or off (totals restart when turned on).

@@ -98,7 +98,7 @@ impl Session {
             .iter()
             .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, x))).collect())
             .collect();
-        let runner = Runner::new(threads, plan.num_events, name);
+        let runner = Runner::new(threads, plan.num_events, name).map_err(bad)?;
         self.programs.insert(name.into(), Program { plan, feeds, fetchable, runner, _prepared: prepared });
         Ok(())
     }
