@@ -118,8 +118,27 @@ pub struct ConstantDecl {
 /// One step of a stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Step {
-    Launch { kernel: Kernel, inputs: Vec<BufRef>, outputs: Vec<BufRef>, workspace: Option<BufRef>, node: String },
-    Copy { from: BufRef, to: BufRef, bytes: usize, node: String },
+    Launch {
+        kernel: Kernel,
+        inputs: Vec<BufRef>,
+        outputs: Vec<BufRef>,
+        workspace: Option<BufRef>,
+        node: String,
+    },
+    Copy {
+        from: BufRef,
+        to: BufRef,
+        bytes: usize,
+        node: String,
+    },
+    /// A collective over the ranks of the session's communicator (one rank
+    /// per process): each f32 buffer of the group (a gradient bucket) is
+    /// replaced, in place, by its sum over all ranks. Within one process the
+    /// towers are reduced by kernels; this step crosses processes.
+    AllReduce {
+        buffers: Vec<BufRef>,
+        node: String,
+    },
     Record(usize),
     Wait(usize),
 }

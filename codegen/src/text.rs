@@ -121,6 +121,9 @@ impl Plan {
                         let _ =
                             writeln!(o, "  copy {} -> {}  ; {node} {bytes} B", self.ref_name(from), self.ref_name(to));
                     }
+                    Step::AllReduce { buffers, node } => {
+                        let _ = writeln!(o, "  all_reduce sum ({})  ; {node}", self.refs(buffers));
+                    }
                     Step::Record(e) => {
                         let _ = writeln!(o, "  record e{e}");
                     }

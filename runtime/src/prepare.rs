@@ -159,6 +159,11 @@ pub fn prepare(plan: &Plan, store: &Store) -> Result<Prepared, String> {
                     execs.push(None);
                     continue;
                 }
+                Step::AllReduce { node, .. } => {
+                    return Err(format!(
+                        "all-reduce '{node}' needs a communicator, and this session has none (one process)"
+                    ))
+                }
                 Step::Launch { kernel, inputs, outputs, workspace, node } => {
                     let ins = inputs.iter().map(|r| resolve(plan, &arenas, store, r)).collect::<Result<Vec<_>, _>>()?;
                     let outs =
