@@ -22,6 +22,7 @@ use crate::device::{Device, DeviceSpec};
 use crate::error::{GraphError, Result};
 use crate::infer::{infer, InferError};
 use crate::op::Op;
+use crate::program::Program;
 use crate::types::TensorType;
 
 /// A node handle, valid until the node is removed.
@@ -76,6 +77,8 @@ pub struct Graph {
     names: BTreeMap<String, NodeId>,
     collections: BTreeMap<String, Vec<String>>,
     next_seq: u64,
+    /// What the graph is compiled for (fetches, train op, schedule): filled in by the passes, read by lowering.
+    program: Program,
     /// Graph-level seed for initializers and dropout.
     pub seed: u64,
 }
@@ -425,6 +428,17 @@ impl Graph {
         self.collections.insert(key.to_string(), names);
     }
 
+    /// The program record (empty for a model graph as the user built it).
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+    pub fn program_mut(&mut self) -> &mut Program {
+        &mut self.program
+    }
+    pub fn set_program(&mut self, p: Program) {
+        self.program = p;
+    }
+
     /// Trainable variables, in creation order.
     pub fn trainable_variables(&self) -> Vec<NodeId> {
         self.collection(keys::TRAINABLE_VARIABLES).iter().filter_map(|n| self.get(n)).collect()
@@ -441,6 +455,9 @@ pub struct SerialGraph {
     pub seed: u64,
     pub nodes: Vec<SerialNode>,
     pub collections: BTreeMap<String, Vec<String>>,
+    /// The program record; absent from the JSON of a graph that has none.
+    #[serde(default, skip_serializing_if = "Program::is_empty")]
+    pub program: Program,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -473,7 +490,7 @@ impl Graph {
                 tower: n.tower,
             });
         }
-        Ok(SerialGraph { seed: self.seed, nodes, collections: self.collections.clone() })
+        Ok(SerialGraph { seed: self.seed, nodes, collections: self.collections.clone(), program: self.program.clone() })
     }
 
     pub fn from_serial(s: &SerialGraph) -> Result<Graph> {
@@ -516,6 +533,17 @@ impl Graph {
             }
             g.collections.insert(k.clone(), v.clone());
         }
+        let p = &s.program;
+        let runs = p.schedule.iter().flat_map(|s| &s.streams).flat_map(|s| &s.items).filter_map(|i| match i {
+            crate::program::ScheduleItem::Run(n) => Some(n.as_str()),
+            _ => None,
+        });
+        for name in p.node_names().chain(runs) {
+            if g.get(name).is_none() {
+                return Err(GraphError::Deserialize(format!("the program record names unknown node '{name}'")));
+            }
+        }
+        g.program = s.program.clone();
         Ok(g)
     }
 

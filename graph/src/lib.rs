@@ -5,6 +5,8 @@
 //! - [`op`]: the closed op enum;
 //! - [`infer`]: shape inference, one rule per op;
 //! - [`graph`]: nodes, typed edges, collections, serde;
+//! - [`program`]: the program record a graph carries for lowering (fetches,
+//!   train op, stream schedule), by node name;
 //! - [`builder`] and [`layers`]: name/variable/device scopes, `get_variable`, layers;
 //! - [`text`], [`dot`]: readable and Graphviz forms; [`verify`]: the invariants.
 
@@ -16,6 +18,7 @@ pub mod graph;
 pub mod infer;
 pub mod layers;
 pub mod op;
+pub mod program;
 pub mod suggest;
 pub mod text;
 pub mod types;
@@ -26,4 +29,5 @@ pub use device::{Device, DeviceKind, DeviceSpec};
 pub use error::GraphError;
 pub use graph::{keys, Edge, Graph, NewNode, Node, NodeId, Tensor};
 pub use op::{ConstValue, Initializer, Op, Optimizer, Padding};
+pub use program::{Program, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
 pub use types::{DType, Shape, TensorType, F32};

@@ -5,6 +5,9 @@
 //! fc1/MatMul = MatMul { transpose_a: false, transpose_b: false }(x:0, fc1/weights:0) -> f32[?,256]
 //! ```
 //! Devices appear as `@gpu:0 (reason)` once placed; control inputs as `^name`.
+//! After the nodes come the collections, then the program record when it is
+//! not empty ([`crate::program::Program::to_text`]: fetches, train op, and
+//! once `schedule` ran, every stream's items and events).
 
 use std::fmt::Write;
 
@@ -41,5 +44,6 @@ pub fn to_text(g: &Graph) -> Result<String> {
     for (k, v) in g.collections() {
         let _ = writeln!(s, "collection {k}: {}", v.join(", "));
     }
+    s.push_str(&g.program().to_text());
     Ok(s)
 }

@@ -9,8 +9,8 @@
 //!   splits (a plain mean of per-tower means would weight a small tower's
 //!   examples more: the DataParallel pitfall);
 //! - `st.grads[var]` is that node's output; the loss likewise is one
-//!   `TowerMean` named `loss/tower_mean`, stored in `st.loss` and
-//!   `st.fetches["loss"]`;
+//!   `TowerMean` named `loss/tower_mean`, stored in `st.loss` and the
+//!   program record's `fetches["loss"]`;
 //! - variables of `st.var_list` with no gradient in any replica are listed in
 //!   one diagnostic and get no mean (and so no update); replicas with
 //!   different variable sets are an error (see [`crate::manual`]).
@@ -77,7 +77,7 @@ impl Pass for GradMean {
         let losses = st.tower_losses.iter().map(|l| l.resolve(g)).collect::<Result<Vec<_>, _>>()?;
         let mean = tower_mean(g, "loss/tower_mean", losses, &weights)?;
         let loss = TensorRef::of(g, mean);
-        st.fetches.insert("loss".into(), loss.clone());
+        g.program_mut().fetches.insert("loss".into(), loss.clone());
         st.loss = Some(loss);
         Ok(())
     }

@@ -15,7 +15,9 @@ pub mod manager;
 pub mod manual;
 pub mod optimizer;
 pub mod options;
+pub mod pipeline;
 pub mod place;
+pub mod prune;
 pub mod replicate;
 pub mod schedule;
 pub mod simplify;
@@ -28,12 +30,15 @@ pub use grad_mean::GradMean;
 pub use manager::{Pass, PassManager, PassTiming};
 pub use manual::average_gradients;
 pub use optimizer::{apply_gradients, ApplyOptimizer, ApplyResult};
-pub use options::{BnUpdates, SplitPolicy, VarPlacement};
+pub use options::{BnUpdates, CompileOptions, SplitPolicy, VarPlacement};
+pub use pipeline::{Pipeline, PipelineOutput};
 pub use place::Place;
+pub use prune::Prune;
 pub use replicate::Replicate;
 pub use schedule::ScheduleStreams;
 pub use simplify::Simplify;
 pub use split::SplitBatch;
 pub use state::{
-    CompileState, Diagnostic, PassError, Replica, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef,
+    CompileState, Diagnostic, PassError, Program, Replica, Schedule, ScheduleItem, ScheduledStream, StreamKind,
+    TensorRef,
 };

@@ -111,7 +111,7 @@ fn global_step(g: &mut Graph) -> Result<NodeId, PassError> {
     Ok(id)
 }
 
-/// The `apply` pass: reads `st.grads`, sets `st.train_op` and `st.fetches["loss"]`.
+/// The `apply` pass: reads `st.grads`, sets the program record's `train_op` and `fetches["loss"]`.
 #[derive(Debug, Clone)]
 pub struct ApplyOptimizer {
     pub optimizer: Optimizer,
@@ -138,9 +138,11 @@ impl Pass for ApplyOptimizer {
             .map(|v| Ok((v.clone(), st.grads[v].resolve(g)?)))
             .collect::<Result<Vec<_>, PassError>>()?;
         let res = apply_gradients(g, &grads, &self.optimizer)?;
-        st.train_op = Some(g.node(res.train_op).name.clone());
-        if let (false, Some(loss)) = (st.fetches.contains_key("loss"), st.loss.clone()) {
-            st.fetches.insert("loss".into(), loss);
+        let train_op = g.node(res.train_op).name.clone();
+        let program = g.program_mut();
+        program.train_op = Some(train_op);
+        if let (false, Some(loss)) = (program.fetches.contains_key("loss"), st.loss.clone()) {
+            program.fetches.insert("loss".into(), loss);
         }
         Ok(())
     }

@@ -1,7 +1,60 @@
 //! Options of the tower passes: how the batch is split, where variables
-//! live, and whose batch-norm statistics update the moving averages.
+//! live, and whose batch-norm statistics update the moving averages; and
+//! [`CompileOptions`], everything a training compilation is asked for.
+
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use towers_graph::{Device, Optimizer};
+
+/// Options of a training compilation (the pipeline's passes and the lowering after it).
+///
+/// ```
+/// use towers_graph::{Device, Optimizer, F32};
+/// use towers_passes::CompileOptions;
+/// let mut opts = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 64);
+/// opts.towers = vec![Device::gpu(0), Device::gpu(1)];
+/// ```
+#[derive(Debug, Clone)]
+pub struct CompileOptions {
+    /// Tower devices (`/gpu:0`..); empty compiles for one device without replication.
+    pub towers: Vec<Device>,
+    /// Where variables live.
+    pub variables: VarPlacement,
+    pub optimizer: Optimizer,
+    /// How the global batch is split across towers.
+    pub split: SplitPolicy,
+    /// Micro-batches accumulated per tower per step (1 = none).
+    pub accumulate: usize,
+    /// Whose batch statistics update batch norm's moving averages.
+    pub bn_updates: BnUpdates,
+    /// The global batch size.
+    pub batch: usize,
+    /// Where to dump the graph after passes, and after which ("all" for every pass).
+    pub dump_dir: Option<PathBuf>,
+    pub dump_after: Vec<String>,
+    /// Fuse each variable's tower reduction into its optimizer update (on by
+    /// default; off keeps every reduction a separate launch, e.g. to time it).
+    /// Read by lowering, not by the passes.
+    pub fuse_reductions: bool,
+}
+
+impl CompileOptions {
+    pub fn new(optimizer: Optimizer, batch: usize) -> CompileOptions {
+        CompileOptions {
+            towers: Vec::new(),
+            variables: VarPlacement::Cpu,
+            optimizer,
+            split: SplitPolicy::Even,
+            accumulate: 1,
+            bn_updates: BnUpdates::default(),
+            batch,
+            dump_dir: None,
+            dump_after: Vec::new(),
+            fuse_reductions: true,
+        }
+    }
+}
 
 /// How `split` divides the global batch across the replicas.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -239,8 +239,8 @@ impl Pass for Place {
         };
         let default_dev =
             if st.towers.is_empty() { devices.first().copied().unwrap_or(Device::CPU0) } else { Device::CPU0 };
-        let loss_mean = st.fetches.get("loss").and_then(|t| g.get(&t.node));
-        let train_op = st.train_op.as_ref().and_then(|n| g.get(n));
+        let loss_mean = g.program().fetches.get("loss").and_then(|t| g.get(&t.node));
+        let train_op = g.program().train_op.as_ref().and_then(|n| g.get(n));
 
         let mut placed: BTreeMap<NodeId, (Device, String)> = BTreeMap::new();
         for id in g.topo_order()? {

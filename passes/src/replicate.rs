@@ -233,13 +233,15 @@ impl Pass for Replicate {
             }
         }
 
-        for (_, f) in st.fetches.iter_mut() {
+        let mut fetches = std::mem::take(&mut g.program_mut().fetches);
+        for (_, f) in fetches.iter_mut() {
             if let Some(id) = g.get(&f.node) {
                 if set.contains(&id) {
                     *f = TensorRef::of(g, mapped(&maps[0], Tensor::new(id, f.slot)));
                 }
             }
         }
+        g.program_mut().fetches = fetches;
         for &n in order.iter().rev() {
             g.remove(n);
         }

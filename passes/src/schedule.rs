@@ -1,6 +1,7 @@
 //! `schedule`: order each device's work into streams with events.
 //!
-//! Invariants of the [`Schedule`] this stores in `st.schedule`:
+//! Invariants of the [`Schedule`] this stores in the program record
+//! (`g.program().schedule`):
 //! - every node except variables, placeholders and constants (no work) is
 //!   `Run` exactly once, on one stream: `Copy` nodes on the copy stream of
 //!   the accelerator side ([`copy_stream_device`]: host-to-device on the
@@ -177,8 +178,8 @@ impl Pass for ScheduleStreams {
         "schedule"
     }
 
-    fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
-        st.schedule = Some(schedule(g)?);
+    fn run(&mut self, g: &mut Graph, _st: &mut CompileState) -> Result<(), PassError> {
+        g.program_mut().schedule = Some(schedule(g)?);
         Ok(())
     }
 }

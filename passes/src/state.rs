@@ -1,36 +1,18 @@
 //! The state passes hand on to each other, and the crate's error type.
+//!
+//! [`CompileState`] holds only what passes tell each other (the loss, the
+//! gradients, the towers and replicas, the batch, diagnostics). What
+//! lowering needs (fetches, train op, schedule) is the graph's program
+//! record ([`towers_graph::Program`], `g.program()`), so that it travels with
+//! the graph into dumps, serde and codegen; its types are re-exported here.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use towers_graph::{Device, Graph, GraphError, Tensor};
+use towers_graph::{Device, GraphError};
 
-/// A tensor by name: survives passes that add and remove nodes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct TensorRef {
-    pub node: String,
-    pub slot: usize,
-}
-
-impl TensorRef {
-    pub fn new(node: impl Into<String>, slot: usize) -> TensorRef {
-        TensorRef { node: node.into(), slot }
-    }
-    pub fn of(g: &Graph, t: Tensor) -> TensorRef {
-        TensorRef { node: g.node(t.node).name.clone(), slot: t.slot }
-    }
-    /// Resolve in `g`; an error names the missing node.
-    pub fn resolve(&self, g: &Graph) -> Result<Tensor, PassError> {
-        Ok(Tensor::new(g.find(&self.node)?, self.slot))
-    }
-}
-
-impl std::fmt::Display for TensorRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.node, self.slot)
-    }
-}
+pub use towers_graph::program::{Program, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
 
 /// A warning a pass reports without failing (e.g. a variable with no gradient).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,14 +42,8 @@ pub struct CompileState {
     pub tower_batches: Vec<usize>,
     /// The global batch size bound to the placeholders' unknown dimension.
     pub batch_size: Option<usize>,
-    /// The node that runs one training step (`train_op`).
-    pub train_op: Option<String>,
-    /// Tensors a program fetches, by user-facing name (e.g. "loss").
-    pub fetches: BTreeMap<String, TensorRef>,
     /// Warnings collected along the way.
     pub diagnostics: Vec<Diagnostic>,
-    /// Set by `schedule`: what runs on which stream, in order, with events.
-    pub schedule: Option<Schedule>,
     /// Set by `bind_batch`: the placeholders whose dimension 0 is the global batch
     /// (the ones `split` divides across replicas), in creation order.
     pub batch_inputs: Vec<String>,
@@ -85,58 +61,6 @@ pub struct Replica {
     pub micro: usize,
     /// The name prefix of its nodes, with a trailing slash (`tower_1/`, `tower_1/micro_0/`).
     pub prefix: String,
-}
-
-/// The kind of a stream (TF's stream group: compute, copies, collectives).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum StreamKind {
-    Compute,
-    Copy,
-    Collective,
-}
-
-impl StreamKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            StreamKind::Compute => "compute",
-            StreamKind::Copy => "copy",
-            StreamKind::Collective => "collective",
-        }
-    }
-}
-
-/// One step of a stream's program.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ScheduleItem {
-    /// Run this node's work.
-    Run(String),
-    /// Record event `n` (after the items before it on this stream).
-    Record(usize),
-    /// Wait for event `n` before the items after it.
-    Wait(usize),
-}
-
-/// The ordered work of one stream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScheduledStream {
-    pub device: Device,
-    pub kind: StreamKind,
-    pub items: Vec<ScheduleItem>,
-}
-
-impl ScheduledStream {
-    /// `gpu:0/compute`.
-    pub fn name(&self) -> String {
-        format!("{}/{}", self.device, self.kind.name())
-    }
-}
-
-/// Streams in a deterministic order (by device, then kind); events are
-/// numbered `0..num_events` in the order they are recorded.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Schedule {
-    pub streams: Vec<ScheduledStream>,
-    pub num_events: usize,
 }
 
 impl CompileState {

@@ -50,7 +50,7 @@ fn real_gradients_replicate_place_and_schedule() {
                 .any(|&i| g.node(i).tower.is_none() && g.node(i).name.starts_with("gradients/")));
             let ops = g.node_ids().into_iter().filter(|&i| matches!(g.node(i).op, Op::ApplyGradient { .. })).count();
             assert_eq!(ops, st.var_list.len());
-            schedule::check_deadlock_free(st.schedule.as_ref().unwrap()).unwrap();
+            schedule::check_deadlock_free(g.program().schedule.as_ref().unwrap()).unwrap();
         }
     }
 }

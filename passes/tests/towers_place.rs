@@ -169,7 +169,7 @@ fn single_device_mode_puts_everything_on_one_device_without_copies() {
         .unwrap();
     assert!(ids_of(&g, |op| matches!(op, Op::Copy)).is_empty());
     assert!(g.node_ids().iter().all(|&i| g.node(i).device == Some(Device::CPU0)));
-    let s = st.schedule.unwrap();
+    let s = g.program().schedule.clone().unwrap();
     assert_eq!(s.streams.len(), 1);
     assert_eq!(s.num_events, 0);
 }

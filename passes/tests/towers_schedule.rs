@@ -106,8 +106,8 @@ fn check_schedule(g: &towers_graph::Graph, s: &Schedule) {
 fn schedules_have_events_only_across_streams_and_cannot_deadlock() {
     for n in 1..=4 {
         for vars in [VarPlacement::Cpu, VarPlacement::Gpu0, VarPlacement::RoundRobin, VarPlacement::Greedy] {
-            let (g, st) = compile(n, 24, vars).unwrap();
-            let s = st.schedule.as_ref().unwrap();
+            let (g, _) = compile(n, 24, vars).unwrap();
+            let s = g.program().schedule.as_ref().unwrap();
             check_schedule(&g, s);
             let names: Vec<String> = s.streams.iter().map(|x| x.name()).collect();
             let mut sorted = names.clone();
@@ -190,16 +190,16 @@ fn writers_run_after_every_other_reader_of_their_variable() {
     let ctrl: Vec<String> = g.control_inputs(apply).iter().map(|&c| g.node(c).name.clone()).collect();
     assert!(ctrl.contains(&"summary/fc1_norm".to_string()), "{ctrl:?}");
     assert!(g.reaches(g.get("fc1/weights/read_cpu_0").unwrap(), apply));
-    check_schedule(&g, st.schedule.as_ref().unwrap());
+    check_schedule(&g, g.program().schedule.as_ref().unwrap());
 }
 
 #[test]
 fn the_whole_pipeline_is_deterministic() {
     for vars in [VarPlacement::Greedy, VarPlacement::RoundRobin] {
-        let (g1, s1) = compile(3, 24, vars).unwrap();
-        let (g2, s2) = compile(3, 24, vars).unwrap();
+        let (g1, _) = compile(3, 24, vars).unwrap();
+        let (g2, _) = compile(3, 24, vars).unwrap();
         assert_eq!(to_text(&g1).unwrap(), to_text(&g2).unwrap());
-        assert_eq!(s1.schedule, s2.schedule);
+        assert_eq!(g1.program().schedule, g2.program().schedule);
     }
 }
 
@@ -260,7 +260,7 @@ fn accumulation_runs_micro_batches_in_sequence() {
     }
     let Op::TowerMean { weights } = &g.node(g.get("fc1/weights/grad_mean").unwrap()).op else { panic!() };
     assert_eq!(weights.len(), 4);
-    check_schedule(&g, st.schedule.as_ref().unwrap());
+    check_schedule(&g, g.program().schedule.as_ref().unwrap());
 }
 
 #[test]

@@ -14,8 +14,8 @@
 //!   `Div`, `Neg`, `Identity`, `BroadcastLike`, `Reshape`, `ReduceSum` or a
 //!   splat f32 `Const`, with a fully known type, no placed device, no control
 //!   edges in or out, at least one consumer, and a name that no part of the
-//!   [`CompileState`] (loss, grads, tower grads and losses, fetches,
-//!   train_op) and no collection refers to;
+//!   [`CompileState`] (loss, grads, tower grads and losses), the program
+//!   record (fetches, train_op) and no collection refers to;
 //! - every other tensor is an opaque leaf named `node:slot`: stateful nodes
 //!   (variables, placeholders, dropout, optimizer updates), copies, tower
 //!   means, no-ops and everything above that is kept by name are never
@@ -97,10 +97,9 @@ fn protected_names(g: &Graph, st: &CompileState) -> BTreeSet<String> {
     let mut p = BTreeSet::new();
     p.extend(st.loss.iter().map(|t| t.node.clone()));
     p.extend(st.grads.values().map(|t| t.node.clone()));
-    p.extend(st.fetches.values().map(|t| t.node.clone()));
     p.extend(st.tower_grads.iter().flat_map(|m| m.values().map(|t| t.node.clone())));
     p.extend(st.tower_losses.iter().map(|t| t.node.clone()));
-    p.extend(st.train_op.iter().cloned());
+    p.extend(g.program().node_names().map(str::to_string));
     p.extend(st.var_list.iter().cloned());
     p.extend(st.batch_inputs.iter().cloned());
     for names in g.collections().values() {
@@ -364,7 +363,7 @@ mod tests {
         let controlled = g.add(nn).expect("add");
         let _use_controlled = add(&mut g, "use_controlled", Op::Neg, &[controlled]);
         let mut st = CompileState::default();
-        st.fetches.insert("f".into(), TensorRef::new("fetched", 0));
+        g.program_mut().fetches.insert("f".into(), TensorRef::new("fetched", 0));
 
         Simplify.run(&mut g, &mut st).expect("simplify");
         verify(&g, "simplify", false).expect("verifies");

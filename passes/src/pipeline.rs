@@ -1,0 +1,180 @@
+//! The pipeline: the train and eval pass lists, written once.
+//!
+//! ```text
+//! train: prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> apply -> place -> schedule
+//! eval:  prune -> bind_batch -> simplify -> place -> schedule
+//! ```
+//! The bracketed passes run when towers are given. A run starts from a clone
+//! of the model graph: the train pipeline seeds the compile state with the
+//! loss and the trainable variables, the eval pipeline seeds the program
+//! record with the fetches and empties `update_ops` (evaluation updates
+//! nothing). It returns the placed, scheduled graph, whose program record
+//! (`g.program()`) is all lowering needs, plus the compile state and the
+//! pass timings.
+//!
+//! Tests that need the graph part-way run a prefix of the same list
+//! ([`Pipeline::before`]), so no test spells the pass list again.
+//!
+//! ```
+//! use towers_graph::{layers::{dense, Activation}, DType, GraphBuilder, Optimizer, F32};
+//! use towers_passes::{pipeline, CompileOptions};
+//! let mut b = GraphBuilder::new();
+//! let x = b.placeholder("x", DType::F32, [None, Some(4)]).unwrap();
+//! let y = b.placeholder("y", DType::I32, [None]).unwrap();
+//! let logits = dense(&mut b, "fc", x, 3, Activation::None).unwrap();
+//! let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+//! let loss = b.reduce_mean_all(xent).unwrap();
+//! let g = b.finish();
+//! let loss = g.node(loss.node).name.clone();
+//! let opts = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+//! let out = pipeline::train(&g, &loss, &opts).unwrap();
+//! assert!(out.graph.program().schedule.is_some());
+//! let front = pipeline::Pipeline::train(&loss, &opts).before("simplify").unwrap().run(&g).unwrap();
+//! assert!(front.graph.program().schedule.is_none());
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use towers_graph::{keys, Graph};
+
+use crate::manager::{Pass, PassManager, PassTiming};
+use crate::options::{CompileOptions, VarPlacement};
+use crate::state::{CompileState, PassError, TensorRef};
+use crate::{
+    ApplyOptimizer, Autodiff, BindBatch, GradMean, Place, Prune, Replicate, ScheduleStreams, Simplify, SplitBatch,
+};
+
+/// What the pipeline compiles: it decides how a run is seeded.
+#[derive(Debug, Clone)]
+enum Program {
+    /// A training step minimizing the scalar loss (a node name, output 0).
+    Train { loss: String },
+    /// A forward-only program fetching (user name, node name) pairs, output 0 each.
+    Eval { fetches: Vec<(String, String)> },
+}
+
+/// A list of passes and how to seed them (see the module docs).
+pub struct Pipeline {
+    program: Program,
+    passes: Vec<Box<dyn Pass>>,
+    dump: Option<(PathBuf, Vec<String>)>,
+    verify: Option<bool>,
+}
+
+/// What a pipeline run hands on: the graph (placed and scheduled after a
+/// full run; its program record is what lowering reads), the compile state
+/// and how long each pass took.
+#[derive(Debug, Clone)]
+pub struct PipelineOutput {
+    pub graph: Graph,
+    pub state: CompileState,
+    pub timings: Vec<PassTiming>,
+}
+
+impl Pipeline {
+    /// The training pipeline for the loss node `loss` under `opts` (dumps as `opts` asks).
+    pub fn train(loss: &str, opts: &CompileOptions) -> Pipeline {
+        let mut passes: Vec<Box<dyn Pass>> =
+            vec![Box::new(Prune), Box::new(Autodiff), Box::new(BindBatch { batch: opts.batch })];
+        if !opts.towers.is_empty() {
+            passes.push(Box::new(Replicate {
+                towers: opts.towers.clone(),
+                accumulate: opts.accumulate,
+                bn_updates: opts.bn_updates,
+            }));
+            passes.push(Box::new(SplitBatch { policy: opts.split.clone() }));
+            passes.push(Box::new(GradMean));
+        }
+        passes.push(Box::new(Simplify));
+        passes.push(Box::new(ApplyOptimizer { optimizer: opts.optimizer.clone() }));
+        passes.push(Box::new(Place { strategy: opts.variables, devices: opts.towers.clone() }));
+        passes.push(Box::new(ScheduleStreams));
+        let dump = opts.dump_dir.clone().map(|d| (d, opts.dump_after.clone()));
+        Pipeline { program: Program::Train { loss: loss.to_string() }, passes, dump, verify: None }
+    }
+
+    /// The evaluation pipeline: forward only, on one device (variables on the
+    /// host), fetching `fetches` (user name, node name) at batch size `batch`.
+    pub fn eval(fetches: &[(&str, &str)], batch: usize) -> Pipeline {
+        let passes: Vec<Box<dyn Pass>> = vec![
+            Box::new(Prune),
+            Box::new(BindBatch { batch }),
+            Box::new(Simplify),
+            Box::new(Place { strategy: VarPlacement::Cpu, devices: Vec::new() }),
+            Box::new(ScheduleStreams),
+        ];
+        let fetches = fetches.iter().map(|(u, n)| (u.to_string(), n.to_string())).collect();
+        Pipeline { program: Program::Eval { fetches }, passes, dump: None, verify: None }
+    }
+
+    /// The passes' names, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.passes.iter().map(|p| p.name()).collect()
+    }
+
+    /// Keep only the passes before the first one named `pass` (the graph as
+    /// `pass` would see it); an error if the pipeline has no such pass.
+    pub fn before(mut self, pass: &str) -> Result<Pipeline, PassError> {
+        let i = self.passes.iter().position(|p| p.name() == pass).ok_or_else(|| {
+            PassError::Options(format!("the pipeline has no pass '{pass}' (it runs {})", self.names().join(", ")))
+        })?;
+        self.passes.truncate(i);
+        Ok(self)
+    }
+
+    /// Dump the graph (text with its program record, and dot) after every
+    /// pass named in `after` ("all": after each) into `dir`.
+    pub fn dump(mut self, dir: impl AsRef<Path>, after: &[String]) -> Pipeline {
+        self.dump = Some((dir.as_ref().to_path_buf(), after.to_vec()));
+        self
+    }
+
+    /// Force the graph verifier on or off (default: on in debug builds).
+    pub fn verify(mut self, on: bool) -> Pipeline {
+        self.verify = Some(on);
+        self
+    }
+
+    /// Run the passes over a clone of `model`.
+    pub fn run(self, model: &Graph) -> Result<PipelineOutput, PassError> {
+        let mut g = model.clone();
+        let mut st = CompileState::default();
+        match &self.program {
+            Program::Train { loss } => {
+                st.loss = Some(TensorRef::new(loss, 0));
+                // Prune drops the variables the loss does not reach.
+                st.var_list = g.collection(keys::TRAINABLE_VARIABLES).to_vec();
+            }
+            Program::Eval { fetches } => {
+                let record = &mut g.program_mut().fetches;
+                for (user, node) in fetches {
+                    record.insert(user.clone(), TensorRef::new(node, 0));
+                }
+                // Evaluation has no update ops and no optimizer.
+                g.set_collection(keys::UPDATE_OPS, Vec::new());
+            }
+        }
+        let mut pm = PassManager::new();
+        for p in self.passes {
+            pm.push(p);
+        }
+        if let Some((dir, after)) = &self.dump {
+            pm = pm.dump(dir, after);
+        }
+        if let Some(on) = self.verify {
+            pm = pm.verify(on);
+        }
+        pm.run(&mut g, &mut st)?;
+        Ok(PipelineOutput { graph: g, state: st, timings: pm.timings })
+    }
+}
+
+/// Run the training pipeline (see [`Pipeline::train`]) over `model`.
+pub fn train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result<PipelineOutput, PassError> {
+    Pipeline::train(loss, opts).run(model)
+}
+
+/// Run the evaluation pipeline (see [`Pipeline::eval`]) over `model`.
+pub fn eval(model: &Graph, fetches: &[(&str, &str)], batch: usize) -> Result<PipelineOutput, PassError> {
+    Pipeline::eval(fetches, batch).run(model)
+}
