@@ -13,6 +13,7 @@
 //! - [`lower`](mod@lower): the lowering; `select`: one op to its kernel;
 //! - [`text`]: the text form; [`error`]: [`CodegenError`].
 
+pub mod arena;
 pub mod error;
 pub mod kernel;
 pub mod lower;

@@ -1,5 +1,9 @@
 //! Lowering a placed, scheduled graph to a [`Plan`].
 //!
+//! Input: the graph alone. What the program is (its fetches and its stream
+//! schedule) is the graph's program record, `g.program()`, filled in by the
+//! passes; nothing else is read.
+//!
 //! Order of work, each step deterministic:
 //! 1. devices: the sorted set of devices of the schedule's streams and of
 //!    every node the program uses;
@@ -11,7 +15,9 @@
 //!    input for Reshape/Identity/StopGradient and in-place variable updates,
 //!    or views into the input for a split along the leading axis: the batch
 //!    split costs no copy);
-//! 4. steps per stream, in the schedule's order.
+//! 4. steps per stream, in the schedule's order;
+//! 5. byte offsets, per device, by [`crate::arena`] (buffers are declared
+//!    in steps 2 and 3 and placed once, at the end).
 //!
 //! One fusion: a `TowerMean` whose only consumer is an `ApplyGradient` on
 //! its device (and that is not fetched) gets no buffer and no launch; the
@@ -23,20 +29,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use towers_graph::{Device, Graph, NodeId, Op, Tensor};
-use towers_passes::{CompileState, ScheduleItem};
+use towers_graph::{Device, Graph, NodeId, Op, ScheduleItem, Tensor};
 
+use crate::arena::Arena;
 use crate::error::CodegenError;
-use crate::plan::{
-    BufRef, Buffer, BufferKind, ConstantDecl, DevicePlan, LowerOptions, Plan, Step, StreamPlan, VariableDecl,
-};
+use crate::plan::{BufRef, BufferKind, ConstantDecl, DevicePlan, LowerOptions, Plan, Step, StreamPlan, VariableDecl};
 use crate::select::{select, Lowering, Outs, Ty};
-
-const ALIGN: usize = 64;
 
 struct Lowerer<'g> {
     g: &'g Graph,
-    devices: Vec<DevicePlan>,
+    /// The plan's devices, sorted; `arenas[i]` holds the buffers of `devices[i]`.
+    devices: Vec<Device>,
+    arenas: Vec<Arena>,
     bind: BTreeMap<Tensor, BufRef>,
     lowered: BTreeMap<NodeId, (Lowering, Option<BufRef>)>,
     /// Apply node -> the TowerMean fused into it.
@@ -47,9 +51,9 @@ struct Lowerer<'g> {
 
 /// TowerMean nodes that fuse into their consumer: (apply, mean) pairs. A
 /// mean fuses when its only consumer (data or control) is one
-/// `ApplyGradient` on the same device and no fetch names it.
-pub fn fusable_means(g: &Graph, st: &CompileState) -> BTreeMap<NodeId, NodeId> {
-    let fetched: BTreeSet<&str> = st.fetches.values().map(|t| t.node.as_str()).collect();
+/// `ApplyGradient` on the same device and no fetch of the program record names it.
+pub fn fusable_means(g: &Graph) -> BTreeMap<NodeId, NodeId> {
+    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
     let mut out = BTreeMap::new();
     for id in g.node_ids() {
         let n = g.node(id);
@@ -77,7 +81,7 @@ impl<'g> Lowerer<'g> {
     }
 
     fn dev_index(&self, d: Device) -> usize {
-        self.devices.iter().position(|p| p.device == d).unwrap_or(0)
+        self.devices.iter().position(|&p| p == d).unwrap_or(0)
     }
 
     fn ty(&self, t: Tensor) -> Result<Ty, CodegenError> {
@@ -94,12 +98,8 @@ impl<'g> Lowerer<'g> {
 
     fn alloc(&mut self, device: Device, name: String, ty: &Ty, kind: BufferKind) -> BufRef {
         let di = self.dev_index(device);
-        let d = &mut self.devices[di];
-        let bytes = ty.dims.iter().product::<usize>() * ty.dtype.size_bytes();
-        let offset = d.arena_bytes;
-        d.arena_bytes = (offset + bytes).div_ceil(ALIGN) * ALIGN;
-        d.buffers.push(Buffer { name, dtype: ty.dtype, shape: ty.dims.clone(), kind, offset, bytes });
-        BufRef::Arena { device: di, buffer: d.buffers.len() - 1 }
+        let buffer = self.arenas[di].declare(name, ty.dtype, ty.dims.clone(), kind);
+        BufRef::Arena { device: di, buffer }
     }
 
     fn tensor_name(&self, t: Tensor) -> String {
@@ -154,22 +154,16 @@ impl<'g> Lowerer<'g> {
                 reason: "a split view needs its input in an arena buffer".into(),
             });
         };
-        let mut offset = self.devices[device].buffers[buffer].offset;
+        // Byte offset of the next view inside the input buffer.
+        let mut at = 0;
         for slot in 0..node.outputs.len() {
             let t = Tensor::new(id, slot);
             let ty = self.ty(t)?;
-            let bytes = ty.dims.iter().product::<usize>() * ty.dtype.size_bytes();
-            let d = &mut self.devices[device];
-            d.buffers.push(Buffer {
-                name: self.g.node(id).name.clone() + &if slot == 0 { String::new() } else { format!(":{slot}") },
-                dtype: ty.dtype,
-                shape: ty.dims,
-                kind: BufferKind::View,
-                offset,
-                bytes,
-            });
-            offset += bytes;
-            self.bind.insert(t, BufRef::Arena { device, buffer: d.buffers.len() - 1 });
+            let name = self.g.node(id).name.clone() + &if slot == 0 { String::new() } else { format!(":{slot}") };
+            let arena = &mut self.arenas[device];
+            let view = arena.view(buffer, at, name, ty.dtype, ty.dims);
+            at += arena.bytes(view);
+            self.bind.insert(t, BufRef::Arena { device, buffer: view });
         }
         Ok(())
     }
@@ -280,9 +274,11 @@ impl<'g> Lowerer<'g> {
     }
 }
 
-/// Lower a placed, scheduled graph to a plan.
-pub fn lower(g: &Graph, st: &CompileState, opts: &LowerOptions) -> Result<Plan, CodegenError> {
-    let schedule = st.schedule.as_ref().ok_or(CodegenError::NoSchedule)?;
+/// Lower a placed, scheduled graph to a plan; the program (fetches,
+/// schedule) is the graph's program record.
+pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
+    let program = g.program();
+    let schedule = program.schedule.as_ref().ok_or(CodegenError::NoSchedule)?;
     // Which stream runs each node.
     let mut stream_of: BTreeMap<NodeId, usize> = BTreeMap::new();
     for (si, s) in schedule.streams.iter().enumerate() {
@@ -328,12 +324,14 @@ pub fn lower(g: &Graph, st: &CompileState, opts: &LowerOptions) -> Result<Plan, 
             devices.insert(n.device.ok_or_else(|| CodegenError::Unplaced { node: n.name.clone() })?);
         }
     }
+    let devices: Vec<Device> = devices.into_iter().collect();
     let mut lw = Lowerer {
         g,
-        devices: devices.into_iter().map(|device| DevicePlan { device, buffers: Vec::new(), arena_bytes: 0 }).collect(),
+        arenas: vec![Arena::new(); devices.len()],
+        devices,
         bind: BTreeMap::new(),
         lowered: BTreeMap::new(),
-        fused: if opts.fuse_reductions { fusable_means(g, st) } else { BTreeMap::new() },
+        fused: if opts.fuse_reductions { fusable_means(g) } else { BTreeMap::new() },
         fused_inputs: BTreeMap::new(),
     };
 
@@ -390,7 +388,7 @@ pub fn lower(g: &Graph, st: &CompileState, opts: &LowerOptions) -> Result<Plan, 
     }
 
     let mut fetches = Vec::new();
-    for (name, tr) in &st.fetches {
+    for (name, tr) in &program.fetches {
         let bad = || CodegenError::BadFetch { fetch: name.clone(), tensor: tr.to_string() };
         let id = g.get(&tr.node).ok_or_else(bad)?;
         if tr.slot >= g.node(id).outputs.len() {
@@ -407,11 +405,20 @@ pub fn lower(g: &Graph, st: &CompileState, opts: &LowerOptions) -> Result<Plan, 
     feeds.sort();
     let mut tensors: Vec<(String, BufRef)> = lw.bind.iter().map(|(t, r)| (lw.tensor_name(*t), r.clone())).collect();
     tensors.sort();
+    let devices = lw
+        .devices
+        .iter()
+        .zip(lw.arenas)
+        .map(|(&device, arena)| {
+            let (buffers, arena_bytes) = arena.finish();
+            DevicePlan { device, buffers, arena_bytes }
+        })
+        .collect();
 
     Ok(Plan {
         program: opts.program.clone(),
         mode: opts.mode,
-        devices: lw.devices,
+        devices,
         variables,
         constants,
         feeds,

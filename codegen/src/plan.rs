@@ -10,8 +10,8 @@
 //!   another only after a wait on an event recorded after the write.
 
 use serde::{Deserialize, Serialize};
+use towers_graph::StreamKind;
 use towers_graph::{DType, Device, Initializer};
-use towers_passes::StreamKind;
 
 use crate::kernel::Kernel;
 

@@ -2,27 +2,27 @@
 //! determinism, and the errors that name the node.
 
 use towers_codegen::{lower, CodegenError, LowerOptions, Mode, Step};
-use towers_graph::{DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, Shape, F32};
-use towers_passes::{CompileState, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
+use towers_graph::{
+    DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, Program, Schedule, ScheduleItem, ScheduledStream,
+    Shape, StreamKind, TensorRef, F32,
+};
 
 /// Place every node on cpu:0 and schedule all of them, in topological
-/// order, on one compute stream.
-fn one_stream(g: &mut Graph) -> CompileState {
+/// order, on one compute stream (in the graph's program record).
+fn one_stream(g: &mut Graph) {
     let order = g.topo_order().unwrap();
     for &id in &order {
         g.node_mut(id).device = Some(Device::CPU0);
     }
     let items = order.iter().map(|&id| ScheduleItem::Run(g.node(id).name.clone())).collect();
-    let mut st = CompileState::default();
-    st.schedule = Some(Schedule {
+    g.program_mut().schedule = Some(Schedule {
         streams: vec![ScheduledStream { device: Device::CPU0, kind: StreamKind::Compute, items }],
         num_events: 0,
     });
-    st
 }
 
 /// x[4,3] · w[3,2] + b, relu, sparse softmax cross-entropy, mean; one SGD step.
-fn mlp() -> (Graph, CompileState) {
+fn mlp() -> Graph {
     let mut b = GraphBuilder::with_seed(7);
     let x = b.placeholder("x", DType::F32, [4, 3]).unwrap();
     let y = b.placeholder("labels", DType::I32, [4]).unwrap();
@@ -44,9 +44,10 @@ fn mlp() -> (Graph, CompileState) {
     b.op1("apply_w", Op::ApplyGradient { optimizer: Optimizer::Sgd { lr: F32(0.5) } }, &[w, g_w, step]).unwrap();
     b.op1("inc", Op::IncrementStep, &[step]).unwrap();
     let mut g = b.finish();
-    let mut st = one_stream(&mut g);
-    st.fetches.insert("loss".into(), TensorRef::of(&g, loss));
-    (g, st)
+    one_stream(&mut g);
+    let loss = TensorRef::of(&g, loss);
+    g.program_mut().fetches.insert("loss".into(), loss);
+    g
 }
 
 fn opts(mode: Mode) -> LowerOptions {
@@ -55,16 +56,16 @@ fn opts(mode: Mode) -> LowerOptions {
 
 #[test]
 fn mlp_plan_text() {
-    let (g, st) = mlp();
-    let plan = lower(&g, &st, &opts(Mode::Train)).unwrap();
+    let g = mlp();
+    let plan = lower(&g, &opts(Mode::Train)).unwrap();
     insta::assert_snapshot!(plan.to_text());
 }
 
 #[test]
 fn lowering_is_deterministic() {
-    let (g, st) = mlp();
-    let a = lower(&g, &st, &opts(Mode::Train)).unwrap();
-    let b = lower(&g, &st, &opts(Mode::Train)).unwrap();
+    let g = mlp();
+    let a = lower(&g, &opts(Mode::Train)).unwrap();
+    let b = lower(&g, &opts(Mode::Train)).unwrap();
     assert_eq!(a, b);
     assert_eq!(a.to_text(), b.to_text());
     assert_eq!(a.to_json(), b.to_json());
@@ -79,14 +80,14 @@ fn conv_gets_a_workspace_and_eval_dropout_is_a_copy() {
     let y = b.dropout(y, 0.5, 3).unwrap();
     let _ = b.reshape(y, &[2, -1]).unwrap();
     let mut g = b.finish();
-    let st = one_stream(&mut g);
-    let plan = lower(&g, &st, &opts(Mode::Eval)).unwrap();
+    one_stream(&mut g);
+    let plan = lower(&g, &opts(Mode::Eval)).unwrap();
     let text = plan.to_text();
     assert!(text.contains("/workspace f32["), "{text}");
     let steps = &plan.streams[0].steps;
     assert!(steps.iter().any(|s| matches!(s, Step::Copy { .. })), "{text}");
     assert!(!text.contains("dropout keep_prob"), "{text}");
-    let train = lower(&g, &st, &opts(Mode::Train)).unwrap().to_text();
+    let train = lower(&g, &opts(Mode::Train)).unwrap().to_text();
     assert!(train.contains("dropout keep_prob=0.5"), "{train}");
     // The reshape aliases its input: no buffer of its own.
     assert!(!text.contains("Reshape f32"), "{text}");
@@ -94,29 +95,30 @@ fn conv_gets_a_workspace_and_eval_dropout_is_a_copy() {
 
 #[test]
 fn errors_name_the_node() {
-    let (mut g, st) = mlp();
+    let mut g = mlp();
     let id =
         g.get("MatMul").or_else(|| g.node_ids().into_iter().find(|&i| g.node(i).op.type_name() == "MatMul")).unwrap();
     let name = g.node(id).name.clone();
     g.node_mut(id).device = None;
-    let e = lower(&g, &st, &opts(Mode::Train)).unwrap_err();
+    let e = lower(&g, &opts(Mode::Train)).unwrap_err();
     assert!(matches!(&e, CodegenError::Unplaced { node } if *node == name), "{e}");
 
-    let (g, mut st) = mlp();
-    if let Some(s) = st.schedule.as_mut() {
+    let mut g = mlp();
+    if let Some(s) = g.program_mut().schedule.as_mut() {
         s.streams[0].items.retain(|i| *i != ScheduleItem::Run(name.clone()));
     }
-    let e = lower(&g, &st, &opts(Mode::Train)).unwrap_err().to_string();
+    let e = lower(&g, &opts(Mode::Train)).unwrap_err().to_string();
     assert!(e.contains(&name) && e.contains("missing from the schedule"), "{e}");
 
     let mut b = GraphBuilder::new();
     let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(3)])).unwrap();
     b.relu(x).unwrap();
     let mut g = b.finish();
-    let st = one_stream(&mut g);
-    let e = lower(&g, &st, &opts(Mode::Train)).unwrap_err().to_string();
+    one_stream(&mut g);
+    let e = lower(&g, &opts(Mode::Train)).unwrap_err().to_string();
     assert!(e.contains("'x'") && e.contains("batch not bound"), "{e}");
 
-    let e = lower(&g, &CompileState::default(), &opts(Mode::Train)).unwrap_err();
+    g.set_program(Program::default());
+    let e = lower(&g, &opts(Mode::Train)).unwrap_err();
     assert_eq!(e, CodegenError::NoSchedule);
 }

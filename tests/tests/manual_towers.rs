@@ -87,8 +87,10 @@ fn run_manual(opt: &Optimizer, seed: u64, data: &[(Vec<f32>, Vec<i32>)]) -> (Vec
     let (mut g, loss) = manual_graph(seed, opt).expect("the manual towers build");
     assert!(g.collection(keys::TRAIN_OP).len() == 1);
     let mut st = CompileState::default();
-    st.fetches.insert("loss".into(), TensorRef::new(loss, 0));
-    st.train_op = g.collection(keys::TRAIN_OP).first().cloned();
+    let train_op = g.collection(keys::TRAIN_OP).first().cloned();
+    let program = g.program_mut();
+    program.fetches.insert("loss".into(), TensorRef::new(loss, 0));
+    program.train_op = train_op;
     let mut pm = PassManager::new()
         .verify(true)
         .add(BindBatch { batch: BATCH })
@@ -105,7 +107,7 @@ fn run_manual(opt: &Optimizer, seed: u64, data: &[(Vec<f32>, Vec<i32>)]) -> (Vec
             assert_eq!(n.device, Some(Device::CPU0), "{}", n.name);
         }
     }
-    let plan = lower(&g, &st, &LowerOptions::new(Mode::Train, "train")).expect("lowers");
+    let plan = lower(&g, &LowerOptions::new(Mode::Train, "train")).expect("lowers");
     let mut sess = Session::new(seed);
     sess.load("train", plan).expect("loads");
     let mut losses = Vec::new();

@@ -3,20 +3,19 @@
 
 use towers_codegen::{lower, LowerOptions, Mode, Plan};
 use towers_graph::{DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, F32};
-use towers_passes::{CompileState, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
+use towers_graph::{Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
 
-pub fn one_stream(g: &mut Graph) -> CompileState {
+/// Place every node on cpu:0 and schedule all of them on one compute stream (in the program record).
+pub fn one_stream(g: &mut Graph) {
     let order = g.topo_order().unwrap();
     for &id in &order {
         g.node_mut(id).device = Some(Device::CPU0);
     }
     let items = order.iter().map(|&id| ScheduleItem::Run(g.node(id).name.clone())).collect();
-    let mut st = CompileState::default();
-    st.schedule = Some(Schedule {
+    g.program_mut().schedule = Some(Schedule {
         streams: vec![ScheduledStream { device: Device::CPU0, kind: StreamKind::Compute, items }],
         num_events: 0,
     });
-    st
 }
 
 /// relu(x[2,2] · w + b) → sparse softmax xent → mean; SGD on w with a fed gradient `g`.
@@ -47,9 +46,10 @@ pub fn mlp_plan() -> Plan {
     });
     inc.unwrap();
     let mut g = b.finish();
-    let mut st = one_stream(&mut g);
-    st.fetches.insert("loss".into(), TensorRef::of(&g, loss));
-    lower(&g, &st, &LowerOptions::new(Mode::Train, "train")).unwrap()
+    one_stream(&mut g);
+    let loss = TensorRef::of(&g, loss);
+    g.program_mut().fetches.insert("loss".into(), loss);
+    lower(&g, &LowerOptions::new(Mode::Train, "train")).unwrap()
 }
 
 /// x on cpu:0 → relu (cpu:0/compute) → record e0; gpu:0/compute waits e0,
@@ -67,8 +67,7 @@ pub fn two_device_plan() -> Plan {
     }
     g.node_mut(c.node).device = Some(Device::gpu(0));
     g.node_mut(n.node).device = Some(Device::gpu(0));
-    let mut st = CompileState::default();
-    st.schedule = Some(Schedule {
+    g.program_mut().schedule = Some(Schedule {
         streams: vec![
             ScheduledStream {
                 device: Device::CPU0,
@@ -83,6 +82,7 @@ pub fn two_device_plan() -> Plan {
         ],
         num_events: 1,
     });
-    st.fetches.insert("out".into(), TensorRef::of(&g, n));
-    lower(&g, &st, &LowerOptions::new(Mode::Train, "two")).unwrap()
+    let out = TensorRef::of(&g, n);
+    g.program_mut().fetches.insert("out".into(), out);
+    lower(&g, &LowerOptions::new(Mode::Train, "two")).unwrap()
 }
