@@ -1,8 +1,12 @@
 //! # towers-codegen: lowering a placed, scheduled graph to a [`Plan`]
 //!
-//! [`lower`] turns a [`towers_graph::Graph`] whose nodes all have a device
-//! and fully known shapes, plus the [`towers_passes::Schedule`] in its
-//! [`towers_passes::CompileState`], into a [`Plan`]: per device an arena of
+//! [`lower`] takes data, not the passes' side state: a
+//! [`towers_graph::Graph`] whose nodes all have a device and fully known
+//! shapes, and whose program record ([`towers_graph::Program`]: fetches and
+//! the stream [`towers_graph::Schedule`], filled in by the pass pipeline in
+//! `towers-passes`) says what to run. This crate does not depend on the
+//! passes; anything that builds such a graph (the pipeline, or a test by
+//! hand) can lower it. The result is a [`Plan`]: per device an arena of
 //! buffers with byte offsets, the variables (kept by the backend by name,
 //! outside the arenas), constants, feeds, fetches, and per stream its steps
 //! (kernel launches with every parameter computed, copies, event records and
@@ -11,6 +15,8 @@
 //!
 //! - [`plan`]: the data types; [`kernel`]: the closed kernel enum;
 //! - [`lower`](mod@lower): the lowering; `select`: one op to its kernel;
+//! - [`arena`]: per-device buffer declaration and offset assignment (the
+//!   place a liveness-based memory planner plugs in);
 //! - [`text`]: the text form; [`error`]: [`CodegenError`].
 
 pub mod arena;

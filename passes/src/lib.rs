@@ -1,12 +1,26 @@
-//! towers-passes: every transformation of a [`Graph`].
+//! towers-passes: every transformation of a [`Graph`], and the pipeline
+//! that lists them once.
 //!
 //! A pass is one file, one type implementing [`Pass`]; the [`PassManager`]
-//! runs a list of them over a graph and a [`CompileState`] (the facts passes
-//! hand on to each other: the loss, the gradients, the towers, the schedule),
-//! times each pass, runs the verifier after each one in debug builds, and can
-//! dump the graph (text and dot) after a named pass into a caller-chosen
-//! folder. Passes refer to nodes by name ([`TensorRef`]), never by index held
-//! across passes.
+//! runs a list of them over a graph and a [`CompileState`], times each pass,
+//! runs the verifier after each one in debug builds, and can dump the graph
+//! (text and dot) after a named pass into a caller-chosen folder. Passes
+//! refer to nodes by name ([`TensorRef`]), never by index held across passes.
+//!
+//! The seam to codegen is the graph alone:
+//! - [`pipeline`] holds the train and eval pass lists, written once
+//!   (`prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean]
+//!   -> simplify -> apply -> place -> schedule`; eval: `prune -> bind_batch
+//!   -> simplify -> place -> schedule`), seeded from [`CompileOptions`]; it
+//!   returns the placed, scheduled graph. Tests run a prefix of the same
+//!   list ([`Pipeline::before`]) instead of spelling it again.
+//! - What lowering needs travels *in* the graph: its program record
+//!   ([`Program`], `g.program()`: fetches, train op, [`Schedule`]), defined in
+//!   `towers-graph` so codegen never imports this crate. Passes write it
+//!   (`apply` the train op and loss fetch, `schedule` the streams); it shows
+//!   in `--dump-after` text dumps and round-trips through the graph's JSON.
+//! - [`CompileState`] holds only what passes hand each other (the loss,
+//!   gradients, towers, replicas, batch, diagnostics); codegen never sees it.
 
 pub mod autodiff;
 pub mod bind_batch;
