@@ -1,4 +1,4 @@
-//! towers-passes: every transformation of a [`Graph`], and the pipeline
+//! towers-passes: every transformation of a [`Graph`](towers_graph::Graph), and the pipeline
 //! that lists them once.
 //!
 //! A pass is one file, one type implementing [`Pass`]; the [`PassManager`]
