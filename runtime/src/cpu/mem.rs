@@ -18,6 +18,8 @@
 
 use std::cell::UnsafeCell;
 
+use crate::backend::{HostSlice, HostSliceMut};
+
 /// A fixed-size, 4-byte-element memory region shared across threads.
 pub struct Region {
     data: Box<[UnsafeCell<u32>]>,
@@ -88,10 +90,25 @@ impl Slot {
     pub unsafe fn i32_mut<'a>(self) -> &'a mut [i32] {
         std::slice::from_raw_parts_mut(self.ptr as *mut i32, self.len)
     }
+    /// Copy host data in (same length; f32, or i32 for i32 and bool).
+    ///
+    /// # Safety
+    /// As [`Slot::f32_mut`].
+    pub unsafe fn write(self, data: HostSlice<'_>) {
+        match data {
+            HostSlice::F32(d) => self.f32_mut().copy_from_slice(d),
+            HostSlice::I32(d) => self.i32_mut().copy_from_slice(d),
+        }
+    }
+    /// Copy the contents out (same length).
+    ///
     /// # Safety
     /// As [`Slot::f32`].
-    pub unsafe fn bytes<'a>(self) -> &'a [u8] {
-        std::slice::from_raw_parts(self.ptr as *const u8, self.len * 4)
+    pub unsafe fn read(self, out: HostSliceMut<'_>) {
+        match out {
+            HostSliceMut::F32(o) => o.copy_from_slice(self.f32()),
+            HostSliceMut::I32(o) => o.copy_from_slice(self.i32()),
+        }
     }
 }
 
