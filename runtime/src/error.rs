@@ -48,7 +48,7 @@ pub enum RuntimeError {
     Kernel { program: String, node: String, detail: String },
 
     #[error("program '{program}', collective '{node}': {source}")]
-    Collective { program: String, node: String, source: CommError },
+    Collective { program: String, node: String, source: Box<CommError> },
 
     #[error("program '{program}': {detail}")]
     Backend { program: String, detail: String },
@@ -76,7 +76,9 @@ impl RuntimeError {
         match e {
             BackendError::BadPlan(detail) => RuntimeError::BadPlan { program, detail },
             BackendError::Kernel { node, detail } => RuntimeError::Kernel { program, node, detail },
-            BackendError::Collective { node, source } => RuntimeError::Collective { program, node, source },
+            BackendError::Collective { node, source } => {
+                RuntimeError::Collective { program, node, source: Box::new(source) }
+            }
             BackendError::Access(detail) | BackendError::Device(detail) => RuntimeError::Backend { program, detail },
         }
     }

@@ -26,9 +26,10 @@
 //! programs and their dtype and shape never change; a variable's initial
 //! value depends only on the session seed and its name.
 //!
-//! - [`session`]: load, feed, run, fetch, variables, [`Session::backend_note`];
-//! - [`checkpoint`]: atomic safetensors save and checked restore;
-//! - [`error`]: [`RuntimeError`].
+//! Modules: [`session`] (load, feed, run, fetch, variables,
+//! [`Session::backend_note`]), [`checkpoint`] (atomic safetensors save and
+//! checked restore), [`error`] ([`RuntimeError`]), [`backend`], [`cpu`],
+//! [`comm`], [`cuda`].
 
 pub mod backend;
 pub mod checkpoint;

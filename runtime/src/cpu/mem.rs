@@ -7,11 +7,13 @@
 //!   by another stream only after that stream waited on an event recorded
 //!   after the write (the schedule guarantees this; the event table's
 //!   release/acquire atomics and mutex make the writes visible);
-//! - between runs no worker touches memory: `Session::run` takes `&mut
+//! - between runs no worker touches memory: `Backend::run` takes `&mut
 //!   self` and returns only after every stream finished, so feeds, fetches,
-//!   variable reads/writes and checkpoints never race with kernels;
-//! - within one launch, an output never overlaps an input (checked at load
-//!   by [`Slot::overlaps`]), so a `&mut` view never aliases a `&` view.
+//!   variable reads/writes and checkpoints (all copies, through the
+//!   backend) never race with kernels;
+//! - within one launch, an output never overlaps an input, and the buffers
+//!   of one all-reduce never overlap each other (checked at load by
+//!   [`Slot::overlaps`]), so a `&mut` view never aliases another view.
 //!
 //! Regions are allocated once and never resized, so raw pointers into them
 //! stay valid as long as the `Arc<Region>` they came from is held.

@@ -1,6 +1,7 @@
 //! Load-time preparation: a [`Plan`]'s steps become [`Exec`]s whose
 //! buffers are resolved to [`Slot`]s, with every scratch list reserved, so
-//! that running a step allocates nothing.
+//! that running a step allocates nothing. A collective step keeps the
+//! communicator it runs through and a reserved list for its group's slices.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -14,6 +14,11 @@
 //! reported. A schedule that waits on an event never recorded in the step
 //! deadlocks; codegen only emits waits on events it records.
 //!
+//! A collective step (`Exec::AllReduce`) runs on its stream's thread like a
+//! launch, and blocks until every rank of the communicator reached it. It
+//! runs even after a failed launch (skipping it would leave the other ranks
+//! waiting); a failed collective is reported like a failed launch.
+//!
 //! Profiling (off by default) adds the wall time of every launch, copy and
 //! wait to a counter preallocated per step item, so it allocates nothing
 //! either; [`Runner::profile`] reads the totals.
