@@ -114,21 +114,20 @@ impl Session {
             }
         }
         for v in &plan.variables {
-            match self.vars.get_mut(&v.name) {
-                Some(VarInfo { pending: None, .. }) => {}
-                Some(known) => {
-                    let values = known.pending.take().unwrap_or_else(|| initial_host(v, self.seed));
-                    let created = self.backend.create_variable(v, values.as_slice());
-                    if created.is_err() {
-                        known.pending = Some(values);
-                    }
-                    created.map_err(backend)?;
-                    known.dtype = v.dtype;
+            let Some(known) = self.vars.get_mut(&v.name) else {
+                // First declaration: the backend creates it with its seeded initial values.
+                self.backend.create_variable(v, initial_host(v, self.seed).as_slice()).map_err(backend)?;
+                self.vars.insert(v.name.clone(), VarInfo { dtype: v.dtype, shape: v.shape.clone(), pending: None });
+                continue;
+            };
+            // Restored from a checkpoint before any plan declared it: the
+            // backend creates it with the restored values.
+            if let Some(values) = known.pending.take() {
+                if let Err(e) = self.backend.create_variable(v, values.as_slice()) {
+                    known.pending = Some(values);
+                    return Err(backend(e));
                 }
-                None => {
-                    self.backend.create_variable(v, initial_host(v, self.seed).as_slice()).map_err(backend)?;
-                    self.vars.insert(v.name.clone(), VarInfo { dtype: v.dtype, shape: v.shape.clone(), pending: None });
-                }
+                known.dtype = v.dtype;
             }
         }
         let id = self.backend.load(name, &plan, Arc::clone(&self.comm)).map_err(backend)?;
