@@ -24,7 +24,9 @@
 //! returns only when the step is complete, so reads, writes and
 //! checkpoints never race with kernels; variables are shared by name across
 //! programs and their dtype and shape never change; a variable's initial
-//! value depends only on the session seed and its name.
+//! value depends only on the session seed and its name. Outside `cpu/` (and
+//! the CUDA probe) the runtime has no `unsafe`: the session, checkpoints and
+//! the in-process communicator only ever see host copies.
 //!
 //! Modules: [`session`] (load, feed, run, fetch, variables,
 //! [`Session::backend_note`]), [`checkpoint`] (atomic safetensors save and
