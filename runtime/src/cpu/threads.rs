@@ -79,7 +79,7 @@ pub fn thread_plans(plan: &Plan) -> Result<Vec<ThreadPlan>, String> {
 mod tests {
     use super::*;
     use towers_codegen::{Mode, StreamPlan};
-    use towers_passes::StreamKind;
+    use towers_graph::StreamKind;
 
     fn plan(streams: Vec<(Device, Vec<Step>)>, num_events: usize) -> Plan {
         Plan {
