@@ -37,4 +37,7 @@ pub enum CodegenError {
 
     #[error("event {event} is waited on but never recorded (the schedule has {num_events} events)")]
     BadEvent { event: usize, num_events: usize },
+
+    #[error("codegen produced a plan that fails verification (a compiler bug): {0}")]
+    InvalidPlan(#[from] crate::verify::PlanError),
 }

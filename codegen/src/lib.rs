@@ -11,7 +11,9 @@
 //!
 //! - [`plan`]: the data types; [`kernel`]: the closed kernel enum;
 //! - [`lower`](mod@lower): the lowering; `select`: one op to its kernel;
-//! - [`text`]: the text form; [`error`]: [`CodegenError`].
+//! - [`text`]: the text form; [`verify`](mod@verify): the plan verifier and
+//!   [`PlanError`], run at the end of [`lower`] and by backends on every plan they load;
+//! - [`error`]: [`CodegenError`].
 
 pub mod error;
 pub mod kernel;
@@ -19,6 +21,7 @@ pub mod lower;
 pub mod plan;
 mod select;
 pub mod text;
+pub mod verify;
 
 pub use error::CodegenError;
 pub use kernel::{BinaryKind, ConvGeom, Kernel, PoolGeom, UnaryKind};
@@ -27,3 +30,4 @@ pub use plan::{
     BufRef, Buffer, BufferKind, ConstantDecl, DevicePlan, LowerOptions, Mode, Plan, Step, StreamPlan, VariableDecl,
 };
 pub use select::kernel_padding;
+pub use verify::{verify, PlanError};

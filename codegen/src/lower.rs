@@ -164,7 +164,7 @@ impl<'g> Lowerer<'g> {
                 name: self.g.node(id).name.clone() + &if slot == 0 { String::new() } else { format!(":{slot}") },
                 dtype: ty.dtype,
                 shape: ty.dims,
-                kind: BufferKind::View,
+                kind: BufferKind::View { of: buffer },
                 offset,
                 bytes,
             });
@@ -408,7 +408,7 @@ pub fn lower(g: &Graph, st: &CompileState, opts: &LowerOptions) -> Result<Plan, 
     let mut tensors: Vec<(String, BufRef)> = lw.bind.iter().map(|(t, r)| (lw.tensor_name(*t), r.clone())).collect();
     tensors.sort();
 
-    Ok(Plan {
+    let plan = Plan {
         program: opts.program.clone(),
         mode: opts.mode,
         devices: lw.devices,
@@ -419,5 +419,7 @@ pub fn lower(g: &Graph, st: &CompileState, opts: &LowerOptions) -> Result<Plan, 
         tensors,
         streams,
         num_events: schedule.num_events,
-    })
+    };
+    crate::verify::verify(&plan)?;
+    Ok(plan)
 }

@@ -78,7 +78,7 @@ impl Plan {
         for d in &self.devices {
             let _ = writeln!(o, "device {}  arena {} B", d.device, d.arena_bytes);
             for b in &d.buffers {
-                let kind = format!("{:?}", b.kind).to_lowercase();
+                let kind = b.kind.name();
                 let _ = writeln!(o, "  {} {}{} @{} {} B {kind}", b.name, b.dtype, dims(&b.shape), b.offset, b.bytes);
             }
         }
