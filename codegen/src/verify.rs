@@ -746,7 +746,10 @@ impl Check<'_, '_> {
 
     fn kernel(&self, k: &Kernel, ws: Option<&Operand>) -> Result<(), PlanError> {
         use Io::{In, Out};
-        let conv_ws = matches!(k, Kernel::Conv2D { .. } | Kernel::Conv2DBackpropInput { .. } | Kernel::Conv2DBackpropFilter { .. });
+        let conv_ws = matches!(
+            k,
+            Kernel::Conv2D { .. } | Kernel::Conv2DBackpropInput { .. } | Kernel::Conv2DBackpropFilter { .. }
+        );
         if !conv_ws {
             if let Some(w) = ws {
                 return Err(PlanError::Workspace {
@@ -866,8 +869,8 @@ impl Check<'_, '_> {
                 self.param(*axis < rank, || format!("axis {axis} is out of range for rank {rank}"))?;
                 let mut total = 0usize;
                 for (i, s) in shapes.iter().enumerate() {
-                    let same = s.len() == rank
-                        && s.iter().zip(&shapes[0]).enumerate().all(|(d, (a, b))| d == *axis || a == b);
+                    let same =
+                        s.len() == rank && s.iter().zip(&shapes[0]).enumerate().all(|(d, (a, b))| d == *axis || a == b);
                     self.param(same, || {
                         format!("shape {} does not match {} outside axis {axis}", dims(s), dims(&shapes[0]))
                     })?;
@@ -1099,7 +1102,9 @@ impl Check<'_, '_> {
                 kernel: self.kernel.into(),
                 expected,
                 got: match ws {
-                    Some(w) => format!("'{}' ({}, {} elements; workspace_len={workspace_len})", w.name, w.ty(), w.elems),
+                    Some(w) => {
+                        format!("'{}' ({}, {} elements; workspace_len={workspace_len})", w.name, w.ty(), w.elems)
+                    }
                     None => format!("none (workspace_len={workspace_len})"),
                 },
             });
