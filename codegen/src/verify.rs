@@ -556,6 +556,21 @@ impl Plan {
 /// a replay of the streams that runs every step.
 fn events(plan: &Plan) -> Result<(), PlanError> {
     let n = plan.num_events;
+    // Each event is recorded once, so there are no more events than records:
+    // checked before allocating anything per event.
+    let records = plan.streams.iter().flat_map(|s| &s.steps).filter(|s| matches!(s, Step::Record(_))).count();
+    if n > records {
+        let mut seen = vec![false; records + 1];
+        for s in plan.streams.iter().flat_map(|s| &s.steps) {
+            if let Step::Record(e) = s {
+                if let Some(x) = seen.get_mut(*e) {
+                    *x = true;
+                }
+            }
+        }
+        let event = seen.iter().position(|r| !r).unwrap_or(records);
+        return Err(PlanError::EventNeverRecorded { event, count: n });
+    }
     let mut recorded_at: Vec<Option<Site>> = vec![None; n];
     for s in &plan.streams {
         for (index, step) in s.steps.iter().enumerate() {
