@@ -118,7 +118,7 @@ pub enum PlanError {
     #[error("{at}: {kernel} needs a workspace of {expected} f32 elements, got {got}")]
     Workspace { at: String, kernel: String, expected: usize, got: String },
 
-    #[error("{at}: the launch writes '{output}', which overlaps '{other}', that it also {role}")]
+    #[error("{at}: the launch writes '{output}' and also {role} '{other}', which overlaps it")]
     Overlap { at: String, output: String, other: String, role: String },
 
     #[error("{at}: copy of {bytes} B from '{from}' ({from_bytes} B) to '{to}' ({to_bytes} B): the sizes differ")]
@@ -388,7 +388,7 @@ impl<'p> Verifier<'p> {
 
     /// Constants, feeds, fetches and tensors.
     fn entries(&self) -> Result<(), PlanError> {
-        let kind_name = |o: &Operand| o.kind.map_or("a variable", |k| k.name());
+        let kind_name = |o: &Operand| o.kind.map_or("a variable".to_string(), |k| format!("a {} buffer", k.name()));
         for c in &self.plan.constants {
             let at = Site::Named { what: "constant", name: self.plan.ref_name_or(&c.buffer) };
             let o = self.resolve(at, &c.buffer)?;
@@ -397,7 +397,7 @@ impl<'p> Verifier<'p> {
                     at: at.to_string(),
                     name: o.name.into(),
                     expected: "a constant buffer".into(),
-                    got: kind_name(&o).into(),
+                    got: kind_name(&o),
                 });
             }
             if c.data.len() != o.elems {
@@ -412,7 +412,7 @@ impl<'p> Verifier<'p> {
                     at: at.to_string(),
                     name: o.name.into(),
                     expected: "a feed buffer".into(),
-                    got: kind_name(&o).into(),
+                    got: kind_name(&o),
                 });
             }
         }
@@ -556,27 +556,12 @@ impl Plan {
 /// a replay of the streams that runs every step.
 fn events(plan: &Plan) -> Result<(), PlanError> {
     let n = plan.num_events;
-    // Each event is recorded once, so there are no more events than records:
-    // checked before allocating anything per event.
-    let records = plan.streams.iter().flat_map(|s| &s.steps).filter(|s| matches!(s, Step::Record(_))).count();
-    if n > records {
-        let mut seen = vec![false; records + 1];
-        for s in plan.streams.iter().flat_map(|s| &s.steps) {
-            if let Step::Record(e) = s {
-                if let Some(x) = seen.get_mut(*e) {
-                    *x = true;
-                }
-            }
-        }
-        let event = seen.iter().position(|r| !r).unwrap_or(records);
-        return Err(PlanError::EventNeverRecorded { event, count: n });
-    }
-    let mut recorded_at: Vec<Option<Site>> = vec![None; n];
+    let mut recorded_at: BTreeMap<usize, Site> = BTreeMap::new();
     for s in &plan.streams {
         for (index, step) in s.steps.iter().enumerate() {
             if let Step::Record(e) = step {
                 let at = Site::Step { stream: s, index };
-                if let Some(first) = recorded_at[*e].replace(at) {
+                if let Some(first) = recorded_at.insert(*e, at) {
                     return Err(PlanError::EventRecordedTwice {
                         event: *e,
                         first: first.to_string(),
@@ -589,7 +574,7 @@ fn events(plan: &Plan) -> Result<(), PlanError> {
     for s in &plan.streams {
         for (index, step) in s.steps.iter().enumerate() {
             if let Step::Wait(e) = step {
-                if recorded_at[*e].is_none() {
+                if !recorded_at.contains_key(e) {
                     return Err(PlanError::WaitNeverRecorded {
                         at: Site::Step { stream: s, index }.to_string(),
                         event: *e,
@@ -598,7 +583,11 @@ fn events(plan: &Plan) -> Result<(), PlanError> {
             }
         }
     }
-    if let Some(event) = recorded_at.iter().position(|r| r.is_none()) {
+    // Events are in range and recorded once, so there are at most as many
+    // events as records, and an unrecorded one is found among the first
+    // `records + 1`: nothing is allocated or scanned per event before this.
+    if recorded_at.len() < n {
+        let event = (0..=recorded_at.len()).find(|e| !recorded_at.contains_key(e)).unwrap_or(0);
         return Err(PlanError::EventNeverRecorded { event, count: n });
     }
     // Replay: a worklist of runnable streams; a stream blocked on an event
