@@ -39,5 +39,11 @@ pub enum CodegenError {
     BadEvent { event: usize, num_events: usize },
 
     #[error("codegen produced a plan that fails verification (a compiler bug): {0}")]
-    InvalidPlan(#[from] crate::verify::PlanError),
+    InvalidPlan(Box<crate::verify::PlanError>),
+}
+
+impl From<crate::verify::PlanError> for CodegenError {
+    fn from(e: crate::verify::PlanError) -> CodegenError {
+        CodegenError::InvalidPlan(Box::new(e))
+    }
 }

@@ -13,7 +13,7 @@
 //! - [`lower`](mod@lower): the lowering; `select`: one op to its kernel;
 //! - [`text`]: the text form; [`verify`](mod@verify): the plan verifier and
 //!   [`PlanError`], run at the end of [`lower`] and by backends on every plan they load;
-//! - [`error`]: [`CodegenError`].
+//! - [`CodegenError`], in [`error`].
 
 pub mod error;
 pub mod kernel;

@@ -40,119 +40,114 @@ use crate::plan::{BufRef, BufferKind, Plan, Step, StreamPlan};
 /// The alignment of arena ends (and of buffer offsets from the allocator).
 pub const ARENA_ALIGN: usize = 64;
 
+/// Text in a [`PlanError`]: a boxed `str` keeps the error small (it travels in `Result`s).
+pub type Text = Box<str>;
+
 /// Why a plan is malformed. Every message names where (the buffer, or the
 /// step as `stream step index 'node'`) and what is wrong.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum PlanError {
     #[error("device {device} is listed twice (devices {first} and {second})")]
-    DuplicateDevice { device: String, first: usize, second: usize },
+    DuplicateDevice { device: Text, first: usize, second: usize },
 
     #[error("{what} has an element count or byte size that overflows")]
-    TooLarge { what: String },
+    TooLarge { what: Text },
 
     #[error("buffer '{buffer}' on {device} is {ty}, which is {expected} B, but has {bytes} B")]
-    BufferBytes { device: String, buffer: String, ty: String, expected: usize, bytes: usize },
+    BufferBytes { device: Text, buffer: Text, ty: Text, expected: usize, bytes: usize },
 
     #[error("buffer '{buffer}' on {device} starts at byte {offset}, not a multiple of its {dtype} element size")]
-    Misaligned { device: String, buffer: String, offset: usize, dtype: String },
+    Misaligned { device: Text, buffer: Text, offset: usize, dtype: Text },
 
     #[error("buffer '{buffer}' on {device} spans bytes {offset}..{end}, outside the device's {arena} B arena")]
-    OutsideArena { device: String, buffer: String, offset: usize, end: usize, arena: usize },
+    OutsideArena { device: Text, buffer: Text, offset: usize, end: usize, arena: usize },
 
     #[error("the arena of {device} has {arena} B but its buffers end at {end} B (at most {limit} B with {ARENA_ALIGN}-byte alignment)")]
-    ArenaTail { device: String, arena: usize, end: usize, limit: usize },
+    ArenaTail { device: Text, arena: usize, end: usize, limit: usize },
 
     #[error("view '{buffer}' on {device} views buffer {of}, which {reason}")]
-    BadView { device: String, buffer: String, of: usize, reason: String },
+    BadView { device: Text, buffer: Text, of: usize, reason: Text },
 
     #[error("view '{buffer}' on {device} spans bytes {offset}..{end}, outside the buffer it views, '{of}' (bytes {of_offset}..{of_end})")]
-    ViewOutside {
-        device: String,
-        buffer: String,
-        offset: usize,
-        end: usize,
-        of: String,
-        of_offset: usize,
-        of_end: usize,
-    },
+    ViewOutside { device: Text, buffer: Text, offset: usize, end: usize, of: Text, of_offset: usize, of_end: usize },
 
     #[error("variable '{name}' is declared twice")]
-    DuplicateVariable { name: String },
+    DuplicateVariable { name: Text },
 
     #[error("{at}: device {device} does not exist (the plan has {count} devices)")]
-    DeviceIndex { at: String, device: usize, count: usize },
+    DeviceIndex { at: Text, device: usize, count: usize },
 
     #[error("{at}: buffer {buffer} of {device} does not exist ({device} has {count} buffers)")]
-    BufferIndex { at: String, device: String, buffer: usize, count: usize },
+    BufferIndex { at: Text, device: Text, buffer: usize, count: usize },
 
     #[error("{at}: variable '{name}' is not declared")]
-    UndeclaredVariable { at: String, name: String },
+    UndeclaredVariable { at: Text, name: Text },
 
     #[error("{at}: '{name}' must be {expected}, but it is {got}")]
-    RefKind { at: String, name: String, expected: String, got: String },
+    RefKind { at: Text, name: Text, expected: Text, got: Text },
 
     #[error("{at}: {values} values for a buffer of {elements} elements")]
-    ConstantLength { at: String, values: usize, elements: usize },
+    ConstantLength { at: Text, values: usize, elements: usize },
 
     #[error("stream {stream} is listed twice (streams {first} and {second})")]
-    DuplicateStream { stream: String, first: usize, second: usize },
+    DuplicateStream { stream: Text, first: usize, second: usize },
 
     #[error("stream {stream} runs on {device}, which is not a device of the plan")]
-    StreamDevice { stream: String, device: String },
+    StreamDevice { stream: Text, device: Text },
 
     #[error("{at}: '{buffer}' is on {device}, not on the stream's device")]
-    WrongDevice { at: String, buffer: String, device: String },
+    WrongDevice { at: Text, buffer: Text, device: Text },
 
     #[error("{at}: {kernel} takes {expected} {what}, got {got}")]
-    Arity { at: String, kernel: String, what: String, expected: String, got: usize },
+    Arity { at: Text, kernel: Text, what: Text, expected: Text, got: usize },
 
     #[error("{at}: {kernel} parameters are invalid: {reason}")]
-    BadParams { at: String, kernel: String, reason: String },
+    BadParams { at: Text, kernel: Text, reason: Text },
 
     #[error("{at}: {kernel} {operand} '{name}' has {got} elements, but the parameters need {expected} ({why})")]
-    OperandSize { at: String, kernel: String, operand: String, name: String, got: usize, expected: usize, why: String },
+    OperandSize { at: Text, kernel: Text, operand: Text, name: Text, got: usize, expected: usize, why: Text },
 
     #[error("{at}: {kernel} {operand} '{name}' is {got}, but the kernel needs {expected}")]
-    OperandDtype { at: String, kernel: String, operand: String, name: String, got: String, expected: String },
+    OperandDtype { at: Text, kernel: Text, operand: Text, name: Text, got: Text, expected: Text },
 
     #[error("{at}: {kernel} needs a workspace of {expected} f32 elements, got {got}")]
-    Workspace { at: String, kernel: String, expected: usize, got: String },
+    Workspace { at: Text, kernel: Text, expected: usize, got: Text },
 
     #[error("{at}: the launch writes '{output}' and also {role} '{other}', which overlaps it")]
-    Overlap { at: String, output: String, other: String, role: String },
+    Overlap { at: Text, output: Text, other: Text, role: Text },
 
     #[error("{at}: copy of {bytes} B from '{from}' ({from_bytes} B) to '{to}' ({to_bytes} B): the sizes differ")]
-    CopySize { at: String, bytes: usize, from: String, from_bytes: usize, to: String, to_bytes: usize },
+    CopySize { at: Text, bytes: usize, from: Text, from_bytes: usize, to: Text, to_bytes: usize },
 
     #[error("{at}: copy from '{from}' ({from_dtype}) to '{to}' ({to_dtype}): the dtypes differ")]
-    CopyDtype { at: String, from: String, from_dtype: String, to: String, to_dtype: String },
+    CopyDtype { at: Text, from: Text, from_dtype: Text, to: Text, to_dtype: Text },
 
     #[error("{at}: copy from '{from}' to '{to}': source and destination overlap")]
-    CopyOverlap { at: String, from: String, to: String },
+    CopyOverlap { at: Text, from: Text, to: Text },
 
     #[error("{at}: all-reduce over an empty group")]
-    AllReduceEmpty { at: String },
+    AllReduceEmpty { at: Text },
 
     #[error("{at}: all-reduce of '{buffer}', which is {dtype}: all-reduce sums f32 buffers only")]
-    AllReduceDtype { at: String, buffer: String, dtype: String },
+    AllReduceDtype { at: Text, buffer: Text, dtype: Text },
 
     #[error("{at}: all-reduce group names '{buffer}' and '{other}', which overlap")]
-    AllReduceOverlap { at: String, buffer: String, other: String },
+    AllReduceOverlap { at: Text, buffer: Text, other: Text },
 
     #[error("{at}: event e{event} does not exist (the plan has {count} events)")]
-    EventIndex { at: String, event: usize, count: usize },
+    EventIndex { at: Text, event: usize, count: usize },
 
     #[error("event e{event} is recorded twice: at {first} and at {second}")]
-    EventRecordedTwice { event: usize, first: String, second: String },
+    EventRecordedTwice { event: usize, first: Text, second: Text },
 
     #[error("{at}: waits on e{event}, which no stream records")]
-    WaitNeverRecorded { at: String, event: usize },
+    WaitNeverRecorded { at: Text, event: usize },
 
     #[error("event e{event} is never recorded (each of the plan's {count} events is recorded exactly once)")]
     EventNeverRecorded { event: usize, count: usize },
 
     #[error("the streams deadlock: stuck at {stuck}")]
-    Deadlock { stuck: String },
+    Deadlock { stuck: Text },
 }
 
 /// Where something is, formatted only when an error is built.
@@ -254,36 +249,36 @@ impl<'p> Verifier<'p> {
     fn buffers(&mut self) -> Result<(), PlanError> {
         for (di, d) in self.plan.devices.iter().enumerate() {
             if let Some(first) = self.devices.insert(d.device, di) {
-                return Err(PlanError::DuplicateDevice { device: d.device.to_string(), first, second: di });
+                return Err(PlanError::DuplicateDevice { device: d.device.to_string().into(), first, second: di });
             }
             let mut end_max = 0usize;
             for b in &d.buffers {
                 let what = || format!("buffer '{}' on {}", b.name, d.device);
                 let expected = product(&b.shape)
                     .and_then(|n| n.checked_mul(b.dtype.size_bytes()))
-                    .ok_or_else(|| PlanError::TooLarge { what: what() })?;
+                    .ok_or_else(|| PlanError::TooLarge { what: what().into() })?;
                 if b.bytes != expected {
                     return Err(PlanError::BufferBytes {
-                        device: d.device.to_string(),
-                        buffer: b.name.clone(),
-                        ty: format!("{}{}", b.dtype, dims(&b.shape)),
+                        device: d.device.to_string().into(),
+                        buffer: b.name.clone().into(),
+                        ty: format!("{}{}", b.dtype, dims(&b.shape)).into(),
                         expected,
                         bytes: b.bytes,
                     });
                 }
                 if b.offset % b.dtype.size_bytes() != 0 {
                     return Err(PlanError::Misaligned {
-                        device: d.device.to_string(),
-                        buffer: b.name.clone(),
+                        device: d.device.to_string().into(),
+                        buffer: b.name.clone().into(),
                         offset: b.offset,
-                        dtype: b.dtype.to_string(),
+                        dtype: b.dtype.to_string().into(),
                     });
                 }
-                let end = b.offset.checked_add(b.bytes).ok_or_else(|| PlanError::TooLarge { what: what() })?;
+                let end = b.offset.checked_add(b.bytes).ok_or_else(|| PlanError::TooLarge { what: what().into() })?;
                 if end > d.arena_bytes {
                     return Err(PlanError::OutsideArena {
-                        device: d.device.to_string(),
-                        buffer: b.name.clone(),
+                        device: d.device.to_string().into(),
+                        buffer: b.name.clone().into(),
                         offset: b.offset,
                         end,
                         arena: d.arena_bytes,
@@ -292,8 +287,8 @@ impl<'p> Verifier<'p> {
                 end_max = end_max.max(end);
                 if let BufferKind::View { of } = b.kind {
                     let bad = |reason: &str| PlanError::BadView {
-                        device: d.device.to_string(),
-                        buffer: b.name.clone(),
+                        device: d.device.to_string().into(),
+                        buffer: b.name.clone().into(),
                         of,
                         reason: reason.into(),
                     };
@@ -308,11 +303,11 @@ impl<'p> Verifier<'p> {
                     let of_end = o.offset.saturating_add(o.bytes);
                     if b.offset < o.offset || end > of_end {
                         return Err(PlanError::ViewOutside {
-                            device: d.device.to_string(),
-                            buffer: b.name.clone(),
+                            device: d.device.to_string().into(),
+                            buffer: b.name.clone().into(),
                             offset: b.offset,
                             end,
-                            of: o.name.clone(),
+                            of: o.name.clone().into(),
                             of_offset: o.offset,
                             of_end,
                         });
@@ -322,7 +317,7 @@ impl<'p> Verifier<'p> {
             let limit = end_max.div_ceil(ARENA_ALIGN).saturating_mul(ARENA_ALIGN);
             if d.arena_bytes > limit {
                 return Err(PlanError::ArenaTail {
-                    device: d.device.to_string(),
+                    device: d.device.to_string().into(),
                     arena: d.arena_bytes,
                     end: end_max,
                     limit,
@@ -335,11 +330,11 @@ impl<'p> Verifier<'p> {
     fn variables(&mut self) -> Result<(), PlanError> {
         for (i, v) in self.plan.variables.iter().enumerate() {
             if self.vars.insert(v.name.as_str(), i).is_some() {
-                return Err(PlanError::DuplicateVariable { name: v.name.clone() });
+                return Err(PlanError::DuplicateVariable { name: v.name.clone().into() });
             }
             let n = product(&v.shape)
                 .filter(|n| n.checked_mul(v.dtype.size_bytes()).is_some())
-                .ok_or_else(|| PlanError::TooLarge { what: format!("variable '{}'", v.name) })?;
+                .ok_or_else(|| PlanError::TooLarge { what: format!("variable '{}'", v.name).into() })?;
             self.var_elems.push(n);
         }
         Ok(())
@@ -349,13 +344,13 @@ impl<'p> Verifier<'p> {
         match r {
             BufRef::Arena { device, buffer } => {
                 let d = self.plan.devices.get(*device).ok_or_else(|| PlanError::DeviceIndex {
-                    at: at.to_string(),
+                    at: at.to_string().into(),
                     device: *device,
                     count: self.plan.devices.len(),
                 })?;
                 let b = d.buffers.get(*buffer).ok_or_else(|| PlanError::BufferIndex {
-                    at: at.to_string(),
-                    device: d.device.to_string(),
+                    at: at.to_string().into(),
+                    device: d.device.to_string().into(),
                     buffer: *buffer,
                     count: d.buffers.len(),
                 })?;
@@ -369,10 +364,10 @@ impl<'p> Verifier<'p> {
                 })
             }
             BufRef::Variable(n) => {
-                let &i = self
-                    .vars
-                    .get(n.as_str())
-                    .ok_or_else(|| PlanError::UndeclaredVariable { at: at.to_string(), name: n.clone() })?;
+                let &i = self.vars.get(n.as_str()).ok_or_else(|| PlanError::UndeclaredVariable {
+                    at: at.to_string().into(),
+                    name: n.clone().into(),
+                })?;
                 let v = &self.plan.variables[i];
                 Ok(Operand {
                     name: &v.name,
@@ -394,14 +389,18 @@ impl<'p> Verifier<'p> {
             let o = self.resolve(at, &c.buffer)?;
             if o.kind != Some(BufferKind::Constant) {
                 return Err(PlanError::RefKind {
-                    at: at.to_string(),
+                    at: at.to_string().into(),
                     name: o.name.into(),
                     expected: "a constant buffer".into(),
-                    got: kind_name(&o),
+                    got: kind_name(&o).into(),
                 });
             }
             if c.data.len() != o.elems {
-                return Err(PlanError::ConstantLength { at: at.to_string(), values: c.data.len(), elements: o.elems });
+                return Err(PlanError::ConstantLength {
+                    at: at.to_string().into(),
+                    values: c.data.len(),
+                    elements: o.elems,
+                });
             }
         }
         for (n, r) in &self.plan.feeds {
@@ -409,10 +408,10 @@ impl<'p> Verifier<'p> {
             let o = self.resolve(at, r)?;
             if o.kind != Some(BufferKind::Feed) {
                 return Err(PlanError::RefKind {
-                    at: at.to_string(),
+                    at: at.to_string().into(),
                     name: o.name.into(),
                     expected: "a feed buffer".into(),
-                    got: kind_name(&o),
+                    got: kind_name(&o).into(),
                 });
             }
         }
@@ -429,12 +428,12 @@ impl<'p> Verifier<'p> {
         let mut seen: BTreeMap<(Device, &str), usize> = BTreeMap::new();
         for (si, s) in self.plan.streams.iter().enumerate() {
             if let Some(first) = seen.insert((s.device, s.kind.name()), si) {
-                return Err(PlanError::DuplicateStream { stream: s.name(), first, second: si });
+                return Err(PlanError::DuplicateStream { stream: s.name().into(), first, second: si });
             }
-            let &dev = self
-                .devices
-                .get(&s.device)
-                .ok_or_else(|| PlanError::StreamDevice { stream: s.name(), device: s.device.to_string() })?;
+            let &dev = self.devices.get(&s.device).ok_or_else(|| PlanError::StreamDevice {
+                stream: s.name().into(),
+                device: s.device.to_string().into(),
+            })?;
             for (index, step) in s.steps.iter().enumerate() {
                 self.step(Site::Step { stream: s, index }, dev, step)?;
             }
@@ -446,9 +445,9 @@ impl<'p> Verifier<'p> {
     fn on_device(&self, at: Site, dev: usize, o: &Operand) -> Result<(), PlanError> {
         match o.loc {
             Loc::Arena { device, .. } if device != dev => Err(PlanError::WrongDevice {
-                at: at.to_string(),
+                at: at.to_string().into(),
                 buffer: o.name.into(),
-                device: self.plan.devices[device].device.to_string(),
+                device: self.plan.devices[device].device.to_string().into(),
             }),
             _ => Ok(()),
         }
@@ -473,7 +472,7 @@ impl<'p> Verifier<'p> {
                     for (x, role) in others {
                         if o.loc.overlaps(&x.loc) {
                             return Err(PlanError::Overlap {
-                                at: at.to_string(),
+                                at: at.to_string().into(),
                                 output: o.name.into(),
                                 other: x.name.into(),
                                 role: role.into(),
@@ -488,7 +487,7 @@ impl<'p> Verifier<'p> {
                 let size = |o: &Operand| o.elems * o.dtype.size_bytes();
                 if size(&f) != *bytes || size(&t) != *bytes {
                     return Err(PlanError::CopySize {
-                        at: at.to_string(),
+                        at: at.to_string().into(),
                         bytes: *bytes,
                         from: f.name.into(),
                         from_bytes: size(&f),
@@ -498,35 +497,39 @@ impl<'p> Verifier<'p> {
                 }
                 if f.dtype != t.dtype {
                     return Err(PlanError::CopyDtype {
-                        at: at.to_string(),
+                        at: at.to_string().into(),
                         from: f.name.into(),
-                        from_dtype: f.dtype.to_string(),
+                        from_dtype: f.dtype.to_string().into(),
                         to: t.name.into(),
-                        to_dtype: t.dtype.to_string(),
+                        to_dtype: t.dtype.to_string().into(),
                     });
                 }
                 if f.loc.overlaps(&t.loc) {
-                    return Err(PlanError::CopyOverlap { at: at.to_string(), from: f.name.into(), to: t.name.into() });
+                    return Err(PlanError::CopyOverlap {
+                        at: at.to_string().into(),
+                        from: f.name.into(),
+                        to: t.name.into(),
+                    });
                 }
                 Ok(())
             }
             Step::AllReduce { buffers, .. } => {
                 if buffers.is_empty() {
-                    return Err(PlanError::AllReduceEmpty { at: at.to_string() });
+                    return Err(PlanError::AllReduceEmpty { at: at.to_string().into() });
                 }
                 let group = buffers.iter().map(|r| self.resolve(at, r)).collect::<Result<Vec<_>, _>>()?;
                 for (k, o) in group.iter().enumerate() {
                     self.on_device(at, dev, o)?;
                     if o.dtype != DType::F32 {
                         return Err(PlanError::AllReduceDtype {
-                            at: at.to_string(),
+                            at: at.to_string().into(),
                             buffer: o.name.into(),
-                            dtype: o.dtype.to_string(),
+                            dtype: o.dtype.to_string().into(),
                         });
                     }
                     if let Some(x) = group[..k].iter().find(|x| x.loc.overlaps(&o.loc)) {
                         return Err(PlanError::AllReduceOverlap {
-                            at: at.to_string(),
+                            at: at.to_string().into(),
                             buffer: x.name.into(),
                             other: o.name.into(),
                         });
@@ -535,7 +538,7 @@ impl<'p> Verifier<'p> {
                 Ok(())
             }
             Step::Record(e) | Step::Wait(e) if *e >= self.plan.num_events => {
-                Err(PlanError::EventIndex { at: at.to_string(), event: *e, count: self.plan.num_events })
+                Err(PlanError::EventIndex { at: at.to_string().into(), event: *e, count: self.plan.num_events })
             }
             Step::Record(_) | Step::Wait(_) => Ok(()),
         }
@@ -564,8 +567,8 @@ fn events(plan: &Plan) -> Result<(), PlanError> {
                 if let Some(first) = recorded_at.insert(*e, at) {
                     return Err(PlanError::EventRecordedTwice {
                         event: *e,
-                        first: first.to_string(),
-                        second: at.to_string(),
+                        first: first.to_string().into(),
+                        second: at.to_string().into(),
                     });
                 }
             }
@@ -576,7 +579,7 @@ fn events(plan: &Plan) -> Result<(), PlanError> {
             if let Step::Wait(e) = step {
                 if !recorded_at.contains_key(e) {
                     return Err(PlanError::WaitNeverRecorded {
-                        at: Site::Step { stream: s, index }.to_string(),
+                        at: Site::Step { stream: s, index }.to_string().into(),
                         event: *e,
                     });
                 }
@@ -623,7 +626,7 @@ fn events(plan: &Plan) -> Result<(), PlanError> {
     if stuck.is_empty() {
         Ok(())
     } else {
-        Err(PlanError::Deadlock { stuck: stuck.join(", ") })
+        Err(PlanError::Deadlock { stuck: stuck.join(", ").into() })
     }
 }
 
@@ -655,7 +658,7 @@ impl Check<'_, '_> {
             return Ok(());
         }
         Err(PlanError::Arity {
-            at: self.at.to_string(),
+            at: self.at.to_string().into(),
             kernel: self.kernel.into(),
             what: what.into(),
             expected: expected.into(),
@@ -673,15 +676,19 @@ impl Check<'_, '_> {
         if ok {
             return Ok(());
         }
-        Err(PlanError::BadParams { at: self.at.to_string(), kernel: self.kernel.into(), reason: reason() })
+        Err(PlanError::BadParams {
+            at: self.at.to_string().into(),
+            kernel: self.kernel.into(),
+            reason: reason().into(),
+        })
     }
 
     /// A count computed from the parameters, or an error when it overflows.
     fn count(&self, v: Option<usize>, what: &str) -> Result<usize, PlanError> {
         v.ok_or_else(|| PlanError::BadParams {
-            at: self.at.to_string(),
+            at: self.at.to_string().into(),
             kernel: self.kernel.into(),
-            reason: format!("{what} overflows"),
+            reason: format!("{what} overflows").into(),
         })
     }
 
@@ -695,13 +702,13 @@ impl Check<'_, '_> {
             return Ok(());
         }
         Err(PlanError::OperandSize {
-            at: self.at.to_string(),
+            at: self.at.to_string().into(),
             kernel: self.kernel.into(),
-            operand,
+            operand: operand.into(),
             name: o.name.into(),
             got: o.elems,
             expected,
-            why: why(),
+            why: why().into(),
         })
     }
 
@@ -711,12 +718,12 @@ impl Check<'_, '_> {
             return Ok(());
         }
         Err(PlanError::OperandDtype {
-            at: self.at.to_string(),
+            at: self.at.to_string().into(),
             kernel: self.kernel.into(),
-            operand,
+            operand: operand.into(),
             name: o.name.into(),
-            got: o.ty(),
-            expected: dtype.to_string(),
+            got: o.ty().into(),
+            expected: dtype.to_string().into(),
         })
     }
 
@@ -742,7 +749,7 @@ impl Check<'_, '_> {
     fn rows(&self, per_row: usize, what: &str) -> Result<usize, PlanError> {
         self.param(per_row >= 1, || format!("{what} is 0"))?;
         let n = self.ins[0].elems;
-        self.param(n % per_row == 0, || {
+        self.param(n.is_multiple_of(per_row), || {
             format!("input 0 '{}' has {n} elements, not a multiple of {what} {per_row}", self.ins[0].name)
         })?;
         Ok(n / per_row)
@@ -757,10 +764,10 @@ impl Check<'_, '_> {
         if !conv_ws {
             if let Some(w) = ws {
                 return Err(PlanError::Workspace {
-                    at: self.at.to_string(),
+                    at: self.at.to_string().into(),
                     kernel: self.kernel.into(),
                     expected: 0,
-                    got: format!("'{}' with {} elements", w.name, w.elems),
+                    got: format!("'{}' with {} elements", w.name, w.elems).into(),
                 });
             }
         }
@@ -1102,14 +1109,14 @@ impl Check<'_, '_> {
         let f32_ws = ws.is_none_or(|w| w.dtype == DType::F32);
         if workspace_len != expected || got != expected || !f32_ws || (expected == 0 && ws.is_some()) {
             return Err(PlanError::Workspace {
-                at: self.at.to_string(),
+                at: self.at.to_string().into(),
                 kernel: self.kernel.into(),
                 expected,
                 got: match ws {
                     Some(w) => {
-                        format!("'{}' ({}, {} elements; workspace_len={workspace_len})", w.name, w.ty(), w.elems)
+                        format!("'{}' ({}, {} elements; workspace_len={workspace_len})", w.name, w.ty(), w.elems).into()
                     }
-                    None => format!("none (workspace_len={workspace_len})"),
+                    None => format!("none (workspace_len={workspace_len})").into(),
                 },
             });
         }
