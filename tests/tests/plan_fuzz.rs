@@ -1,6 +1,6 @@
 //! A short fuzz run over mutated plan JSON: the plans of the seed MLP and
 //! convnet at 1 and 2 towers, each mutated a few hundred times in
-//! deterministic random ways (numbers to 0 / huge / ±1, array elements
+//! deterministic random ways, half of them in kernel parameters (numbers to 0 / huge / ±1, array elements
 //! deleted, duplicated or swapped, strings swapped for other strings of the
 //! plan). Each mutant is parsed, verified and, when it verifies, loaded in a
 //! `Session` and run for one step (feeds zero-filled) under `catch_unwind`,
@@ -191,13 +191,21 @@ fn mutated_plans_are_rejected_or_run_without_panicking() {
         let json = serde_json::to_value(seed).expect("json");
         let (mut paths, mut strings) = (Vec::new(), Vec::new());
         targets(&json, &mut Vec::new(), &mut paths, &mut strings);
+        let kernel_paths: Vec<Vec<Seg>> =
+            paths.iter().filter(|p| p.iter().any(|s| matches!(s, Seg::Key(k) if k == "kernel"))).cloned().collect();
         strings.sort();
         strings.dedup();
         for _ in 0..per_plan {
             mutations += 1;
             let mut v = json.clone();
             for _ in 0..1 + rng.below(3) {
-                let p = &paths[rng.below(paths.len())];
+                // Half of the mutations hit a launch's kernel parameters,
+                // where most rules live; the rest anything in the plan.
+                let p = if rng.below(2) == 0 {
+                    &kernel_paths[rng.below(kernel_paths.len())]
+                } else {
+                    &paths[rng.below(paths.len())]
+                };
                 mutate(&mut v, p, &strings, &mut rng);
             }
             let Ok(plan) = serde_json::from_value::<Plan>(v) else {
