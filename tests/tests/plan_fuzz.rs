@@ -1,5 +1,5 @@
 //! A short fuzz run over mutated plan JSON: the plans of the seed MLP and
-//! convnet at 1 and 2 towers, each mutated a few hundred times in
+//! convnet at 1 and 2 towers (and the convnet with batch norm), each mutated a few hundred times in
 //! deterministic random ways, half of them in kernel parameters (numbers to 0 / huge / ±1, array elements
 //! deleted, duplicated or swapped, strings swapped for other strings of the
 //! plan). Each mutant is parsed, verified and, when it verifies, loaded in a
@@ -23,7 +23,7 @@ use towers_runtime::Session;
 
 /// Mutants per seed plan; `TOWERS_FUZZ_MUTANTS` and `TOWERS_FUZZ_SEED` set
 /// a longer or different run.
-const MUTANTS_PER_PLAN: usize = 1000;
+const MUTANTS_PER_PLAN: usize = 600;
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -32,8 +32,10 @@ fn env(name: &str, default: u64) -> u64 {
 /// Panics seen by the hook, on any thread.
 static PANICS: AtomicUsize = AtomicUsize::new(0);
 
-fn plan(kind: ModelKind, towers: u32, optimizer: Optimizer, vars: VarPlacement) -> Plan {
-    let model = build(&ModelSpec::new(kind, [8, 8, 1], 10)).expect("model");
+fn plan(kind: ModelKind, towers: u32, optimizer: Optimizer, vars: VarPlacement, batch_norm: bool) -> Plan {
+    let mut spec = ModelSpec::new(kind, [8, 8, 1], 10);
+    spec.batch_norm = batch_norm;
+    let model = build(&spec).expect("model");
     let mut o = CompileOptions::new(optimizer, 4);
     o.towers = (0..towers).map(Device::gpu).collect();
     o.variables = vars;
@@ -177,10 +179,12 @@ fn mutated_plans_are_rejected_or_run_without_panicking() {
     let momentum = Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false };
     let adam = Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) };
     let seeds = [
-        plan(ModelKind::Mlp, 1, momentum.clone(), VarPlacement::Cpu),
-        plan(ModelKind::Mlp, 2, adam.clone(), VarPlacement::Gpu0),
-        plan(ModelKind::Convnet, 1, adam, VarPlacement::Cpu),
-        plan(ModelKind::Convnet, 2, momentum, VarPlacement::Cpu),
+        plan(ModelKind::Mlp, 1, momentum.clone(), VarPlacement::Cpu, false),
+        plan(ModelKind::Mlp, 2, adam.clone(), VarPlacement::Gpu0, false),
+        plan(ModelKind::Convnet, 1, adam.clone(), VarPlacement::Cpu, false),
+        plan(ModelKind::Convnet, 2, momentum, VarPlacement::Cpu, false),
+        // Batch norm adds its kernels and the moving averages' updates.
+        plan(ModelKind::Convnet, 2, adam, VarPlacement::Cpu, true),
     ];
     let mut rng = Rng(env("TOWERS_FUZZ_SEED", 0x7077_e125));
     let per_plan = env("TOWERS_FUZZ_MUTANTS", MUTANTS_PER_PLAN as u64);
