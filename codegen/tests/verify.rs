@@ -425,3 +425,89 @@ fn the_event_graph_does_not_deadlock() {
     // cpu:0 waits for gpu:0 before recording what gpu:0's copy waits for.
     assert_eq!(err(|p| p.streams[0].steps.swap(0, 1)), "the streams deadlock: stuck at cpu:0/compute step 0 (wait e1), gpu:0/copy step 0 (wait e0), gpu:0/compute step 0 (wait e2)");
 }
+
+// Kernel parameters, a few kernels at a time: the base launch's operands are
+// x.gpu0 f32[2,3] and w f32[3,2] in, y f32[2,2] out.
+
+/// The base plan with its matmul replaced.
+fn with_launch(kernel: Kernel, inputs: Vec<BufRef>, outputs: Vec<BufRef>) -> impl FnOnce(&mut Plan) {
+    move |p: &mut Plan| {
+        for n in ["w/m", "w/v"] {
+            p.variables.push(var(n, DType::F32, &[3, 2]));
+        }
+        let (k, i, o, _) = launch(p);
+        (*k, *i, *o) = (kernel, inputs, outputs);
+    }
+}
+
+fn v(n: &str) -> BufRef {
+    BufRef::Variable(n.into())
+}
+
+#[test]
+fn softmax_classes_divide_the_rows() {
+    assert_eq!(
+        err(with_launch(Kernel::Softmax { classes: 0 }, vec![X_GPU], vec![Y])),
+        "gpu:0/compute step 1 'y': softmax parameters are invalid: classes is 0"
+    );
+    assert_eq!(
+        err(with_launch(Kernel::Softmax { classes: 3 }, vec![X_GPU], vec![Y])),
+        "gpu:0/compute step 1 'y': softmax output 0 'y' has 4 elements, but the parameters need 6 (input 0's length)"
+    );
+}
+
+#[test]
+fn pool_windows_and_strides_are_positive() {
+    use towers_codegen::PoolGeom;
+    let geom = PoolGeom { n: 1, h: 2, w: 3, c: 1, kh: 2, kw: 2, stride_h: 0, stride_w: 1, padding: Padding::Same };
+    assert_eq!(
+        err(with_launch(Kernel::MaxPool { geom }, vec![X_GPU], vec![Y])),
+        "gpu:0/compute step 1 'y': max_pool parameters are invalid: window 2 with stride 0: both must be at least 1"
+    );
+}
+
+#[test]
+fn concat_axes_are_in_range() {
+    let k = Kernel::Concat { axis: 2, shapes: vec![vec![2, 3], vec![3, 2]] };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU, w()], vec![Y])),
+        "gpu:0/compute step 1 'y': concat parameters are invalid: axis 2 is out of range for rank 2"
+    );
+}
+
+#[test]
+fn argmax_writes_i32() {
+    let k = Kernel::ArgMax { shape: vec![2, 3], axis: 1 };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU], vec![Y])),
+        "gpu:0/compute step 1 'y': argmax output 0 'y' is f32[2,2], but the kernel needs i32"
+    );
+}
+
+#[test]
+fn adam_reads_an_i32_global_step() {
+    let k = Kernel::ApplyAdam { lr: 0.1, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU, Y], vec![w(), v("w/m"), v("w/v")])),
+        "gpu:0/compute step 1 'y': apply_adam input 1 'y' is f32[2,2], but the kernel needs i32"
+    );
+}
+
+#[test]
+fn mean_apply_reads_one_gradient_per_weight() {
+    let apply = Box::new(Kernel::ApplyMomentum { lr: 0.1, momentum: 0.9, nesterov: false });
+    let k = Kernel::MeanApply { weights: vec![0.5, 0.5], apply };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU], vec![w(), v("w/m")])),
+        "gpu:0/compute step 1 'y': mean_apply takes 2 inputs, got 1"
+    );
+}
+
+#[test]
+fn mean_apply_fuses_only_optimizer_updates() {
+    let k = Kernel::MeanApply { weights: vec![1.0], apply: Box::new(Kernel::L2Loss) };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU], vec![w()])),
+        "gpu:0/compute step 1 'y': mean_apply parameters are invalid: l2_loss is not an optimizer update"
+    );
+}
