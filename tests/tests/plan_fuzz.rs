@@ -191,7 +191,10 @@ fn mutated_plans_are_rejected_or_run_without_panicking() {
     let (mut mutations, mut parse, mut rejected, mut load, mut run_err, mut ran, mut hung) = (0, 0, 0, 0, 0, 0, 0);
     let mut panicked: Vec<String> = Vec::new();
     for seed in &seeds {
+        let t = std::time::Instant::now();
         verify(seed).expect("the seed plan verifies");
+        let steps: usize = seed.streams.iter().map(|s| s.steps.len()).sum();
+        println!("verify: {steps} steps in {:?}", t.elapsed());
         let json = serde_json::to_value(seed).expect("json");
         let (mut paths, mut strings) = (Vec::new(), Vec::new());
         targets(&json, &mut Vec::new(), &mut paths, &mut strings);
