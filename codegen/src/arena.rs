@@ -62,7 +62,14 @@ impl Arena {
     /// buffer `base` (declared before); its index. The caller keeps it inside `base`.
     pub fn view(&mut self, base: usize, at: usize, name: String, dtype: DType, shape: Vec<usize>) -> usize {
         let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
-        self.push(Decl { name, dtype, shape, kind: BufferKind::View, bytes, layout: Layout::View { base, at } })
+        self.push(Decl {
+            name,
+            dtype,
+            shape,
+            kind: BufferKind::View { of: base },
+            bytes,
+            layout: Layout::View { base, at },
+        })
     }
 
     fn push(&mut self, d: Decl) -> usize {
@@ -113,7 +120,7 @@ mod tests {
         let (bufs, size) = a.finish();
         let at: Vec<(usize, usize)> = bufs.iter().map(|b| (b.offset, b.bytes)).collect();
         assert_eq!(at, [(0, 12), (64, 80), (104, 40), (192, 4)]);
-        assert_eq!(bufs[2].kind, BufferKind::View);
+        assert_eq!(bufs[2].kind, BufferKind::View { of: 1 });
         assert_eq!(size, 256);
     }
 }

@@ -37,4 +37,13 @@ pub enum CodegenError {
 
     #[error("event {event} is waited on but never recorded (the schedule has {num_events} events)")]
     BadEvent { event: usize, num_events: usize },
+
+    #[error("codegen produced a plan that fails verification (a compiler bug): {0}")]
+    InvalidPlan(Box<crate::verify::PlanError>),
+}
+
+impl From<crate::verify::PlanError> for CodegenError {
+    fn from(e: crate::verify::PlanError) -> CodegenError {
+        CodegenError::InvalidPlan(Box::new(e))
+    }
 }

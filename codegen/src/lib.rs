@@ -17,7 +17,9 @@
 //! - [`lower`](mod@lower): the lowering; `select`: one op to its kernel;
 //! - [`arena`]: per-device buffer declaration and offset assignment (the
 //!   place a liveness-based memory planner plugs in);
-//! - [`text`]: the text form; [`error`]: [`CodegenError`].
+//! - [`text`]: the text form; [`verify`](mod@verify): the plan verifier and
+//!   [`PlanError`], run at the end of [`lower`] and by backends on every plan they load;
+//! - [`CodegenError`], in [`error`].
 
 pub mod arena;
 pub mod error;
@@ -26,6 +28,7 @@ pub mod lower;
 pub mod plan;
 mod select;
 pub mod text;
+pub mod verify;
 
 pub use error::CodegenError;
 pub use kernel::{BinaryKind, ConvGeom, Kernel, PoolGeom, UnaryKind};
@@ -34,3 +37,4 @@ pub use plan::{
     BufRef, Buffer, BufferKind, ConstantDecl, DevicePlan, LowerOptions, Mode, Plan, Step, StreamPlan, VariableDecl,
 };
 pub use select::kernel_padding;
+pub use verify::{verify, PlanError};

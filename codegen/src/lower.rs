@@ -415,7 +415,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         })
         .collect();
 
-    Ok(Plan {
+    let plan = Plan {
         program: opts.program.clone(),
         mode: opts.mode,
         devices,
@@ -426,5 +426,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         tensors,
         streams,
         num_events: schedule.num_events,
-    })
+    };
+    crate::verify::verify(&plan)?;
+    Ok(plan)
 }

@@ -4,6 +4,13 @@
 //! - every [`BufRef::Arena`] names an existing buffer of an existing device;
 //!   buffers of one device never overlap (no liveness reuse yet), except a
 //!   [`BufferKind::View`], which lies inside the buffer it views;
+//! - a buffer's `bytes` are its shape's element count times its dtype's size,
+//!   and it lies inside its device's arena;
+//! - each launch's operands agree with its kernel's parameters (counts and
+//!   dtypes), and a launch never writes a buffer it also reads;
+//!
+//! [`crate::verify::verify`] checks all of this (and the events) on any plan,
+//! e.g. one read from JSON, so a backend may rely on it without checking.
 //! - variables live outside the arenas, in the backend's store, by name;
 //! - within a stream, steps run in order; across streams the only ordering
 //!   is `Record(e)` → `Wait(e)`: a buffer written on one stream is read on
@@ -61,8 +68,22 @@ pub enum BufferKind {
     Constant,
     /// Kernel scratch space.
     Workspace,
-    /// A contiguous part of another buffer (an output of a leading-axis split).
-    View,
+    /// A contiguous part of buffer `of` of the same device (an output of a
+    /// leading-axis split); it takes no arena space of its own.
+    View { of: usize },
+}
+
+impl BufferKind {
+    /// `tensor`, `feed`, `constant`, `workspace`, `view`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BufferKind::Tensor => "tensor",
+            BufferKind::Feed => "feed",
+            BufferKind::Constant => "constant",
+            BufferKind::Workspace => "workspace",
+            BufferKind::View { .. } => "view",
+        }
+    }
 }
 
 /// One buffer in a device arena.
@@ -79,9 +100,9 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    /// Number of 4-byte elements.
+    /// Number of elements of the buffer's dtype.
     pub fn len(&self) -> usize {
-        self.bytes / 4
+        self.bytes / self.dtype.size_bytes()
     }
     pub fn is_empty(&self) -> bool {
         self.bytes == 0

@@ -4,9 +4,9 @@
 
 use std::fmt::Write;
 
-use towers_graph::Initializer;
+use towers_graph::{Initializer, Padding};
 
-use crate::kernel::Kernel;
+use crate::kernel::{BinaryKind, ConvGeom, Kernel, PoolGeom, UnaryKind};
 use crate::plan::{BufRef, Plan, Step};
 
 fn dims(d: &[usize]) -> String {
@@ -25,33 +25,142 @@ fn init(i: &Initializer) -> String {
     }
 }
 
-/// The parameters of a kernel, `key=value` separated by spaces.
+fn list<T: std::fmt::Display>(v: &[T]) -> String {
+    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn padding(p: Padding) -> &'static str {
+    match p {
+        Padding::Same => "same",
+        Padding::Valid => "valid",
+    }
+}
+
+fn unary(op: UnaryKind) -> &'static str {
+    match op {
+        UnaryKind::Neg => "neg",
+        UnaryKind::Relu => "relu",
+        UnaryKind::Sigmoid => "sigmoid",
+        UnaryKind::Tanh => "tanh",
+    }
+}
+
+/// `128x28x28x1 k=5x5 s=1x1 valid -> 12`: input NHWC, window, strides, padding, output channels.
+fn conv(g: &ConvGeom) -> String {
+    format!(
+        "{}x{}x{}x{} k={}x{} s={}x{} {} -> {}",
+        g.n,
+        g.h,
+        g.w,
+        g.c_in,
+        g.kh,
+        g.kw,
+        g.stride_h,
+        g.stride_w,
+        padding(g.padding),
+        g.c_out
+    )
+}
+
+/// `32x8x8x16 k=2x2 s=2x2 same`: input NHWC, window, strides, padding.
+fn pool(g: &PoolGeom) -> String {
+    format!(
+        "{}x{}x{}x{} k={}x{} s={}x{} {}",
+        g.n,
+        g.h,
+        g.w,
+        g.c,
+        g.kh,
+        g.kw,
+        g.stride_h,
+        g.stride_w,
+        padding(g.padding)
+    )
+}
+
+/// The parameters of a kernel as the plan text shows them, designed per
+/// kernel: shapes as `[a,b]`, NHWC geometry as `NxHxWxC`, flags by name
+/// (`trans_b`, `nesterov`) only when set, scalars as `key=value`. Empty for
+/// kernels without parameters. Deterministic: plain formatting of the values.
 pub fn kernel_params(k: &Kernel) -> String {
-    let s = format!("{k:?}");
-    // `Name { a: 1, b: [2, 3] }` → `a=1 b=[2,3]`.
-    let inner = match (s.find('{'), s.rfind('}')) {
-        (Some(a), Some(b)) if a < b => s[a + 1..b].trim().to_string(),
-        _ => return String::new(),
-    };
-    let mut out = String::new();
-    let mut depth = 0;
-    for ch in inner.chars() {
-        match ch {
-            '[' | '{' | '(' => {
-                depth += 1;
-                out.push(ch)
-            }
-            ']' | '}' | ')' => {
-                depth -= 1;
-                out.push(ch)
-            }
-            ':' if depth == 0 => out.push('='),
-            ',' if depth == 0 => out.push(';'),
-            ' ' => {}
-            _ => out.push(ch),
+    match k {
+        Kernel::MatMul { m, n, k, trans_a, trans_b } => {
+            let ta = if *trans_a { " trans_a" } else { "" };
+            let tb = if *trans_b { " trans_b" } else { "" };
+            format!("m={m} n={n} k={k}{ta}{tb}")
+        }
+        Kernel::Binary { op, a_shape, b_shape, out_shape } => {
+            let (name, sym) = match op {
+                BinaryKind::Add => ("add", "+"),
+                BinaryKind::Sub => ("sub", "-"),
+                BinaryKind::Mul => ("mul", "*"),
+                BinaryKind::Div => ("div", "/"),
+            };
+            // The output shape is written only where it is not the larger operand's.
+            let out = if out_shape == a_shape || out_shape == b_shape {
+                String::new()
+            } else {
+                format!(" -> {}", dims(out_shape))
+            };
+            format!("{name} {}{sym}{}{out}", dims(a_shape), dims(b_shape))
+        }
+        Kernel::AddN { n } => format!("n={n}"),
+        Kernel::BiasAdd { channels } | Kernel::BiasAddGrad { channels } => format!("c={channels}"),
+        Kernel::Unary { op } | Kernel::UnaryGrad { op } => unary(*op).into(),
+        Kernel::Conv2D { geom, .. }
+        | Kernel::Conv2DBackpropInput { geom, .. }
+        | Kernel::Conv2DBackpropFilter { geom, .. } => conv(geom),
+        Kernel::MaxPool { geom }
+        | Kernel::MaxPoolGrad { geom }
+        | Kernel::AvgPool { geom }
+        | Kernel::AvgPoolGrad { geom } => pool(geom),
+        Kernel::Concat { axis, shapes } => {
+            format!("axis={axis} {}", shapes.iter().map(|s| dims(s)).collect::<Vec<_>>().join("+"))
+        }
+        Kernel::Split { axis, shape, sizes } => format!("axis={axis} {} sizes={}", dims(shape), list(sizes)),
+        Kernel::Slice { shape, begin, size } | Kernel::SliceGrad { shape, begin, size } => {
+            format!("{} begin={} size={}", dims(shape), dims(begin), dims(size))
+        }
+        Kernel::BroadcastTo { x_shape, out_shape } | Kernel::SumTo { x_shape, out_shape } => {
+            format!("{} -> {}", dims(x_shape), dims(out_shape))
+        }
+        Kernel::Softmax { classes }
+        | Kernel::LogSoftmax { classes }
+        | Kernel::SoftmaxGrad { classes }
+        | Kernel::LogSoftmaxGrad { classes }
+        | Kernel::SparseSoftmaxXent { classes }
+        | Kernel::SoftmaxXent { classes } => format!("classes={classes}"),
+        Kernel::L2Loss | Kernel::IncrementStep => String::new(),
+        Kernel::ReduceSum { shape, axes } | Kernel::ReduceMean { shape, axes } => {
+            format!("{} axes={}", dims(shape), list(axes))
+        }
+        Kernel::ArgMax { shape, axis } => format!("{} axis={axis}", dims(shape)),
+        Kernel::Equal { dtype } => dtype.to_string(),
+        Kernel::Cast { from, to } => format!("{from} -> {to}"),
+        Kernel::Dropout { keep_prob, seed, elem_offset } => {
+            format!("keep_prob={keep_prob} seed={seed} offset={elem_offset}")
+        }
+        Kernel::Fill { value } => format!("value={value}"),
+        Kernel::BatchNormTrain { channels, epsilon } | Kernel::BatchNormInfer { channels, epsilon } => {
+            format!("c={channels} eps={epsilon}")
+        }
+        Kernel::BatchNormGrad { channels } => format!("c={channels}"),
+        Kernel::AssignMovingAverage { decay } => format!("decay={decay}"),
+        Kernel::ApplyGradientDescent { lr } => format!("lr={lr}"),
+        Kernel::ApplyMomentum { lr, momentum, nesterov } => {
+            let nv = if *nesterov { " nesterov" } else { "" };
+            format!("lr={lr} momentum={momentum}{nv}")
+        }
+        Kernel::ApplyAdam { lr, beta1, beta2, epsilon } => {
+            format!("lr={lr} beta1={beta1} beta2={beta2} eps={epsilon}")
+        }
+        Kernel::WeightedSum { weights } => format!("w={}", list(weights)),
+        Kernel::MeanApply { weights, apply } => {
+            let p = kernel_params(apply);
+            let sep = if p.is_empty() { "" } else { " " };
+            format!("w={} {}{sep}{p}", list(weights), apply.name())
         }
     }
-    out.replace(';', " ")
 }
 
 impl Plan {
@@ -78,7 +187,7 @@ impl Plan {
         for d in &self.devices {
             let _ = writeln!(o, "device {}  arena {} B", d.device, d.arena_bytes);
             for b in &d.buffers {
-                let kind = format!("{:?}", b.kind).to_lowercase();
+                let kind = b.kind.name();
                 let _ = writeln!(o, "  {} {}{} @{} {} B {kind}", b.name, b.dtype, dims(&b.shape), b.offset, b.bytes);
             }
         }

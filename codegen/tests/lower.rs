@@ -40,7 +40,9 @@ fn mlp() -> Graph {
             &[],
         )
         .unwrap();
-    let g_w = b.op1("grad_w", Op::Identity, &[w]).unwrap();
+    // A real gradient buffer: an Identity would alias the variable, and an update
+    // that reads the variable it writes is rejected by the verifier.
+    let g_w = b.op1("grad_w", Op::Neg, &[w]).unwrap();
     b.op1("apply_w", Op::ApplyGradient { optimizer: Optimizer::Sgd { lr: F32(0.5) } }, &[w, g_w, step]).unwrap();
     b.op1("inc", Op::IncrementStep, &[step]).unwrap();
     let mut g = b.finish();
