@@ -449,6 +449,10 @@ impl GraphBuilder {
     pub fn tanh(&mut self, x: Tensor) -> Result<Tensor> {
         self.unary(UnaryOp::Tanh, x)
     }
+    /// `x` if `x > 0` else `exp(x) - 1` (TF's `tf.nn.elu`).
+    pub fn elu(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Elu, x)
+    }
     pub fn conv2d(
         &mut self,
         x: Tensor,

@@ -136,6 +136,13 @@ unary_ops! {
         name: "reciprocal", tf: "Reciprocal", tf_grad: "ReciprocalGrad",
         f: |v: f32| 1.0 / v, grad: |d: f32, y: f32| -d * y * y,
     }
+    /// `x` if `x > 0` else `exp(x) - 1` (TF's `tf.nn.elu`); from y:
+    /// `dx = dy` if `y > 0` else `dy * (y + 1)` (since `exp(x) = y + 1`; TF's `EluGrad`).
+    Elu {
+        name: "elu", tf: "Elu", tf_grad: "EluGrad",
+        f: |v: f32| if v > 0.0 { v } else { v.exp_m1() },
+        grad: |d: f32, y: f32| if y > 0.0 { d } else { d * (y + 1.0) },
+    }
 }
 
 #[cfg(test)]
@@ -171,6 +178,8 @@ mod tests {
         assert_close(&y, &[0.5, 1.0, 2.0], 1e-6, "sqrt");
         unary(UnaryOp::Reciprocal, &pos, &mut y);
         assert_close(&y, &[4.0, 1.0, 0.25], 1e-6, "reciprocal");
+        unary(UnaryOp::Elu, &[-1.0, 0.0, 2.0], &mut y);
+        assert_close(&y, &[(-1.0f32).exp() - 1.0, 0.0, 2.0], 1e-6, "elu");
         // Sigmoid is stable far out on both tails.
         unary(UnaryOp::Sigmoid, &[-200.0, 200.0, 0.0], &mut y);
         assert_eq!(y, [0.0, 1.0, 0.5]);

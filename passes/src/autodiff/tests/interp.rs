@@ -211,6 +211,13 @@ fn unary_f64(op: UnaryOp, v: f64) -> f64 {
         UnaryOp::Sqrt => v.sqrt(),
         UnaryOp::Rsqrt => 1.0 / v.sqrt(),
         UnaryOp::Reciprocal => 1.0 / v,
+        UnaryOp::Elu => {
+            if v > 0.0 {
+                v
+            } else {
+                v.exp() - 1.0
+            }
+        }
     }
 }
 
@@ -232,6 +239,14 @@ fn unary_grad_f64(op: UnaryOp, d: f64, y: f64) -> f64 {
         UnaryOp::Sqrt => d / (2.0 * y),
         UnaryOp::Rsqrt => -0.5 * d * y * y * y,
         UnaryOp::Reciprocal => -d * y * y,
+        // x <= 0: y = exp(x) - 1, so f'(x) = exp(x) = y + 1.
+        UnaryOp::Elu => {
+            if y > 0.0 {
+                d
+            } else {
+                d * (y + 1.0)
+            }
+        }
     }
 }
 

@@ -74,6 +74,19 @@ fn activations() {
 }
 
 #[test]
+fn elu() {
+    // y = x (x > 0), exp(x) - 1 (x <= 0); dx = dy (y > 0), dy * (y + 1) (y <= 0),
+    // since exp(x) = y + 1 there. Values in [-3, 3) cover both branches.
+    case(|b| {
+        let x = var(b, "x", &[3, 5]);
+        let three = b.scalar(3.0).unwrap();
+        let wide = b.mul(x, three).unwrap();
+        let e = b.elu(wide).unwrap();
+        (vec![x], vec![e])
+    });
+}
+
+#[test]
 fn math_functions_from_their_outputs() {
     // Exp: dy*y; Log: dy/x = dy*exp(-y); Sqrt: dy/(2y); Rsqrt: -dy*y³/2;
     // Reciprocal: -dy*y². Inputs kept in [1, 2] (the domain of all five)
