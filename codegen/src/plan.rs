@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use towers_graph::StreamKind;
 use towers_graph::{DType, Device, Initializer};
 
-use crate::kernel::Kernel;
+use towers_kernels::Kernel;
 
 /// Lowering mode: training (batch statistics, dropout masks) or evaluation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

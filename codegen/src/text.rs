@@ -6,8 +6,8 @@ use std::fmt::Write;
 
 use towers_graph::{Initializer, Padding};
 
-use crate::kernel::{BinaryKind, ConvGeom, Kernel, PoolGeom, UnaryKind};
 use crate::plan::{BufRef, Plan, Step};
+use towers_kernels::{BinaryOp, ConvGeom, Kernel, PoolGeom};
 
 fn dims(d: &[usize]) -> String {
     let v: Vec<String> = d.iter().map(|x| x.to_string()).collect();
@@ -33,15 +33,6 @@ fn padding(p: Padding) -> &'static str {
     match p {
         Padding::Same => "same",
         Padding::Valid => "valid",
-    }
-}
-
-fn unary(op: UnaryKind) -> &'static str {
-    match op {
-        UnaryKind::Neg => "neg",
-        UnaryKind::Relu => "relu",
-        UnaryKind::Sigmoid => "sigmoid",
-        UnaryKind::Tanh => "tanh",
     }
 }
 
@@ -90,12 +81,13 @@ pub fn kernel_params(k: &Kernel) -> String {
             format!("m={m} n={n} k={k}{ta}{tb}")
         }
         Kernel::Binary { op, a_shape, b_shape, out_shape } => {
-            let (name, sym) = match op {
-                BinaryKind::Add => ("add", "+"),
-                BinaryKind::Sub => ("sub", "-"),
-                BinaryKind::Mul => ("mul", "*"),
-                BinaryKind::Div => ("div", "/"),
+            let sym = match op {
+                BinaryOp::Add => "+",
+                BinaryOp::Sub => "-",
+                BinaryOp::Mul => "*",
+                BinaryOp::Div => "/",
             };
+            let name = op.name();
             // The output shape is written only where it is not the larger operand's.
             let out = if out_shape == a_shape || out_shape == b_shape {
                 String::new()
@@ -106,7 +98,7 @@ pub fn kernel_params(k: &Kernel) -> String {
         }
         Kernel::AddN { n } => format!("n={n}"),
         Kernel::BiasAdd { channels } | Kernel::BiasAddGrad { channels } => format!("c={channels}"),
-        Kernel::Unary { op } | Kernel::UnaryGrad { op } => unary(*op).into(),
+        Kernel::Unary { op } | Kernel::UnaryGrad { op } => op.name().into(),
         Kernel::Conv2D { geom, .. }
         | Kernel::Conv2DBackpropInput { geom, .. }
         | Kernel::Conv2DBackpropFilter { geom, .. } => conv(geom),

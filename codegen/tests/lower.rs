@@ -4,7 +4,7 @@
 use towers_codegen::{lower, CodegenError, LowerOptions, Mode, Step};
 use towers_graph::{
     DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, Program, Schedule, ScheduleItem, ScheduledStream,
-    Shape, StreamKind, TensorRef, F32,
+    Shape, StreamKind, TensorRef, UnaryOp, F32,
 };
 
 /// Place every node on cpu:0 and schedule all of them, in topological
@@ -42,7 +42,7 @@ fn mlp() -> Graph {
         .unwrap();
     // A real gradient buffer: an Identity would alias the variable, and an update
     // that reads the variable it writes is rejected by the verifier.
-    let g_w = b.op1("grad_w", Op::Neg, &[w]).unwrap();
+    let g_w = b.op1("grad_w", Op::Unary(UnaryOp::Neg), &[w]).unwrap();
     b.op1("apply_w", Op::ApplyGradient { optimizer: Optimizer::Sgd { lr: F32(0.5) } }, &[w, g_w, step]).unwrap();
     b.op1("inc", Op::IncrementStep, &[step]).unwrap();
     let mut g = b.finish();

@@ -3,8 +3,8 @@
 //! breaks it in exactly one way, then checks the exact error.
 
 use towers_codegen::{
-    verify, BinaryKind, BufRef, Buffer, BufferKind, ConstantDecl, ConvGeom, DevicePlan, Kernel, Mode, Plan, Step,
-    StreamPlan, UnaryKind, VariableDecl,
+    verify, BinaryOp, BufRef, Buffer, BufferKind, ConstantDecl, ConvGeom, DevicePlan, Kernel, Mode, Plan, Step,
+    StreamPlan, UnaryOp, VariableDecl,
 };
 use towers_graph::StreamKind;
 use towers_graph::{DType, Device, Initializer, Padding};
@@ -298,7 +298,7 @@ fn operand_dtypes_follow_the_kernel() {
 
 #[test]
 fn kernel_parameters_are_consistent() {
-    let add = Kernel::Binary { op: BinaryKind::Add, a_shape: vec![2, 3], b_shape: vec![2], out_shape: vec![2, 3] };
+    let add = Kernel::Binary { op: BinaryOp::Add, a_shape: vec![2, 3], b_shape: vec![2], out_shape: vec![2, 3] };
     assert_eq!(
         err(|p| *launch(p).0 = add),
         "gpu:0/compute step 1 'y': binary parameters are invalid: [2,3] and [2] do not broadcast to [2,3]"
@@ -334,7 +334,7 @@ fn a_convolution_has_its_workspace() {
 fn a_launch_never_writes_what_it_reads() {
     let relu = |p: &mut Plan| {
         let (kernel, inputs, outputs, _) = launch(p);
-        *kernel = Kernel::Unary { op: UnaryKind::Relu };
+        *kernel = Kernel::Unary { op: UnaryOp::Relu };
         *inputs = vec![Y];
         *outputs = vec![Y];
     };

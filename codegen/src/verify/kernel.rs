@@ -8,7 +8,7 @@
 use towers_graph::{DType, Padding};
 
 use super::{dims, product, Operand, PlanError, Site};
-use crate::kernel::{ConvGeom, Kernel, PoolGeom};
+use towers_kernels::{ConvGeom, Kernel, PoolGeom};
 
 /// Which operand of a launch.
 #[derive(Clone, Copy)]
@@ -308,7 +308,7 @@ impl Check<'_, '_> {
                 self.all_f32()?;
                 let (big, small) =
                     if matches!(k, Kernel::BroadcastTo { .. }) { (out_shape, x_shape) } else { (x_shape, out_shape) };
-                self.param(broadcast(big, small).as_ref() == Some(big), || {
+                self.param(broadcast(big, small).as_deref() == Some(&big[..]), || {
                     format!("{} does not broadcast to {}", dims(small), dims(big))
                 })?;
                 self.size(In(0), self.prod(x_shape, "x_shape")?, || format!("x_shape {}", dims(x_shape)))?;
@@ -471,20 +471,7 @@ impl Check<'_, '_> {
         let y = self.prod(&[g.n, oh, ow, g.c_out], "n*out_h*out_w*c_out")?;
         self.prod(&[g.n, oh, ow, g.kh, g.kw, g.c_in.max(1)], "the column matrix")?;
         // Every product above is in range, so the kernel's own arithmetic is too.
-        let expected = towers_kernels::conv::Conv2d {
-            n: g.n,
-            h: g.h,
-            w: g.w,
-            c_in: g.c_in,
-            kh: g.kh,
-            kw: g.kw,
-            c_out: g.c_out,
-            stride_h: g.stride_h,
-            stride_w: g.stride_w,
-            padding: crate::select::kernel_padding(g.padding),
-            threads: 1,
-        }
-        .workspace_len();
+        let expected = g.workspace_len();
         let got = ws.map_or(0, |w| w.elems);
         let f32_ws = ws.is_none_or(|w| w.dtype == DType::F32);
         if workspace_len != expected || got != expected || !f32_ws || (expected == 0 && ws.is_some()) {
