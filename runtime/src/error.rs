@@ -44,6 +44,11 @@ pub enum RuntimeError {
     #[error("invalid plan for program '{program}': {detail}")]
     BadPlan { program: String, detail: String },
 
+    /// The plan verifier refused the plan (`towers_codegen::verify`): run on
+    /// every plan a session loads, including plans read from JSON.
+    #[error("program '{program}' is not a valid plan: {source}")]
+    InvalidPlan { program: String, source: Box<towers_codegen::PlanError> },
+
     #[error("program '{program}', node '{node}': {detail}")]
     Kernel { program: String, node: String, detail: String },
 

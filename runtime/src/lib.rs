@@ -42,11 +42,6 @@ pub mod error;
 pub mod session;
 mod variables;
 
-// `cpu/exec.rs` names these by their paths from before the CPU backend had
-// its own folder; kept so that file moved unchanged (its body is being
-// reworked in parallel). New code says `crate::cpu::...`.
-use cpu::{mem, prepare};
-
 pub use backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
 pub use comm::{Comm, CommError, LocalComm};
 pub use cpu::CpuBackend;

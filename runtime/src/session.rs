@@ -99,6 +99,10 @@ impl Session {
         if self.programs.contains_key(name) {
             return Err(RuntimeError::DuplicateProgram { program: name.into() });
         }
+        // Every plan is verified before any of it is used: a malformed plan
+        // (e.g. edited JSON) is a typed error, never a bad access in a kernel.
+        towers_codegen::verify(&plan)
+            .map_err(|e| RuntimeError::InvalidPlan { program: name.into(), source: Box::new(e) })?;
         let backend = |e: BackendError| RuntimeError::from_backend(name, e);
         // Check every declaration before creating anything.
         for v in &plan.variables {

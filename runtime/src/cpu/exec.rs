@@ -9,13 +9,13 @@ use towers_kernels::dtype::{DType, Slice, SliceMut};
 use towers_kernels::elementwise as ew;
 use towers_kernels::{batchnorm, conv, dropout, gemm, init, layout, misc, optim, pool, reduce, softmax};
 
-use crate::prepare::Launch;
+use super::prepare::Launch;
 
 /// The typed read view of a buffer.
 ///
 /// # Safety
 /// As [`dispatch`].
-unsafe fn view<'a>(b: &crate::prepare::Buf) -> Slice<'a> {
+unsafe fn view<'a>(b: &super::prepare::Buf) -> Slice<'a> {
     match b.dtype {
         DType::F32 => Slice::F32(b.slot.f32()),
         DType::I32 | DType::Bool => Slice::I32(b.slot.i32()),
@@ -26,7 +26,7 @@ unsafe fn view<'a>(b: &crate::prepare::Buf) -> Slice<'a> {
 ///
 /// # Safety
 /// As [`dispatch`].
-unsafe fn view_mut<'a>(b: &crate::prepare::Buf) -> SliceMut<'a> {
+unsafe fn view_mut<'a>(b: &super::prepare::Buf) -> SliceMut<'a> {
     match b.dtype {
         DType::F32 => SliceMut::F32(b.slot.f32_mut()),
         DType::I32 | DType::Bool => SliceMut::I32(b.slot.i32_mut()),
@@ -36,7 +36,7 @@ unsafe fn view_mut<'a>(b: &crate::prepare::Buf) -> SliceMut<'a> {
 /// Run one launch. `step` is the program's 0-based run count (dropout's stream).
 ///
 /// # Safety
-/// The module invariant of [`crate::mem`]: no other thread touches the
+/// The module invariant of [`super::mem`]: no other thread touches the
 /// launch's outputs, and its inputs are not written meanwhile.
 pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
     let Launch { kernel, ins, outs, ws, slices, shapes, mut_slices, .. } = l;
@@ -133,7 +133,7 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
     Ok(())
 }
 
-unsafe fn ws_f32<'a>(ws: &Option<crate::mem::Slot>) -> &'a mut [f32] {
+unsafe fn ws_f32<'a>(ws: &Option<super::mem::Slot>) -> &'a mut [f32] {
     match ws {
         Some(s) => s.f32_mut(),
         None => &mut [],

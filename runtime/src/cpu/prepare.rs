@@ -108,9 +108,17 @@ pub fn resolve(plan: &Plan, arenas: &[Arc<Region>], store: &Store, r: &BufRef) -
     match r {
         BufRef::Arena { device, buffer } => {
             let b = plan.buffer(r).ok_or_else(|| format!("buffer {device}/{buffer} does not exist"))?;
+            // The CPU arenas hold 4-byte cells: every dtype of a plan today.
+            let elem = b.dtype.size_bytes();
+            if elem != 4 || b.offset % elem != 0 {
+                return Err(format!(
+                    "buffer '{}' of {} at offset {} does not fit 4-byte cells",
+                    b.name, b.dtype, b.offset
+                ));
+            }
             let arena = arenas.get(*device).ok_or_else(|| format!("device {device} does not exist"))?;
             let slot = arena
-                .slot(b.offset / 4, b.len())
+                .slot(b.offset / elem, b.len())
                 .ok_or_else(|| format!("buffer '{}' lies outside its arena", b.name))?;
             Ok(Buf { slot, dtype: b.dtype })
         }
