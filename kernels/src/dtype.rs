@@ -62,4 +62,24 @@ impl Slice<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Whether this data may go into a tensor of `dtype` (bools are i32 0/1).
+    pub fn fits(&self, dtype: DType) -> bool {
+        matches!((self, dtype), (Slice::F32(_), DType::F32) | (Slice::I32(_), DType::I32 | DType::Bool))
+    }
+}
+
+impl SliceMut<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            SliceMut::F32(x) => x.len(),
+            SliceMut::I32(x) => x.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether a tensor of `dtype` may be copied into this memory.
+    pub fn fits(&self, dtype: DType) -> bool {
+        matches!((self, dtype), (SliceMut::F32(_), DType::F32) | (SliceMut::I32(_), DType::I32 | DType::Bool))
+    }
 }

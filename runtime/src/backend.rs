@@ -34,7 +34,6 @@ use std::sync::Arc;
 
 use thiserror::Error;
 use towers_codegen::{BufRef, Plan, VariableDecl};
-use towers_graph::DType;
 
 use crate::comm::{Comm, CommError};
 
@@ -42,52 +41,11 @@ use crate::comm::{Comm, CommError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProgramId(pub usize);
 
-/// Host data going into a backend.
-#[derive(Debug, Clone, Copy)]
-pub enum HostSlice<'a> {
-    F32(&'a [f32]),
-    /// i32 and bool (0/1) tensors.
-    I32(&'a [i32]),
-}
-
+/// Host data going into a backend: the kernels' typed slice (f32, or i32
+/// for i32 and bool tensors), one type for kernels and the backend seam.
+pub use towers_kernels::dtype::Slice as HostSlice;
 /// Host memory a backend copies into.
-#[derive(Debug)]
-pub enum HostSliceMut<'a> {
-    F32(&'a mut [f32]),
-    I32(&'a mut [i32]),
-}
-
-impl HostSlice<'_> {
-    pub fn len(&self) -> usize {
-        match self {
-            HostSlice::F32(s) => s.len(),
-            HostSlice::I32(s) => s.len(),
-        }
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Whether this data may go into a tensor of `dtype`.
-    pub fn fits(&self, dtype: DType) -> bool {
-        matches!((self, dtype), (HostSlice::F32(_), DType::F32) | (HostSlice::I32(_), DType::I32 | DType::Bool))
-    }
-}
-
-impl HostSliceMut<'_> {
-    pub fn len(&self) -> usize {
-        match self {
-            HostSliceMut::F32(s) => s.len(),
-            HostSliceMut::I32(s) => s.len(),
-        }
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Whether a tensor of `dtype` may be copied into this memory.
-    pub fn fits(&self, dtype: DType) -> bool {
-        matches!((self, dtype), (HostSliceMut::F32(_), DType::F32) | (HostSliceMut::I32(_), DType::I32 | DType::Bool))
-    }
-}
+pub use towers_kernels::dtype::SliceMut as HostSliceMut;
 
 /// Time spent in one item of a program while profiling was on.
 #[derive(Debug, Clone, PartialEq, Eq)]
