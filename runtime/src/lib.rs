@@ -43,6 +43,8 @@ pub mod session;
 mod variables;
 
 pub use backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
+#[cfg(feature = "mpi")]
+pub use comm::MpiComm;
 pub use comm::{Comm, CommError, LocalComm};
 pub use cpu::CpuBackend;
 pub use cuda::{probe, CudaStatus};

@@ -4,8 +4,9 @@
 //! in for them) that run the same program on their own share of the batch.
 //! The plan says *what* is reduced (`Step::AllReduce` over a group of
 //! buffers, a gradient bucket); the communicator says *how*: in process
-//! ([`LocalComm`], here), over MPI between CPU processes, over NCCL between
-//! GPUs (later issues; they implement this trait and nothing else changes).
+//! ([`LocalComm`], here), over MPI between CPU processes (`MpiComm`, behind
+//! the cargo feature `mpi`), over NCCL between GPUs (a later issue; it
+//! implements this trait and nothing else changes).
 //!
 //! Invariants every implementation keeps and every caller relies on:
 //! - **Collective order.** Every rank issues the same collectives, with
@@ -27,11 +28,15 @@
 //! group whose collectives return at once, leaving buffers unchanged.
 
 mod local;
+#[cfg(feature = "mpi")]
+mod mpi;
 
 use std::time::Duration;
 
 use thiserror::Error;
 
+#[cfg(feature = "mpi")]
+pub use self::mpi::MpiComm;
 pub use local::LocalComm;
 
 /// One rank of a communicator group. See the module docs for the contract.
