@@ -74,10 +74,13 @@
 //!   `truncated_normal(x, mean, stddev, seed, key)`, `glorot_uniform(x, shape, seed, key)`,
 //!   `fans(shape)`, `fnv1a64(key)`; ChaCha8 seeded from `(seed, fnv1a64(key))`.
 //! - [`random`]: `philox4x32_10(counter, key)`, `philox_block(seed, step, block)`, `u32_to_unit(u)`.
+//! - [`cuda`]: the CUDA C twin of every kernel (sources embedded, entry points,
+//!   arguments, launch geometry, content hashes); data only, no CUDA dependency.
 //! - [`shape`]: `broadcast_shapes(op, a, b)`, `numel(shape)`, `MAX_RANK`.
 
 pub mod batchnorm;
 pub mod conv;
+pub mod cuda;
 pub mod dropout;
 pub mod elementwise;
 pub mod error;
