@@ -7,8 +7,9 @@
 //! - `exact`: bit for bit (NaN matches NaN): copies, selections, integer
 //!   kernels, dropout masks, pooling, the tower reduction, optimizer updates
 //!   (their CUDA forms round every step as the CPU does);
-//! - otherwise `|gpu - cpu| <= tol * max(|cpu|, 1)`: tree-ordered sums and
-//!   transcendental functions (`expf`, `tanhf`, `logf`) differ by rounding.
+//! - otherwise `|gpu - cpu| <= tol * max(|cpu|, 1)`: tree-ordered sums
+//!   (1e-4: sums of up to thousands of terms in another order), softmax rows
+//!   (1e-5), transcendental functions (`expf`, `tanhf`: 2e-6) differ by rounding.
 //!
 //! Skipped, with a message, without a CUDA driver, a GPU or NVRTC (never
 //! required: CI has no GPU). The CPU bodies are called through the small
@@ -323,8 +324,12 @@ fn cuda_twins_match_cpu() {
             if c.pass { "ok" } else { "FAILED" }
         );
     }
-    let mut kernels: Vec<&str> = r.checks.iter().map(|c| c.kernel).collect();
-    kernels.dedup();
+    let mut kernels: Vec<&str> = Vec::new();
+    for c in &r.checks {
+        if !kernels.contains(&c.kernel) {
+            kernels.push(c.kernel);
+        }
+    }
     let failed: Vec<&str> =
         kernels.iter().copied().filter(|k| r.checks.iter().any(|c| c.kernel == *k && !c.pass)).collect();
     let missing: Vec<&str> =
@@ -391,7 +396,7 @@ fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         );
         let mut want = vec![0f32; numel(small)];
         cpu::sum_to(&y, big, &mut want, small);
-        r.f32("sum_to_shape", format!("{big:?} -> {small:?}"), &g.down(&ds, numel(small)), &want, Some(1e-5));
+        r.f32("sum_to_shape", format!("{big:?} -> {small:?}"), &g.down(&ds, numel(small)), &want, Some(1e-4));
     }
     // bias_add and its gradient.
     for (rows, c) in [(7usize, 5usize), (512, 64), (3000, 10)] {
@@ -412,7 +417,7 @@ fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         );
         let mut want = vec![0f32; c];
         cpu::bias_add_grad(&x, &mut want);
-        r.f32("bias_add_grad", format!("[{rows}, {c}]"), &g.down(&dgb, c), &want, Some(1e-5));
+        r.f32("bias_add_grad", format!("[{rows}, {c}]"), &g.down(&dgb, c), &want, Some(1e-4));
     }
     // unary and unary_grad.
     let len = 10_007;
@@ -491,7 +496,7 @@ fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
             } else {
                 cpu::reduce::reduce_mean(&x, shape, axes, &mut want).unwrap();
             }
-            r.f32(kernel, format!("{shape:?} axes {axes:?}"), &g.down(&out, kept), &want, Some(1e-5));
+            r.f32(kernel, format!("{shape:?} axes {axes:?}"), &g.down(&out, kept), &want, Some(1e-4));
         }
     }
     // l2_loss
