@@ -496,7 +496,17 @@ fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
             } else {
                 cpu::reduce::reduce_mean(&x, shape, axes, &mut want).unwrap();
             }
-            r.f32(kernel, format!("{shape:?} axes {axes:?}"), &g.down(&out, kept), &want, Some(1e-4));
+            let first = g.down(&out, kept);
+            r.f32(kernel, format!("{shape:?} axes {axes:?}"), &first, &want, Some(1e-4));
+            // Deterministic: a second launch gives the same bits.
+            g.launch(
+                "reduce",
+                "towers_reduce_f32",
+                grid_rows(kept),
+                BLOCK,
+                &[n(kept), dx.a(), out.a(), d4(shape, 1), A::I32(mask), A::F32(scale)],
+            );
+            r.f32(kernel, format!("{shape:?} axes {axes:?}: run 2 = run 1"), &g.down(&out, kept), &first, None);
         }
     }
     // l2_loss
@@ -504,7 +514,10 @@ fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let x = rng.vec(len, -1.0, 1.0);
         let (dx, out) = (g.up(&x), g.up(&[0f32]));
         g.launch("reduce", "towers_l2_loss_f32", 1, BLOCK, &[n(len), dx.a(), out.a()]);
-        r.f32("l2_loss", format!("{len}"), &g.down(&out, 1), &[cpu::misc::l2_loss(&x)], Some(1e-6));
+        let first = g.down(&out, 1);
+        r.f32("l2_loss", format!("{len}"), &first, &[cpu::misc::l2_loss(&x)], Some(1e-6));
+        g.launch("reduce", "towers_l2_loss_f32", 1, BLOCK, &[n(len), dx.a(), out.a()]);
+        r.f32("l2_loss", format!("{len}: run 2 = run 1"), &g.down(&out, 1), &first, None);
     }
     // argmax (ties: first)
     for (shape, axis) in [(&[3usize, 7, 5][..], 1usize), (&[64, 10], 1), (&[9, 4], 0)] {
