@@ -24,6 +24,16 @@
 //!   every step the same way (`__fmul_rn`/`__fadd_rn`, no fused multiply-add)
 //!   and matches bit for bit; tree reductions and transcendental functions
 //!   differ from the CPU by rounding only.
+//!
+//! ## Libraries at run time
+//! cudarc opens NVRTC and the driver by bare name (`libnvrtc.so`,
+//! `libnvrtc.so.13`, `libcuda.so.1`, ...), so the folder holding
+//! `libnvrtc.so.13` must be on `LD_LIBRARY_PATH`: the PyPI wheel's
+//! `site-packages/nvidia/cu13/lib` (`pip install nvidia-cuda-nvrtc==13.0.88`,
+//! as `.ci/run` does), or a toolkit's `lib` (on the lent H100:
+//! `/usr/local/cuda-13.0/targets/x86_64-linux/lib`, or PyTorch's
+//! `nvidia/cu13/lib`). Load cubins compiled for the device's own `sm_XY`:
+//! the PTX of a newer NVRTC is refused by an older driver's JIT.
 
 use crate::conv::Conv2d;
 use crate::pool::Pool2d;

@@ -59,6 +59,7 @@ mod cpu {
             _ => ew::tanh_grad(dy, y, dx),
         }
     }
+    #[allow(clippy::too_many_arguments)]
     pub fn matmul(m: usize, k: usize, n: usize, ta: bool, tb: bool, a: &[f32], b: &[f32], c: &mut [f32]) {
         gemm::matmul(&gemm::MatMul::new(m, k, n).trans_a(ta).trans_b(tb), a, b, c);
     }
