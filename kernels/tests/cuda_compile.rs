@@ -1,5 +1,6 @@
 //! Every CUDA source compiles with NVRTC to PTX for `compute_80` and
-//! `compute_90`, defines every entry point the registry names, and, where
+//! `compute_90` and to cubins for `sm_80` and `sm_90` (what the backend loads),
+//! defines every entry point the registry names, and, where
 //! `ptxas` is on PATH, assembles for `sm_80` and `sm_90` without error
 //! (`ptxas -v` prints registers, spills and shared memory per kernel).
 //!
@@ -57,6 +58,12 @@ fn every_source_compiles_with_nvrtc_and_assembles_with_ptxas() {
                 }
             }
             let nvrtc_ms = t.elapsed().as_millis();
+            // The path the CUDA backend takes at load: NVRTC straight to a cubin for the real architecture.
+            match common::compile(src.path, src.code, real, &[]) {
+                Ok(c) if c.image.len() > 16 && c.image[..4] == [0x7f, b'E', b'L', b'F'] => {}
+                Ok(_) => failures.push(format!("{}: NVRTC returned no ELF cubin for {real}", src.path)),
+                Err(e) => failures.push(e),
+            }
             let Some(ptxas) = &ptxas else {
                 eprintln!("{:<28} {virt}: PTX {} bytes ({nvrtc_ms} ms)", src.path, text.len());
                 continue;
