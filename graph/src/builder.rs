@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use crate::device::DeviceSpec;
 use crate::error::{GraphError, Result};
 use crate::graph::{keys, Graph, NewNode, NodeId, Tensor};
-use crate::op::{ConstValue, Initializer, Op};
+use crate::op::{BinaryOp, ConstValue, Initializer, Op, UnaryOp};
 use crate::types::{DType, Shape, F32};
 
 /// Variable reuse mode of a variable scope.
@@ -363,7 +363,7 @@ impl GraphBuilder {
             let saved_control = std::mem::take(&mut self.control);
             let reg = self.l2_loss(var).and_then(|l2| {
                 let s = self.scalar(scale)?;
-                self.op1("l2_regularizer", Op::Mul, &[s, l2])
+                self.op1("l2_regularizer", Op::Binary(BinaryOp::Mul), &[s, l2])
             });
             self.name_scope = saved_scope;
             self.device = saved_device;
@@ -416,16 +416,16 @@ impl GraphBuilder {
         self.op1("MatMul", Op::MatMul { transpose_a, transpose_b }, &[a, b])
     }
     pub fn add(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        self.op1("add", Op::Add, &[a, b])
+        self.op1("add", Op::Binary(BinaryOp::Add), &[a, b])
     }
     pub fn sub(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        self.op1("sub", Op::Sub, &[a, b])
+        self.op1("sub", Op::Binary(BinaryOp::Sub), &[a, b])
     }
     pub fn mul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        self.op1("mul", Op::Mul, &[a, b])
+        self.op1("mul", Op::Binary(BinaryOp::Mul), &[a, b])
     }
     pub fn div(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        self.op1("truediv", Op::Div, &[a, b])
+        self.op1("truediv", Op::Binary(BinaryOp::Div), &[a, b])
     }
     pub fn add_n(&mut self, xs: &[Tensor]) -> Result<Tensor> {
         self.op1("AddN", Op::AddN, xs)
@@ -433,17 +433,21 @@ impl GraphBuilder {
     pub fn bias_add(&mut self, x: Tensor, b: Tensor) -> Result<Tensor> {
         self.op1("BiasAdd", Op::BiasAdd, &[x, b])
     }
+    /// Any elementwise unary op, named by its TF type name (`Relu`, `Exp`, ...).
+    pub fn unary(&mut self, op: UnaryOp, x: Tensor) -> Result<Tensor> {
+        self.op1(op.tf_name(), Op::Unary(op), &[x])
+    }
     pub fn neg(&mut self, x: Tensor) -> Result<Tensor> {
-        self.op1("Neg", Op::Neg, &[x])
+        self.unary(UnaryOp::Neg, x)
     }
     pub fn relu(&mut self, x: Tensor) -> Result<Tensor> {
-        self.op1("Relu", Op::Relu, &[x])
+        self.unary(UnaryOp::Relu, x)
     }
     pub fn sigmoid(&mut self, x: Tensor) -> Result<Tensor> {
-        self.op1("Sigmoid", Op::Sigmoid, &[x])
+        self.unary(UnaryOp::Sigmoid, x)
     }
     pub fn tanh(&mut self, x: Tensor) -> Result<Tensor> {
-        self.op1("Tanh", Op::Tanh, &[x])
+        self.unary(UnaryOp::Tanh, x)
     }
     pub fn conv2d(
         &mut self,

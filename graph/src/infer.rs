@@ -6,7 +6,7 @@
 //! Unknown dimensions (`None`) propagate; a known dimension that contradicts
 //! another is an error whose text names both shapes.
 
-use crate::op::{Op, Padding};
+use crate::op::{Op, Padding, UnaryOp};
 use crate::types::{DType, Shape, TensorType};
 
 /// Why inference failed; the graph adds the node's name and scope.
@@ -160,7 +160,7 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             }
             Ok(vec![TensorType::new(DType::F32, Shape(vec![m, n]))])
         }
-        Add | Sub | Mul | Div => {
+        Binary(_) => {
             arity(inputs, 2)?;
             let (a, b) = (&inputs[0], &inputs[1]);
             if a.dtype != b.dtype {
@@ -212,9 +212,9 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             let c = inputs[0].shape.0.last().copied().flatten();
             Ok(vec![TensorType::new(DType::F32, Shape(vec![c]))])
         }
-        Neg | Relu | Sigmoid | Tanh | Softmax | LogSoftmax | Identity | StopGradient => {
+        Unary(_) | Softmax | LogSoftmax | Identity | StopGradient => {
             arity(inputs, 1)?;
-            if !matches!(op, Identity | StopGradient | Neg) {
+            if !matches!(op, Identity | StopGradient | Unary(UnaryOp::Neg)) {
                 want_float(&inputs[0], "input")?;
             }
             if matches!(op, Softmax | LogSoftmax) && inputs[0].shape.rank() < 1 {
@@ -222,7 +222,7 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             }
             same(&inputs[0])
         }
-        ReluGrad | SigmoidGrad | TanhGrad | SoftmaxGrad | LogSoftmaxGrad => {
+        UnaryGrad(_) | SoftmaxGrad | LogSoftmaxGrad => {
             arity(inputs, 2)?;
             if !inputs[0].shape.compatible(&inputs[1].shape) {
                 return detail(format!("dy {} and y {} must have one shape", inputs[0].shape, inputs[1].shape));

@@ -25,5 +25,5 @@ pub use builder::{GraphBuilder, Reuse, VariableOptions};
 pub use device::{Device, DeviceKind, DeviceSpec};
 pub use error::GraphError;
 pub use graph::{keys, Edge, Graph, NewNode, Node, NodeId, Tensor};
-pub use op::{ConstValue, Initializer, Op, Optimizer, Padding};
+pub use op::{BinaryOp, ConstValue, Initializer, Op, Optimizer, Padding, UnaryOp};
 pub use types::{DType, Shape, TensorType, F32};

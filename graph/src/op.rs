@@ -6,37 +6,19 @@
 //! op and documented on each variant ("in:"), as are the outputs ("out:").
 //! Ops whose `is_stateful` is true write a variable and are never merged,
 //! duplicated or removed by a rewrite.
+//!
+//! Elementwise arithmetic and activations are the kernels' own vocabulary:
+//! `Op::Binary(BinaryOp)`, `Op::Unary(UnaryOp)` and `Op::UnaryGrad(UnaryOp)`
+//! (every unary gradient is a function of the op's output y), so a new
+//! unary op is added in `towers_kernels` alone. Their TF type names come
+//! from those enums (`Relu`, `ReluGrad`, `RealDiv`, ...).
 
 use serde::{Deserialize, Serialize};
 
 use crate::types::{DType, F32};
 
-/// Padding of convolutions and pools, with TF's exact output-size rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Padding {
-    Same,
-    Valid,
-}
-
-impl Padding {
-    /// Output size and padding before, for one spatial dimension (TF rules).
-    pub fn out_and_pad(self, input: usize, k: usize, stride: usize) -> Option<(usize, usize)> {
-        match self {
-            Padding::Same => {
-                let out = input.div_ceil(stride);
-                let pad_total = ((out.saturating_sub(1)) * stride + k).saturating_sub(input);
-                Some((out, pad_total / 2))
-            }
-            Padding::Valid => {
-                if input < k {
-                    None
-                } else {
-                    Some(((input - k) / stride + 1, 0))
-                }
-            }
-        }
-    }
-}
+/// The op vocabulary shared with the kernels: one definition, in `towers_kernels`.
+pub use towers_kernels::{BinaryOp, Padding, UnaryOp};
 
 /// How a variable gets its first value. Seeded initializers draw from a
 /// stream keyed by (graph seed, variable name), so values do not depend on
@@ -122,27 +104,19 @@ pub enum Op {
         transpose_a: bool,
         transpose_b: bool,
     },
-    /// in: a, b (broadcasting). out: a+b.
-    Add,
-    Sub,
-    Mul,
-    Div,
+    /// in: a, b (broadcasting, one dtype). out: a op b.
+    Binary(BinaryOp),
     /// in: n tensors of one type. out: their sum.
     AddN,
     /// in: x [..., C], bias [C]. out: x + bias.
     BiasAdd,
     /// in: dy [..., C]. out: sum over all but the last axis, [C].
     BiasAddGrad,
-    Neg,
-    Relu,
-    Sigmoid,
-    Tanh,
-    /// in: dy, y (the Relu output). out: dy where y > 0.
-    ReluGrad,
-    /// in: dy, y. out: dy*y*(1-y).
-    SigmoidGrad,
-    /// in: dy, y. out: dy*(1-y²).
-    TanhGrad,
+    /// in: x (f32; Neg takes any dtype). out: op(x).
+    Unary(UnaryOp),
+    /// in: dy, y (the op's output). out: dx, the op's gradient from y
+    /// (e.g. Relu: dy where y > 0; Tanh: dy*(1-y²)).
+    UnaryGrad(UnaryOp),
 
     // ---- convolution and pooling (NHWC; filters HWIO) -------------------
     /// in: x [N,H,W,C], filter [KH,KW,C,O]. out: [N,OH,OW,O].
@@ -302,20 +276,12 @@ impl Op {
             Op::Const { .. } => "Const",
             Op::Variable { .. } => "VariableV2",
             Op::MatMul { .. } => "MatMul",
-            Op::Add => "Add",
-            Op::Sub => "Sub",
-            Op::Mul => "Mul",
-            Op::Div => "RealDiv",
+            Op::Binary(op) => op.tf_name(),
             Op::AddN => "AddN",
             Op::BiasAdd => "BiasAdd",
             Op::BiasAddGrad => "BiasAddGrad",
-            Op::Neg => "Neg",
-            Op::Relu => "Relu",
-            Op::Sigmoid => "Sigmoid",
-            Op::Tanh => "Tanh",
-            Op::ReluGrad => "ReluGrad",
-            Op::SigmoidGrad => "SigmoidGrad",
-            Op::TanhGrad => "TanhGrad",
+            Op::Unary(op) => op.tf_name(),
+            Op::UnaryGrad(op) => op.tf_grad_name(),
             Op::Conv2D { .. } => "Conv2D",
             Op::Conv2DBackpropInput { .. } => "Conv2DBackpropInput",
             Op::Conv2DBackpropFilter { .. } => "Conv2DBackpropFilter",

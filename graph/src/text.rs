@@ -10,6 +10,19 @@ use std::fmt::Write;
 
 use crate::error::Result;
 use crate::graph::Graph;
+use crate::op::Op;
+
+/// An op as its text form shows it: the `Debug` form, except that the
+/// kernels' elementwise vocabulary prints flat (`Relu`, `ReluGrad`, `Add`),
+/// as before those ops shared one variant.
+fn op_text(op: &Op) -> String {
+    match op {
+        Op::Binary(b) => format!("{b:?}"),
+        Op::Unary(u) => format!("{u:?}"),
+        Op::UnaryGrad(u) => format!("{u:?}Grad"),
+        other => format!("{other:?}"),
+    }
+}
 
 /// Render the graph as text.
 pub fn to_text(g: &Graph) -> Result<String> {
@@ -23,7 +36,7 @@ pub fn to_text(g: &Graph) -> Result<String> {
             .chain(g.control_inputs(id).iter().map(|&c| format!("^{}", g.node(c).name)))
             .collect();
         let outs: Vec<String> = n.outputs.iter().map(|t| t.to_string()).collect();
-        let _ = write!(s, "{} = {:?}({})", n.name, n.op, ins.join(", "));
+        let _ = write!(s, "{} = {}({})", n.name, op_text(&n.op), ins.join(", "));
         if !outs.is_empty() {
             let _ = write!(s, " -> {}", outs.join(", "));
         }

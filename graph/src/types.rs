@@ -3,42 +3,14 @@
 //!
 //! A [`Shape`] dimension is `None` when unknown at build time (TF's `None`
 //! batch dimension); it becomes known when the compiler binds the feeds'
-//! batch size. All element types are 4 bytes wide, so every buffer can live in
-//! one 4-byte-aligned arena.
+//! batch size. [`DType`] is the kernels' ([`towers_kernels::dtype`]): all
+//! element types are 4 bytes wide, so every buffer can live in one
+//! 4-byte-aligned arena.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Element type of a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum DType {
-    F32,
-    I32,
-    /// Stored as an `i32` 0 or 1.
-    Bool,
-}
-
-impl DType {
-    pub fn size_bytes(self) -> usize {
-        4
-    }
-    pub fn is_float(self) -> bool {
-        self == DType::F32
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::I32 => "i32",
-            DType::Bool => "bool",
-        }
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use towers_kernels::DType;
 
 /// A shape whose dimensions may be unknown (`None`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -26,7 +26,7 @@ fn l2_regularizers_are_built_once_and_collected() {
         ["fc/weights/Regularizer/l2_regularizer", "fc/biases/Regularizer/l2_regularizer"]
     );
     let reg = g.get("fc/weights/Regularizer/l2_regularizer").unwrap();
-    assert!(matches!(g.node(reg).op, Op::Mul));
+    assert!(matches!(g.node(reg).op, Op::Binary(towers_graph::BinaryOp::Mul)));
     assert!(g.get("fc/weights/Regularizer/L2Loss").is_some());
     let total = b.regularization_loss().unwrap().unwrap();
     assert_eq!(b.graph().node(total.node).name, "total_regularization_loss");

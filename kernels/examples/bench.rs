@@ -2,7 +2,7 @@
 //! `cargo run -p towers-kernels --release --example bench`.
 
 use std::time::Instant;
-use towers_kernels::conv::{conv2d, conv2d_backprop_filter, conv2d_backprop_input, Conv2d};
+use towers_kernels::conv::{conv2d, conv2d_backprop_filter, conv2d_backprop_input, ConvGeom};
 use towers_kernels::gemm::{matmul, MatMul};
 use towers_kernels::window::Padding;
 
@@ -40,7 +40,7 @@ fn main() {
         println!("gemm {m}x{k} * {k}x{n} ta={ta} tb={tb}: {:.1} us, {gf:.1} GFLOP/s", s * 1e6);
     }
     for &(h, ci, k, co) in &[(28, 1, 5, 12), (14, 12, 3, 24), (8, 12, 3, 24)] {
-        let p = Conv2d {
+        let p = ConvGeom {
             n: 256,
             h,
             w: h,
@@ -51,7 +51,6 @@ fn main() {
             stride_h: 1,
             stride_w: 1,
             padding: Padding::Same,
-            threads: 1,
         };
         let x = vec![0.5f32; p.x_len()];
         let f = vec![0.1f32; p.filter_len()];

@@ -21,4 +21,7 @@ pub enum KernelError {
     /// An axis argument is out of range for the given rank, or repeated.
     #[error("{op}: axis {axis} is invalid for a tensor of rank {rank} (axes must be in 0..rank and distinct)")]
     BadAxis { op: &'static str, axis: usize, rank: usize },
+    /// A fused kernel names an inner kernel it cannot fuse with.
+    #[error("{op} cannot fuse into {into}; only the optimizer updates (apply_gradient_descent, apply_momentum, apply_adam) with their variable and slots")]
+    CannotFuse { op: &'static str, into: &'static str },
 }

@@ -1,78 +1,68 @@
-//! # towers-kernels: the CPU kernel library
+//! # towers-kernels: the kernel ABI and its CPU bodies
 //!
-//! Pure slice-level f32 kernels (labels and indices are i32) that the
-//! runtime's CPU backend calls when it executes a compiled plan. They are
-//! also the reference ("interpreter") that the CUDA twins must agree with.
+//! The bottom crate of towers. It defines, once, the vocabulary every other
+//! crate speaks:
+//! - [`Kernel`] ([`kernel`]): the closed set of kernels a plan can launch,
+//!   each with its parameter block; the contract every backend honours;
+//! - the op vocabulary the graph's ops reuse: [`UnaryOp`], [`BinaryOp`],
+//!   [`Padding`] (with TF's output-size rule), [`DType`];
+//! - the parameter blocks: [`ConvGeom`], [`PoolGeom`], shapes as `Vec<usize>`.
 //!
-//! ## Conventions (all kernels)
+//! and it holds the CPU body of every kernel, one folder per kernel family
+//! (`conv/`, `pool/`, `elementwise/`, ...), with room for the CUDA C twin
+//! beside it. The CPU bodies are the reference ("interpreter") that the
+//! CUDA twins must agree with.
+//!
+//! ## Invariants (every kernel)
+//! - **Every kernel a plan can launch has its body here.** A backend
+//!   dispatches one [`Kernel`] variant to one call; it does no math.
 //! - Tensors are dense, row-major slices; shapes are passed as `&[usize]`
 //!   or as a geometry struct. Activations are NHWC, conv filters HWIO.
+//!   Element types are 4 bytes; labels, indices and bools are `i32`.
 //! - Argument order: inputs, then scalar attributes, then outputs, then
 //!   `workspace` last. Outputs are fully overwritten (never read) unless the
-//!   doc says otherwise; optimizer kernels update their buffers in place.
-//! - No kernel allocates. Scratch comes from the caller: a kernel that needs
-//!   it has a `workspace_len` (only [`conv::Conv2d::workspace_len`] today).
+//!   doc says otherwise; optimizer and state kernels update in place.
+//! - **No kernel allocates.** Scratch comes from the caller (a kernel that
+//!   needs it has a `workspace_len`: [`ConvGeom::workspace_len`]) or is a
+//!   fixed-size stack buffer ([`optim::mean_apply`]).
 //! - Slice lengths are the caller's contract: checked with `debug_assert!`
 //!   only. Kernels do not panic on correctly sized inputs (including empty
 //!   ones). Value- or shape-argument-dependent failures return
 //!   `Result<(), KernelError>` ([`KernelError`]).
 //! - Deterministic: same inputs give the same bits. Random kernels depend
-//!   only on seeds, keys and counters, never on threads. Bitwise equality
-//!   across different GEMM `threads` settings is not promised (that is up
-//!   to the `gemm` crate's blocking); single-threaded runs are reproducible.
+//!   only on seeds, keys and counters, never on threads.
+//! - Every unary op's gradient is a function of its output `y`
+//!   ([`elementwise::unary`]): adding one is one table entry there.
 //!
 //! ## Kernels by module
 //! - [`gemm`]: `matmul(&MatMul { m, n, k, trans_a, trans_b, alpha, beta, threads }, a, b, c)`:
-//!   `c[m,n] = alpha * op(a) op(b) + beta * c`; `a` stored `[m,k]` (`[k,m]`
-//!   if `trans_a`), `b` stored `[k,n]` (`[n,k]` if `trans_b`); transposes are
-//!   strides, never copies. `threads > 1` uses rayon.
-//! - [`window`]: `Padding::{Same, Valid}`, `out_and_pad(in, k, stride, padding) -> (out, pad_before)` (TF rules).
-//! - [`conv`]: geometry `Conv2d { n, h, w, c_in, kh, kw, c_out, stride_h, stride_w, padding, threads }`;
+//!   `c[m,n] = alpha * op(a) op(b) + beta * c`; transposes are strides, never copies.
+//! - [`window`]: `Padding::{Same, Valid}`, `Padding::out_and_pad(in, k, stride) -> Option<(out, pad_before)>`.
+//! - [`conv`]: geometry `ConvGeom { n, h, w, c_in, kh, kw, c_out, stride_h, stride_w, padding }`;
 //!   `conv2d(p, x, filter, y, ws)`, `conv2d_backprop_input(p, dy, filter, dx, ws)`,
-//!   `conv2d_backprop_filter(p, x, dy, dfilter, ws)` with `x: [n,h,w,c_in]`,
-//!   `filter: [kh,kw,c_in,c_out]`, `y: [n,out_h,out_w,c_out]`,
-//!   `ws: [p.workspace_len()]` (same length for all three).
-//! - [`pool`]: geometry `Pool2d { n, h, w, c, kh, kw, stride_h, stride_w, padding }`;
-//!   `max_pool(p, x, y)`, `avg_pool(p, x, y)`, `max_pool_grad(p, x, y, dy, dx)`,
-//!   `avg_pool_grad(p, dy, dx)`.
-//! - [`elementwise`]:
-//!   `binary(BinaryOp::{Add,Sub,Mul,Div}, a, a_shape, b, b_shape, out) -> Result`
-//!   (NumPy broadcasting, rank <= 4, `out` has the broadcast shape);
-//!   `broadcast_to(x, x_shape, out, out_shape) -> Result`;
-//!   `sum_to_shape(x, x_shape, out, out_shape) -> Result` (gradient of a broadcast);
-//!   `unary(UnaryOp, x, y)`, `unary_inplace(UnaryOp, x)` for
-//!   Neg, Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt, Square, Abs, Reciprocal;
-//!   `relu_grad(dy, x_or_y, dx)`, `sigmoid_grad(dy, y, dx)`, `tanh_grad(dy, y, dx)`;
-//!   `scale(x, s, y)`, `scale_inplace(x, s)`;
-//!   `bias_add(x, bias, y)` (`x: [rows, C]`, `bias: [C]`), `bias_add_grad(dy, db)`.
-//! - [`reduce`]: `reduce_sum(x, shape, axes, out) -> Result`,
-//!   `reduce_mean(x, shape, axes, out) -> Result` (`out` = kept axes),
-//!   `argmax(x, shape, axis, out_i32) -> Result` (ties: first),
-//!   `equal(a, b, out_f32)`, `equal_i32(a, b, out_f32)` (write 1.0/0.0 as **f32**),
-//!   `cast_i32_to_f32(x, out)`, `cast_f32_to_i32(x, out)` (truncation).
-//! - [`softmax`] (last axis, `[rows, c]`): `softmax(x, c, y)`, `log_softmax(x, c, y)`,
-//!   `softmax_grad(dy, y, c, dx)`, `log_softmax_grad(dy, y, c, dx)`,
+//!   `conv2d_backprop_filter(p, x, dy, dfilter, ws)`, `ws: [p.workspace_len()]`.
+//! - [`pool`]: geometry `PoolGeom { n, h, w, c, kh, kw, stride_h, stride_w, padding }`;
+//!   `max_pool`, `avg_pool`, `max_pool_grad(p, x, y, dy, dx)`, `avg_pool_grad(p, dy, dx)`.
+//! - [`elementwise`]: `binary(BinaryOp, a, a_shape, b, b_shape, out) -> Result`
+//!   (NumPy broadcasting, rank <= 4); `broadcast_to`, `sum_to_shape` (its adjoint);
+//!   `unary(UnaryOp, x, y)`, `unary_grad(UnaryOp, dy, y, dx)`, `unary_inplace`;
+//!   `scale`, `scale_inplace`; `bias_add(x, bias, y)`, `bias_add_grad(dy, db)`.
+//! - [`reduce`]: `reduce_sum`, `reduce_mean` (`out` = kept axes), `argmax` (ties: first),
+//!   `equal(a, b, out_bool)`, `cast(x, to, y)` between any dtypes.
+//! - [`softmax`] (last axis, `[rows, c]`): `softmax`, `log_softmax`, their grads,
 //!   `sparse_softmax_cross_entropy(logits, labels_i32, c, loss, backprop) -> Result`,
-//!   `softmax_cross_entropy(logits, labels, c, loss, backprop)`;
-//!   `loss: [rows]`, `backprop: [rows, c] = softmax - labels`.
-//! - [`batchnorm`] (channels last, `[rows, C]`):
-//!   `batch_norm_train(x, gamma, beta, eps, y, mean, var, inv_std)`,
-//!   `batch_norm_infer(x, gamma, beta, moving_mean, moving_var, eps, y)`,
-//!   `batch_norm_grad(dy, x, gamma, mean, inv_std, dx, dgamma, dbeta)`,
-//!   `batch_norm_update_moving(moving_mean, moving_var, mean, var, rows, decay)`
-//!   (moving variance uses the unbiased `var * rows / (rows - 1)`).
-//! - [`dropout`]: `dropout(x, keep_prob, seed, step, y, mask)` (mask = 0 or
-//!   `1/keep_prob`, from Philox4x32-10 of `(seed, step, index)`), `dropout_grad(dy, mask, dx)`.
-//! - [`misc`]: `l2_loss(x) -> f32`, `l2_loss_grad(x, dy, dx)`, `add_n(inputs, out)`,
-//!   `weighted_sum(inputs, weights, out)` (one pass), `copy(src, dst)`.
-//! - [`layout`]: `concat(inputs, shapes, axis, out)`, `split(x, shape, axis, sizes, outs)`,
-//!   `slice(x, shape, begin, size, out)`, `slice_grad(dy, shape, begin, size, dx)`; all `-> Result`.
-//! - [`optim`] (in place): `apply_gradient_descent(w, g, lr)`,
-//!   `apply_momentum(w, accum, g, lr, momentum, use_nesterov)`,
-//!   `apply_adam(w, m, v, g, lr, beta1, beta2, epsilon, step)` (`step` 1-based).
-//! - [`init`]: `fill(x, value)`, `uniform(x, lo, hi, seed, key)`,
-//!   `truncated_normal(x, mean, stddev, seed, key)`, `glorot_uniform(x, shape, seed, key)`,
-//!   `fans(shape)`, `fnv1a64(key)`; ChaCha8 seeded from `(seed, fnv1a64(key))`.
+//!   `softmax_cross_entropy(logits, labels, c, loss, backprop)`.
+//! - [`batchnorm`] (channels last, `[rows, C]`): `batch_norm_train` (unbiased
+//!   batch variance out), `batch_norm_infer` (moving statistics out),
+//!   `batch_norm_grad`, `assign_moving_average(moving, value, decay)`.
+//! - [`dropout`]: `dropout(x, keep_prob, seed, step, offset, y, mask)` (Philox4x32-10 of
+//!   `(seed, step, offset + i)`), `dropout_grad(dy, mask, dx)`.
+//! - [`misc`]: `l2_loss`, `l2_loss_grad`, `add_n`, `weighted_sum` (the tower reduction), `copy`.
+//! - [`layout`]: `concat`, `split`, `slice`, `slice_grad`; all `-> Result`.
+//! - [`optim`] (in place): `apply_gradient_descent`, `apply_momentum`,
+//!   `apply_adam` (`step` 1-based, [`optim::adam_step`]), `mean_apply` (the tower
+//!   reduction fused into one of them), `increment_step`.
+//! - [`init`]: `fill(x, value)`, `uniform`, `truncated_normal`, `glorot_uniform`, `fans`, `fnv1a64`.
 //! - [`random`]: `philox4x32_10(counter, key)`, `philox_block(seed, step, block)`, `u32_to_unit(u)`.
 //! - [`cuda`]: the CUDA C twin of every kernel (sources embedded, entry points,
 //!   arguments, launch geometry, content hashes); data only, no CUDA dependency.
@@ -82,10 +72,12 @@ pub mod batchnorm;
 pub mod conv;
 pub mod cuda;
 pub mod dropout;
+pub mod dtype;
 pub mod elementwise;
 pub mod error;
 pub mod gemm;
 pub mod init;
+pub mod kernel;
 pub mod layout;
 pub mod misc;
 pub mod optim;
@@ -99,4 +91,10 @@ pub mod window;
 #[cfg(test)]
 mod testutil;
 
+pub use conv::ConvGeom;
+pub use dtype::DType;
+pub use elementwise::{BinaryOp, UnaryOp};
 pub use error::KernelError;
+pub use kernel::Kernel;
+pub use pool::PoolGeom;
+pub use window::Padding;

@@ -6,32 +6,38 @@
 //!   (the extra padding, if odd, goes after, as in TF).
 //! - `Valid`: `out = ceil((in - k + 1) / stride)` when `in >= k`, else 0; no padding.
 
-/// Padding mode, as TF's `padding="SAME"` / `"VALID"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+use serde::{Deserialize, Serialize};
+
+/// Padding of convolutions and pools, as TF's `padding="SAME"` / `"VALID"`.
+/// The graph's ops and the kernels' geometry share this one type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Padding {
     Same,
     Valid,
 }
 
-/// `(out, pad_before)` along one spatial axis for input size `input`, window
-/// `k` and `stride` (`stride >= 1`, `k >= 1`).
-pub fn out_and_pad(input: usize, k: usize, stride: usize, padding: Padding) -> (usize, usize) {
-    debug_assert!(stride >= 1 && k >= 1);
-    match padding {
-        Padding::Same => {
-            let out = input.div_ceil(stride);
-            let needed = (out.saturating_sub(1)) * stride + k;
-            let pad_total = needed.saturating_sub(input);
-            (out, pad_total / 2)
-        }
-        Padding::Valid => {
-            if input < k {
-                (0, 0)
-            } else {
-                ((input - k + 1).div_ceil(stride), 0)
+impl Padding {
+    /// `(out, pad_before)` along one spatial axis for input size `input`,
+    /// window `k` and `stride` (`stride >= 1`, `k >= 1`), TF's rules; `None`
+    /// when a `Valid` window does not fit (`input < k`).
+    pub fn out_and_pad(self, input: usize, k: usize, stride: usize) -> Option<(usize, usize)> {
+        debug_assert!(stride >= 1 && k >= 1);
+        match self {
+            Padding::Same => {
+                let out = input.div_ceil(stride);
+                let needed = (out.saturating_sub(1)) * stride + k;
+                let pad_total = needed.saturating_sub(input);
+                Some((out, pad_total / 2))
             }
+            Padding::Valid => (input >= k).then(|| ((input - k + 1).div_ceil(stride), 0)),
         }
     }
+}
+
+/// [`Padding::out_and_pad`] with an empty output (`(0, 0)`) where the
+/// window does not fit: the kernels' geometry then has nothing to compute.
+pub fn out_and_pad(input: usize, k: usize, stride: usize, padding: Padding) -> (usize, usize) {
+    padding.out_and_pad(input, k, stride).unwrap_or((0, 0))
 }
 
 /// The input range `[lo, hi)` covered by the window of output position `o`,
@@ -60,5 +66,6 @@ mod tests {
         assert_eq!(out_and_pad(7, 3, 2, Padding::Valid), (3, 0));
         assert_eq!(out_and_pad(2, 3, 1, Padding::Valid), (0, 0));
         assert_eq!(out_and_pad(2, 1, 3, Padding::Same), (1, 0));
+        assert_eq!(Padding::Valid.out_and_pad(2, 3, 1), None);
     }
 }

@@ -1,7 +1,7 @@
 //! CPU implementation of the convolution kernels: im2col/col2im and GEMM.
 //! See the parent module for layouts.
 
-use super::Conv2d;
+use super::ConvGeom;
 use crate::gemm::{matmul, MatMul};
 use crate::window::window;
 
@@ -9,7 +9,7 @@ use crate::window::window;
 ///
 /// `x: [n, h, w, c_in]`, `filter: [kh, kw, c_in, c_out]`,
 /// `y: [n, out_h, out_w, c_out]`, `workspace: [p.workspace_len()]`.
-pub fn conv2d(p: &Conv2d, x: &[f32], filter: &[f32], y: &mut [f32], workspace: &mut [f32]) {
+pub fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], workspace: &mut [f32]) {
     debug_assert_eq!(x.len(), p.x_len());
     debug_assert_eq!(filter.len(), p.filter_len());
     debug_assert_eq!(y.len(), p.y_len());
@@ -19,7 +19,7 @@ pub fn conv2d(p: &Conv2d, x: &[f32], filter: &[f32], y: &mut [f32], workspace: &
         return;
     }
     if p.is_pointwise() {
-        matmul(&MatMul::new(rows, k, co).threads(p.threads), x, filter, y);
+        matmul(&MatMul::new(rows, k, co), x, filter, y);
         return;
     }
     let step = p.chunk_rows();
@@ -28,7 +28,7 @@ pub fn conv2d(p: &Conv2d, x: &[f32], filter: &[f32], y: &mut [f32], workspace: &
         let r = step.min(rows - r0);
         let col = &mut workspace[..r * k];
         im2col(p, x, r0, r, col);
-        let mm = MatMul::new(r, k, co).threads(p.threads);
+        let mm = MatMul::new(r, k, co);
         matmul(&mm, col, filter, &mut y[r0 * co..(r0 + r) * co]);
         r0 += r;
     }
@@ -38,7 +38,7 @@ pub fn conv2d(p: &Conv2d, x: &[f32], filter: &[f32], y: &mut [f32], workspace: &
 ///
 /// `dy: [n, out_h, out_w, c_out]`, `filter: [kh, kw, c_in, c_out]`,
 /// `dx: [n, h, w, c_in]` (overwritten), `workspace: [p.workspace_len()]`.
-pub fn conv2d_backprop_input(p: &Conv2d, dy: &[f32], filter: &[f32], dx: &mut [f32], workspace: &mut [f32]) {
+pub fn conv2d_backprop_input(p: &ConvGeom, dy: &[f32], filter: &[f32], dx: &mut [f32], workspace: &mut [f32]) {
     debug_assert_eq!(dx.len(), p.x_len());
     debug_assert_eq!(filter.len(), p.filter_len());
     debug_assert_eq!(dy.len(), p.y_len());
@@ -46,7 +46,7 @@ pub fn conv2d_backprop_input(p: &Conv2d, dy: &[f32], filter: &[f32], dx: &mut [f
     let (rows, k, co) = (p.rows(), p.k(), p.c_out);
     if p.is_pointwise() {
         // dx[rows, c_in] = dy[rows, c_out] * W^T, W stored [c_in, c_out].
-        matmul(&MatMul::new(rows, co, k).trans_b(true).threads(p.threads), dy, filter, dx);
+        matmul(&MatMul::new(rows, co, k).trans_b(true), dy, filter, dx);
         return;
     }
     dx.fill(0.0);
@@ -58,7 +58,7 @@ pub fn conv2d_backprop_input(p: &Conv2d, dy: &[f32], filter: &[f32], dx: &mut [f
     while r0 < rows {
         let r = step.min(rows - r0);
         let dcol = &mut workspace[..r * k];
-        let mm = MatMul::new(r, co, k).trans_b(true).threads(p.threads);
+        let mm = MatMul::new(r, co, k).trans_b(true);
         matmul(&mm, &dy[r0 * co..(r0 + r) * co], filter, dcol);
         col2im_add(p, dcol, r0, r, dx);
         r0 += r;
@@ -69,7 +69,7 @@ pub fn conv2d_backprop_input(p: &Conv2d, dy: &[f32], filter: &[f32], dx: &mut [f
 ///
 /// `x: [n, h, w, c_in]`, `dy: [n, out_h, out_w, c_out]`,
 /// `dfilter: [kh, kw, c_in, c_out]` (overwritten), `workspace: [p.workspace_len()]`.
-pub fn conv2d_backprop_filter(p: &Conv2d, x: &[f32], dy: &[f32], dfilter: &mut [f32], workspace: &mut [f32]) {
+pub fn conv2d_backprop_filter(p: &ConvGeom, x: &[f32], dy: &[f32], dfilter: &mut [f32], workspace: &mut [f32]) {
     debug_assert_eq!(x.len(), p.x_len());
     debug_assert_eq!(dfilter.len(), p.filter_len());
     debug_assert_eq!(dy.len(), p.y_len());
@@ -81,7 +81,7 @@ pub fn conv2d_backprop_filter(p: &Conv2d, x: &[f32], dy: &[f32], dfilter: &mut [
     }
     if p.is_pointwise() {
         // dW[c_in, c_out] = x^T dy, x stored [rows, c_in].
-        matmul(&MatMul::new(k, rows, co).trans_a(true).threads(p.threads), x, dy, dfilter);
+        matmul(&MatMul::new(k, rows, co).trans_a(true), x, dy, dfilter);
         return;
     }
     let step = p.chunk_rows();
@@ -91,7 +91,7 @@ pub fn conv2d_backprop_filter(p: &Conv2d, x: &[f32], dy: &[f32], dfilter: &mut [
         let col = &mut workspace[..r * k];
         im2col(p, x, r0, r, col);
         let beta = if r0 == 0 { 0.0 } else { 1.0 };
-        let mm = MatMul::new(k, r, co).trans_a(true).scale(1.0, beta).threads(p.threads);
+        let mm = MatMul::new(k, r, co).trans_a(true).scale(1.0, beta);
         matmul(&mm, col, &dy[r0 * co..(r0 + r) * co], dfilter);
         r0 += r;
     }
@@ -101,7 +101,7 @@ pub fn conv2d_backprop_filter(p: &Conv2d, x: &[f32], dy: &[f32], dfilter: &mut [
 ///
 /// For one `ky`, the in-range `kx` form a contiguous run both in `x` (one
 /// image row) and in the column row, so each run is a single copy.
-fn im2col(p: &Conv2d, x: &[f32], r0: usize, r: usize, col: &mut [f32]) {
+fn im2col(p: &ConvGeom, x: &[f32], r0: usize, r: usize, col: &mut [f32]) {
     let (oh, pt) = p.out_h();
     let (ow, pl) = p.out_w();
     let (k, ci) = (p.k(), p.c_in);
@@ -142,7 +142,7 @@ fn im2col(p: &Conv2d, x: &[f32], r0: usize, r: usize, col: &mut [f32]) {
 }
 
 /// Adds rows `r0..r0+r` of a column-shaped gradient `dcol: [r, K]` into `dx`.
-fn col2im_add(p: &Conv2d, dcol: &[f32], r0: usize, r: usize, dx: &mut [f32]) {
+fn col2im_add(p: &ConvGeom, dcol: &[f32], r0: usize, r: usize, dx: &mut [f32]) {
     let (oh, pt) = p.out_h();
     let (ow, pl) = p.out_w();
     let (k, ci) = (p.k(), p.c_in);
@@ -181,7 +181,7 @@ mod tests {
     /// Direct convolution straight from the definition, in f64:
     /// `y[b,oy,ox,o] = sum_{ky,kx,c} x[b, oy*s-pt+ky, ox*s-pl+kx, c] * W[ky,kx,c,o]`
     /// with out-of-range inputs read as zero.
-    fn naive(p: &Conv2d, x: &[f32], f: &[f32]) -> Vec<f32> {
+    fn naive(p: &ConvGeom, x: &[f32], f: &[f32]) -> Vec<f32> {
         let (oh, pt) = p.out_h();
         let (ow, pl) = p.out_w();
         let mut y = vec![0.0; p.y_len()];
@@ -212,7 +212,7 @@ mod tests {
         y
     }
 
-    fn cases() -> Vec<Conv2d> {
+    fn cases() -> Vec<ConvGeom> {
         let mut v = Vec::new();
         for padding in [Padding::Same, Padding::Valid] {
             for &(n, h, w, ci, kh, kw, co, sh, sw) in &[
@@ -224,7 +224,7 @@ mod tests {
                 (1, 5, 5, 2, 1, 1, 3, 2, 2),
                 (1, 3, 3, 2, 5, 5, 2, 1, 1),
             ] {
-                v.push(Conv2d {
+                v.push(ConvGeom {
                     n,
                     h,
                     w,
@@ -235,7 +235,6 @@ mod tests {
                     stride_h: sh,
                     stride_w: sw,
                     padding,
-                    threads: 1,
                 });
             }
         }
@@ -283,7 +282,7 @@ mod tests {
     #[test]
     fn chunking_is_exercised() {
         // K = 1 * 1 * ... is small, so make rows exceed one chunk.
-        let p = Conv2d {
+        let p = ConvGeom {
             n: 3,
             h: 160,
             w: 200,
@@ -294,7 +293,6 @@ mod tests {
             stride_h: 1,
             stride_w: 1,
             padding: Padding::Same,
-            threads: 1,
         };
         assert!(p.chunk_rows() < p.rows());
         let mut r = Lcg::new(13);

@@ -15,7 +15,7 @@
 //! - backprop filter: `dW[K, c_out] += col^T * dy`, accumulated over chunks.
 //!
 //! Chunking keeps the workspace small (about [`CHUNK_ELEMS`] floats) and in
-//! cache; the workspace length is [`Conv2d::workspace_len`] for all three
+//! cache; the workspace length is [`ConvGeom::workspace_len`] for all three
 //! kernels. A 1x1, stride-1 convolution needs no workspace (the input already
 //! is the column matrix).
 
@@ -23,15 +23,19 @@ mod cpu;
 
 pub use cpu::{conv2d, conv2d_backprop_filter, conv2d_backprop_input};
 
+use serde::{Deserialize, Serialize};
+
 use crate::window::{out_and_pad, Padding};
 
 /// Target number of f32 elements in one im2col chunk (256 KiB: the chunk
 /// and its GEMM panels stay in L2).
 pub const CHUNK_ELEMS: usize = 1 << 16;
 
-/// The geometry of one convolution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Conv2d {
+/// The geometry of one convolution: the kernel's whole parameter block
+/// (`Kernel::Conv2D { geom, .. }`). The kernels run on the calling thread;
+/// parallelism across launches is the backend's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConvGeom {
     pub n: usize,
     pub h: usize,
     pub w: usize,
@@ -42,11 +46,9 @@ pub struct Conv2d {
     pub stride_h: usize,
     pub stride_w: usize,
     pub padding: Padding,
-    /// GEMM threads; `<= 1` means the calling thread only.
-    pub threads: usize,
 }
 
-impl Conv2d {
+impl ConvGeom {
     /// `(out_h, pad_top)`.
     pub fn out_h(&self) -> (usize, usize) {
         out_and_pad(self.h, self.kh, self.stride_h, self.padding)

@@ -6,17 +6,45 @@
 //! `[N, C]`, or `[H, W, C]` against `[N, H, W, C]`); otherwise a general
 //! 4-deep strided loop whose innermost axis is contiguous or broadcast.
 
+use serde::{Deserialize, Serialize};
+
 use crate::reduce::sum_flags;
 use crate::shape::{broadcast_shapes, bstrides, numel, pad4};
 use crate::KernelError;
 
-/// The four broadcasting arithmetic ops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The four broadcasting arithmetic ops (the graph's `Op::Binary`, the
+/// plan's `Kernel::Binary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum BinaryOp {
     Add,
     Sub,
     Mul,
     Div,
+}
+
+impl BinaryOp {
+    /// Every op, in declaration order.
+    pub const ALL: &'static [BinaryOp] = &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+
+    /// The kernel-level name (lower case, e.g. `add`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+        }
+    }
+
+    /// TF's op type name (`Add`, `Sub`, `Mul`, `RealDiv`).
+    pub fn tf_name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "Add",
+            BinaryOp::Sub => "Sub",
+            BinaryOp::Mul => "Mul",
+            BinaryOp::Div => "RealDiv",
+        }
+    }
 }
 
 /// `out = a (op) b` with broadcasting. `out` has the broadcast shape of

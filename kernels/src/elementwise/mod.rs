@@ -3,7 +3,8 @@
 //! - [`broadcast`]: binary arithmetic with NumPy/TF broadcasting (rank <= 4),
 //!   [`broadcast_to`] and its adjoint [`sum_to_shape`] (the gradient of a
 //!   broadcast). Shapes are right-aligned; a scalar has shape `[]`.
-//! - [`unary`]: activations and math functions, their gradients, scaling.
+//! - [`unary`]: the unary ops ([`UnaryOp`]), each with its forward and its
+//!   gradient from the output, in one table; scaling.
 //! - [`bias`]: `bias_add` over the last axis and its gradient.
 //!
 //! All outputs are dense row-major and fully overwritten; no kernel reads
@@ -15,4 +16,4 @@ pub mod unary;
 
 pub use bias::{bias_add, bias_add_grad};
 pub use broadcast::{binary, broadcast_to, sum_to_shape, BinaryOp};
-pub use unary::{relu_grad, scale, scale_inplace, sigmoid_grad, tanh_grad, unary, unary_inplace, UnaryOp};
+pub use unary::{scale, scale_inplace, unary, unary_grad, unary_inplace, UnaryOp};

@@ -19,7 +19,7 @@
 //! `StopGradient`, `Cast`, `ArgMax` and `Equal` never get here: the forward
 //! sweep does not pass them (see `super::path_nodes`).
 
-use towers_graph::{GraphError, Op, Shape, Tensor};
+use towers_graph::{BinaryOp, GraphError, Op, Shape, Tensor};
 
 use super::{dy0, Ctx, Grads};
 use crate::state::PassError;
@@ -105,7 +105,7 @@ pub(super) fn rule(
                         cx.op(Op::ReduceSum { axes: axes.clone(), keep_dims: true }, vec![ones])?
                     }
                 };
-                cx.op(Op::Div, vec![dyk, c])?
+                cx.op(Op::Binary(BinaryOp::Div), vec![dyk, c])?
             } else {
                 dyk
             };

@@ -6,10 +6,11 @@
 //! - `a * b`: da = sum_to(dy*b, a), db = sum_to(a*dy, b);
 //! - `y = a / b`: da = sum_to(dy/b, a), db = sum_to(-(dy*y)/b, b);
 //! - `AddN`: every input gets dy; `BiasAdd`: dx = dy, dbias = BiasAddGrad(dy);
-//! - `Neg`: -dy; `Relu`, `Sigmoid`, `Tanh`: their *Grad ops on the output y;
+//! - every unary op (`Neg`, `Relu`, `Tanh`, ...): one rule, dx = UnaryGrad(op)(dy, y)
+//!   on the output y (each op's gradient from y is the kernels', written beside its forward);
 //! - `L2Loss = Σx²/2`: dx = x * dy.
 
-use towers_graph::{Op, Tensor};
+use towers_graph::{BinaryOp, Op, Tensor, UnaryOp};
 
 use super::{dy0, Ctx, Grads};
 use crate::state::PassError;
@@ -39,34 +40,35 @@ pub(super) fn rule(
             let db = if want(1) { Some(cx.op(ob, ib.to_vec())?) } else { None };
             vec![da, db]
         }
-        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+        Op::Binary(bop) => {
+            use BinaryOp::*;
             let dy = dy0(cx, dys)?;
             let (a, b) = (ins[0], ins[1]);
             let da = if want(0) {
-                let d = match op {
-                    Op::Mul => cx.op(Op::Mul, vec![dy, b])?,
-                    Op::Div => cx.op(Op::Div, vec![dy, b])?,
-                    _ => dy,
+                let d = match bop {
+                    Mul => cx.op(Op::Binary(Mul), vec![dy, b])?,
+                    Div => cx.op(Op::Binary(Div), vec![dy, b])?,
+                    Add | Sub => dy,
                 };
                 Some(cx.sum_to(d, a)?)
             } else {
                 None
             };
             let db = if want(1) {
-                Some(match op {
-                    Op::Add => cx.sum_to(dy, b)?,
-                    Op::Sub => {
+                Some(match bop {
+                    Add => cx.sum_to(dy, b)?,
+                    Sub => {
                         let s = cx.sum_to(dy, b)?;
-                        cx.op(Op::Neg, vec![s])?
+                        cx.op(Op::Unary(UnaryOp::Neg), vec![s])?
                     }
-                    Op::Mul => {
-                        let d = cx.op(Op::Mul, vec![a, dy])?;
+                    Mul => {
+                        let d = cx.op(Op::Binary(Mul), vec![a, dy])?;
                         cx.sum_to(d, b)?
                     }
-                    _ => {
-                        let t = cx.op(Op::Mul, vec![dy, y])?;
-                        let t = cx.op(Op::Div, vec![t, b])?;
-                        let t = cx.op(Op::Neg, vec![t])?;
+                    Div => {
+                        let t = cx.op(Op::Binary(Mul), vec![dy, y])?;
+                        let t = cx.op(Op::Binary(Div), vec![t, b])?;
+                        let t = cx.op(Op::Unary(UnaryOp::Neg), vec![t])?;
                         cx.sum_to(t, b)?
                     }
                 })
@@ -84,22 +86,13 @@ pub(super) fn rule(
             let db = if want(1) { Some(cx.op(Op::BiasAddGrad, vec![dy])?) } else { None };
             vec![Some(dy), db]
         }
-        Op::Neg => {
+        Op::Unary(u) => {
             let dy = dy0(cx, dys)?;
-            vec![Some(cx.op(Op::Neg, vec![dy])?)]
-        }
-        Op::Relu | Op::Sigmoid | Op::Tanh => {
-            let dy = dy0(cx, dys)?;
-            let gop = match op {
-                Op::Relu => Op::ReluGrad,
-                Op::Sigmoid => Op::SigmoidGrad,
-                _ => Op::TanhGrad,
-            };
-            vec![Some(cx.op(gop, vec![dy, y])?)]
+            vec![Some(cx.op(Op::UnaryGrad(*u), vec![dy, y])?)]
         }
         Op::L2Loss => {
             let dy = dy0(cx, dys)?;
-            vec![Some(cx.op(Op::Mul, vec![ins[0], dy])?)]
+            vec![Some(cx.op(Op::Binary(BinaryOp::Mul), vec![ins[0], dy])?)]
         }
         _ => return Ok(None),
     };

@@ -14,7 +14,7 @@
 //! A gradient arriving at a secondary output (the backprop, the mask, the batch
 //! statistics) has no rule: `NoGradientDefined`.
 
-use towers_graph::{Op, Tensor};
+use towers_graph::{BinaryOp, Op, Tensor};
 
 use super::{dy0, Ctx, Grads};
 use crate::state::PassError;
@@ -68,11 +68,11 @@ pub(super) fn rule(
         Op::SparseSoftmaxCrossEntropy | Op::SoftmaxCrossEntropy => {
             let dy = dy0(cx, dys)?;
             let col = cx.op(Op::Reshape { shape: vec![-1, 1] }, vec![dy])?;
-            vec![Some(cx.op(Op::Mul, vec![col, out(1)])?), None]
+            vec![Some(cx.op(Op::Binary(BinaryOp::Mul), vec![col, out(1)])?), None]
         }
         Op::Dropout { .. } => {
             let dy = dy0(cx, dys)?;
-            vec![Some(cx.op(Op::Mul, vec![dy, out(1)])?)]
+            vec![Some(cx.op(Op::Binary(BinaryOp::Mul), vec![dy, out(1)])?)]
         }
         Op::BatchNorm { .. } => {
             let dy = dy0(cx, dys)?;

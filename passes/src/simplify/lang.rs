@@ -1,8 +1,10 @@
 //! The e-graph language of `simplify` and its type/constant analysis.
 //!
-//! Only the pure, rewritable ops are terms of the language: `add`, `sub`,
-//! `mul`, `div`, `neg`, `identity`, `reshape`, `broadcast_like`,
-//! `reduce_sum`, splat f32 constants (`f32[32,1]=0.03125`: every element the
+//! Only the pure, rewritable ops are terms of the language: every binary op
+//! (`add`, `sub`, `mul`, `div`: [`Bin`]), every unary op and its gradient
+//! (`neg`, `relu`, ..., `relu_grad`, ...: [`Un`], [`UnGrad`], named by the
+//! kernels' [`UnaryOp::name`], so a new unary op is a term without a change
+//! here), `identity`, `reshape`, `broadcast_like`, `reduce_sum`, splat f32 constants (`f32[32,1]=0.03125`: every element the
 //! same value) and the attributes of reshape and reduce_sum (`dims[-1,1]`,
 //! `axes[0]`, `axes[0]+keep`) as child leaves. Every other tensor is an
 //! opaque `Leaf` named `node:slot`, never merged or rewritten.
@@ -17,7 +19,7 @@ use std::str::FromStr;
 
 use egg::{define_language, Analysis, DidMerge, EGraph, Id, Symbol};
 use towers_graph::infer::infer;
-use towers_graph::{DType, Op, Shape, TensorType};
+use towers_graph::{BinaryOp, DType, Op, Shape, TensorType, UnaryOp};
 
 /// A splat constant: dtype, shape and one value (as f64 bits, rounded to f32 once, when materialized).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -103,14 +105,61 @@ impl FromStr for Attr {
     }
 }
 
+/// A binary op as an e-graph operator (`add`, `sub`, `mul`, `div`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Bin(pub BinaryOp);
+
+/// A unary op as an e-graph operator (`neg`, `relu`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Un(pub UnaryOp);
+
+/// A unary op's gradient from its output as an e-graph operator (`relu_grad`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UnGrad(pub UnaryOp);
+
+impl fmt::Display for Bin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl FromStr for Bin {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Bin, String> {
+        BinaryOp::ALL.iter().find(|o| o.name() == s).map(|o| Bin(*o)).ok_or_else(|| "not a binary op".into())
+    }
+}
+
+impl fmt::Display for Un {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl FromStr for Un {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Un, String> {
+        UnaryOp::ALL.iter().find(|o| o.name() == s).map(|o| Un(*o)).ok_or_else(|| "not a unary op".into())
+    }
+}
+
+impl fmt::Display for UnGrad {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}_grad", self.0.name())
+    }
+}
+
+impl FromStr for UnGrad {
+    type Err = String;
+    fn from_str(s: &str) -> Result<UnGrad, String> {
+        let op: Un = s.strip_suffix("_grad").ok_or("not a unary gradient")?.parse()?;
+        Ok(UnGrad(op.0))
+    }
+}
+
 define_language! {
     /// The pure, rewritable part of a graph (see the module docs).
     pub enum TensorLang {
-        "add" = Add([Id; 2]),
-        "sub" = Sub([Id; 2]),
-        "mul" = Mul([Id; 2]),
-        "div" = Div([Id; 2]),
-        "neg" = Neg([Id; 1]),
         "identity" = Identity([Id; 1]),
         "broadcast_like" = BroadcastLike([Id; 2]),
         // (reshape dims[..] x)
@@ -119,6 +168,11 @@ define_language! {
         "reduce_sum" = ReduceSum([Id; 2]),
         // rules only: the rank-0 constant of a splat constant
         "scalar" = Scalar([Id; 1]),
+        // (add ?a ?b), (relu ?x), (relu_grad ?dy ?y): before the leaves,
+        // which parse from any string (leaf names contain a ':').
+        Binary(Bin, [Id; 2]),
+        Unary(Un, [Id; 1]),
+        UnaryGrad(UnGrad, [Id; 2]),
         Num(Konst),
         Attr(Attr),
         Leaf(Symbol),
@@ -129,11 +183,9 @@ impl TensorLang {
     /// The graph op of a compute node (None for leaves, constants, attributes, `scalar`).
     pub fn op(&self, attr: impl Fn(Id) -> Option<Attr>) -> Option<Op> {
         Some(match self {
-            TensorLang::Add(_) => Op::Add,
-            TensorLang::Sub(_) => Op::Sub,
-            TensorLang::Mul(_) => Op::Mul,
-            TensorLang::Div(_) => Op::Div,
-            TensorLang::Neg(_) => Op::Neg,
+            TensorLang::Binary(b, _) => Op::Binary(b.0),
+            TensorLang::Unary(u, _) => Op::Unary(u.0),
+            TensorLang::UnaryGrad(u, _) => Op::UnaryGrad(u.0),
             TensorLang::Identity(_) => Op::Identity,
             TensorLang::BroadcastLike(_) => Op::BroadcastLike,
             TensorLang::Reshape([a, _]) => match attr(*a)? {
@@ -182,13 +234,12 @@ pub struct TypeAnalysis {
 
 pub type TEGraph = EGraph<TensorLang, TypeAnalysis>;
 
-fn fold(op: &TensorLang, a: f64, b: f64) -> Option<f64> {
+fn fold(op: BinaryOp, a: f64, b: f64) -> Option<f64> {
     let v = match op {
-        TensorLang::Add(_) => a + b,
-        TensorLang::Sub(_) => a - b,
-        TensorLang::Mul(_) => a * b,
-        TensorLang::Div(_) => a / b,
-        _ => return None,
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
     };
     v.is_finite().then_some(v)
 }
@@ -217,11 +268,9 @@ pub fn node_data(egraph: &TEGraph, enode: &TensorLang) -> Data {
                 None
             } else {
                 match n {
-                    TensorLang::Add([a, b])
-                    | TensorLang::Sub([a, b])
-                    | TensorLang::Mul([a, b])
-                    | TensorLang::Div([a, b]) => d(a).konst.zip(d(b).konst).and_then(|(x, y)| fold(n, x, y)),
-                    TensorLang::Neg([x]) => d(x).konst.map(|v| -v),
+                    TensorLang::Binary(op, [a, b]) => d(a).konst.zip(d(b).konst).and_then(|(x, y)| fold(op.0, x, y)),
+                    // Only negation folds: exact in f64, as every other op would not be.
+                    TensorLang::Unary(Un(UnaryOp::Neg), [x]) => d(x).konst.map(|v| -v),
                     TensorLang::Identity([x]) | TensorLang::Reshape([_, x]) | TensorLang::BroadcastLike([x, _]) => {
                         d(x).konst
                     }

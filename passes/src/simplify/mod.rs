@@ -10,9 +10,9 @@
 //!
 //! What the e-graph sees, per partition of nodes with one tower and one
 //! requested device (so nothing moves between towers or devices):
-//! - terms ([`lang::TensorLang`]): nodes whose op is `Add`, `Sub`, `Mul`,
-//!   `Div`, `Neg`, `Identity`, `BroadcastLike`, `Reshape`, `ReduceSum` or a
-//!   splat f32 `Const`, with a fully known type, no placed device, no control
+//! - terms ([`lang::TensorLang`]): nodes whose op is `Binary`, `Unary`,
+//!   `UnaryGrad` (any kernel op), `Identity`, `BroadcastLike`, `Reshape`,
+//!   `ReduceSum` or a splat f32 `Const`, with a fully known type, no placed device, no control
 //!   edges in or out, at least one consumer, and a name that no part of the
 //!   [`CompileState`] (loss, grads, tower grads and losses, fetches,
 //!   train_op) and no collection refers to;
@@ -51,7 +51,7 @@ use towers_graph::{ConstValue, DType, DeviceSpec, Graph, NewNode, NodeId, Op, Te
 use crate::manager::Pass;
 use crate::state::{CompileState, PassError};
 use cost::KernelCost;
-use lang::{Attr, Konst, TEGraph, TensorLang, TypeAnalysis};
+use lang::{Attr, Bin, Konst, TEGraph, TensorLang, TypeAnalysis, UnGrad, Un};
 
 /// Runner limits: explicit, and the same on every machine.
 pub const ITER_LIMIT: usize = 10;
@@ -122,11 +122,9 @@ fn is_term(g: &Graph, id: NodeId, protected: &BTreeSet<String>) -> bool {
     let n = g.node(id);
     let op_ok = match &n.op {
         Op::Const { value } => splat(value).is_some(),
-        Op::Add
-        | Op::Sub
-        | Op::Mul
-        | Op::Div
-        | Op::Neg
+        Op::Binary(_)
+        | Op::Unary(_)
+        | Op::UnaryGrad(_)
         | Op::Identity
         | Op::BroadcastLike
         | Op::Reshape { .. }
@@ -176,11 +174,9 @@ fn simplify_partition(
             Op::Const { value } => {
                 TensorLang::Num(Konst::new(DType::F32, value.shape.clone(), splat(value).unwrap_or_default()))
             }
-            Op::Add => TensorLang::Add([ins[0], ins[1]]),
-            Op::Sub => TensorLang::Sub([ins[0], ins[1]]),
-            Op::Mul => TensorLang::Mul([ins[0], ins[1]]),
-            Op::Div => TensorLang::Div([ins[0], ins[1]]),
-            Op::Neg => TensorLang::Neg([ins[0]]),
+            Op::Binary(b) => TensorLang::Binary(Bin(*b), [ins[0], ins[1]]),
+            Op::Unary(u) => TensorLang::Unary(Un(*u), [ins[0]]),
+            Op::UnaryGrad(u) => TensorLang::UnaryGrad(UnGrad(*u), [ins[0], ins[1]]),
             Op::Identity => TensorLang::Identity([ins[0]]),
             Op::BroadcastLike => TensorLang::BroadcastLike([ins[0], ins[1]]),
             Op::Reshape { shape } => TensorLang::Reshape([eg.add(TensorLang::Attr(Attr::Dims(shape.clone()))), ins[0]]),
@@ -296,7 +292,7 @@ impl Writer<'_> {
                 let reuse = self.members.get(&c).and_then(|v| {
                     v.iter().copied().find(|&n| {
                         !self.used.contains(&n)
-                            && std::mem::discriminant(&g.node(n).op) == std::mem::discriminant(&op)
+                            && same_kind(&g.node(n).op, &op)
                             && g.inputs(n).len() == ins.len()
                     })
                 });
@@ -329,6 +325,16 @@ impl Writer<'_> {
     }
 }
 
+/// Whether a node of op `a` can be kept as the node of a term of op `b`
+/// (attributes may differ; the kernel op of an elementwise node may not).
+fn same_kind(a: &Op, b: &Op) -> bool {
+    match (a, b) {
+        (Op::Binary(x), Op::Binary(y)) => x == y,
+        (Op::Unary(x), Op::Unary(y)) | (Op::UnaryGrad(x), Op::UnaryGrad(y)) => x == y,
+        _ => std::mem::discriminant(a) == std::mem::discriminant(b),
+    }
+}
+
 /// A splat constant as a graph constant: the f64 value rounded to f32 once.
 fn materialize(k: &Konst) -> ConstValue {
     let n: usize = k.dims.iter().product();
@@ -354,15 +360,15 @@ mod tests {
         let x = add(&mut g, "x", ph(()), &[]);
         let x2 = add(&mut g, "x2", ph(()), &[]);
         let one = add(&mut g, "one", Op::Const { value: ConstValue::scalar(1.0) }, &[]);
-        let m = add(&mut g, "m", Op::Mul, &[x, one]);
+        let m = add(&mut g, "m", Op::Binary(towers_graph::BinaryOp::Mul), &[x, one]);
         let id = add(&mut g, "id", Op::Identity, &[m]);
-        let neg = add(&mut g, "neg", Op::Neg, &[id]);
+        let neg = add(&mut g, "neg", Op::Unary(towers_graph::UnaryOp::Neg), &[id]);
         let fetched = add(&mut g, "fetched", Op::Identity, &[x2]);
-        let _use_fetched = add(&mut g, "use_fetched", Op::Neg, &[fetched]);
-        let mut nn = NewNode::new("controlled", Op::Mul, vec![Tensor::new(x2, 0), Tensor::new(one, 0)]);
+        let _use_fetched = add(&mut g, "use_fetched", Op::Unary(towers_graph::UnaryOp::Neg), &[fetched]);
+        let mut nn = NewNode::new("controlled", Op::Binary(towers_graph::BinaryOp::Mul), vec![Tensor::new(x2, 0), Tensor::new(one, 0)]);
         nn.control_inputs = vec![neg];
         let controlled = g.add(nn).expect("add");
-        let _use_controlled = add(&mut g, "use_controlled", Op::Neg, &[controlled]);
+        let _use_controlled = add(&mut g, "use_controlled", Op::Unary(towers_graph::UnaryOp::Neg), &[controlled]);
         let mut st = CompileState::default();
         st.fetches.insert("f".into(), TensorRef::new("fetched", 0));
 

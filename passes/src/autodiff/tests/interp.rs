@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use towers_graph::{Graph, Initializer, NodeId, Op};
+use towers_graph::{BinaryOp, Graph, Initializer, NodeId, Op, UnaryOp};
 
 use super::interp_nn::{apply, conv, pool};
 
@@ -199,6 +199,42 @@ fn init(op: &Op) -> V {
     V::new(shape, vec![v; shape.iter().product()])
 }
 
+/// A unary op in f64, written independently of the kernels' f32 table.
+fn unary_f64(op: UnaryOp, v: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -v,
+        UnaryOp::Relu => v.max(0.0),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-v).exp()),
+        UnaryOp::Tanh => v.tanh(),
+        UnaryOp::Exp => v.exp(),
+        UnaryOp::Log => v.ln(),
+        UnaryOp::Sqrt => v.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / v.sqrt(),
+        UnaryOp::Reciprocal => 1.0 / v,
+    }
+}
+
+/// A unary op's gradient from its output y, in f64: d·f'(x) with x = f⁻¹(y).
+fn unary_grad_f64(op: UnaryOp, d: f64, y: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -d,
+        UnaryOp::Relu => {
+            if y > 0.0 {
+                d
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Sigmoid => d * y * (1.0 - y),
+        UnaryOp::Tanh => d * (1.0 - y * y),
+        UnaryOp::Exp => d * y,
+        UnaryOp::Log => d / y.exp(),
+        UnaryOp::Sqrt => d / (2.0 * y),
+        UnaryOp::Rsqrt => -0.5 * d * y * y * y,
+        UnaryOp::Reciprocal => -d * y * y,
+    }
+}
+
 /// Evaluate every node of `g` once, in topological order. `vars` holds
 /// variable values by name (missing ones take their constant initializer)
 /// and is updated by stateful ops; `feeds` gives placeholders by name.
@@ -228,20 +264,15 @@ fn eval(
         Op::Const { value } => one(V::new(&value.shape, value.data.iter().map(|v| v.0 as f64).collect())),
         Op::Variable { .. } => one(vars.entry(name.to_string()).or_insert_with(|| init(op)).clone()),
         Op::MatMul { transpose_a, transpose_b } => one(matmul(&x[0], &x[1], *transpose_a, *transpose_b)),
-        Op::Add => one(binary(&x[0], &x[1], |a, b| a + b)),
-        Op::Sub => one(binary(&x[0], &x[1], |a, b| a - b)),
-        Op::Mul => one(binary(&x[0], &x[1], |a, b| a * b)),
-        Op::Div => one(binary(&x[0], &x[1], |a, b| a / b)),
+        Op::Binary(BinaryOp::Add) => one(binary(&x[0], &x[1], |a, b| a + b)),
+        Op::Binary(BinaryOp::Sub) => one(binary(&x[0], &x[1], |a, b| a - b)),
+        Op::Binary(BinaryOp::Mul) => one(binary(&x[0], &x[1], |a, b| a * b)),
+        Op::Binary(BinaryOp::Div) => one(binary(&x[0], &x[1], |a, b| a / b)),
         Op::AddN => one(x[1..].iter().fold(x[0].clone(), |acc, v| binary(&acc, v, |a, b| a + b))),
         Op::BiasAdd => one(binary(&x[0], &x[1], |a, b| a + b)),
         Op::BiasAddGrad => one(sum_to(&x[0], &x[0].shape[x[0].shape.len() - 1..])),
-        Op::Neg => one(x[0].map(|v| -v)),
-        Op::Relu => one(x[0].map(|v| v.max(0.0))),
-        Op::Sigmoid => one(x[0].map(|v| 1.0 / (1.0 + (-v).exp()))),
-        Op::Tanh => one(x[0].map(f64::tanh)),
-        Op::ReluGrad => one(binary(&x[0], &x[1], |d, y| if y > 0.0 { d } else { 0.0 })),
-        Op::SigmoidGrad => one(binary(&x[0], &x[1], |d, y| d * y * (1.0 - y))),
-        Op::TanhGrad => one(binary(&x[0], &x[1], |d, y| d * (1.0 - y * y))),
+        Op::Unary(u) => one(x[0].map(|v| unary_f64(*u, v))),
+        Op::UnaryGrad(u) => one(binary(&x[0], &x[1], |d, y| unary_grad_f64(*u, d, y))),
         Op::Conv2D { strides, padding } => one(conv(&x[0], &x[1], None, *strides, *padding, 0)),
         Op::Conv2DBackpropInput { strides, padding } => one(conv(&x[0], &x[1], Some(&x[2]), *strides, *padding, 1)),
         Op::Conv2DBackpropFilter { strides, padding } => one(conv(&x[0], &x[1], Some(&x[2]), *strides, *padding, 2)),

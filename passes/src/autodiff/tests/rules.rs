@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use towers_graph::{DType, GraphBuilder, Op, Padding, Shape, Tensor, F32};
+use towers_graph::{BinaryOp, DType, GraphBuilder, Op, Padding, Shape, Tensor, UnaryOp, F32};
 
 use super::interp::V;
 use super::{check_grads, var, weighted_loss};
@@ -36,7 +36,7 @@ fn matmul_all_transposes() {
 #[test]
 fn add_sub_mul_div_with_broadcasting() {
     // y = a op b with b broadcast along rows and a scalar; grads sum_to back.
-    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+    for op in BinaryOp::ALL.iter().map(|&o| Op::Binary(o)) {
         case(|b| {
             let x = var(b, "x", &[3, 4]);
             let r = var(b, "r", &[4]);
@@ -70,6 +70,24 @@ fn activations() {
         let s = b.sigmoid(x).unwrap();
         let t = b.tanh(x).unwrap();
         (vec![x], vec![r, s, t])
+    });
+}
+
+#[test]
+fn math_functions_from_their_outputs() {
+    // Exp: dy*y; Log: dy/x = dy*exp(-y); Sqrt: dy/(2y); Rsqrt: -dy*y³/2;
+    // Reciprocal: -dy*y². Inputs kept in [1, 2] (the domain of all five)
+    // by x' = x*x/2 + 1.
+    case(|b| {
+        let x = var(b, "x", &[2, 3]);
+        let sq = b.mul(x, x).unwrap();
+        let half = b.scalar(0.5).unwrap();
+        let one = b.scalar(1.0).unwrap();
+        let h = b.mul(sq, half).unwrap();
+        let pos = b.add(h, one).unwrap();
+        let outs = [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::Reciprocal]
+            .map(|op| b.unary(op, pos).unwrap());
+        (vec![x], outs.to_vec())
     });
 }
 

@@ -7,9 +7,11 @@
 //! run is summed with eight independent accumulators (vectorizes, and
 //! bounds rounding error growth better than one running sum).
 //!
-//! `equal` writes `1.0`/`0.0` as **f32**, so `reduce_mean` of its output is
-//! an accuracy directly; `argmax` writes **i32** indices.
+//! `equal` writes a **bool** (`i32` 0/1), the output dtype of the graph's
+//! `Equal` (a `Cast` to f32 then makes an accuracy); `argmax` writes **i32**
+//! indices; `cast` converts between any two dtypes.
 
+use crate::dtype::{DType, Slice, SliceMut};
 use crate::shape::{merge_runs, pad4};
 use crate::KernelError;
 
@@ -139,37 +141,37 @@ pub fn argmax(x: &[f32], shape: &[usize], axis: usize, out: &mut [i32]) -> Resul
     Ok(())
 }
 
-/// `out[i] = (a[i] == b[i]) as f32` (1.0 or 0.0).
-pub fn equal(a: &[f32], b: &[f32], out: &mut [f32]) {
+/// `out[i] = (a[i] == b[i])` as a bool (`i32` 0 or 1), `Kernel::Equal`.
+/// `a` and `b` have one storage type (f32 compares as floats: `NaN != NaN`,
+/// `0.0 == -0.0`); mixed storage types compare as unequal everywhere.
+pub fn equal(a: Slice<'_>, b: Slice<'_>, out: &mut [i32]) {
     debug_assert!(a.len() == b.len() && a.len() == out.len());
-    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
-        *o = if x == y { 1.0 } else { 0.0 };
+    match (a, b) {
+        (Slice::F32(a), Slice::F32(b)) => out.iter_mut().zip(a.iter().zip(b)).for_each(|(r, (x, y))| *r = (x == y) as i32),
+        (Slice::I32(a), Slice::I32(b)) => out.iter_mut().zip(a.iter().zip(b)).for_each(|(r, (x, y))| *r = (x == y) as i32),
+        _ => out.fill(0),
     }
 }
 
-/// `out[i] = (a[i] == b[i]) as f32` for i32 inputs (argmax vs labels).
-pub fn equal_i32(a: &[i32], b: &[i32], out: &mut [f32]) {
-    debug_assert!(a.len() == b.len() && a.len() == out.len());
-    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
-        *o = if x == y { 1.0 } else { 0.0 };
-    }
-}
-
-/// `out[i] = x[i] as f32` (exact up to 2^24, then round-to-nearest).
-pub fn cast_i32_to_f32(x: &[i32], out: &mut [f32]) {
-    debug_assert_eq!(x.len(), out.len());
-    for (o, v) in out.iter_mut().zip(x) {
-        *o = *v as f32;
-    }
-}
-
-/// `out[i] = x[i] as i32`: truncation toward zero as TF's `Cast`;
-/// out-of-range values saturate and NaN gives 0 (Rust `as` semantics; TF
-/// leaves those cases implementation-defined).
-pub fn cast_f32_to_i32(x: &[f32], out: &mut [i32]) {
-    debug_assert_eq!(x.len(), out.len());
-    for (o, v) in out.iter_mut().zip(x) {
-        *o = *v as i32;
+/// `y = x` converted to `to` (`Kernel::Cast`), TF's `Cast`:
+/// - to f32: exact for integers up to 2^24, then round-to-nearest;
+/// - f32 to i32: truncation toward zero; out-of-range values saturate and
+///   NaN gives 0 (Rust `as` semantics; TF leaves those cases implementation-defined);
+/// - to bool: `x != 0`; i32 and bool to i32: the value.
+///
+/// `y`'s storage type is `to`'s (`I32` for bool); a mismatch writes nothing.
+pub fn cast(x: Slice<'_>, to: DType, y: SliceMut<'_>) {
+    debug_assert_eq!(x.len(), match &y { SliceMut::F32(y) => y.len(), SliceMut::I32(y) => y.len() });
+    match (x, to, y) {
+        (Slice::F32(x), DType::F32, SliceMut::F32(y)) => y.copy_from_slice(x),
+        (Slice::F32(x), DType::I32, SliceMut::I32(y)) => y.iter_mut().zip(x).for_each(|(o, v)| *o = *v as i32),
+        (Slice::F32(x), DType::Bool, SliceMut::I32(y)) => {
+            y.iter_mut().zip(x).for_each(|(o, v)| *o = (*v != 0.0) as i32)
+        }
+        (Slice::I32(x), DType::F32, SliceMut::F32(y)) => y.iter_mut().zip(x).for_each(|(o, v)| *o = *v as f32),
+        (Slice::I32(x), DType::I32, SliceMut::I32(y)) => y.copy_from_slice(x),
+        (Slice::I32(x), DType::Bool, SliceMut::I32(y)) => y.iter_mut().zip(x).for_each(|(o, v)| *o = (*v != 0) as i32),
+        _ => debug_assert!(false, "cast: output storage does not match {to}"),
     }
 }
 
@@ -260,15 +262,22 @@ mod tests {
 
     #[test]
     fn equal_and_casts() {
+        let mut b = [7; 3];
+        equal(Slice::F32(&[1.0, 2.0, 3.0]), Slice::F32(&[1.0, 0.0, 3.0]), &mut b);
+        assert_eq!(b, [1, 0, 1]);
+        equal(Slice::I32(&[1, 2, 3]), Slice::I32(&[0, 2, 3]), &mut b);
+        assert_eq!(b, [0, 1, 1]);
         let mut o = [0.0; 3];
-        equal(&[1.0, 2.0, 3.0], &[1.0, 0.0, 3.0], &mut o);
-        assert_eq!(o, [1.0, 0.0, 1.0]);
-        equal_i32(&[1, 2, 3], &[0, 2, 3], &mut o);
-        assert_eq!(o, [0.0, 1.0, 1.0]);
-        cast_i32_to_f32(&[-4, 0, 7], &mut o);
+        cast(Slice::I32(&[-4, 0, 7]), DType::F32, SliceMut::F32(&mut o));
         assert_eq!(o, [-4.0, 0.0, 7.0]);
         let mut i = [0; 3];
-        cast_f32_to_i32(&[-1.7, 0.5, 2.9], &mut i);
+        cast(Slice::F32(&[-1.7, 0.5, 2.9]), DType::I32, SliceMut::I32(&mut i));
         assert_eq!(i, [-1, 0, 2]);
+        cast(Slice::F32(&[-1.7, 0.0, 2.9]), DType::Bool, SliceMut::I32(&mut i));
+        assert_eq!(i, [1, 0, 1]);
+        cast(Slice::I32(&[-4, 0, 7]), DType::Bool, SliceMut::I32(&mut i));
+        assert_eq!(i, [1, 0, 1]);
+        cast(Slice::F32(&[1.5, -2.0, 0.0]), DType::F32, SliceMut::F32(&mut o));
+        assert_eq!(o, [1.5, -2.0, 0.0]);
     }
 }

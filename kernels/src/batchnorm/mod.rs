@@ -6,9 +6,10 @@
 //! - training normalizes with the **biased** batch variance
 //!   `var = mean((x - mean)^2)` and saves `mean` and
 //!   `inv_std = 1 / sqrt(var + epsilon)` for the backward pass;
-//! - the moving variance is updated with the **unbiased** batch variance
-//!   `var * rows / (rows - 1)` (unchanged when `rows == 1`);
-//! - moving averages: `moving = moving * decay + batch * (1 - decay)`.
+//! - the batch variance it outputs (for the moving variance) is the
+//!   **unbiased** `var * rows / (rows - 1)` (unchanged when `rows == 1`);
+//! - moving averages ([`assign_moving_average`]):
+//!   `moving = moving * decay + batch * (1 - decay)`.
 //!
 //! Sums are accumulated in blocks of [`BLOCK`] rows into a partial buffer
 //! and then into the total, which keeps f32 rounding error small without
@@ -34,9 +35,11 @@ fn blocked_sum(rows: usize, total: &mut [f32], partial: &mut [f32], mut f: impl 
     }
 }
 
-/// Training forward. `x, y: [rows, C]`; `gamma, beta, mean, var, inv_std: [C]`.
-/// Writes `y = gamma * (x - mean) * inv_std + beta`, the batch `mean`, the
-/// biased batch `var` (for the moving-average update) and `inv_std`.
+/// Training forward (`Kernel::BatchNormTrain`). `x, y: [rows, C]`;
+/// `gamma, beta, mean, var, inv_std: [C]`. Writes
+/// `y = gamma * (x - mean) * inv_std + beta` with `inv_std` from the biased
+/// batch variance, the batch `mean`, `inv_std`, and the **unbiased** batch
+/// `var` (for the moving-average update).
 #[allow(clippy::too_many_arguments)]
 pub fn batch_norm_train(
     x: &[f32],
@@ -75,6 +78,10 @@ pub fn batch_norm_train(
         *s = 1.0 / (*v + epsilon).sqrt();
     }
     normalize(x, gamma, beta, mean, inv_std, y);
+    if rows > 1 {
+        let unbias = rows as f32 / (rows - 1) as f32;
+        var.iter_mut().for_each(|v| *v *= unbias);
+    }
 }
 
 /// `y = gamma * (x - mean) * inv_std + beta` as `y = x * scale + shift`.
@@ -88,8 +95,11 @@ fn normalize(x: &[f32], gamma: &[f32], beta: &[f32], mean: &[f32], inv_std: &[f3
     }
 }
 
-/// Inference forward with the moving statistics:
-/// `y = gamma * (x - moving_mean) / sqrt(moving_var + epsilon) + beta`.
+/// Inference forward with the moving statistics (`Kernel::BatchNormInfer`):
+/// `y = gamma * (x - moving_mean) / sqrt(moving_var + epsilon) + beta`; the
+/// statistics outputs are the moving ones: `mean = moving_mean`,
+/// `inv_std = 1 / sqrt(moving_var + epsilon)`, `var = moving_var`.
+#[allow(clippy::too_many_arguments)]
 pub fn batch_norm_infer(
     x: &[f32],
     gamma: &[f32],
@@ -98,10 +108,19 @@ pub fn batch_norm_infer(
     moving_var: &[f32],
     epsilon: f32,
     y: &mut [f32],
+    mean: &mut [f32],
+    inv_std: &mut [f32],
+    var: &mut [f32],
 ) {
     let c = gamma.len();
     debug_assert!(beta.len() == c && moving_mean.len() == c && moving_var.len() == c);
+    debug_assert!(mean.len() == c && inv_std.len() == c && var.len() == c);
     debug_assert_eq!(x.len(), y.len());
+    mean.copy_from_slice(moving_mean);
+    var.copy_from_slice(moving_var);
+    for (s, v) in inv_std.iter_mut().zip(moving_var) {
+        *s = 1.0 / (*v + epsilon).sqrt();
+    }
     if c == 0 {
         return;
     }
@@ -157,25 +176,12 @@ pub fn batch_norm_grad(
     }
 }
 
-/// Moving-average update after a training step over `rows` rows:
-/// `moving_mean = moving_mean * decay + mean * (1 - decay)`,
-/// `moving_var = moving_var * decay + var * rows/(rows-1) * (1 - decay)`
-/// (`var` is the biased batch variance from [`batch_norm_train`]).
-pub fn batch_norm_update_moving(
-    moving_mean: &mut [f32],
-    moving_var: &mut [f32],
-    mean: &[f32],
-    var: &[f32],
-    rows: usize,
-    decay: f32,
-) {
-    debug_assert!(moving_mean.len() == mean.len() && moving_var.len() == var.len() && mean.len() == var.len());
-    let unbias = if rows > 1 { rows as f32 / (rows - 1) as f32 } else { 1.0 };
-    for (m, b) in moving_mean.iter_mut().zip(mean) {
-        *m = *m * decay + *b * (1.0 - decay);
-    }
-    for (m, b) in moving_var.iter_mut().zip(var) {
-        *m = *m * decay + *b * unbias * (1.0 - decay);
+/// `moving = moving * decay + value * (1 - decay)`, in place on the
+/// variable (`Kernel::AssignMovingAverage`, TF's `AssignMovingAvg`).
+pub fn assign_moving_average(moving: &mut [f32], value: &[f32], decay: f32) {
+    debug_assert_eq!(moving.len(), value.len());
+    for (m, v) in moving.iter_mut().zip(value) {
+        *m = *m * decay + *v * (1.0 - decay);
     }
 }
 
@@ -197,18 +203,24 @@ mod tests {
             let col: Vec<f64> = (0..rows).map(|i| x[i * c + j] as f64).collect();
             let m = col.iter().sum::<f64>() / rows as f64;
             let v = col.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / rows as f64;
+            let unbiased = v * rows as f64 / (rows - 1) as f64;
             assert!((mean[j] as f64 - m).abs() < 1e-5, "mean");
-            assert!((var[j] as f64 - v).abs() < 1e-4 * v, "var");
+            assert!((var[j] as f64 - unbiased).abs() < 1e-4 * v, "var");
             assert!((inv[j] as f64 - 1.0 / (v + 1e-3).sqrt()).abs() < 1e-5, "inv_std");
             for i in 0..rows {
                 let want = gamma[j] as f64 * (col[i] - m) / (v + 1e-3).sqrt() + beta[j] as f64;
                 assert!((y[i * c + j] as f64 - want).abs() < 1e-4, "y");
             }
         }
-        // Inference with the batch statistics reproduces the training output.
+        // Inference with the (biased) batch statistics reproduces the
+        // training output, and passes the statistics through.
+        let biased: Vec<f32> = var.iter().map(|v| v * (rows - 1) as f32 / rows as f32).collect();
         let mut y2 = vec![0.0; rows * c];
-        batch_norm_infer(&x, &gamma, &beta, &mean, &var, 1e-3, &mut y2);
+        let (mut m2, mut s2, mut v2) = ([0.0; 3], [0.0; 3], [0.0; 3]);
+        batch_norm_infer(&x, &gamma, &beta, &mean, &biased, 1e-3, &mut y2, &mut m2, &mut s2, &mut v2);
         assert_close(&y2, &y, 1e-4, "infer");
+        assert_eq!((m2, &v2[..]), (mean, &biased[..]));
+        assert_close(&s2, &inv, 1e-5, "infer inv_std");
     }
 
     /// L = sum(y * g), y = BN_train(x; gamma, beta). The backward kernel must
@@ -238,10 +250,9 @@ mod tests {
     }
 
     #[test]
-    fn moving_update_uses_unbiased_variance() {
-        let (mut mm, mut mv) = ([1.0f32], [2.0f32]);
-        batch_norm_update_moving(&mut mm, &mut mv, &[3.0], &[4.0], 5, 0.9);
-        assert!((mm[0] - (0.9 + 0.3)).abs() < 1e-6);
-        assert!((mv[0] - (1.8 + 0.1 * 4.0 * 5.0 / 4.0)).abs() < 1e-6);
+    fn moving_average() {
+        let mut mm = [1.0f32, 2.0];
+        assign_moving_average(&mut mm, &[3.0, 4.0], 0.9);
+        assert!((mm[0] - (0.9 + 0.3)).abs() < 1e-6 && (mm[1] - (1.8 + 0.4)).abs() < 1e-6);
     }
 }

@@ -10,17 +10,27 @@
 
 use crate::random::{philox_block, u32_to_unit};
 
-/// `mask[i] = (unit(seed, step, i) < keep_prob) / keep_prob`, `y = x * mask`.
-/// `keep_prob >= 1` keeps everything (mask 1); `keep_prob <= 0` drops all.
-pub fn dropout(x: &[f32], keep_prob: f32, seed: u64, step: u64, y: &mut [f32], mask: &mut [f32]) {
+/// `mask[i] = (unit(seed, step, offset + i) < keep_prob) / keep_prob`,
+/// `y = x * mask` (`Kernel::Dropout`). `keep_prob >= 1` keeps everything
+/// (mask 1); `keep_prob <= 0` drops all.
+///
+/// The element stream starts at `offset`, so a tower holding elements
+/// `offset..` of the global batch draws the mask one device would draw for
+/// them: element `offset + i` uses lane `(offset + i) % 4` of Philox block
+/// `(offset + i) / 4`.
+pub fn dropout(x: &[f32], keep_prob: f32, seed: u64, step: u64, offset: usize, y: &mut [f32], mask: &mut [f32]) {
     debug_assert!(x.len() == y.len() && x.len() == mask.len());
     let scale = if keep_prob > 0.0 { 1.0 / keep_prob.min(1.0) } else { 0.0 };
-    for (block, (mb, (yb, xb))) in mask.chunks_mut(4).zip(y.chunks_mut(4).zip(x.chunks(4))).enumerate() {
-        let r = philox_block(seed, step, block as u64);
-        for (j, (m, (o, v))) in mb.iter_mut().zip(yb.iter_mut().zip(xb)).enumerate() {
-            *m = if keep_prob >= 1.0 || u32_to_unit(r[j]) < keep_prob { scale } else { 0.0 };
-            *o = *v * *m;
+    let mut block = u64::MAX;
+    let mut r = [0u32; 4];
+    for (k, (m, (o, v))) in mask.iter_mut().zip(y.iter_mut().zip(x)).enumerate() {
+        let g = (offset + k) as u64;
+        if g / 4 != block {
+            block = g / 4;
+            r = philox_block(seed, step, block);
         }
+        *m = if keep_prob >= 1.0 || u32_to_unit(r[(g % 4) as usize]) < keep_prob { scale } else { 0.0 };
+        *o = *v * *m;
     }
 }
 
@@ -41,7 +51,7 @@ mod tests {
         let n = 40_000;
         let x = vec![2.0f32; n];
         let (mut y, mut m) = (vec![0.0; n], vec![0.0; n]);
-        dropout(&x, 0.75, 7, 3, &mut y, &mut m);
+        dropout(&x, 0.75, 7, 3, 0, &mut y, &mut m);
         let kept = m.iter().filter(|v| **v != 0.0).count() as f64 / n as f64;
         assert!((kept - 0.75).abs() < 0.01, "keep rate {kept}");
         assert!(m.iter().all(|v| *v == 0.0 || (*v - 1.0 / 0.75).abs() < 1e-6));
@@ -49,16 +59,20 @@ mod tests {
         // Element i's draw depends on (seed, step, i) only: a prefix run alone
         // gives the same mask.
         let (mut y2, mut m2) = (vec![0.0; 10], vec![0.0; 10]);
-        dropout(&x[..10], 0.75, 7, 3, &mut y2, &mut m2);
+        dropout(&x[..10], 0.75, 7, 3, 0, &mut y2, &mut m2);
         assert_eq!(&m2[..], &m[..10]);
+        // A run from an offset (a tower's rows) draws the one-device mask of those elements.
+        let (mut y4, mut m4) = (vec![0.0; 13], vec![0.0; 13]);
+        dropout(&x[..13], 0.75, 7, 3, 5, &mut y4, &mut m4);
+        assert_eq!(&m4[..], &m[5..18]);
         // Another step gives another mask.
         let (mut y3, mut m3) = (vec![0.0; n], vec![0.0; n]);
-        dropout(&x, 0.75, 7, 4, &mut y3, &mut m3);
+        dropout(&x, 0.75, 7, 4, 0, &mut y3, &mut m3);
         assert_ne!(m3, m);
         let mut dx = vec![0.0; n];
         dropout_grad(&x, &m3, &mut dx);
         assert_eq!(dx, y3);
-        dropout(&x, 1.0, 7, 4, &mut y3, &mut m3);
+        dropout(&x, 1.0, 7, 4, 0, &mut y3, &mut m3);
         assert_eq!(y3, x);
     }
 }

@@ -13,11 +13,14 @@
 //! Every output window holds at least one input cell for valid geometry
 //! (SAME windows start inside the input; VALID windows are fully inside).
 
+use serde::{Deserialize, Serialize};
+
 use crate::window::{out_and_pad, window, Padding};
 
-/// The geometry of one pooling op.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pool2d {
+/// The geometry of one pooling op: the kernel's whole parameter block
+/// (`Kernel::MaxPool { geom }`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PoolGeom {
     pub n: usize,
     pub h: usize,
     pub w: usize,
@@ -29,7 +32,7 @@ pub struct Pool2d {
     pub padding: Padding,
 }
 
-impl Pool2d {
+impl PoolGeom {
     /// `(out_h, pad_top)`.
     pub fn out_h(&self) -> (usize, usize) {
         out_and_pad(self.h, self.kh, self.stride_h, self.padding)
@@ -64,7 +67,7 @@ impl Pool2d {
 }
 
 /// `y = max_pool(x)`; `x: [n,h,w,c]`, `y: [n,out_h,out_w,c]`.
-pub fn max_pool(p: &Pool2d, x: &[f32], y: &mut [f32]) {
+pub fn max_pool(p: &PoolGeom, x: &[f32], y: &mut [f32]) {
     debug_assert_eq!(x.len(), p.x_len());
     debug_assert_eq!(y.len(), p.y_len());
     let (oh, ow, c) = (p.out_h().0, p.out_w().0, p.c);
@@ -83,7 +86,7 @@ pub fn max_pool(p: &Pool2d, x: &[f32], y: &mut [f32]) {
 }
 
 /// `y = avg_pool(x)`, dividing by the count of non-padded cells.
-pub fn avg_pool(p: &Pool2d, x: &[f32], y: &mut [f32]) {
+pub fn avg_pool(p: &PoolGeom, x: &[f32], y: &mut [f32]) {
     debug_assert_eq!(x.len(), p.x_len());
     debug_assert_eq!(y.len(), p.y_len());
     let (oh, ow, c) = (p.out_h().0, p.out_w().0, p.c);
@@ -112,7 +115,7 @@ pub fn avg_pool(p: &Pool2d, x: &[f32], y: &mut [f32]) {
 /// contiguous channels, so each cell is one masked, vectorizable pass over a
 /// block of channels (a per-channel argmax with branches mispredicted on
 /// random data and ran 5x slower).
-pub fn max_pool_grad(p: &Pool2d, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
+pub fn max_pool_grad(p: &PoolGeom, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
     const BLOCK: usize = 16;
     debug_assert_eq!(x.len(), p.x_len());
     debug_assert_eq!(y.len(), p.y_len());
@@ -146,7 +149,7 @@ pub fn max_pool_grad(p: &Pool2d, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32
 
 /// `dx = avg_pool_grad(dy)`: each `dy` is spread as `dy / count` over the
 /// non-padded cells of its window. `dx` is overwritten.
-pub fn avg_pool_grad(p: &Pool2d, dy: &[f32], dx: &mut [f32]) {
+pub fn avg_pool_grad(p: &PoolGeom, dy: &[f32], dx: &mut [f32]) {
     debug_assert_eq!(dy.len(), p.y_len());
     debug_assert_eq!(dx.len(), p.x_len());
     dx.fill(0.0);
@@ -171,7 +174,7 @@ mod tests {
     use crate::testutil::{assert_close, numeric_grad, Lcg};
 
     /// Reference from the definition with explicit padded coordinates.
-    fn naive(p: &Pool2d, x: &[f32], max: bool) -> Vec<f32> {
+    fn naive(p: &PoolGeom, x: &[f32], max: bool) -> Vec<f32> {
         let (oh, pt) = p.out_h();
         let (ow, pl) = p.out_w();
         let mut y = Vec::new();
@@ -201,7 +204,7 @@ mod tests {
         y
     }
 
-    fn cases() -> Vec<Pool2d> {
+    fn cases() -> Vec<PoolGeom> {
         let mut v = Vec::new();
         for padding in [Padding::Same, Padding::Valid] {
             for &(n, h, w, c, kh, kw, sh, sw) in &[
@@ -210,7 +213,7 @@ mod tests {
                 (2, 5, 7, 1, 3, 2, 1, 1),
                 (1, 9, 9, 2, 3, 3, 3, 2),
             ] {
-                v.push(Pool2d { n, h, w, c, kh, kw, stride_h: sh, stride_w: sw, padding });
+                v.push(PoolGeom { n, h, w, c, kh, kw, stride_h: sh, stride_w: sw, padding });
             }
         }
         v
@@ -264,7 +267,7 @@ mod tests {
     #[test]
     fn max_grad_ties_go_to_first() {
         // One 2x2 window of equal values: TF sends everything to (0, 0).
-        let p = Pool2d { n: 1, h: 2, w: 2, c: 1, kh: 2, kw: 2, stride_h: 2, stride_w: 2, padding: Padding::Valid };
+        let p = PoolGeom { n: 1, h: 2, w: 2, c: 1, kh: 2, kw: 2, stride_h: 2, stride_w: 2, padding: Padding::Valid };
         let mut dx = vec![0.0; 4];
         max_pool_grad(&p, &[1.0; 4], &[1.0], &[3.0], &mut dx);
         assert_eq!(dx, vec![3.0, 0.0, 0.0, 0.0]);

@@ -1,57 +1,18 @@
-//! The closed set of kernels a plan launches, with every parameter the
-//! kernel needs already computed (shapes, strides, transposes, scalars), so a
-//! backend only dispatches. Each variant documents its launch arguments:
-//! `in:` the `inputs` of the launch, `out:` its `outputs`, in order.
+//! The kernel ABI: the closed set of kernels a plan launches, with every
+//! parameter the kernel needs already computed (shapes, strides,
+//! transposes, scalars), so a backend only dispatches. This enum is the
+//! contract every backend honours: the CPU backend calls the body of the
+//! same name in this crate, a CUDA backend its twin. Each variant documents
+//! its launch arguments: `in:` the `inputs` of the launch, `out:` its
+//! `outputs`, in order. Its parameter blocks are the kernels' own types
+//! ([`ConvGeom`], [`PoolGeom`], [`UnaryOp`], [`BinaryOp`], [`DType`]).
 
 use serde::{Deserialize, Serialize};
-use towers_graph::{DType, Padding};
 
-/// An elementwise binary operation with NumPy broadcasting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BinaryKind {
-    Add,
-    Sub,
-    Mul,
-    Div,
-}
-
-/// An elementwise unary operation (and, in `UnaryGrad`, its gradient).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum UnaryKind {
-    Neg,
-    Relu,
-    Sigmoid,
-    Tanh,
-}
-
-/// Geometry of a 2-D convolution (NHWC activations, HWIO filters).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConvGeom {
-    pub n: usize,
-    pub h: usize,
-    pub w: usize,
-    pub c_in: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub c_out: usize,
-    pub stride_h: usize,
-    pub stride_w: usize,
-    pub padding: Padding,
-}
-
-/// Geometry of a 2-D pooling window (NHWC).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolGeom {
-    pub n: usize,
-    pub h: usize,
-    pub w: usize,
-    pub c: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub stride_h: usize,
-    pub stride_w: usize,
-    pub padding: Padding,
-}
+use crate::conv::ConvGeom;
+use crate::dtype::DType;
+use crate::elementwise::{BinaryOp, UnaryOp};
+use crate::pool::PoolGeom;
 
 /// One kernel with its parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,7 +27,7 @@ pub enum Kernel {
     },
     /// in: a, b. out: a op b, broadcast.
     Binary {
-        op: BinaryKind,
+        op: BinaryOp,
         a_shape: Vec<usize>,
         b_shape: Vec<usize>,
         out_shape: Vec<usize>,
@@ -85,11 +46,11 @@ pub enum Kernel {
     },
     /// in: x. out: y.
     Unary {
-        op: UnaryKind,
+        op: UnaryOp,
     },
-    /// in: dy, y. out: dx (Relu, Sigmoid and Tanh only).
+    /// in: dy, y (the forward output). out: dx = the op's gradient from y.
     UnaryGrad {
-        op: UnaryKind,
+        op: UnaryOp,
     },
     /// in: x, filter. out: y. Workspace: `workspace_len` f32.
     Conv2D {
@@ -193,7 +154,7 @@ pub enum Kernel {
         shape: Vec<usize>,
         axis: usize,
     },
-    /// in: a, b of `dtype`. out: bool (i32 0/1).
+    /// in: a, b of `dtype`, one shape. out: bool (i32 0/1).
     Equal {
         dtype: DType,
     },

@@ -1,0 +1,201 @@
+//! Optimizer updates in place on the variable and its slots, with TF1's
+//! exact formulas (`ApplyGradientDescent`, `ApplyMomentum`, `ApplyAdam`);
+//! the tower reduction fused into an update ([`mean_apply`]); the global
+//! step's increment. All buffers have the variable's length.
+
+use crate::kernel::Kernel;
+use crate::misc::weighted_sum;
+use crate::KernelError;
+
+/// `w -= lr * g`.
+pub fn apply_gradient_descent(w: &mut [f32], g: &[f32], lr: f32) {
+    debug_assert_eq!(w.len(), g.len());
+    for (w, g) in w.iter_mut().zip(g) {
+        *w -= lr * *g;
+    }
+}
+
+/// `accum = accum * momentum + g`; then `w -= lr * accum`, or with Nesterov
+/// `w -= lr * (g + momentum * accum)` (using the updated `accum`).
+pub fn apply_momentum(w: &mut [f32], accum: &mut [f32], g: &[f32], lr: f32, momentum: f32, use_nesterov: bool) {
+    debug_assert!(w.len() == g.len() && accum.len() == g.len());
+    for ((w, a), g) in w.iter_mut().zip(accum.iter_mut()).zip(g) {
+        *a = *a * momentum + *g;
+        *w -= if use_nesterov { lr * (*g + momentum * *a) } else { lr * *a };
+    }
+}
+
+/// Adam at 1-based step `step`:
+/// `lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)`,
+/// `m = beta1 * m + (1 - beta1) * g`, `v = beta2 * v + (1 - beta2) * g^2`,
+/// `w -= lr_t * m / (sqrt(v) + epsilon)`. The powers are computed in f64.
+#[allow(clippy::too_many_arguments)]
+pub fn apply_adam(
+    w: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    epsilon: f32,
+    step: u64,
+) {
+    debug_assert!(w.len() == g.len() && m.len() == g.len() && v.len() == g.len());
+    let t = step.min(i32::MAX as u64) as i32;
+    let b1t = (beta1 as f64).powi(t);
+    let b2t = (beta2 as f64).powi(t);
+    let lr_t = (lr as f64 * (1.0 - b2t).sqrt() / (1.0 - b1t)) as f32;
+    for (((w, m), v), g) in w.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
+        *m += (*g - *m) * (1.0 - beta1);
+        *v += (*g * *g - *v) * (1.0 - beta2);
+        *w -= lr_t * *m / (v.sqrt() + epsilon);
+    }
+}
+
+/// Adam's 1-based step from the `global_step` variable read before this
+/// step's increment: `t = global_step + 1` (an empty or negative step reads as 0).
+pub fn adam_step(global_step: &[i32]) -> u64 {
+    global_step.first().copied().unwrap_or(0).max(0) as u64 + 1
+}
+
+/// `step += 1` (wrapping) on the i32 scalar step variable (`Kernel::IncrementStep`).
+pub fn increment_step(step: &mut [i32]) {
+    if let Some(s) = step.first_mut() {
+        *s = s.wrapping_add(1);
+    }
+}
+
+/// Elements per block of [`mean_apply`]: the reduced gradient of one block
+/// lives in a stack buffer (16 KiB, in L1), never in memory.
+pub const MEAN_BLOCK: usize = 4096;
+
+/// `Kernel::MeanApply`: the tower reduction fused into the optimizer update
+/// that is its only consumer. Per block of [`MEAN_BLOCK`] elements, the
+/// towers' weighted gradient `Σ weights[i]·grads[i]` is formed in scratch on
+/// the stack, then `apply` (an `ApplyGradientDescent`, `ApplyMomentum` or
+/// `ApplyAdam`) updates that block of `outs` (the variable, then its slots)
+/// in place. One pass over memory, no allocation. `step` is Adam's 1-based
+/// step ([`adam_step`]); the other updates ignore it.
+pub fn mean_apply(
+    grads: &[&[f32]],
+    weights: &[f32],
+    apply: &Kernel,
+    step: u64,
+    outs: &mut [&mut [f32]],
+) -> Result<(), KernelError> {
+    debug_assert_eq!(grads.len(), weights.len());
+    let slots = match apply {
+        Kernel::ApplyGradientDescent { .. } => 1,
+        Kernel::ApplyMomentum { .. } => 2,
+        Kernel::ApplyAdam { .. } => 3,
+        other => return Err(KernelError::CannotFuse { op: "mean_apply", into: other.name() }),
+    };
+    if outs.len() < slots {
+        return Err(KernelError::CannotFuse { op: "mean_apply", into: apply.name() });
+    }
+    let len = outs[0].len();
+    let mut scratch = [0f32; MEAN_BLOCK];
+    let mut start = 0;
+    while start < len {
+        let end = (start + MEAN_BLOCK).min(len);
+        let g = &mut scratch[..end - start];
+        weighted_sum_range(grads, weights, start, end, g);
+        match (apply, &mut outs[..]) {
+            (Kernel::ApplyGradientDescent { lr }, [w, ..]) => apply_gradient_descent(&mut w[start..end], g, *lr),
+            (Kernel::ApplyMomentum { lr, momentum, nesterov }, [w, a, ..]) => {
+                apply_momentum(&mut w[start..end], &mut a[start..end], g, *lr, *momentum, *nesterov)
+            }
+            (Kernel::ApplyAdam { lr, beta1, beta2, epsilon }, [w, m, v, ..]) => apply_adam(
+                &mut w[start..end],
+                &mut m[start..end],
+                &mut v[start..end],
+                g,
+                *lr,
+                *beta1,
+                *beta2,
+                *epsilon,
+                step,
+            ),
+            _ => unreachable!("checked above"),
+        }
+        start = end;
+    }
+    Ok(())
+}
+
+/// `out = Σ weights[i]·grads[i][start..end]`, through a fixed-size array of
+/// sub-slices on the stack (no allocation; towers beyond
+/// [`MAX_TOWERS_ON_STACK`] go in rounds).
+fn weighted_sum_range(grads: &[&[f32]], weights: &[f32], start: usize, end: usize, out: &mut [f32]) {
+    let mut parts: [&[f32]; MAX_TOWERS_ON_STACK] = [&[]; MAX_TOWERS_ON_STACK];
+    let mut first = true;
+    for (gs, ws) in grads.chunks(MAX_TOWERS_ON_STACK).zip(weights.chunks(MAX_TOWERS_ON_STACK)) {
+        for (p, g) in parts.iter_mut().zip(gs) {
+            *p = &g[start..end];
+        }
+        if first {
+            weighted_sum(&parts[..gs.len()], ws, out);
+            first = false;
+        } else {
+            // Later rounds (more towers than fit on the stack) accumulate.
+            for (g, w) in parts[..gs.len()].iter().zip(ws) {
+                for (o, v) in out.iter_mut().zip(g.iter()) {
+                    *o += *w * *v;
+                }
+            }
+        }
+    }
+    if grads.is_empty() {
+        out.fill(0.0);
+    }
+}
+
+/// Towers whose gradient slices one round of [`mean_apply`] holds on the stack.
+pub const MAX_TOWERS_ON_STACK: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gradient_descent() {
+        let mut w = [1.0, 2.0];
+        apply_gradient_descent(&mut w, &[0.5, -1.0], 0.1);
+        assert_eq!(w, [0.95, 2.1]);
+    }
+
+    #[test]
+    fn momentum_plain_and_nesterov() {
+        let (mut w, mut a) = ([1.0f32], [0.5f32]);
+        apply_momentum(&mut w, &mut a, &[2.0], 0.1, 0.9, false);
+        // accum = 0.45 + 2 = 2.45; w = 1 - 0.245
+        assert!((a[0] - 2.45).abs() < 1e-6 && (w[0] - 0.755).abs() < 1e-6);
+        let (mut w, mut a) = ([1.0f32], [0.5f32]);
+        apply_momentum(&mut w, &mut a, &[2.0], 0.1, 0.9, true);
+        // w = 1 - 0.1 * (2 + 0.9 * 2.45) = 1 - 0.4205
+        assert!((w[0] - 0.5795).abs() < 1e-6);
+    }
+
+    /// Two steps against a plain f64 transcription of TF's ApplyAdam.
+    #[test]
+    fn adam_matches_tf_formula() {
+        let (lr, b1, b2, eps) = (0.01f64, 0.9f64, 0.999f64, 1e-8f64);
+        let (mut w, mut m, mut v) = ([0.5f32, -0.3], [0.0f32; 2], [0.0f32; 2]);
+        let (mut rw, mut rm, mut rv) = ([0.5f64, -0.3], [0.0f64; 2], [0.0f64; 2]);
+        for (t, g) in [[0.2f32, -0.7], [0.1, 0.4]].iter().enumerate() {
+            let t = t as i32 + 1;
+            apply_adam(&mut w, &mut m, &mut v, g, lr as f32, b1 as f32, b2 as f32, eps as f32, t as u64);
+            let lr_t = lr * (1.0 - b2.powi(t)).sqrt() / (1.0 - b1.powi(t));
+            for i in 0..2 {
+                let gi = g[i] as f64;
+                rm[i] = b1 * rm[i] + (1.0 - b1) * gi;
+                rv[i] = b2 * rv[i] + (1.0 - b2) * gi * gi;
+                rw[i] -= lr_t * rm[i] / (rv[i].sqrt() + eps);
+            }
+        }
+        for i in 0..2 {
+            assert!((w[i] as f64 - rw[i]).abs() < 1e-6, "{} vs {}", w[i], rw[i]);
+        }
+    }
+}
