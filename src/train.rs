@@ -222,13 +222,15 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     let mut images = vec![0f32; cfg.batch * train_set.image_len()];
     let mut labels = vec![0i32; cfg.batch];
     let mut losses = Vec::new();
+    let mut loss = [0f32];
     let started = Instant::now();
     for step in 1..=total {
         batcher.next_batch(&mut images, &mut labels)?;
         sess.feed_f32("train", &model.images, &images)?;
         sess.feed_i32("train", &model.labels, &labels)?;
         sess.run("train")?;
-        let loss = sess.fetch_f32("train", "loss")?[0];
+        sess.fetch_f32_into("train", "loss", &mut loss)?;
+        let loss = loss[0];
         let eps = (step * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
         if (cfg.log_every > 0 && step % cfg.log_every == 0) || step == total {
             losses.push((step, loss));

@@ -1,5 +1,10 @@
 //! Checkpoints: every variable (optimizer slots and `global_step`
-//! included) by its scoped name, in the safetensors format.
+//! included) by its scoped name, in the safetensors format (little-endian
+//! f32 or i32; bools as i32).
+//!
+//! Backend-neutral: values go through the session's variable reads and
+//! writes (copies to and from host memory), so a checkpoint written from one
+//! backend restores on another.
 //!
 //! Saving is atomic: the bytes go to a temporary file in the target's
 //! directory, which is fsynced, renamed over the target, and the directory
@@ -15,9 +20,8 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use towers_graph::DType;
 
 use crate::error::RuntimeError;
-use crate::mem::Region;
 use crate::session::Session;
-use crate::store::Var;
+use crate::variables::HostVec;
 
 fn st_dtype(d: DType) -> Dtype {
     match d {
@@ -41,11 +45,19 @@ impl Session {
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
         let path = path.as_ref();
         let ck = |detail: String| RuntimeError::Checkpoint { path: path.display().to_string(), detail };
-        let mut views = Vec::new();
-        for (name, v) in &self.store().vars {
-            // SAFETY: no step is running while `&self` is borrowed.
-            let bytes = unsafe { v.region.all().bytes() };
-            let view = TensorView::new(st_dtype(v.dtype), v.shape.clone(), bytes).map_err(|e| ck(e.to_string()))?;
+        let mut tensors = Vec::new();
+        for name in self.variable_names() {
+            let (dtype, shape) = self.variable_type(&name)?;
+            let shape = shape.to_vec();
+            let bytes: Vec<u8> = match self.read_host(&name)? {
+                HostVec::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                HostVec::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            };
+            tensors.push((name, dtype, shape, bytes));
+        }
+        let mut views = Vec::with_capacity(tensors.len());
+        for (name, dtype, shape, bytes) in &tensors {
+            let view = TensorView::new(st_dtype(*dtype), shape.clone(), bytes).map_err(|e| ck(e.to_string()))?;
             views.push((name.clone(), view));
         }
         let data = safetensors::tensor::serialize(views, None).map_err(|e| ck(e.to_string()))?;
@@ -66,7 +78,8 @@ impl Session {
 
     /// Read every variable from `path`. Each variable the session knows must
     /// be in the checkpoint with the same dtype and shape; variables only in
-    /// the checkpoint are added to the store (so restoring before loading works).
+    /// the checkpoint are kept until a plan declares them (so restoring
+    /// before loading works). Nothing is written unless everything checks.
     pub fn restore(&mut self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
         let path = path.as_ref();
         let p = path.display().to_string();
@@ -76,25 +89,37 @@ impl Session {
             detail: format!("not a safetensors file: {e}"),
         })?;
         // Check everything before writing anything.
-        for (name, v) in &self.store().vars {
-            let t =
-                st.tensor(name).map_err(|_| RuntimeError::CheckpointMissing { path: p.clone(), name: name.clone() })?;
-            if t.dtype() != st_dtype(v.dtype) || t.shape() != v.shape.as_slice() {
+        for name in self.variable_names() {
+            let (dtype, shape) = self.variable_type(&name)?;
+            let t = st
+                .tensor(&name)
+                .map_err(|_| RuntimeError::CheckpointMissing { path: p.clone(), name: name.clone() })?;
+            if t.dtype() != st_dtype(dtype) || t.shape() != shape {
                 return Err(RuntimeError::CheckpointMismatch {
                     path: p.clone(),
                     name: name.clone(),
                     in_file: format!("{:?}{:?}", t.dtype(), t.shape()).to_lowercase(),
-                    in_session: v.describe(),
+                    in_session: format!("{dtype}{shape:?}"),
                 });
             }
         }
         let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
         names.sort();
+        let mut values = Vec::with_capacity(names.len());
         for name in names {
             let Ok(t) = st.tensor(&name) else { continue };
-            let dtype = match t.dtype() {
-                Dtype::F32 => DType::F32,
-                Dtype::I32 => DType::I32,
+            let bytes = t.data();
+            let n: usize = t.shape().iter().product();
+            if bytes.len() != n * 4 {
+                return Err(RuntimeError::Checkpoint {
+                    path: p.clone(),
+                    detail: format!("variable '{name}' has a truncated payload"),
+                });
+            }
+            let words = bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+            let v = match t.dtype() {
+                Dtype::F32 => HostVec::F32(words.map(f32::from_le_bytes).collect()),
+                Dtype::I32 => HostVec::I32(words.map(i32::from_le_bytes).collect()),
                 other => {
                     return Err(RuntimeError::Checkpoint {
                         path: p.clone(),
@@ -102,25 +127,10 @@ impl Session {
                     })
                 }
             };
-            let store = self.store_mut();
-            let var = store.vars.entry(name.clone()).or_insert_with(|| Var {
-                dtype,
-                shape: t.shape().to_vec(),
-                region: std::sync::Arc::new(Region::new(t.shape().iter().product())),
-            });
-            let slot = var.region.all();
-            let bytes = t.data();
-            if bytes.len() != slot.len() * 4 {
-                return Err(RuntimeError::Checkpoint {
-                    path: p.clone(),
-                    detail: format!("variable '{name}' has a truncated payload"),
-                });
-            }
-            // SAFETY: no step is running (`&mut self`).
-            let dst = unsafe { slot.i32_mut() };
-            for (o, c) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
-                *o = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
+            values.push((name, t.shape().to_vec(), v));
+        }
+        for (name, shape, v) in values {
+            self.write_host(&name, &shape, v)?;
         }
         Ok(())
     }

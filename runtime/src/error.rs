@@ -3,6 +3,9 @@
 
 use thiserror::Error;
 
+use crate::backend::BackendError;
+use crate::comm::CommError;
+
 #[derive(Debug, Error)]
 pub enum RuntimeError {
     #[error("no program named '{program}' is loaded (loaded: {loaded})")]
@@ -19,6 +22,9 @@ pub enum RuntimeError {
 
     #[error("program '{program}' has no fetch or tensor named '{fetch}' (fetches: {fetches})")]
     UnknownFetch { program: String, fetch: String, fetches: String },
+
+    #[error("fetch '{fetch}' of program '{program}' has {expected} elements, the output slice {got}")]
+    FetchLength { program: String, fetch: String, expected: usize, got: usize },
 
     #[error("no variable named '{name}'")]
     UnknownVariable { name: String },
@@ -41,6 +47,15 @@ pub enum RuntimeError {
     #[error("program '{program}', node '{node}': {detail}")]
     Kernel { program: String, node: String, detail: String },
 
+    #[error("program '{program}', collective '{node}': {source}")]
+    Collective { program: String, node: String, source: Box<CommError> },
+
+    #[error("program '{program}': {detail}")]
+    Backend { program: String, detail: String },
+
+    #[error("variable '{name}': {detail}")]
+    VariableAccess { name: String, detail: String },
+
     #[error("checkpoint {path}: {detail}")]
     Checkpoint { path: String, detail: String },
 
@@ -52,4 +67,24 @@ pub enum RuntimeError {
 
     #[error("checkpoint {path}: {source}")]
     Io { path: String, source: std::io::Error },
+}
+
+impl RuntimeError {
+    /// A backend's error about `program`.
+    pub(crate) fn from_backend(program: &str, e: BackendError) -> RuntimeError {
+        let program = program.to_string();
+        match e {
+            BackendError::BadPlan(detail) => RuntimeError::BadPlan { program, detail },
+            BackendError::Kernel { node, detail } => RuntimeError::Kernel { program, node, detail },
+            BackendError::Collective { node, source } => {
+                RuntimeError::Collective { program, node, source: Box::new(source) }
+            }
+            BackendError::Access(detail) | BackendError::Device(detail) => RuntimeError::Backend { program, detail },
+        }
+    }
+
+    /// A backend's error about variable `name`.
+    pub(crate) fn from_variable(name: &str, e: BackendError) -> RuntimeError {
+        RuntimeError::VariableAccess { name: name.into(), detail: e.to_string() }
+    }
 }

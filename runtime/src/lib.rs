@@ -1,32 +1,54 @@
 //! # towers-runtime: executing a [`towers_codegen::Plan`]
 //!
-//! The CPU backend: a [`Session`] owns the variable store (host memory by
-//! variable name, shared by every loaded program) and runs loaded plans.
-//! `/gpu:i` devices run as CPU devices; [`cuda::probe`] reports whether a
-//! CUDA driver exists, without panicking. All devices of the CPU backend share
-//! host memory, so the plan's copies are elided at load (a copy's consumers
-//! read its source after the copy's event; see `prepare::copy_aliases` for why
-//! that is sound): the events, and so the cross-device ordering, stay.
+//! Three seams, so that a new backend or a new transport lands without
+//! touching the rest:
 //!
-//! - [`session`]: load, feed, run, fetch, variables, [`Session::backend_note`];
-//! - `sched`, `threads`: one thread per device (the host on the caller), events;
-//! - `mem`: the only `unsafe` memory access and its invariant;
-//! - `prepare`, `exec`: load-time resolution and kernel dispatch;
-//! - [`checkpoint`]: atomic safetensors save and checked restore;
-//! - [`error`]: [`RuntimeError`].
+//! - [`Session`] (backend-neutral): programs by name, feeds and fetches,
+//!   variable declarations with their seeded initial values, checkpoints,
+//!   typed errors. It holds a `Box<dyn Backend>` and an `Arc<dyn Comm>`, and
+//!   never sees which ones: every read is a copy to host memory
+//!   ([`Session::fetch_f32`] returns a `Vec`, [`Session::fetch_f32_into`]
+//!   fills a caller's slice without allocating).
+//! - [`Backend`] ([`backend`]): load a plan as a named program, run it, copy
+//!   buffers and variables to and from host memory; the backend owns the
+//!   variables' storage. [`CpuBackend`] ([`cpu`]) runs every device as a CPU
+//!   device: one pinned thread per device, copies elided because memory is
+//!   shared, zero allocation per run. [`cuda::probe`] reports whether a
+//!   CUDA driver exists, without panicking; a CUDA backend plugs in here.
+//! - [`Comm`] ([`comm`]): rank, world size, all-reduce (sum) of a buffer
+//!   group, broadcast, barrier. [`LocalComm`] is world size 1 (every
+//!   session's default) or N threads of one process; MPI and NCCL plug in
+//!   here. The plan's `Step::AllReduce` runs through the session's `Comm`.
+//!
+//! Invariants across the seams: `load` allocates, `run` does not; `run`
+//! returns only when the step is complete, so reads, writes and
+//! checkpoints never race with kernels; variables are shared by name across
+//! programs and their dtype and shape never change; a variable's initial
+//! value depends only on the session seed and its name.
+//!
+//! Modules: [`session`] (load, feed, run, fetch, variables,
+//! [`Session::backend_note`]), [`checkpoint`] (atomic safetensors save and
+//! checked restore), [`error`] ([`RuntimeError`]), [`backend`], [`cpu`],
+//! [`comm`], [`cuda`].
 
-mod affinity;
+pub mod backend;
 pub mod checkpoint;
+pub mod comm;
+pub mod cpu;
 pub mod cuda;
 pub mod error;
-mod exec;
-mod mem;
-mod prepare;
-mod sched;
 pub mod session;
-mod store;
-mod threads;
+mod variables;
 
+// `cpu/exec.rs` names these by their paths from before the CPU backend had
+// its own folder; kept so that file moved unchanged (its body is being
+// reworked in parallel). New code says `crate::cpu::...`.
+use cpu::{mem, prepare};
+
+pub use backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
+pub use comm::{Comm, CommError, LocalComm};
+pub use cpu::CpuBackend;
 pub use cuda::{probe, CudaStatus};
 pub use error::RuntimeError;
-pub use session::{Profiled, Session};
+pub use session::Session;
+pub use variables::HostVec;

@@ -1,46 +1,39 @@
-//! A session: loaded programs sharing one variable store.
+//! A session: loaded programs sharing one set of variables, on one backend,
+//! as one rank of a communicator.
 //!
-//! `load` does all the work that allocates: variables are created (first
-//! use) or checked, arenas allocated, constants filled, steps resolved, and
-//! worker threads started. `run` then allocates nothing. Programs share
-//! variables by name; a variable seen again must have the same dtype and
-//! shape.
+//! `load` does all the work that allocates: variables are declared (first
+//! use: created in the backend with their initial values) or checked, and
+//! the backend prepares the plan. `run` then allocates nothing. Programs
+//! share variables by name; a variable seen again must have the same dtype
+//! and shape. Every read copies to host memory: `fetch_f32` and
+//! `read_variable` return owned vectors, and the `*_into` variants fill a
+//! slice the caller owns without allocating.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use towers_codegen::{Plan, Step};
+use towers_codegen::{BufRef, Plan, Step};
 use towers_graph::{DType, DeviceKind};
 
+use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, ProgramId};
+use crate::comm::{Comm, LocalComm};
+use crate::cpu::CpuBackend;
 use crate::error::RuntimeError;
-use crate::mem::Slot;
-use crate::prepare::{prepare, resolve_aliased, Buf, Exec, Prepared};
-use crate::sched::Runner;
-use crate::store::Store;
+use crate::variables::{initial_host, HostVec, VarInfo, VarTable};
+
+pub use crate::backend::Profiled;
 
 struct Program {
+    id: ProgramId,
     plan: Plan,
-    feeds: Vec<(String, Buf)>,
-    /// Fetch names, then tensor names.
-    fetchable: Vec<(String, Buf)>,
-    runner: Runner,
-    _prepared: Prepared,
 }
 
-/// Time spent in one item of a program while profiling was on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Profiled {
-    /// `gpu:0/compute`.
-    pub stream: String,
-    /// The kernel name (`gemm`, `weighted_sum`, ...), `copy` or `wait`.
-    pub kernel: &'static str,
-    pub node: String,
-    pub nanos: u64,
-}
-
-/// Executes plans on the CPU backend; see the module docs.
+/// Executes plans on a [`Backend`] (the CPU backend by default); see the module docs.
 pub struct Session {
     seed: u64,
-    store: Store,
+    backend: Box<dyn Backend>,
+    comm: Arc<dyn Comm>,
+    vars: VarTable,
     programs: BTreeMap<String, Program>,
 }
 
@@ -53,17 +46,52 @@ fn list<'a>(it: impl Iterator<Item = &'a str>) -> String {
     }
 }
 
+fn lookup<'a>(programs: &'a BTreeMap<String, Program>, program: &str) -> Result<&'a Program, RuntimeError> {
+    programs.get(program).ok_or_else(|| RuntimeError::UnknownProgram {
+        program: program.into(),
+        loaded: list(programs.keys().map(|s| s.as_str())),
+    })
+}
+
+/// Whether a tensor of dtype `actual` can be fed or fetched as `requested`.
+fn compatible(actual: DType, requested: DType) -> bool {
+    actual == requested || (requested == DType::I32 && actual == DType::Bool)
+}
+
 impl Session {
-    /// A session whose variables are initialized from `seed` and their names.
+    /// A session on the CPU backend whose variables are initialized from
+    /// `seed` and their names; one process (world size 1).
     pub fn new(seed: u64) -> Session {
-        Session { seed, store: Store::default(), programs: BTreeMap::new() }
+        Session::with_backend(seed, Box::new(CpuBackend::new()))
     }
 
-    pub(crate) fn store(&self) -> &Store {
-        &self.store
+    /// A session on `backend`; one process (world size 1).
+    pub fn with_backend(seed: u64, backend: Box<dyn Backend>) -> Session {
+        Session { seed, backend, comm: Arc::new(LocalComm::single()), vars: VarTable::new(), programs: BTreeMap::new() }
     }
-    pub(crate) fn store_mut(&mut self) -> &mut Store {
-        &mut self.store
+
+    /// This session as one rank of `comm`: the plans loaded from now on run
+    /// their collective steps through it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use towers_runtime::{comm::LocalComm, Session};
+    /// let s = Session::new(0).with_comm(Arc::new(LocalComm::single()));
+    /// assert_eq!(s.comm().world_size(), 1);
+    /// ```
+    pub fn with_comm(mut self, comm: Arc<dyn Comm>) -> Session {
+        self.comm = comm;
+        self
+    }
+
+    /// The communicator this session is a rank of.
+    pub fn comm(&self) -> &Arc<dyn Comm> {
+        &self.comm
+    }
+
+    /// The backend's name ("cpu").
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
     }
 
     /// Load a plan under `name`.
@@ -71,43 +99,45 @@ impl Session {
         if self.programs.contains_key(name) {
             return Err(RuntimeError::DuplicateProgram { program: name.into() });
         }
+        let backend = |e: BackendError| RuntimeError::from_backend(name, e);
+        // Check every declaration before creating anything.
         for v in &plan.variables {
-            self.store.ensure(v, self.seed).map_err(|existing| RuntimeError::VariableMismatch {
-                program: name.into(),
-                name: v.name.clone(),
-                existing,
-                declared: format!("{}{:?}", v.dtype, v.shape),
-            })?;
+            if let Some(known) = self.vars.get(&v.name) {
+                if !known.matches(v) {
+                    return Err(RuntimeError::VariableMismatch {
+                        program: name.into(),
+                        name: v.name.clone(),
+                        existing: known.describe(),
+                        declared: format!("{}{:?}", v.dtype, v.shape),
+                    });
+                }
+            }
         }
-        let bad = |detail: String| RuntimeError::BadPlan { program: name.into(), detail };
-        let prepared = prepare(&plan, &self.store).map_err(bad)?;
-        let res = |r| resolve_aliased(&plan, &prepared.arenas, &self.store, &prepared.aliases, r).map_err(bad);
-        let feeds =
-            plan.feeds.iter().map(|(n, r)| Ok((n.clone(), res(r)?))).collect::<Result<Vec<_>, RuntimeError>>()?;
-        let fetchable = plan
-            .fetches
-            .iter()
-            .chain(&plan.tensors)
-            .map(|(n, r)| Ok((n.clone(), res(r)?)))
-            .collect::<Result<Vec<_>, RuntimeError>>()?;
-        let Prepared { arenas, vars, streams, aliases } = prepared;
-        let prepared = Prepared { arenas, vars, streams: Vec::new(), aliases };
-        let threads = crate::threads::thread_plans(&plan).map_err(bad)?;
-        let mut streams: Vec<Vec<Option<Exec>>> = streams;
-        let threads: Vec<Vec<(usize, Exec)>> = threads
-            .iter()
-            .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, x))).collect())
-            .collect();
-        let runner = Runner::new(threads, plan.num_events, name).map_err(bad)?;
-        self.programs.insert(name.into(), Program { plan, feeds, fetchable, runner, _prepared: prepared });
+        for v in &plan.variables {
+            match self.vars.get_mut(&v.name) {
+                Some(VarInfo { pending: None, .. }) => {}
+                Some(known) => {
+                    let values = known.pending.take().unwrap_or_else(|| initial_host(v, self.seed));
+                    let created = self.backend.create_variable(v, values.as_slice());
+                    if created.is_err() {
+                        known.pending = Some(values);
+                    }
+                    created.map_err(backend)?;
+                    known.dtype = v.dtype;
+                }
+                None => {
+                    self.backend.create_variable(v, initial_host(v, self.seed).as_slice()).map_err(backend)?;
+                    self.vars.insert(v.name.clone(), VarInfo { dtype: v.dtype, shape: v.shape.clone(), pending: None });
+                }
+            }
+        }
+        let id = self.backend.load(name, &plan, Arc::clone(&self.comm)).map_err(backend)?;
+        self.programs.insert(name.into(), Program { id, plan });
         Ok(())
     }
 
     fn program(&self, program: &str) -> Result<&Program, RuntimeError> {
-        self.programs.get(program).ok_or_else(|| RuntimeError::UnknownProgram {
-            program: program.into(),
-            loaded: list(self.programs.keys().map(|s| s.as_str())),
-        })
+        lookup(&self.programs, program)
     }
 
     /// The plan loaded under `program`.
@@ -115,160 +145,243 @@ impl Session {
         Ok(&self.program(program)?.plan)
     }
 
-    fn feed_buf(&self, program: &str, feed: &str, dtype: DType, len: usize) -> Result<Slot, RuntimeError> {
-        let p = self.program(program)?;
-        let (_, b) = p.feeds.iter().find(|(n, _)| n == feed).ok_or_else(|| RuntimeError::UnknownFeed {
+    /// Elements and dtype of what `r` names in `plan`.
+    fn extent(plan: &Plan, r: &BufRef) -> (usize, DType) {
+        match plan.buffer(r) {
+            Some(b) => (b.len(), b.dtype),
+            None => plan.type_of(r).map(|(d, s)| (s.iter().product(), d)).unwrap_or((0, DType::F32)),
+        }
+    }
+
+    fn feed(&mut self, program: &str, feed: &str, data: HostSlice<'_>, dtype: DType) -> Result<(), RuntimeError> {
+        // Borrow the field only: the backend is written below.
+        let p = lookup(&self.programs, program)?;
+        let (_, r) = p.plan.feeds.iter().find(|(n, _)| n == feed).ok_or_else(|| RuntimeError::UnknownFeed {
             program: program.into(),
             feed: feed.into(),
-            feeds: list(p.feeds.iter().map(|(n, _)| n.as_str())),
+            feeds: list(p.plan.feeds.iter().map(|(n, _)| n.as_str())),
         })?;
-        let ok = b.dtype == dtype || (dtype == DType::I32 && b.dtype == DType::Bool);
-        if !ok {
+        let (len, actual) = Session::extent(&p.plan, r);
+        if !compatible(actual, dtype) {
             return Err(RuntimeError::WrongDtype {
                 program: program.into(),
                 name: feed.into(),
-                actual: b.dtype.to_string(),
+                actual: actual.to_string(),
                 requested: dtype.to_string(),
             });
         }
-        if b.slot.len() != len {
+        if len != data.len() {
             return Err(RuntimeError::FeedLength {
                 program: program.into(),
                 feed: feed.into(),
-                expected: b.slot.len(),
-                got: len,
+                expected: len,
+                got: data.len(),
             });
         }
-        Ok(b.slot)
+        self.backend.write_buffer(p.id, r, data).map_err(|e| RuntimeError::from_backend(program, e))
     }
 
     /// Copy `data` into the placeholder `feed` of `program`.
     pub fn feed_f32(&mut self, program: &str, feed: &str, data: &[f32]) -> Result<(), RuntimeError> {
-        let s = self.feed_buf(program, feed, DType::F32, data.len())?;
-        // SAFETY: no step is running (`run` holds `&mut self` until done).
-        unsafe { s.f32_mut().copy_from_slice(data) };
-        Ok(())
+        self.feed(program, feed, HostSlice::F32(data), DType::F32)
     }
 
     /// Copy `data` into the i32 (or bool) placeholder `feed` of `program`.
     pub fn feed_i32(&mut self, program: &str, feed: &str, data: &[i32]) -> Result<(), RuntimeError> {
-        let s = self.feed_buf(program, feed, DType::I32, data.len())?;
-        // SAFETY: as in `feed_f32`.
-        unsafe { s.i32_mut().copy_from_slice(data) };
-        Ok(())
+        self.feed(program, feed, HostSlice::I32(data), DType::I32)
     }
 
     /// Run one step of `program`. Allocates nothing on success.
     pub fn run(&mut self, program: &str) -> Result<(), RuntimeError> {
-        let Some(p) = self.programs.get_mut(program) else {
-            return Err(self
-                .program(program)
-                .err()
-                .unwrap_or(RuntimeError::UnknownProgram { program: program.into(), loaded: String::new() }));
-        };
-        p.runner.step().map_err(|(node, detail)| RuntimeError::Kernel { program: program.into(), node, detail })
+        let id = self.program(program)?.id;
+        self.backend.run(id).map_err(|e| RuntimeError::from_backend(program, e))
     }
 
     /// Turn per-item timing of `program` on (totals restart) or off.
     pub fn set_profiling(&mut self, program: &str, on: bool) -> Result<(), RuntimeError> {
-        self.program(program)?;
-        if let Some(p) = self.programs.get_mut(program) {
-            p.runner.set_profiling(on);
-        }
+        let id = self.program(program)?.id;
+        self.backend.set_profiling(id, on);
         Ok(())
     }
 
-    /// Time spent in each launch, copy and wait of `program` while profiling
-    /// was on, with the stream's name.
+    /// Time spent in each launch, copy, wait and collective of `program`
+    /// while profiling was on, with the stream's name.
     pub fn profile(&self, program: &str) -> Result<Vec<Profiled>, RuntimeError> {
-        let p = self.program(program)?;
-        Ok(p.runner
-            .profile()
-            .into_iter()
-            .map(|e| Profiled {
-                stream: p.plan.streams.get(e.stream).map(|s| s.name()).unwrap_or_default(),
-                kernel: e.kind,
-                node: e.node,
-                nanos: e.nanos,
-            })
-            .collect())
+        Ok(self.backend.profile(self.program(program)?.id))
     }
 
     /// How many steps `program` has run.
     pub fn steps_run(&self, program: &str) -> Result<u64, RuntimeError> {
-        Ok(self.program(program)?.runner.steps_run())
+        Ok(self.backend.steps_run(self.program(program)?.id))
     }
 
-    fn fetch_buf(&self, program: &str, name: &str, dtype: DType) -> Result<Slot, RuntimeError> {
+    /// The buffer a fetch names, its length, after checking the dtype.
+    fn fetch_ref(&self, program: &str, name: &str, dtype: DType) -> Result<(&Program, &BufRef, usize), RuntimeError> {
         let p = self.program(program)?;
-        let (_, b) = p.fetchable.iter().find(|(n, _)| n == name).ok_or_else(|| RuntimeError::UnknownFetch {
+        let r = p.plan.lookup(name).ok_or_else(|| RuntimeError::UnknownFetch {
             program: program.into(),
             fetch: name.into(),
             fetches: list(p.plan.fetches.iter().map(|(n, _)| n.as_str())),
         })?;
-        let same = b.dtype == dtype || (dtype == DType::I32 && b.dtype == DType::Bool);
-        if !same {
+        let (len, actual) = Session::extent(&p.plan, r);
+        if !compatible(actual, dtype) {
             return Err(RuntimeError::WrongDtype {
                 program: program.into(),
                 name: name.into(),
-                actual: b.dtype.to_string(),
+                actual: actual.to_string(),
                 requested: dtype.to_string(),
             });
         }
-        Ok(b.slot)
+        Ok((p, r, len))
     }
 
-    /// A fetch (e.g. "loss") or any tensor (`node` or `node:slot`) after `run`.
-    pub fn fetch_f32(&self, program: &str, name: &str) -> Result<&[f32], RuntimeError> {
-        let s = self.fetch_buf(program, name, DType::F32)?;
-        // SAFETY: no step is running while `&self` is borrowed.
-        Ok(unsafe { s.f32() })
+    fn fetch_into(&self, program: &str, name: &str, out: HostSliceMut<'_>, dtype: DType) -> Result<(), RuntimeError> {
+        let (p, r, len) = self.fetch_ref(program, name, dtype)?;
+        if out.len() != len {
+            return Err(RuntimeError::FetchLength {
+                program: program.into(),
+                fetch: name.into(),
+                expected: len,
+                got: out.len(),
+            });
+        }
+        self.backend.read_buffer(p.id, r, out).map_err(|e| RuntimeError::from_backend(program, e))
+    }
+
+    /// A fetch (e.g. "loss") or any tensor (`node` or `node:slot`) after
+    /// `run`, copied to the host.
+    pub fn fetch_f32(&self, program: &str, name: &str) -> Result<Vec<f32>, RuntimeError> {
+        let (_, _, len) = self.fetch_ref(program, name, DType::F32)?;
+        let mut v = vec![0.0; len];
+        self.fetch_f32_into(program, name, &mut v)?;
+        Ok(v)
     }
 
     /// As [`Session::fetch_f32`] for i32 and bool tensors.
-    pub fn fetch_i32(&self, program: &str, name: &str) -> Result<&[i32], RuntimeError> {
-        let s = self.fetch_buf(program, name, DType::I32)?;
-        // SAFETY: as in `fetch_f32`.
-        Ok(unsafe { s.i32() })
+    pub fn fetch_i32(&self, program: &str, name: &str) -> Result<Vec<i32>, RuntimeError> {
+        let (_, _, len) = self.fetch_ref(program, name, DType::I32)?;
+        let mut v = vec![0; len];
+        self.fetch_i32_into(program, name, &mut v)?;
+        Ok(v)
     }
 
-    fn var_slot(&self, name: &str, dtype: DType) -> Result<Slot, RuntimeError> {
-        let v = self.store.vars.get(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
-        let ok = v.dtype == dtype || (dtype == DType::I32 && v.dtype == DType::Bool);
-        if !ok {
+    /// As [`Session::fetch_f32`], into `out` (of the tensor's length), without allocating.
+    pub fn fetch_f32_into(&self, program: &str, name: &str, out: &mut [f32]) -> Result<(), RuntimeError> {
+        self.fetch_into(program, name, HostSliceMut::F32(out), DType::F32)
+    }
+
+    /// As [`Session::fetch_i32`], into `out` (of the tensor's length), without allocating.
+    pub fn fetch_i32_into(&self, program: &str, name: &str, out: &mut [i32]) -> Result<(), RuntimeError> {
+        self.fetch_into(program, name, HostSliceMut::I32(out), DType::I32)
+    }
+
+    /// The variable `name`, after checking that it can be accessed as `dtype` with `len` elements.
+    fn var(&self, name: &str, dtype: DType, len: Option<usize>) -> Result<&VarInfo, RuntimeError> {
+        let v = self.vars.get(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
+        if !compatible(v.dtype, dtype) {
             return Err(RuntimeError::VariableDtype { name: name.into(), dtype: v.dtype.to_string() });
         }
-        Ok(v.region.all())
+        match len {
+            Some(got) if got != v.len() => {
+                Err(RuntimeError::VariableLength { name: name.into(), expected: v.len(), got })
+            }
+            _ => Ok(v),
+        }
     }
 
-    /// A variable's current value.
-    pub fn read_variable(&self, name: &str) -> Result<&[f32], RuntimeError> {
-        let s = self.var_slot(name, DType::F32)?;
-        // SAFETY: no step is running while `&self` is borrowed.
-        Ok(unsafe { s.f32() })
+    fn read_var_into(&self, name: &str, out: HostSliceMut<'_>, dtype: DType) -> Result<(), RuntimeError> {
+        let v = self.var(name, dtype, Some(out.len()))?;
+        match (&v.pending, out) {
+            (Some(HostVec::F32(p)), HostSliceMut::F32(o)) => o.copy_from_slice(p),
+            (Some(HostVec::I32(p)), HostSliceMut::I32(o)) => o.copy_from_slice(p),
+            (Some(_), _) => return Err(RuntimeError::VariableDtype { name: name.into(), dtype: v.dtype.to_string() }),
+            (None, out) => self.backend.read_variable(name, out).map_err(|e| RuntimeError::from_variable(name, e))?,
+        }
+        Ok(())
     }
 
-    /// An i32 variable's current value (e.g. `global_step`).
-    pub fn read_variable_i32(&self, name: &str) -> Result<&[i32], RuntimeError> {
-        let s = self.var_slot(name, DType::I32)?;
-        // SAFETY: as above.
-        Ok(unsafe { s.i32() })
+    fn write_var(&mut self, name: &str, data: HostSlice<'_>, dtype: DType) -> Result<(), RuntimeError> {
+        self.var(name, dtype, Some(data.len()))?;
+        let v = self.vars.get_mut(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
+        match (&mut v.pending, data) {
+            (Some(HostVec::F32(p)), HostSlice::F32(d)) => p.copy_from_slice(d),
+            (Some(HostVec::I32(p)), HostSlice::I32(d)) => p.copy_from_slice(d),
+            (Some(_), _) => return Err(RuntimeError::VariableDtype { name: name.into(), dtype: v.dtype.to_string() }),
+            (None, data) => {
+                self.backend.write_variable(name, data).map_err(|e| RuntimeError::from_variable(name, e))?
+            }
+        }
+        Ok(())
+    }
+
+    /// A variable's current value, copied to the host.
+    pub fn read_variable(&self, name: &str) -> Result<Vec<f32>, RuntimeError> {
+        let mut v = vec![0.0; self.var(name, DType::F32, None)?.len()];
+        self.read_variable_into(name, &mut v)?;
+        Ok(v)
+    }
+
+    /// An i32 variable's current value (e.g. `global_step`), copied to the host.
+    pub fn read_variable_i32(&self, name: &str) -> Result<Vec<i32>, RuntimeError> {
+        let mut v = vec![0; self.var(name, DType::I32, None)?.len()];
+        self.read_variable_i32_into(name, &mut v)?;
+        Ok(v)
+    }
+
+    /// As [`Session::read_variable`], into `out` (of the variable's length), without allocating.
+    pub fn read_variable_into(&self, name: &str, out: &mut [f32]) -> Result<(), RuntimeError> {
+        self.read_var_into(name, HostSliceMut::F32(out), DType::F32)
+    }
+
+    /// As [`Session::read_variable_i32`], into `out`, without allocating.
+    pub fn read_variable_i32_into(&self, name: &str, out: &mut [i32]) -> Result<(), RuntimeError> {
+        self.read_var_into(name, HostSliceMut::I32(out), DType::I32)
     }
 
     /// Overwrite a variable's value.
     pub fn write_variable(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
-        let s = self.var_slot(name, DType::F32)?;
-        if s.len() != data.len() {
-            return Err(RuntimeError::VariableLength { name: name.into(), expected: s.len(), got: data.len() });
+        self.write_var(name, HostSlice::F32(data), DType::F32)
+    }
+
+    /// Overwrite an i32 (or bool) variable's value.
+    pub fn write_variable_i32(&mut self, name: &str, data: &[i32]) -> Result<(), RuntimeError> {
+        self.write_var(name, HostSlice::I32(data), DType::I32)
+    }
+
+    /// Dtype and shape of a variable.
+    pub fn variable_type(&self, name: &str) -> Result<(DType, &[usize]), RuntimeError> {
+        let v = self.vars.get(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
+        Ok((v.dtype, &v.shape))
+    }
+
+    /// A variable's value in its host type (for checkpoints).
+    pub(crate) fn read_host(&self, name: &str) -> Result<HostVec, RuntimeError> {
+        let v = self.vars.get(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
+        let mut out = HostVec::zeros(v.dtype, v.len());
+        self.read_var_into(name, out.as_mut_slice(), if v.dtype == DType::F32 { DType::F32 } else { DType::I32 })?;
+        Ok(out)
+    }
+
+    /// Set a variable from a checkpoint: overwrite it if known, else keep it
+    /// pending until a plan declares it.
+    pub(crate) fn write_host(&mut self, name: &str, shape: &[usize], values: HostVec) -> Result<(), RuntimeError> {
+        if self.vars.contains_key(name) {
+            return match &values {
+                HostVec::F32(d) => self.write_variable(name, d),
+                HostVec::I32(d) => self.write_variable_i32(name, d),
+            };
         }
-        // SAFETY: no step is running (`&mut self`).
-        unsafe { s.f32_mut().copy_from_slice(data) };
+        let dtype = match values {
+            HostVec::F32(_) => DType::F32,
+            HostVec::I32(_) => DType::I32,
+        };
+        self.vars.insert(name.into(), VarInfo { dtype, shape: shape.to_vec(), pending: Some(values) });
         Ok(())
     }
 
     /// Every variable's name, sorted.
     pub fn variable_names(&self) -> Vec<String> {
-        self.store.vars.keys().cloned().collect()
+        self.vars.keys().cloned().collect()
     }
 
     /// Names of the loaded programs, sorted.
@@ -291,17 +404,7 @@ impl Session {
         if gpus.is_empty() {
             return "all devices are CPU devices".into();
         }
-        let names = match gpus.len() {
-            1 => gpus[0].clone(),
-            n => format!("{} and {}", gpus[..n - 1].join(", "), gpus[n - 1]),
-        };
-        let verb = if gpus.len() == 1 { "runs as a CPU device" } else { "run as CPU devices" };
-        match crate::cuda::probe() {
-            crate::cuda::CudaStatus::Found { devices } => {
-                format!("{names} {verb}: a CUDA driver with {devices} device(s) was found, but this build executes plans on the CPU backend")
-            }
-            other => format!("{names} {verb}: {other}"),
-        }
+        self.backend.device_note(&gpus)
     }
 }
 

@@ -71,3 +71,28 @@ fn wrong_shape_fails_with_a_clear_message() {
     let msg = e.to_string();
     assert!(msg.contains("[3]") && msg.contains("[2]"), "{msg}");
 }
+
+#[test]
+fn restoring_before_loading_keeps_the_values_until_a_plan_declares_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    let mut a = session();
+    a.write_variable("fc/biases", &[0.5, -0.5]).unwrap();
+    a.write_variable_i32("global_step", &[7]).unwrap();
+    a.save(&path).unwrap();
+    let mut b = Session::new(99);
+    b.restore(&path).unwrap();
+    assert_eq!(b.variable_names(), a.variable_names());
+    assert_eq!(b.read_variable("fc/biases").unwrap(), &[0.5, -0.5]);
+    b.write_variable("fc/biases", &[1.5, -1.5]).unwrap();
+    b.load("train", common::mlp_plan()).unwrap();
+    assert_eq!(b.read_variable("fc/biases").unwrap(), &[1.5, -1.5]);
+    assert_eq!(b.read_variable("fc/weights").unwrap(), a.read_variable("fc/weights").unwrap());
+    assert_eq!(b.read_variable_i32("global_step").unwrap(), &[7]);
+    // The restored values are the backend's now: a step updates them.
+    b.feed_f32("train", "x", &[0.0; 4]).unwrap();
+    b.feed_i32("train", "labels", &[0, 1]).unwrap();
+    b.feed_f32("train", "g", &[0.0; 4]).unwrap();
+    b.run("train").unwrap();
+    assert_eq!(b.read_variable_i32("global_step").unwrap(), &[8]);
+}

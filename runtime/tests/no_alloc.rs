@@ -25,8 +25,12 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
+/// The count is global: the tests of this file take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn run_allocates_nothing() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut s = towers_runtime::Session::new(1);
     s.load("train", common::mlp_plan()).unwrap();
     s.load("two", common::two_device_plan()).unwrap();
@@ -43,4 +47,40 @@ fn run_allocates_nothing() {
     }
     let after = ALLOCS.load(Ordering::SeqCst);
     assert_eq!(after - before, 0, "run allocated {} times", after - before);
+}
+
+#[test]
+fn a_step_with_all_reduces_across_two_ranks_allocates_nothing() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    use std::sync::{Arc, Barrier};
+    use towers_runtime::{Comm, LocalComm};
+    // Both ranks warm up, meet, run 20 steps each, meet again: the count is
+    // read by rank 0 at the two meetings, so only the steps fall between.
+    let meet = Arc::new(Barrier::new(2));
+    let handles: Vec<_> = LocalComm::group(2)
+        .into_iter()
+        .map(|comm| {
+            let meet = Arc::clone(&meet);
+            std::thread::spawn(move || {
+                let rank = comm.rank();
+                let mut s = towers_runtime::Session::new(1).with_comm(Arc::new(comm));
+                s.load("two", common::two_device_plan_with_all_reduce()).unwrap();
+                s.feed_f32("two", "x", &[1.0; 6]).unwrap();
+                s.run("two").unwrap();
+                s.run("two").unwrap();
+                meet.wait();
+                let before = ALLOCS.load(Ordering::SeqCst);
+                for _ in 0..20 {
+                    s.run("two").unwrap();
+                }
+                meet.wait();
+                let after = ALLOCS.load(Ordering::SeqCst);
+                (rank, after - before)
+            })
+        })
+        .collect();
+    for h in handles {
+        let (rank, n) = h.join().unwrap();
+        assert_eq!(n, 0, "rank {rank}: the steps allocated {n} times");
+    }
 }

@@ -91,3 +91,36 @@ fn cuda_probe_never_panics() {
     let st = towers_runtime::probe();
     assert!(!st.to_string().is_empty());
 }
+
+#[test]
+fn reads_into_caller_slices_check_lengths_and_dtypes() {
+    let mut s = setup();
+    s.run("train").unwrap();
+    let mut relu = [0f32; 4];
+    s.fetch_f32_into("train", "Relu", &mut relu).unwrap();
+    assert_eq!(relu, [1.5, 0.0, 3.5, 0.0]);
+    let e = s.fetch_f32_into("train", "Relu", &mut [0.0; 3]).unwrap_err();
+    assert!(matches!(e, RuntimeError::FetchLength { expected: 4, got: 3, .. }), "{e}");
+    let e = s.fetch_i32_into("train", "Relu", &mut [0; 4]).unwrap_err();
+    assert!(matches!(e, RuntimeError::WrongDtype { .. }), "{e}");
+    let mut w = [0f32; 4];
+    s.read_variable_into("fc/weights", &mut w).unwrap();
+    assert_eq!(w, [0.5, -1.0, -1.5, -3.0]);
+    let mut step = [0i32];
+    s.read_variable_i32_into("global_step", &mut step).unwrap();
+    assert_eq!(step, [1]);
+    let e = s.read_variable_into("fc/weights", &mut [0.0; 5]).unwrap_err();
+    assert!(matches!(e, RuntimeError::VariableLength { expected: 4, got: 5, .. }), "{e}");
+    let e = s.read_variable("global_step").unwrap_err();
+    assert!(matches!(e, RuntimeError::VariableDtype { .. }), "{e}");
+}
+
+#[test]
+fn a_session_takes_its_backend() {
+    let mut s = Session::with_backend(42, Box::new(towers_runtime::CpuBackend::new()));
+    assert_eq!(s.backend_name(), "cpu");
+    s.load("train", common::mlp_plan()).unwrap();
+    let mut t = Session::new(42);
+    t.load("train", common::mlp_plan()).unwrap();
+    assert_eq!(s.read_variable("fc/weights").unwrap(), t.read_variable("fc/weights").unwrap());
+}

@@ -53,9 +53,9 @@ pub fn run(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)]) 
     let mut variables = BTreeMap::new();
     for name in sess.variable_names() {
         let v = match sess.read_variable(&name) {
-            Ok(v) => v.to_vec(),
+            Ok(v) => v,
             Err(_) => {
-                sess.read_variable_i32(&name).expect("an f32 or i32 variable").iter().map(|&x| x as f32).collect()
+                sess.read_variable_i32(&name).expect("an f32 or i32 variable").into_iter().map(|x| x as f32).collect()
             }
         };
         variables.insert(name.to_string(), v);

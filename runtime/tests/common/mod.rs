@@ -1,7 +1,7 @@
 //! Hand-built, hand-placed, hand-scheduled graphs lowered to plans.
 #![allow(dead_code)]
 
-use towers_codegen::{lower, LowerOptions, Mode, Plan};
+use towers_codegen::{lower, BufRef, LowerOptions, Mode, Plan, Step};
 use towers_graph::{DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, F32};
 use towers_passes::{CompileState, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
 
@@ -85,4 +85,33 @@ pub fn two_device_plan() -> Plan {
     });
     st.fetches.insert("out".into(), TensorRef::of(&g, n));
     lower(&g, &st, &LowerOptions::new(Mode::Train, "two")).unwrap()
+}
+
+/// The output buffer of the stream's first launch.
+fn launch_output(plan: &Plan, stream: usize) -> BufRef {
+    plan.streams[stream]
+        .steps
+        .iter()
+        .find_map(|s| match s {
+            Step::Launch { outputs, .. } => Some(outputs[0].clone()),
+            _ => None,
+        })
+        .expect("a launch")
+}
+
+/// [`two_device_plan`] (out = -relu(x), relu on cpu:0, neg on gpu:0)
+/// with an all-reduce of relu's output on cpu:0 before its event, and one of
+/// the output at the end of gpu:0's stream: with world size W and inputs
+/// x_r, Relu = Σ_r relu(x_r) and out = W · -(Σ_r relu(x_r)). The two
+/// collectives run on different device threads, ordered by the event.
+pub fn two_device_plan_with_all_reduce() -> Plan {
+    let mut plan = two_device_plan();
+    let (cpu, gpu) = (0, 1);
+    assert!(matches!(plan.streams[cpu].steps.last(), Some(Step::Record(0))));
+    let relu = launch_output(&plan, cpu);
+    let out = plan.lookup("out").expect("out").clone();
+    let at = plan.streams[cpu].steps.len() - 1;
+    plan.streams[cpu].steps.insert(at, Step::AllReduce { buffers: vec![relu], node: "allreduce/relu".into() });
+    plan.streams[gpu].steps.push(Step::AllReduce { buffers: vec![out], node: "allreduce/out".into() });
+    plan
 }

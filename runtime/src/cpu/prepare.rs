@@ -1,6 +1,7 @@
 //! Load-time preparation: a [`Plan`]'s steps become [`Exec`]s whose
 //! buffers are resolved to [`Slot`]s, with every scratch list reserved, so
-//! that running a step allocates nothing.
+//! that running a step allocates nothing. A collective step keeps the
+//! communicator it runs through and a reserved list for its group's slices.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,8 +9,9 @@ use std::sync::Arc;
 use towers_codegen::{BufRef, Kernel, Plan, Step};
 use towers_graph::DType;
 
-use crate::mem::{MutSliceList, Region, SliceList, Slot};
-use crate::store::Store;
+use super::mem::{MutSliceList, Region, SliceList, Slot};
+use super::store::Store;
+use crate::comm::Comm;
 
 /// A resolved buffer: its view and dtype.
 #[derive(Debug, Clone, Copy)]
@@ -21,6 +23,7 @@ pub struct Buf {
 /// One executable step.
 pub enum Exec {
     Launch(Box<Launch>),
+    AllReduce(Box<AllReduce>),
     Record(usize),
     Wait(usize),
 }
@@ -35,6 +38,14 @@ pub struct Launch {
     pub slices: SliceList<f32>,
     pub shapes: SliceList<usize>,
     pub mut_slices: MutSliceList<f32>,
+}
+
+/// A collective step: its f32 buffers, summed in place over the ranks of `comm`.
+pub struct AllReduce {
+    pub bufs: Vec<Slot>,
+    pub comm: Arc<dyn Comm>,
+    pub node: String,
+    pub slices: MutSliceList<f32>,
 }
 
 /// Everything a program owns at run time.
@@ -110,8 +121,9 @@ pub fn resolve(plan: &Plan, arenas: &[Arc<Region>], store: &Store, r: &BufRef) -
     }
 }
 
-/// Build the arenas and executable streams of `plan`; the store must hold its variables.
-pub fn prepare(plan: &Plan, store: &Store) -> Result<Prepared, String> {
+/// Build the arenas and executable streams of `plan`; the store must hold
+/// its variables. Collective steps run through `comm`.
+pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepared, String> {
     let arenas: Vec<Arc<Region>> =
         plan.devices.iter().map(|d| Arc::new(Region::new(d.arena_bytes.div_ceil(4)))).collect();
     let vars = plan.variables.iter().filter_map(|v| store.vars.get(&v.name).map(|x| Arc::clone(&x.region))).collect();
@@ -159,10 +171,31 @@ pub fn prepare(plan: &Plan, store: &Store) -> Result<Prepared, String> {
                     execs.push(None);
                     continue;
                 }
-                Step::AllReduce { node, .. } => {
-                    return Err(format!(
-                        "all-reduce '{node}' needs a communicator, and this session has none (one process)"
-                    ))
+                Step::AllReduce { buffers, node } => {
+                    let mut bufs: Vec<Slot> = Vec::with_capacity(buffers.len());
+                    for r in buffers {
+                        if aliases.contains_key(r) {
+                            return Err(format!(
+                                "all-reduce '{node}' writes {}, the destination of a copy (copies are elided on the CPU backend, so their destinations are read-only)",
+                                plan.ref_name(r)
+                            ));
+                        }
+                        let b = resolve(plan, &arenas, store, r)?;
+                        if b.dtype != DType::F32 {
+                            return Err(format!("all-reduce '{node}' sums f32 buffers; {} is {}", plan.ref_name(r), b.dtype));
+                        }
+                        if bufs.iter().any(|o| o.overlaps(&b.slot)) {
+                            return Err(format!("all-reduce '{node}' names overlapping buffers ({})", plan.ref_name(r)));
+                        }
+                        bufs.push(b.slot);
+                    }
+                    let n = bufs.len();
+                    Exec::AllReduce(Box::new(AllReduce {
+                        bufs,
+                        comm: Arc::clone(comm),
+                        node: node.clone(),
+                        slices: MutSliceList::with_capacity(n),
+                    }))
                 }
                 Step::Launch { kernel, inputs, outputs, workspace, node } => {
                     let ins = inputs.iter().map(|r| resolve(plan, &arenas, store, r)).collect::<Result<Vec<_>, _>>()?;

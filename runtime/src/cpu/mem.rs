@@ -7,16 +7,20 @@
 //!   by another stream only after that stream waited on an event recorded
 //!   after the write (the schedule guarantees this; the event table's
 //!   release/acquire atomics and mutex make the writes visible);
-//! - between runs no worker touches memory: `Session::run` takes `&mut
+//! - between runs no worker touches memory: `Backend::run` takes `&mut
 //!   self` and returns only after every stream finished, so feeds, fetches,
-//!   variable reads/writes and checkpoints never race with kernels;
-//! - within one launch, an output never overlaps an input (checked at load
-//!   by [`Slot::overlaps`]), so a `&mut` view never aliases a `&` view.
+//!   variable reads/writes and checkpoints (all copies, through the
+//!   backend) never race with kernels;
+//! - within one launch, an output never overlaps an input, and the buffers
+//!   of one all-reduce never overlap each other (checked at load by
+//!   [`Slot::overlaps`]), so a `&mut` view never aliases another view.
 //!
 //! Regions are allocated once and never resized, so raw pointers into them
 //! stay valid as long as the `Arc<Region>` they came from is held.
 
 use std::cell::UnsafeCell;
+
+use crate::backend::{HostSlice, HostSliceMut};
 
 /// A fixed-size, 4-byte-element memory region shared across threads.
 pub struct Region {
@@ -88,10 +92,25 @@ impl Slot {
     pub unsafe fn i32_mut<'a>(self) -> &'a mut [i32] {
         std::slice::from_raw_parts_mut(self.ptr as *mut i32, self.len)
     }
+    /// Copy host data in (same length; f32, or i32 for i32 and bool).
+    ///
+    /// # Safety
+    /// As [`Slot::f32_mut`].
+    pub unsafe fn write(self, data: HostSlice<'_>) {
+        match data {
+            HostSlice::F32(d) => self.f32_mut().copy_from_slice(d),
+            HostSlice::I32(d) => self.i32_mut().copy_from_slice(d),
+        }
+    }
+    /// Copy the contents out (same length).
+    ///
     /// # Safety
     /// As [`Slot::f32`].
-    pub unsafe fn bytes<'a>(self) -> &'a [u8] {
-        std::slice::from_raw_parts(self.ptr as *const u8, self.len * 4)
+    pub unsafe fn read(self, out: HostSliceMut<'_>) {
+        match out {
+            HostSliceMut::F32(o) => o.copy_from_slice(self.f32()),
+            HostSliceMut::I32(o) => o.copy_from_slice(self.i32()),
+        }
     }
 }
 

@@ -14,6 +14,11 @@
 //! reported. A schedule that waits on an event never recorded in the step
 //! deadlocks; codegen only emits waits on events it records.
 //!
+//! A collective step (`Exec::AllReduce`) runs on its stream's thread like a
+//! launch, and blocks until every rank of the communicator reached it. It
+//! runs even after a failed launch (skipping it would leave the other ranks
+//! waiting); a failed collective is reported like a failed launch.
+//!
 //! Profiling (off by default) adds the wall time of every launch, copy and
 //! wait to a counter preallocated per step item, so it allocates nothing
 //! either; [`Runner::profile`] reads the totals.
@@ -23,8 +28,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::exec::dispatch;
-use crate::prepare::Exec;
+use super::exec::dispatch;
+use super::prepare::Exec;
+use crate::comm::CommError;
 
 /// State shared by the caller and the workers of one program.
 pub struct Shared {
@@ -39,10 +45,19 @@ pub struct Shared {
     /// waiters (a shared condvar woke every waiting thread on every record:
     /// dozens of needless context switches per step on two cores).
     ev_wake: Vec<(Mutex<()>, Condvar)>,
-    /// The first failure of the step: (node, message).
-    error: Mutex<Option<(String, String)>>,
+    /// The first failure of the step.
+    error: Mutex<Option<Failure>>,
     /// Whether streams time their items.
     profiling: AtomicBool,
+}
+
+/// The first failure of a step, by node.
+#[derive(Debug)]
+pub enum Failure {
+    /// A launch failed: (node, message).
+    Kernel(String, String),
+    /// A collective failed: (node, error).
+    Collective(String, CommError),
 }
 
 /// What one stream item is, for profiles.
@@ -65,6 +80,7 @@ pub struct ProfileEntry {
 fn label(x: &Exec) -> ItemLabel {
     match x {
         Exec::Launch(l) => ItemLabel { kind: l.kernel.name(), node: l.node.clone() },
+        Exec::AllReduce(a) => ItemLabel { kind: "all_reduce", node: a.node.clone() },
         Exec::Wait(e) => ItemLabel { kind: "wait", node: format!("event {e}") },
         Exec::Record(e) => ItemLabel { kind: "record", node: format!("event {e}") },
     }
@@ -99,14 +115,26 @@ fn run_stream(execs: &mut [Exec], times: &[AtomicU64], gen: u64, sh: &Shared) {
         match x {
             Exec::Record(e) => sh.record(*e, gen),
             Exec::Wait(e) => sh.wait(*e, gen),
+            // A collective runs even after a failure: skipping it would
+            // leave the other ranks waiting for this one until they time out.
+            Exec::AllReduce(a) => {
+                // SAFETY: as for launches; the group's buffers are written by this stream only.
+                if let Err(e) = unsafe { super::collective::all_reduce(a) } {
+                    failed = true;
+                    let mut slot = sh.error.lock().unwrap_or_else(|p| p.into_inner());
+                    if slot.is_none() {
+                        *slot = Some(Failure::Collective(a.node.clone(), e));
+                    }
+                }
+            }
             _ if failed => {}
             Exec::Launch(l) => {
-                // SAFETY: the schedule's events order every cross-stream access (crate::mem).
+                // SAFETY: the schedule's events order every cross-stream access (super::mem).
                 if let Err(msg) = unsafe { dispatch(l, gen - 1) } {
                     failed = true;
                     let mut slot = sh.error.lock().unwrap_or_else(|p| p.into_inner());
                     if slot.is_none() {
-                        *slot = Some((l.node.clone(), msg));
+                        *slot = Some(Failure::Kernel(l.node.clone(), msg));
                     }
                 }
             }
@@ -158,7 +186,7 @@ impl Runner {
             let handle = std::thread::Builder::new()
                 .name(format!("towers-{program}-thread{}", k + 1))
                 .spawn(move || {
-                    crate::affinity::pin_worker(k);
+                    super::affinity::pin_worker(k);
                     worker(&mut execs, &t, &sh)
                 })
                 .map_err(|e| format!("cannot start the worker thread of device thread {}: {e}", k + 1))?;
@@ -197,8 +225,8 @@ impl Runner {
         v
     }
 
-    /// Run one step; Err is (node, message) of the first failed launch.
-    pub fn step(&mut self) -> Result<(), (String, String)> {
+    /// Run one step; Err is the step's first failure.
+    pub fn step(&mut self) -> Result<(), Failure> {
         self.gen += 1;
         let gen = self.gen;
         let sh = &*self.shared;
@@ -208,7 +236,7 @@ impl Runner {
             s.0 = gen;
             sh.start_cv.notify_all();
         }
-        let pin = (!self.workers.is_empty()).then(|| crate::affinity::HostPin::new(self.workers.len()));
+        let pin = (!self.workers.is_empty()).then(|| super::affinity::HostPin::new(self.workers.len()));
         run_stream(&mut self.first, &self.times[0], gen, sh);
         if !self.workers.is_empty() {
             let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());

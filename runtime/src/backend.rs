@@ -1,0 +1,162 @@
+//! # The backend seam: what executes a plan
+//!
+//! A [`Backend`] loads plans as programs, runs them, and moves data between
+//! its own memory and the host's **by copying**: a feed is copied in, a fetch
+//! or a variable is copied out into a host slice the caller owns. Nothing a
+//! backend hands out points into its memory, so the CPU backend (host arenas,
+//! `cpu/`) and a CUDA backend (device arenas) implement the same trait and
+//! [`crate::Session`] never sees which one runs.
+//!
+//! Division of labour with the session (keep it when adding a backend):
+//! - the **session** owns names and user errors: programs by name, feeds and
+//!   fetches looked up in the plan, dtype and length checks, variable
+//!   declarations and their initial values (seeded by session seed and
+//!   variable name), checkpoints, the communicator;
+//! - the **backend** owns memory and execution: it receives each variable
+//!   once ([`Backend::create_variable`], the declaration of the first plan
+//!   that names it, with its initial values), holds its storage from then
+//!   on, shares it by name between programs, and executes every step of a
+//!   loaded plan, `Step::AllReduce` through the [`Comm`] given at load.
+//!
+//! Invariants a backend keeps:
+//! - `load` does everything that allocates (arenas, constants, kernels,
+//!   threads or streams); `run` allocates nothing on the host (the no-alloc
+//!   test holds the CPU backend to it);
+//! - `run` returns only when the step is complete, so reads and writes
+//!   between runs never race with the program;
+//! - every variable a loaded plan names was created before `load` (the
+//!   session guarantees it), and variable storage never moves or resizes;
+//! - data crosses the seam as [`HostSlice`]/[`HostSliceMut`]: f32, or i32
+//!   for i32 and bool tensors (bools are 4-byte 0/1 values in every plan);
+//!   lengths are checked by the session and again by the backend.
+
+use std::sync::Arc;
+
+use thiserror::Error;
+use towers_codegen::{BufRef, Plan, VariableDecl};
+use towers_graph::DType;
+
+use crate::comm::{Comm, CommError};
+
+/// A loaded program, as numbered by the backend that loaded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProgramId(pub usize);
+
+/// Host data going into a backend.
+#[derive(Debug, Clone, Copy)]
+pub enum HostSlice<'a> {
+    F32(&'a [f32]),
+    /// i32 and bool (0/1) tensors.
+    I32(&'a [i32]),
+}
+
+/// Host memory a backend copies into.
+#[derive(Debug)]
+pub enum HostSliceMut<'a> {
+    F32(&'a mut [f32]),
+    I32(&'a mut [i32]),
+}
+
+impl HostSlice<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            HostSlice::F32(s) => s.len(),
+            HostSlice::I32(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether this data may go into a tensor of `dtype`.
+    pub fn fits(&self, dtype: DType) -> bool {
+        matches!((self, dtype), (HostSlice::F32(_), DType::F32) | (HostSlice::I32(_), DType::I32 | DType::Bool))
+    }
+}
+
+impl HostSliceMut<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            HostSliceMut::F32(s) => s.len(),
+            HostSliceMut::I32(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether a tensor of `dtype` may be copied into this memory.
+    pub fn fits(&self, dtype: DType) -> bool {
+        matches!((self, dtype), (HostSliceMut::F32(_), DType::F32) | (HostSliceMut::I32(_), DType::I32 | DType::Bool))
+    }
+}
+
+/// Time spent in one item of a program while profiling was on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profiled {
+    /// `gpu:0/compute`.
+    pub stream: String,
+    /// The kernel name (`gemm`, `weighted_sum`, ...), `copy`, `wait` or `all_reduce`.
+    pub kernel: &'static str,
+    pub node: String,
+    pub nanos: u64,
+}
+
+/// What a backend reports; the session adds the program's name.
+#[derive(Debug, Error)]
+pub enum BackendError {
+    /// The plan cannot be executed as written.
+    #[error("{0}")]
+    BadPlan(String),
+    /// A launch failed while running.
+    #[error("node '{node}': {detail}")]
+    Kernel { node: String, detail: String },
+    /// A collective step failed while running.
+    #[error("node '{node}': {source}")]
+    Collective { node: String, source: CommError },
+    /// A buffer or variable the backend does not hold, or of another dtype or length.
+    #[error("{0}")]
+    Access(String),
+    /// The backend's device or driver failed (out of memory, a lost device, ...).
+    #[error("{0}")]
+    Device(String),
+}
+
+/// An executor of plans; see the module docs.
+pub trait Backend: Send {
+    /// "cpu", "cuda".
+    fn name(&self) -> &'static str;
+
+    /// Create the storage of a variable the first time a plan declares it,
+    /// holding `init` (the session's initial or restored values).
+    fn create_variable(&mut self, decl: &VariableDecl, init: HostSlice<'_>) -> Result<(), BackendError>;
+
+    /// Prepare `plan` to run as program `name`; collectives go through `comm`.
+    fn load(&mut self, name: &str, plan: &Plan, comm: Arc<dyn Comm>) -> Result<ProgramId, BackendError>;
+
+    /// Run one step of a loaded program; returns when the step is complete.
+    fn run(&mut self, program: ProgramId) -> Result<(), BackendError>;
+
+    /// Copy host data into a buffer of a program (a feed).
+    fn write_buffer(&mut self, program: ProgramId, buf: &BufRef, data: HostSlice<'_>) -> Result<(), BackendError>;
+
+    /// Copy a buffer of a program (a fetch or any tensor) to the host.
+    fn read_buffer(&self, program: ProgramId, buf: &BufRef, out: HostSliceMut<'_>) -> Result<(), BackendError>;
+
+    /// Overwrite a variable's value.
+    fn write_variable(&mut self, name: &str, data: HostSlice<'_>) -> Result<(), BackendError>;
+
+    /// Copy a variable's value to the host.
+    fn read_variable(&self, name: &str, out: HostSliceMut<'_>) -> Result<(), BackendError>;
+
+    /// Turn per-item timing of a program on (totals restart) or off.
+    fn set_profiling(&mut self, program: ProgramId, on: bool);
+
+    /// Time spent per item of a program while profiling was on.
+    fn profile(&self, program: ProgramId) -> Vec<Profiled>;
+
+    /// Steps a program has run.
+    fn steps_run(&self, program: ProgramId) -> u64;
+
+    /// How this backend runs the plans' GPU devices, for the CLI, e.g. "gpu:0
+    /// runs as a CPU device: no CUDA driver found"; `gpus` is non-empty.
+    fn device_note(&self, gpus: &[String]) -> String;
+}

@@ -1,0 +1,75 @@
+//! # The communicator seam: collectives across ranks
+//!
+//! A [`Comm`] is one rank of a group of ranks (processes, or threads standing
+//! in for them) that run the same program on their own share of the batch.
+//! The plan says *what* is reduced (`Step::AllReduce` over a group of
+//! buffers, a gradient bucket); the communicator says *how*: in process
+//! ([`LocalComm`], here), over MPI between CPU processes, over NCCL between
+//! GPUs (later issues; they implement this trait and nothing else changes).
+//!
+//! Invariants every implementation keeps and every caller relies on:
+//! - **Collective order.** Every rank issues the same collectives, with
+//!   buffer groups of the same lengths, in the same order. A rank issues one
+//!   collective at a time (a plan orders its collective steps by one stream
+//!   or by events); a [`LocalComm`] refuses a second concurrent call.
+//! - **Deterministic sums.** [`Comm::all_reduce_sum`] adds the ranks'
+//!   values in rank order (rank 0 + rank 1 + ...), whatever order the ranks
+//!   arrive in, so every rank gets bit-identical results and a run is
+//!   reproducible. (NCCL does not promise this across ring/tree choices; its
+//!   implementation must say so where it cannot.)
+//! - **No allocation per call once warm**: the training step calls
+//!   `all_reduce_sum` on its hot path (runtime/tests/no_alloc.rs).
+//! - **Errors, not hangs.** A rank that never arrives, or a group whose
+//!   lengths disagree, is a [`CommError`] naming the rank and the collective;
+//!   a waiting rank gives up after the group's timeout.
+//!
+//! World size 1 (one process, the default of every `Session`) is a valid
+//! group whose collectives return at once, leaving buffers unchanged.
+
+mod local;
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+pub use local::LocalComm;
+
+/// One rank of a communicator group. See the module docs for the contract.
+pub trait Comm: Send + Sync {
+    /// This rank, `0..world_size()`.
+    fn rank(&self) -> usize;
+    /// Number of ranks in the group.
+    fn world_size(&self) -> usize;
+    /// Replace every buffer of `group`, in place, by its elementwise sum over
+    /// all ranks (added in rank order). Every rank passes the same number of
+    /// buffers with the same lengths.
+    fn all_reduce_sum(&self, group: &mut [&mut [f32]]) -> Result<(), CommError>;
+    /// Overwrite every buffer of `group` with rank `root`'s values.
+    fn broadcast(&self, root: usize, group: &mut [&mut [f32]]) -> Result<(), CommError>;
+    /// Return only once every rank has called `barrier`.
+    fn barrier(&self) -> Result<(), CommError>;
+    /// A short description for reports, e.g. "in-process, rank 0 of 2".
+    fn describe(&self) -> String;
+}
+
+/// What went wrong in a collective; each variant names the rank reporting it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CommError {
+    #[error("{op} on rank {rank}: the ranks' buffer groups differ (this rank has lengths {mine:?}, rank {other} has {theirs:?}); every rank must reduce the same buckets in the same order")]
+    Mismatch { op: &'static str, rank: usize, mine: Vec<usize>, other: usize, theirs: Vec<usize> },
+
+    #[error("{op} on rank {rank}: waited {waited:?} for rank(s) {missing:?}, which never arrived (did a rank fail or skip a collective?)")]
+    Timeout { op: &'static str, rank: usize, waited: Duration, missing: Vec<usize> },
+
+    #[error("{op} on rank {rank}: root {root} is not a rank of a group of {world}")]
+    BadRoot { op: &'static str, rank: usize, root: usize, world: usize },
+
+    #[error("{op} on rank {rank}: another collective of this rank is still running; a rank's collectives must be ordered (one collective stream, or events)")]
+    Concurrent { op: &'static str, rank: usize },
+
+    #[error("{op} on rank {rank}: rank {peer} left the group")]
+    PeerGone { op: &'static str, rank: usize, peer: usize },
+
+    #[error("{op} on rank {rank}: {detail}")]
+    Transport { op: &'static str, rank: usize, detail: String },
+}

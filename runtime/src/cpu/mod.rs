@@ -1,0 +1,211 @@
+//! # The CPU backend
+//!
+//! Executes plans on host memory: `/gpu:i` devices run as CPU devices.
+//!
+//! - `prepare`: at load, one arena per device, constants filled, every step
+//!   resolved to views of memory with its scratch lists reserved;
+//! - `exec`: dispatch of a launch to its CPU kernel; `collective`: the
+//!   plan's all-reduce step through the session's communicator;
+//! - `threads`, `sched`: **one thread per device** (the host on the caller),
+//!   a device's streams merged in a deadlock-free order, events as atomics;
+//! - `affinity`: each worker pinned to a core of its own;
+//! - `store`: variable storage (host memory by name, shared by programs);
+//! - `mem`: the only `unsafe` memory access, and its invariant.
+//!
+//! Invariants of this backend, on top of [`crate::backend`]'s:
+//! - **Copies are elided.** Every device's arena and the variable store are
+//!   host memory, so a plan's `Copy` step resolves its destination to its
+//!   source at load (see `prepare::copy_aliases` for why that is sound) and
+//!   only keeps its place between the events: the cross-device ordering
+//!   stays. Hence no step may write a copy's destination (load refuses an
+//!   all-reduce that would).
+//! - **Zero allocation per `run`**: everything is resolved and reserved at
+//!   load; a collective hands the communicator a reserved slice list.
+//! - **Reads and writes are copies** between runs (`run` returns only when
+//!   every thread finished the step), so nothing outside this module holds a
+//!   view into its memory.
+
+mod affinity;
+mod collective;
+pub(crate) mod exec;
+pub(crate) mod mem;
+pub(crate) mod prepare;
+mod sched;
+mod store;
+mod threads;
+
+use std::sync::Arc;
+
+use towers_codegen::{BufRef, Plan, VariableDecl};
+
+use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
+use crate::comm::Comm;
+use prepare::{prepare, resolve_aliased, Exec, Prepared};
+use sched::{Failure, Runner};
+use store::Store;
+
+struct Program {
+    /// The plan as loaded (buffer offsets for feeds and fetches).
+    plan: Plan,
+    runner: Runner,
+    prepared: Prepared,
+    stream_names: Vec<String>,
+}
+
+/// The CPU backend; see the module docs.
+#[derive(Default)]
+pub struct CpuBackend {
+    store: Store,
+    programs: Vec<Program>,
+}
+
+impl CpuBackend {
+    pub fn new() -> CpuBackend {
+        CpuBackend::default()
+    }
+
+    fn program(&self, id: ProgramId) -> Result<&Program, BackendError> {
+        self.programs.get(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))
+    }
+
+    fn var_slot(&self, name: &str, len: usize, fits: bool) -> Result<mem::Slot, BackendError> {
+        let v = self
+            .store
+            .vars
+            .get(name)
+            .ok_or_else(|| BackendError::Access(format!("variable '{name}' does not exist")))?;
+        let slot = v.region.all();
+        if slot.len() != len || !fits {
+            return Err(BackendError::Access(format!(
+                "variable '{name}' is {}{:?}; the host data has another dtype or {len} elements",
+                v.dtype, v.shape
+            )));
+        }
+        Ok(slot)
+    }
+
+    fn buf_slot(&self, id: ProgramId, r: &BufRef, len: usize) -> Result<prepare::Buf, BackendError> {
+        let p = self.program(id)?;
+        let b = resolve_aliased(&p.plan, &p.prepared.arenas, &self.store, &p.prepared.aliases, r)
+            .map_err(BackendError::Access)?;
+        if b.slot.len() != len {
+            return Err(BackendError::Access(format!(
+                "{} has {} elements, the host data {len}",
+                p.plan.ref_name(r),
+                b.slot.len()
+            )));
+        }
+        Ok(b)
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn create_variable(&mut self, decl: &VariableDecl, init: HostSlice<'_>) -> Result<(), BackendError> {
+        self.store.create(&decl.name, decl.dtype, &decl.shape, init).map_err(BackendError::Access)
+    }
+
+    fn load(&mut self, name: &str, plan: &Plan, comm: Arc<dyn Comm>) -> Result<ProgramId, BackendError> {
+        let bad = BackendError::BadPlan;
+        let prepared = prepare(plan, &self.store, &comm).map_err(bad)?;
+        let Prepared { arenas, vars, streams, aliases } = prepared;
+        let prepared = Prepared { arenas, vars, streams: Vec::new(), aliases };
+        let threads = threads::thread_plans(plan).map_err(bad)?;
+        let mut streams: Vec<Vec<Option<Exec>>> = streams;
+        let threads: Vec<Vec<(usize, Exec)>> = threads
+            .iter()
+            .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, x))).collect())
+            .collect();
+        let runner = Runner::new(threads, plan.num_events, name).map_err(bad)?;
+        let stream_names = plan.streams.iter().map(|s| s.name()).collect();
+        self.programs.push(Program { plan: plan.clone(), runner, prepared, stream_names });
+        Ok(ProgramId(self.programs.len() - 1))
+    }
+
+    fn run(&mut self, id: ProgramId) -> Result<(), BackendError> {
+        let Some(p) = self.programs.get_mut(id.0) else {
+            return Err(BackendError::Access(format!("no program {}", id.0)));
+        };
+        p.runner.step().map_err(|f| match f {
+            Failure::Kernel(node, detail) => BackendError::Kernel { node, detail },
+            Failure::Collective(node, source) => BackendError::Collective { node, source },
+        })
+    }
+
+    fn write_buffer(&mut self, id: ProgramId, r: &BufRef, data: HostSlice<'_>) -> Result<(), BackendError> {
+        let b = self.buf_slot(id, r, data.len())?;
+        if !data.fits(b.dtype) {
+            return Err(BackendError::Access(format!("a {} buffer cannot take this host data", b.dtype)));
+        }
+        // SAFETY: no step is running (`run` holds `&mut self` until every thread is done).
+        unsafe { b.slot.write(data) };
+        Ok(())
+    }
+
+    fn read_buffer(&self, id: ProgramId, r: &BufRef, out: HostSliceMut<'_>) -> Result<(), BackendError> {
+        let b = self.buf_slot(id, r, out.len())?;
+        if !out.fits(b.dtype) {
+            return Err(BackendError::Access(format!("a {} buffer cannot be read into this host memory", b.dtype)));
+        }
+        // SAFETY: no step is running while `&self` is borrowed.
+        unsafe { b.slot.read(out) };
+        Ok(())
+    }
+
+    fn write_variable(&mut self, name: &str, data: HostSlice<'_>) -> Result<(), BackendError> {
+        let fits = self.store.vars.get(name).is_some_and(|v| data.fits(v.dtype));
+        let slot = self.var_slot(name, data.len(), fits)?;
+        // SAFETY: no step is running (`&mut self`).
+        unsafe { slot.write(data) };
+        Ok(())
+    }
+
+    fn read_variable(&self, name: &str, out: HostSliceMut<'_>) -> Result<(), BackendError> {
+        let fits = self.store.vars.get(name).is_some_and(|v| out.fits(v.dtype));
+        let slot = self.var_slot(name, out.len(), fits)?;
+        // SAFETY: no step is running while `&self` is borrowed.
+        unsafe { slot.read(out) };
+        Ok(())
+    }
+
+    fn set_profiling(&mut self, id: ProgramId, on: bool) {
+        if let Some(p) = self.programs.get_mut(id.0) {
+            p.runner.set_profiling(on);
+        }
+    }
+
+    fn profile(&self, id: ProgramId) -> Vec<Profiled> {
+        let Some(p) = self.programs.get(id.0) else { return Vec::new() };
+        p.runner
+            .profile()
+            .into_iter()
+            .map(|e| Profiled {
+                stream: p.stream_names.get(e.stream).cloned().unwrap_or_default(),
+                kernel: e.kind,
+                node: e.node,
+                nanos: e.nanos,
+            })
+            .collect()
+    }
+
+    fn steps_run(&self, id: ProgramId) -> u64 {
+        self.programs.get(id.0).map_or(0, |p| p.runner.steps_run())
+    }
+
+    fn device_note(&self, gpus: &[String]) -> String {
+        let names = match gpus.len() {
+            0 | 1 => gpus.concat(),
+            n => format!("{} and {}", gpus[..n - 1].join(", "), gpus[n - 1]),
+        };
+        let verb = if gpus.len() == 1 { "runs as a CPU device" } else { "run as CPU devices" };
+        match crate::cuda::probe() {
+            crate::cuda::CudaStatus::Found { devices } => {
+                format!("{names} {verb}: a CUDA driver with {devices} device(s) was found, but this build executes plans on the CPU backend")
+            }
+            other => format!("{names} {verb}: {other}"),
+        }
+    }
+}

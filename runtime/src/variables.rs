@@ -1,0 +1,99 @@
+//! The session's variable table, backend-neutral: each variable's dtype and
+//! shape, and where its value is. A variable is *resident* once a loaded
+//! plan declared it (its storage then lives in the backend, created with its
+//! initial values seeded by (session seed, variable name), so the same seed
+//! and name always give the same values whatever the load order), or
+//! *pending* when a checkpoint restored it before any plan declared it: its
+//! value then waits in host memory and becomes the backend's initial value
+//! at the first declaration.
+
+use std::collections::BTreeMap;
+
+use towers_codegen::VariableDecl;
+use towers_graph::{DType, Initializer};
+use towers_kernels::init;
+
+use crate::backend::{HostSlice, HostSliceMut};
+
+/// Owned host values of a tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostVec {
+    F32(Vec<f32>),
+    /// i32 and bool.
+    I32(Vec<i32>),
+}
+
+impl HostVec {
+    /// Zeros of the host type of `dtype`.
+    pub fn zeros(dtype: DType, n: usize) -> HostVec {
+        match dtype {
+            DType::F32 => HostVec::F32(vec![0.0; n]),
+            DType::I32 | DType::Bool => HostVec::I32(vec![0; n]),
+        }
+    }
+    pub fn as_slice(&self) -> HostSlice<'_> {
+        match self {
+            HostVec::F32(v) => HostSlice::F32(v),
+            HostVec::I32(v) => HostSlice::I32(v),
+        }
+    }
+    pub fn as_mut_slice(&mut self) -> HostSliceMut<'_> {
+        match self {
+            HostVec::F32(v) => HostSliceMut::F32(v),
+            HostVec::I32(v) => HostSliceMut::I32(v),
+        }
+    }
+}
+
+/// Initial values of a variable as f32.
+pub fn initial_values(d: &VariableDecl, seed: u64) -> Vec<f32> {
+    let n: usize = d.shape.iter().product();
+    let mut v = vec![0.0f32; n];
+    match &d.init {
+        Initializer::Zeros => {}
+        Initializer::Ones => init::fill(&mut v, 1.0),
+        Initializer::Constant(c) => init::fill(&mut v, c.0),
+        Initializer::TruncatedNormal { mean, stddev } => {
+            init::truncated_normal(&mut v, mean.0, stddev.0, seed, &d.name)
+        }
+        Initializer::GlorotUniform => init::glorot_uniform(&mut v, &d.shape, seed, &d.name),
+        Initializer::RandomUniform { min, max } => init::uniform(&mut v, min.0, max.0, seed, &d.name),
+    }
+    v
+}
+
+/// Initial values of a variable in its host type.
+pub fn initial_host(d: &VariableDecl, seed: u64) -> HostVec {
+    let v = initial_values(d, seed);
+    match d.dtype {
+        DType::F32 => HostVec::F32(v),
+        DType::I32 | DType::Bool => HostVec::I32(v.iter().map(|x| *x as i32).collect()),
+    }
+}
+
+/// One variable the session knows.
+pub struct VarInfo {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Restored before any plan declared it: the value, not yet in the backend.
+    pub pending: Option<HostVec>,
+}
+
+impl VarInfo {
+    pub fn describe(&self) -> String {
+        format!("{}{:?}", self.dtype, self.shape)
+    }
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Whether a declaration agrees (a pending i32 may become a bool variable:
+    /// checkpoints store both as i32).
+    pub fn matches(&self, d: &VariableDecl) -> bool {
+        let same =
+            self.dtype == d.dtype || (self.pending.is_some() && self.dtype == DType::I32 && d.dtype == DType::Bool);
+        same && self.shape == d.shape
+    }
+}
+
+/// Variables by name (sorted: checkpoints and listings are deterministic).
+pub type VarTable = BTreeMap<String, VarInfo>;
