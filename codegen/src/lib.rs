@@ -9,21 +9,20 @@
 //! waits). The plan is the contract both backends execute; it is plain data
 //! (serde), deterministic, and readable through [`Plan::to_text`].
 //!
-//! - [`plan`]: the data types; [`kernel`]: the closed kernel enum;
+//! - [`plan`]: the data types; the closed kernel enum [`Kernel`] and its
+//!   parameter blocks are the kernel ABI of `towers_kernels`, re-exported here;
 //! - [`lower`](mod@lower): the lowering; `select`: one op to its kernel;
 //! - [`text`]: the text form; [`error`]: [`CodegenError`].
 
 pub mod error;
-pub mod kernel;
 pub mod lower;
 pub mod plan;
 mod select;
 pub mod text;
 
 pub use error::CodegenError;
-pub use kernel::{BinaryKind, ConvGeom, Kernel, PoolGeom, UnaryKind};
 pub use lower::lower;
 pub use plan::{
     BufRef, Buffer, BufferKind, ConstantDecl, DevicePlan, LowerOptions, Mode, Plan, Step, StreamPlan, VariableDecl,
 };
-pub use select::kernel_padding;
+pub use towers_kernels::{BinaryOp, ConvGeom, Kernel, PoolGeom, UnaryOp};

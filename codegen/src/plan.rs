@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use towers_graph::{DType, Device, Initializer};
 use towers_passes::StreamKind;
 
-use crate::kernel::Kernel;
+use towers_kernels::Kernel;
 
 /// Lowering mode: training (batch statistics, dropout masks) or evaluation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

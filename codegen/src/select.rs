@@ -3,7 +3,8 @@
 
 use towers_graph::{DType, Op, Optimizer};
 
-use crate::kernel::{BinaryKind, ConvGeom, Kernel, PoolGeom, UnaryKind};
+use towers_kernels::{ConvGeom, Kernel, Padding, PoolGeom};
+
 use crate::plan::Mode;
 
 /// A tensor's dtype and fully known dimensions.
@@ -55,35 +56,14 @@ fn nhwc(t: &Ty, what: &str) -> Result<[usize; 4], String> {
     }
 }
 
-fn conv(x: &Ty, f: &Ty, strides: [usize; 2], padding: towers_graph::Padding) -> Result<(ConvGeom, usize), String> {
+fn conv(x: &Ty, f: &Ty, strides: [usize; 2], padding: Padding) -> Result<(ConvGeom, usize), String> {
     let [n, h, w, c_in] = nhwc(x, "input")?;
     let [kh, kw, _, c_out] = nhwc(f, "filter")?;
     let geom = ConvGeom { n, h, w, c_in, kh, kw, c_out, stride_h: strides[0], stride_w: strides[1], padding };
-    let k = towers_kernels::conv::Conv2d {
-        n,
-        h,
-        w,
-        c_in,
-        kh,
-        kw,
-        c_out,
-        stride_h: strides[0],
-        stride_w: strides[1],
-        padding: kernel_padding(padding),
-        threads: 1,
-    };
-    Ok((geom, k.workspace_len()))
+    Ok((geom, geom.workspace_len()))
 }
 
-/// The kernels' padding twin of the graph's.
-pub fn kernel_padding(p: towers_graph::Padding) -> towers_kernels::window::Padding {
-    match p {
-        towers_graph::Padding::Same => towers_kernels::window::Padding::Same,
-        towers_graph::Padding::Valid => towers_kernels::window::Padding::Valid,
-    }
-}
-
-fn pool(x: &Ty, ksize: [usize; 2], strides: [usize; 2], padding: towers_graph::Padding) -> Result<PoolGeom, String> {
+fn pool(x: &Ty, ksize: [usize; 2], strides: [usize; 2], padding: Padding) -> Result<PoolGeom, String> {
     let [n, h, w, c] = nhwc(x, "input")?;
     Ok(PoolGeom { n, h, w, c, kh: ksize[0], kw: ksize[1], stride_h: strides[0], stride_w: strides[1], padding })
 }
@@ -106,18 +86,12 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
             let n = if *transpose_b { b[0] } else { b[1] };
             launch(Kernel::MatMul { m, n, k, trans_a: *transpose_a, trans_b: *transpose_b }, &[0, 1])
         }
-        Add | Sub | Mul | Div => {
-            let kind = match op {
-                Add => BinaryKind::Add,
-                Sub => BinaryKind::Sub,
-                Mul => BinaryKind::Mul,
-                _ => BinaryKind::Div,
-            };
+        Binary(bop) => {
             if ins[0].dtype != DType::F32 {
                 return Err(format!("elementwise arithmetic runs on f32 only, got {}", ins[0].dtype));
             }
             let k = Kernel::Binary {
-                op: kind,
+                op: *bop,
                 a_shape: ins[0].dims.clone(),
                 b_shape: ins[1].dims.clone(),
                 out_shape: outs[0].dims.clone(),
@@ -127,13 +101,13 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
         AddN => launch(Kernel::AddN { n: ins.len() }, &all),
         BiasAdd => launch(Kernel::BiasAdd { channels: last(&ins[1]) }, &[0, 1]),
         BiasAddGrad => launch(Kernel::BiasAddGrad { channels: last(&ins[0]) }, &[0]),
-        Neg => launch(Kernel::Unary { op: UnaryKind::Neg }, &[0]),
-        Relu => launch(Kernel::Unary { op: UnaryKind::Relu }, &[0]),
-        Sigmoid => launch(Kernel::Unary { op: UnaryKind::Sigmoid }, &[0]),
-        Tanh => launch(Kernel::Unary { op: UnaryKind::Tanh }, &[0]),
-        ReluGrad => launch(Kernel::UnaryGrad { op: UnaryKind::Relu }, &[0, 1]),
-        SigmoidGrad => launch(Kernel::UnaryGrad { op: UnaryKind::Sigmoid }, &[0, 1]),
-        TanhGrad => launch(Kernel::UnaryGrad { op: UnaryKind::Tanh }, &[0, 1]),
+        Unary(u) => {
+            if ins[0].dtype != DType::F32 {
+                return Err(format!("{} runs on f32 only, got {}", u.name(), ins[0].dtype));
+            }
+            launch(Kernel::Unary { op: *u }, &[0])
+        }
+        UnaryGrad(u) => launch(Kernel::UnaryGrad { op: *u }, &[0, 1]),
         Conv2D { strides, padding } => {
             let (geom, workspace_len) = conv(&ins[0], &ins[1], *strides, *padding)?;
             launch(Kernel::Conv2D { geom, workspace_len }, &[0, 1])

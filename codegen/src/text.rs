@@ -6,8 +6,8 @@ use std::fmt::Write;
 
 use towers_graph::Initializer;
 
-use crate::kernel::Kernel;
 use crate::plan::{BufRef, Plan, Step};
+use towers_kernels::Kernel;
 
 fn dims(d: &[usize]) -> String {
     let v: Vec<String> = d.iter().map(|x| x.to_string()).collect();

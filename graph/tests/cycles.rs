@@ -26,7 +26,8 @@ fn set_input_and_add_control_refuse_cycles() {
     g.add_control(x.node, c.node).unwrap();
     g.add_control(x.node, c.node).unwrap();
     assert_eq!(g.control_inputs(c.node), vec![x.node]);
-    let y = g.add(towers_graph::NewNode::new("y", towers_graph::Op::Unary(towers_graph::UnaryOp::Neg), vec![x])).unwrap();
+    let y =
+        g.add(towers_graph::NewNode::new("y", towers_graph::Op::Unary(towers_graph::UnaryOp::Neg), vec![x])).unwrap();
     g.set_input(c.node, 0, Tensor::new(y, 0)).unwrap();
     assert_eq!(g.inputs(c.node), vec![Tensor::new(y, 0)]);
 }

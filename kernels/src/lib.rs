@@ -45,8 +45,8 @@
 //!   `max_pool`, `avg_pool`, `max_pool_grad(p, x, y, dy, dx)`, `avg_pool_grad(p, dy, dx)`.
 //! - [`elementwise`]: `binary(BinaryOp, a, a_shape, b, b_shape, out) -> Result`
 //!   (NumPy broadcasting, rank <= 4); `broadcast_to`, `sum_to_shape` (its adjoint);
-//!   `unary(UnaryOp, x, y)`, `unary_grad(UnaryOp, dy, y, dx)`, `unary_inplace`;
-//!   `scale`, `scale_inplace`; `bias_add(x, bias, y)`, `bias_add_grad(dy, db)`.
+//!   `unary(UnaryOp, x, y)`, `unary_grad(UnaryOp, dy, y, dx)`;
+//!   `bias_add(x, bias, y)`, `bias_add_grad(dy, db)`.
 //! - [`reduce`]: `reduce_sum`, `reduce_mean` (`out` = kept axes), `argmax` (ties: first),
 //!   `equal(a, b, out_bool)`, `cast(x, to, y)` between any dtypes.
 //! - [`softmax`] (last axis, `[rows, c]`): `softmax`, `log_softmax`, their grads,
@@ -56,8 +56,8 @@
 //!   batch variance out), `batch_norm_infer` (moving statistics out),
 //!   `batch_norm_grad`, `assign_moving_average(moving, value, decay)`.
 //! - [`dropout`]: `dropout(x, keep_prob, seed, step, offset, y, mask)` (Philox4x32-10 of
-//!   `(seed, step, offset + i)`), `dropout_grad(dy, mask, dx)`.
-//! - [`misc`]: `l2_loss`, `l2_loss_grad`, `add_n`, `weighted_sum` (the tower reduction), `copy`.
+//!   `(seed, step, offset + i)`; its gradient is the graph's `dy * mask`).
+//! - [`misc`]: `l2_loss`, `add_n`, `weighted_sum` (the tower reduction).
 //! - [`layout`]: `concat`, `split`, `slice`, `slice_grad`; all `-> Result`.
 //! - [`optim`] (in place): `apply_gradient_descent`, `apply_momentum`,
 //!   `apply_adam` (`step` 1-based, [`optim::adam_step`]), `mean_apply` (the tower

@@ -224,18 +224,7 @@ mod tests {
                 (1, 5, 5, 2, 1, 1, 3, 2, 2),
                 (1, 3, 3, 2, 5, 5, 2, 1, 1),
             ] {
-                v.push(ConvGeom {
-                    n,
-                    h,
-                    w,
-                    c_in: ci,
-                    kh,
-                    kw,
-                    c_out: co,
-                    stride_h: sh,
-                    stride_w: sw,
-                    padding,
-                });
+                v.push(ConvGeom { n, h, w, c_in: ci, kh, kw, c_out: co, stride_h: sh, stride_w: sw, padding });
             }
         }
         v

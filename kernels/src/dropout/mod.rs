@@ -6,7 +6,7 @@
 //! tower index by the caller).
 //!
 //! The mask is stored as f32 scale factors: `0` or `1 / keep_prob`, so
-//! `y = x * mask` and `dx = dy * mask`.
+//! `y = x * mask` and the gradient is the graph's `dx = dy * mask` (a `Mul`).
 
 use crate::random::{philox_block, u32_to_unit};
 
@@ -31,14 +31,6 @@ pub fn dropout(x: &[f32], keep_prob: f32, seed: u64, step: u64, offset: usize, y
         }
         *m = if keep_prob >= 1.0 || u32_to_unit(r[(g % 4) as usize]) < keep_prob { scale } else { 0.0 };
         *o = *v * *m;
-    }
-}
-
-/// `dx = dy * mask`.
-pub fn dropout_grad(dy: &[f32], mask: &[f32], dx: &mut [f32]) {
-    debug_assert!(dy.len() == mask.len() && dy.len() == dx.len());
-    for ((o, g), m) in dx.iter_mut().zip(dy).zip(mask) {
-        *o = *g * *m;
     }
 }
 
@@ -69,9 +61,7 @@ mod tests {
         let (mut y3, mut m3) = (vec![0.0; n], vec![0.0; n]);
         dropout(&x, 0.75, 7, 4, 0, &mut y3, &mut m3);
         assert_ne!(m3, m);
-        let mut dx = vec![0.0; n];
-        dropout_grad(&x, &m3, &mut dx);
-        assert_eq!(dx, y3);
+        assert!(y3.iter().zip(&m3).all(|(a, b)| *a == 2.0 * b));
         dropout(&x, 1.0, 7, 4, 0, &mut y3, &mut m3);
         assert_eq!(y3, x);
     }

@@ -4,7 +4,7 @@
 //!   [`broadcast_to`] and its adjoint [`sum_to_shape`] (the gradient of a
 //!   broadcast). Shapes are right-aligned; a scalar has shape `[]`.
 //! - [`unary`]: the unary ops ([`UnaryOp`]), each with its forward and its
-//!   gradient from the output, in one table; scaling.
+//!   gradient from the output, in one table.
 //! - [`bias`]: `bias_add` over the last axis and its gradient.
 //!
 //! All outputs are dense row-major and fully overwritten; no kernel reads
@@ -16,4 +16,4 @@ pub mod unary;
 
 pub use bias::{bias_add, bias_add_grad};
 pub use broadcast::{binary, broadcast_to, sum_to_shape, BinaryOp};
-pub use unary::{scale, scale_inplace, unary, unary_grad, unary_inplace, UnaryOp};
+pub use unary::{unary, unary_grad, UnaryOp};

@@ -90,16 +90,6 @@ macro_rules! unary_ops {
             }
         }
 
-        /// `x[i] = op(x[i])`.
-        pub fn unary_inplace(op: UnaryOp, x: &mut [f32]) {
-            match op {
-                $(UnaryOp::$v => {
-                    let f = $f;
-                    for v in x.iter_mut() { *v = f(*v); }
-                })*
-            }
-        }
-
         /// `dx[i] = grad_op(dy[i], y[i])` where `y = op(x)` (the graph's `UnaryGrad`).
         pub fn unary_grad(op: UnaryOp, dy: &[f32], y: &[f32], dx: &mut [f32]) {
             debug_assert!(dy.len() == y.len() && dy.len() == dx.len());
@@ -148,19 +138,6 @@ unary_ops! {
     }
 }
 
-/// `y = s * x`.
-pub fn scale(x: &[f32], s: f32, y: &mut [f32]) {
-    debug_assert_eq!(x.len(), y.len());
-    for (o, v) in y.iter_mut().zip(x) {
-        *o = *v * s;
-    }
-}
-
-/// `x *= s`.
-pub fn scale_inplace(x: &mut [f32], s: f32) {
-    x.iter_mut().for_each(|v| *v *= s);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,9 +159,6 @@ mod tests {
             let mut y = [0.0; 5];
             unary(op, &x, &mut y);
             assert_close(&y, &want, 1e-6, &format!("{op:?}"));
-            let mut z = x;
-            unary_inplace(op, &mut z);
-            assert_eq!(y, z);
             assert!(x.iter().zip(&y).all(|(v, w)| op.apply(*v) == *w));
         }
         let pos = [0.25f32, 1.0, 4.0];
@@ -242,14 +216,5 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), UnaryOp::ALL.len());
-    }
-
-    #[test]
-    fn scaling() {
-        let mut y = [0.0; 3];
-        scale(&[1.0, -2.0, 3.0], 0.5, &mut y);
-        assert_eq!(y, [0.5, -1.0, 1.5]);
-        scale_inplace(&mut y, 2.0);
-        assert_eq!(y, [1.0, -2.0, 3.0]);
     }
 }

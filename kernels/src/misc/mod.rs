@@ -1,5 +1,5 @@
 //! Losses and sums over whole buffers: `l2_loss`, `add_n`, `weighted_sum`
-//! (the cross-tower gradient reduction), `copy`.
+//! (the cross-tower gradient reduction).
 //!
 //! `add_n` and `weighted_sum` walk the output in blocks of [`BLOCK`]
 //! elements that stay in L1: each input is read once and the output written
@@ -20,14 +20,6 @@ pub fn l2_loss(x: &[f32]) -> f32 {
     }
     let s: f64 = acc.iter().sum::<f64>() + rest.iter().map(|v| (v * v) as f64).sum::<f64>();
     (s * 0.5) as f32
-}
-
-/// `dx = x * dy` for the scalar upstream gradient `dy` of [`l2_loss`].
-pub fn l2_loss_grad(x: &[f32], dy: f32, dx: &mut [f32]) {
-    debug_assert_eq!(x.len(), dx.len());
-    for (o, v) in dx.iter_mut().zip(x) {
-        *o = *v * dy;
-    }
 }
 
 /// `out = sum_i inputs[i]`; every input has `out.len()` elements. With no
@@ -68,27 +60,14 @@ fn blocked(inputs: &[&[f32]], out: &mut [f32], w: impl Fn(usize) -> f32) {
     }
 }
 
-/// `dst = src`.
-pub fn copy(src: &[f32], dst: &mut [f32]) {
-    debug_assert_eq!(src.len(), dst.len());
-    dst.copy_from_slice(src);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{assert_close, numeric_grad, Lcg};
+    use crate::testutil::{assert_close, Lcg};
 
     #[test]
-    fn l2_loss_and_grad() {
+    fn l2_loss_value() {
         assert_eq!(l2_loss(&[1.0, 2.0, 3.0, -4.0, 0.5]), (1.0 + 4.0 + 9.0 + 16.0 + 0.25) / 2.0);
-        let mut r = Lcg::new(91);
-        let x = r.vec(9);
-        let mut dx = vec![0.0; 9];
-        l2_loss_grad(&x, 0.7, &mut dx);
-        // d/dx (0.7 * sum(x^2)/2) = 0.7 x
-        let want = numeric_grad(&x, 1e-3, |x| 0.7 * l2_loss(x) as f64);
-        assert_close(&dx, &want, 2e-3, "l2 grad");
     }
 
     #[test]
@@ -107,8 +86,5 @@ mod tests {
         assert_close(&out, &want, 1e-6, "add_n");
         add_n(&[], &mut out);
         assert!(out.iter().all(|v| *v == 0.0));
-        let mut c = vec![0.0; n];
-        copy(&xs[1], &mut c);
-        assert_eq!(c, xs[1]);
     }
 }

@@ -198,4 +198,49 @@ mod tests {
             assert!((w[i] as f64 - rw[i]).abs() < 1e-6, "{} vs {}", w[i], rw[i]);
         }
     }
+
+    /// The fused reduction + update equals the two kernels one after the
+    /// other, bit for bit, across block boundaries, for all three updates.
+    #[test]
+    fn mean_apply_is_weighted_sum_then_apply() {
+        let n = MEAN_BLOCK * 2 + 3;
+        let g0: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.25 - 0.5).collect();
+        let g1: Vec<f32> = (0..n).map(|i| (i % 5) as f32 * -0.125 + 0.3).collect();
+        let w = [0.75, 0.25];
+        let mut g = vec![0.0; n];
+        weighted_sum(&[&g0, &g1], &w, &mut g);
+        let kernels = [
+            Kernel::ApplyGradientDescent { lr: 0.1 },
+            Kernel::ApplyMomentum { lr: 0.1, momentum: 0.9, nesterov: true },
+            Kernel::ApplyAdam { lr: 0.01, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 },
+        ];
+        for k in kernels {
+            let init = |s: f32| (0..n).map(|i| s + (i % 3) as f32 * 0.01).collect::<Vec<f32>>();
+            let (mut a, mut b, mut c) = (init(1.0), init(0.1), init(0.2));
+            let (mut x, mut y, mut z) = (a.clone(), b.clone(), c.clone());
+            match k {
+                Kernel::ApplyGradientDescent { lr } => apply_gradient_descent(&mut x, &g, lr),
+                Kernel::ApplyMomentum { lr, momentum, nesterov } => {
+                    apply_momentum(&mut x, &mut y, &g, lr, momentum, nesterov)
+                }
+                Kernel::ApplyAdam { lr, beta1, beta2, epsilon } => {
+                    apply_adam(&mut x, &mut y, &mut z, &g, lr, beta1, beta2, epsilon, 3)
+                }
+                _ => unreachable!(),
+            }
+            mean_apply(&[&g0, &g1], &w, &k, 3, &mut [&mut a, &mut b, &mut c]).unwrap();
+            assert!(a == x && b == y && c == z, "{}", k.name());
+        }
+        assert!(mean_apply(&[&g0], &[1.0], &Kernel::L2Loss, 1, &mut [&mut g]).is_err());
+    }
+
+    #[test]
+    fn step_counter() {
+        let mut s = [41];
+        increment_step(&mut s);
+        assert_eq!(s, [42]);
+        assert_eq!(adam_step(&s), 43);
+        assert_eq!(adam_step(&[-3]), 1);
+        increment_step(&mut []);
+    }
 }

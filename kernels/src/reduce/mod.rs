@@ -147,8 +147,12 @@ pub fn argmax(x: &[f32], shape: &[usize], axis: usize, out: &mut [i32]) -> Resul
 pub fn equal(a: Slice<'_>, b: Slice<'_>, out: &mut [i32]) {
     debug_assert!(a.len() == b.len() && a.len() == out.len());
     match (a, b) {
-        (Slice::F32(a), Slice::F32(b)) => out.iter_mut().zip(a.iter().zip(b)).for_each(|(r, (x, y))| *r = (x == y) as i32),
-        (Slice::I32(a), Slice::I32(b)) => out.iter_mut().zip(a.iter().zip(b)).for_each(|(r, (x, y))| *r = (x == y) as i32),
+        (Slice::F32(a), Slice::F32(b)) => {
+            out.iter_mut().zip(a.iter().zip(b)).for_each(|(r, (x, y))| *r = (x == y) as i32)
+        }
+        (Slice::I32(a), Slice::I32(b)) => {
+            out.iter_mut().zip(a.iter().zip(b)).for_each(|(r, (x, y))| *r = (x == y) as i32)
+        }
         _ => out.fill(0),
     }
 }
@@ -161,7 +165,13 @@ pub fn equal(a: Slice<'_>, b: Slice<'_>, out: &mut [i32]) {
 ///
 /// `y`'s storage type is `to`'s (`I32` for bool); a mismatch writes nothing.
 pub fn cast(x: Slice<'_>, to: DType, y: SliceMut<'_>) {
-    debug_assert_eq!(x.len(), match &y { SliceMut::F32(y) => y.len(), SliceMut::I32(y) => y.len() });
+    debug_assert_eq!(
+        x.len(),
+        match &y {
+            SliceMut::F32(y) => y.len(),
+            SliceMut::I32(y) => y.len(),
+        }
+    );
     match (x, to, y) {
         (Slice::F32(x), DType::F32, SliceMut::F32(y)) => y.copy_from_slice(x),
         (Slice::F32(x), DType::I32, SliceMut::I32(y)) => y.iter_mut().zip(x).for_each(|(o, v)| *o = *v as i32),

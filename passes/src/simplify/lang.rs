@@ -332,3 +332,32 @@ impl Analysis<TensorLang> for TypeAnalysis {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use egg::RecExpr;
+
+    use super::*;
+
+    fn last(s: &str) -> TensorLang {
+        let e: RecExpr<TensorLang> = s.parse().expect("parses");
+        e.as_ref().last().expect("a node").clone()
+    }
+
+    /// Every kernel op is a term under the kernels' name, with no list here
+    /// to keep in step: `(relu x)`, `(relu_grad dy y)`, `(div a b)`; leaves
+    /// (`node:slot`) never parse as ops.
+    #[test]
+    fn kernel_ops_are_terms_by_their_kernel_names() {
+        for &op in UnaryOp::ALL {
+            assert!(matches!(last(&format!("({} x:0)", op.name())), TensorLang::Unary(Un(o), _) if o == op));
+            let g = last(&format!("({}_grad dy:0 y:0)", op.name()));
+            assert!(matches!(g, TensorLang::UnaryGrad(UnGrad(o), _) if o == op));
+            assert_eq!(g.op(|_| None), Some(Op::UnaryGrad(op)));
+        }
+        for &op in BinaryOp::ALL {
+            assert_eq!(last(&format!("({} a:0 b:0)", op.name())).op(|_| None), Some(Op::Binary(op)));
+        }
+        assert!(matches!(last("relu:0"), TensorLang::Leaf(_)));
+    }
+}

@@ -51,7 +51,7 @@ use towers_graph::{ConstValue, DType, DeviceSpec, Graph, NewNode, NodeId, Op, Te
 use crate::manager::Pass;
 use crate::state::{CompileState, PassError};
 use cost::KernelCost;
-use lang::{Attr, Bin, Konst, TEGraph, TensorLang, TypeAnalysis, UnGrad, Un};
+use lang::{Attr, Bin, Konst, TEGraph, TensorLang, TypeAnalysis, Un, UnGrad};
 
 /// Runner limits: explicit, and the same on every machine.
 pub const ITER_LIMIT: usize = 10;
@@ -291,9 +291,7 @@ impl Writer<'_> {
                 };
                 let reuse = self.members.get(&c).and_then(|v| {
                     v.iter().copied().find(|&n| {
-                        !self.used.contains(&n)
-                            && same_kind(&g.node(n).op, &op)
-                            && g.inputs(n).len() == ins.len()
+                        !self.used.contains(&n) && same_kind(&g.node(n).op, &op) && g.inputs(n).len() == ins.len()
                     })
                 });
                 match reuse {
@@ -365,7 +363,11 @@ mod tests {
         let neg = add(&mut g, "neg", Op::Unary(towers_graph::UnaryOp::Neg), &[id]);
         let fetched = add(&mut g, "fetched", Op::Identity, &[x2]);
         let _use_fetched = add(&mut g, "use_fetched", Op::Unary(towers_graph::UnaryOp::Neg), &[fetched]);
-        let mut nn = NewNode::new("controlled", Op::Binary(towers_graph::BinaryOp::Mul), vec![Tensor::new(x2, 0), Tensor::new(one, 0)]);
+        let mut nn = NewNode::new(
+            "controlled",
+            Op::Binary(towers_graph::BinaryOp::Mul),
+            vec![Tensor::new(x2, 0), Tensor::new(one, 0)],
+        );
         nn.control_inputs = vec![neg];
         let controlled = g.add(nn).expect("add");
         let _use_controlled = add(&mut g, "use_controlled", Op::Unary(towers_graph::UnaryOp::Neg), &[controlled]);

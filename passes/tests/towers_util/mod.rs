@@ -30,7 +30,13 @@ pub fn mlp(dropout: bool, bn: bool) -> (Graph, CompileState) {
     let mut st = CompileState { loss: Some(TensorRef::of(&g, loss)), ..Default::default() };
     for v in g.trainable_variables() {
         let name = g.node(v).name.clone();
-        let id = g.add(NewNode::new(format!("gradients/{name}_grad"), Op::Binary(towers_graph::BinaryOp::Mul), vec![Tensor::new(v, 0), loss])).unwrap();
+        let id = g
+            .add(NewNode::new(
+                format!("gradients/{name}_grad"),
+                Op::Binary(towers_graph::BinaryOp::Mul),
+                vec![Tensor::new(v, 0), loss],
+            ))
+            .unwrap();
         st.var_list.push(name.clone());
         st.grads.insert(name, TensorRef::new(g.node(id).name.clone(), 0));
     }
