@@ -35,8 +35,8 @@
 //! `nvidia/cu13/lib`). Load cubins compiled for the device's own `sm_XY`:
 //! the PTX of a newer NVRTC is refused by an older driver's JIT.
 
-use crate::conv::Conv2d;
-use crate::pool::Pool2d;
+use crate::conv::ConvGeom;
+use crate::pool::PoolGeom;
 
 /// Threads per block for every launch.
 pub const BLOCK: u32 = 256;
@@ -166,7 +166,7 @@ pub const KERNELS: &[CudaKernel] = &[
     k!("bias_add", "elementwise", ["towers_bias_add_f32"], "n (i64), c = channels (i64), x, bias, y", EW),
     k!("bias_add_grad", "reduce", ["towers_reduce_f32"],
        "n_out = channels, dy, db, xd = Dims4([1, 1, rows, channels]), reduced = 0b0100, scale = 1.0", ROWS),
-    k!("unary", "elementwise", ["towers_unary_f32"], "op (i32: 0 Neg, 1 Relu, 2 Sigmoid, 3 Tanh), n (i64), x, y", EW),
+    k!("unary", "elementwise", ["towers_unary_f32"], "op (i32: the index in UnaryOp::ALL), n (i64), x, y", EW),
     k!("unary_grad", "elementwise", ["towers_unary_grad_f32"], "op (i32, as unary), n (i64), dy, y, dx", EW),
     k!("conv2d", "conv", ["towers_im2col_f32"],
        "per chunk of rows [r0, r0 + r): im2col(g: ConvArgs, r0, r (i64), x, col = workspace), then GEMM y[r0..] = col * W; pointwise (1x1, stride 1): GEMM only",
@@ -295,8 +295,8 @@ pub struct PoolArgs {
     pub pad_left: i32,
 }
 
-impl From<&Pool2d> for PoolArgs {
-    fn from(p: &Pool2d) -> Self {
+impl From<&PoolGeom> for PoolArgs {
+    fn from(p: &PoolGeom) -> Self {
         let ((out_h, pad_top), (out_w, pad_left)) = (p.out_h(), p.out_w());
         PoolArgs {
             n: p.n as i32,
@@ -334,8 +334,8 @@ pub struct ConvArgs {
     pub pad_left: i32,
 }
 
-impl From<&Conv2d> for ConvArgs {
-    fn from(p: &Conv2d) -> Self {
+impl From<&ConvGeom> for ConvArgs {
+    fn from(p: &ConvGeom) -> Self {
         let ((out_h, pad_top), (out_w, pad_left)) = (p.out_h(), p.out_w());
         ConvArgs {
             n: p.n as i32,

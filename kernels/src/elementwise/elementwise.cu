@@ -59,7 +59,8 @@ extern "C" __global__ void towers_bias_add_f32(i64 n, i64 c, const float* __rest
     GRID_STRIDE(i, n) { y[i] = x[i] + bias[i % c]; }
 }
 
-// op: 0 Neg, 1 Relu, 2 Sigmoid, 3 Tanh (UnaryKind order).
+// op: the index in UnaryOp::ALL: 0 Neg, 1 Relu, 2 Sigmoid, 3 Tanh, 4 Exp, 5 Log,
+// 6 Sqrt, 7 Rsqrt, 8 Reciprocal.
 __device__ __forceinline__ float sigmoid(float v) {
     // Stable on both tails, as the CPU twin: exp of a non-positive argument only.
     if (v >= 0.0f) {
@@ -77,14 +78,20 @@ extern "C" __global__ void towers_unary_f32(int op, i64 n, const float* __restri
         case 0: r = -v; break;
         case 1: r = v > 0.0f ? v : 0.0f; break;
         case 2: r = sigmoid(v); break;
-        default: r = tanhf(v); break;
+        case 3: r = tanhf(v); break;
+        case 4: r = expf(v); break;
+        case 5: r = logf(v); break;
+        case 6: r = __fsqrt_rn(v); break;
+        case 7: r = __fdiv_rn(1.0f, __fsqrt_rn(v)); break;
+        default: r = __fdiv_rn(1.0f, v); break;
         }
         y[i] = r;
     }
 }
 
 // dx from dy and the forward output y: Neg: -dy; Relu: dy where y > 0;
-// Sigmoid: dy*y*(1-y); Tanh: dy*(1-y*y). Products are rounded one by one
+// Sigmoid: dy*y*(1-y); Tanh: dy*(1-y*y); Exp: dy*y; Log: dy*exp(-y);
+// Sqrt: dy*0.5/y; Rsqrt: -0.5*dy*y*y*y; Reciprocal: -dy*y*y. Products are rounded one by one
 // (no fused multiply-add), as the CPU twin, so results match bit for bit.
 extern "C" __global__ void towers_unary_grad_f32(int op, i64 n, const float* __restrict__ dy,
                                                  const float* __restrict__ y, float* __restrict__ dx) {
@@ -95,7 +102,12 @@ extern "C" __global__ void towers_unary_grad_f32(int op, i64 n, const float* __r
         case 0: r = __fmul_rn(g, -1.0f); break;
         case 1: r = v > 0.0f ? g : 0.0f; break;
         case 2: r = __fmul_rn(__fmul_rn(g, v), __fsub_rn(1.0f, v)); break;
-        default: r = __fmul_rn(g, __fsub_rn(1.0f, __fmul_rn(v, v))); break;
+        case 3: r = __fmul_rn(g, __fsub_rn(1.0f, __fmul_rn(v, v))); break;
+        case 4: r = __fmul_rn(g, v); break;
+        case 5: r = __fmul_rn(g, expf(-v)); break;
+        case 6: r = __fdiv_rn(__fmul_rn(g, 0.5f), v); break;
+        case 7: r = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(-0.5f, g), v), v), v); break;
+        default: r = __fmul_rn(__fmul_rn(-g, v), v); break;
         }
         dx[i] = r;
     }

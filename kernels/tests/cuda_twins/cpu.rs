@@ -21,15 +21,10 @@ pub fn bias_add_grad(dy: &[f32], db: &mut [f32]) {
     ew::bias_add_grad(dy, db);
 }
 pub fn unary(op: i32, x: &[f32], y: &mut [f32]) {
-    ew::unary([UnaryOp::Neg, UnaryOp::Relu, UnaryOp::Sigmoid, UnaryOp::Tanh][op as usize], x, y);
+    ew::unary(UnaryOp::ALL[op as usize], x, y);
 }
 pub fn unary_grad(op: i32, dy: &[f32], y: &[f32], dx: &mut [f32]) {
-    match op {
-        0 => ew::scale(dy, -1.0, dx),
-        1 => ew::relu_grad(dy, y, dx),
-        2 => ew::sigmoid_grad(dy, y, dx),
-        _ => ew::tanh_grad(dy, y, dx),
-    }
+    ew::unary_grad(UnaryOp::ALL[op as usize], dy, y, dx);
 }
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(m: usize, k: usize, n: usize, ta: bool, tb: bool, a: &[f32], b: &[f32], c: &mut [f32]) {
@@ -45,12 +40,8 @@ pub fn dropout_at(x: &[f32], keep: f32, seed: u64, step: u64, offset: usize, y: 
         *o = *v * *m;
     }
 }
-/// exec.rs BatchNormTrain: the kernel, then the unbiased variance.
+/// BatchNormTrain: the kernel writes the unbiased variance itself.
 pub fn batch_norm_train(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, outs: &mut [Vec<f32>; 4]) {
     let [y, mean, inv_std, var] = outs;
     batchnorm::batch_norm_train(x, gamma, beta, eps, y, mean, var, inv_std);
-    let rows = x.len() / gamma.len();
-    if rows > 1 {
-        ew::scale_inplace(var, rows as f32 / (rows - 1) as f32);
-    }
 }

@@ -7,23 +7,23 @@ use crate::cpu;
 use crate::harness::{d4, n, numel, Gpu, Report, Rng, Val, A};
 
 pub(crate) fn pools(g: &Gpu, r: &mut Report, rng: &mut Rng) {
-    use cpu::pool::{self, Pool2d};
+    use cpu::pool::{self, PoolGeom};
     use towers_kernels::window::Padding;
     for (p, name) in [
         (
-            Pool2d { n: 2, h: 9, w: 7, c: 5, kh: 3, kw: 3, stride_h: 2, stride_w: 2, padding: Padding::Same },
+            PoolGeom { n: 2, h: 9, w: 7, c: 5, kh: 3, kw: 3, stride_h: 2, stride_w: 2, padding: Padding::Same },
             "3x3/2 SAME",
         ),
         (
-            Pool2d { n: 3, h: 8, w: 8, c: 4, kh: 2, kw: 2, stride_h: 2, stride_w: 2, padding: Padding::Valid },
+            PoolGeom { n: 3, h: 8, w: 8, c: 4, kh: 2, kw: 2, stride_h: 2, stride_w: 2, padding: Padding::Valid },
             "2x2/2 VALID",
         ),
         (
-            Pool2d { n: 2, h: 6, w: 5, c: 3, kh: 3, kw: 2, stride_h: 1, stride_w: 1, padding: Padding::Same },
+            PoolGeom { n: 2, h: 6, w: 5, c: 3, kh: 3, kw: 2, stride_h: 1, stride_w: 1, padding: Padding::Same },
             "3x2/1 SAME",
         ),
         (
-            Pool2d { n: 4, h: 28, w: 28, c: 32, kh: 2, kw: 2, stride_h: 2, stride_w: 2, padding: Padding::Same },
+            PoolGeom { n: 4, h: 28, w: 28, c: 32, kh: 2, kw: 2, stride_h: 2, stride_w: 2, padding: Padding::Same },
             "convnet 2x2/2",
         ),
     ] {
@@ -54,11 +54,11 @@ pub(crate) fn pools(g: &Gpu, r: &mut Report, rng: &mut Rng) {
 }
 
 pub(crate) fn convs(g: &Gpu, r: &mut Report, rng: &mut Rng) {
-    use cpu::conv::{self, Conv2d};
+    use cpu::conv::{self, ConvGeom};
     use towers_kernels::window::Padding;
     for (p, name) in [
         (
-            Conv2d {
+            ConvGeom {
                 n: 2,
                 h: 9,
                 w: 7,
@@ -69,12 +69,11 @@ pub(crate) fn convs(g: &Gpu, r: &mut Report, rng: &mut Rng) {
                 stride_h: 2,
                 stride_w: 2,
                 padding: Padding::Same,
-                threads: 1,
             },
             "3x3/2 SAME",
         ),
         (
-            Conv2d {
+            ConvGeom {
                 n: 3,
                 h: 8,
                 w: 6,
@@ -85,12 +84,11 @@ pub(crate) fn convs(g: &Gpu, r: &mut Report, rng: &mut Rng) {
                 stride_h: 1,
                 stride_w: 1,
                 padding: Padding::Valid,
-                threads: 1,
             },
             "5x3/1 VALID",
         ),
         (
-            Conv2d {
+            ConvGeom {
                 n: 2,
                 h: 28,
                 w: 28,
@@ -101,7 +99,6 @@ pub(crate) fn convs(g: &Gpu, r: &mut Report, rng: &mut Rng) {
                 stride_h: 1,
                 stride_w: 1,
                 padding: Padding::Same,
-                threads: 1,
             },
             "convnet conv1 5x5 SAME",
         ),

@@ -38,7 +38,7 @@ pub(crate) fn dropout(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         );
         let (mut wy, mut wm) = (vec![0f32; len], vec![0f32; len]);
         if offset == 0 {
-            cpu::dropout::dropout(&x, keep, seed, step, &mut wy, &mut wm);
+            cpu::dropout::dropout(&x, keep, seed, step, 0, &mut wy, &mut wm);
         } else {
             cpu::dropout_at(&x, keep, seed, step, offset, &mut wy, &mut wm);
         }
@@ -91,7 +91,8 @@ pub(crate) fn batchnorm(g: &Gpu, r: &mut Report, rng: &mut Rng) {
             &[n(len), n(c), A::F32(eps), dx.a(), dg.a(), db.a(), dmm.a(), dmv.a(), y.a(), om.a(), oi.a(), ov.a()],
         );
         let mut wy = vec![0f32; len];
-        cpu::batchnorm::batch_norm_infer(&x, &gamma, &beta, &mm, &mv, eps, &mut wy);
+        let (mut w1, mut w2, mut w3) = (vec![0f32; c], vec![0f32; c], vec![0f32; c]);
+        cpu::batchnorm::batch_norm_infer(&x, &gamma, &beta, &mm, &mv, eps, &mut wy, &mut w1, &mut w2, &mut w3);
         let wi: Vec<f32> = mv.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
         r.f32("batch_norm_infer", format!("{case} y"), &g.down(&y, len), &wy, Some(1e-6));
         r.f32(
