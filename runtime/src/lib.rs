@@ -48,7 +48,7 @@ use cpu::{mem, prepare};
 pub use backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
 pub use comm::{Comm, CommError, LocalComm};
 pub use cpu::CpuBackend;
-pub use cuda::{probe, CudaStatus};
+pub use cuda::{probe, CudaBackend, CudaStatus, CudaUnavailable};
 pub use error::RuntimeError;
 pub use session::Session;
 pub use variables::HostVec;
