@@ -15,10 +15,14 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use towers::compiler::{compile_train, CompileOptions};
+use std::collections::BTreeSet;
+
+use towers::compiler::{compile_eval, compile_train, CompileOptions};
 use towers::data::Dataset;
 use towers::models::{build, Model, ModelKind, ModelSpec};
+use towers_codegen::{Plan, Step};
 use towers_graph::{Device, Optimizer, F32};
+use towers_passes::VarPlacement;
 use towers_runtime::cuda::{available, CudaBackend, CudaUnavailable};
 use towers_runtime::{Backend, CpuBackend, Session};
 
@@ -66,13 +70,39 @@ fn data(m: &Model, batch: usize, steps: usize) -> Vec<(Vec<f32>, Vec<i32>)> {
 struct Trained {
     losses: Vec<f32>,
     vars: BTreeMap<String, Vec<f32>>,
+    /// The eval program's predictions on the first batch, after training.
+    predictions: Vec<f32>,
     note: String,
 }
 
-fn train(backend: Box<dyn Backend>, m: &Model, opts: &CompileOptions, batches: &[(Vec<f32>, Vec<i32>)]) -> Trained {
+/// Kernel names a plan launches.
+fn kernels(plan: &Plan, into: &mut BTreeSet<&'static str>) {
+    for s in &plan.streams {
+        for step in &s.steps {
+            if let Step::Launch { kernel, .. } = step {
+                into.insert(kernel.name());
+                if let towers_kernels::Kernel::MeanApply { apply, .. } = kernel {
+                    into.insert(apply.name());
+                }
+            }
+        }
+    }
+}
+
+fn train(
+    backend: Box<dyn Backend>,
+    m: &Model,
+    opts: &CompileOptions,
+    batches: &[(Vec<f32>, Vec<i32>)],
+    seen: &mut BTreeSet<&'static str>,
+) -> Trained {
     let c = compile_train(&m.graph, &m.loss, opts).expect("compiles");
+    let e = compile_eval(&m.graph, &[("predictions", &m.predictions)], batches[0].1.len()).expect("compiles eval");
+    kernels(&c.plan, seen);
+    kernels(&e.plan, seen);
     let mut sess = Session::with_backend(m.spec.seed, backend);
     sess.load("train", c.plan).expect("loads");
+    sess.load("eval", e.plan).expect("loads eval");
     let mut losses = Vec::new();
     for (x, y) in batches {
         sess.feed_f32("train", &m.images, x).unwrap();
@@ -80,6 +110,10 @@ fn train(backend: Box<dyn Backend>, m: &Model, opts: &CompileOptions, batches: &
         sess.run("train").expect("runs");
         losses.push(sess.fetch_f32("train", "loss").unwrap()[0]);
     }
+    sess.feed_f32("eval", &m.images, &batches[0].0).unwrap();
+    sess.run("eval").expect("eval runs");
+    // Predicted classes (i32).
+    let predictions = sess.fetch_i32("eval", "predictions").unwrap().into_iter().map(|v| v as f32).collect();
     let mut vars = BTreeMap::new();
     for name in sess.variable_names() {
         let v = sess
@@ -87,7 +121,7 @@ fn train(backend: Box<dyn Backend>, m: &Model, opts: &CompileOptions, batches: &
             .unwrap_or_else(|_| sess.read_variable_i32(&name).unwrap().into_iter().map(|x| x as f32).collect());
         vars.insert(name, v);
     }
-    Trained { losses, vars, note: sess.backend_note() }
+    Trained { losses, vars, predictions, note: sess.backend_note() }
 }
 
 fn rel(a: f32, b: f32) -> f32 {
@@ -105,6 +139,12 @@ fn compare(gpu: &Trained, cpu: &Trained) -> (f32, String) {
         let d = rel(*a, *b);
         if d > worst.0 || d.is_nan() {
             worst = (d, format!("loss of step {k}"));
+        }
+    }
+    for (a, b) in gpu.predictions.iter().zip(&cpu.predictions) {
+        let d = rel(*a, *b);
+        if d > worst.0 || d.is_nan() {
+            worst = (d, "eval predictions".into());
         }
     }
     for (name, vb) in &cpu.vars {
@@ -130,21 +170,26 @@ fn cuda_matches_cpu_on_the_seed_models_with_one_and_two_towers() {
     let cases = [
         ("mlp 784-256-256-10", model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false), adam.clone(), 64),
         ("mlp 64-16-10", model(ModelKind::Mlp, [8, 8, 1], vec![16], false), momentum.clone(), 24),
+        ("mlp 64-16-10 sgd", model(ModelKind::Mlp, [8, 8, 1], vec![16], false), Optimizer::Sgd { lr: F32(0.1) }, 24),
         ("convnet 28x28", model(ModelKind::Convnet, [28, 28, 1], vec![], false), adam.clone(), 16),
         ("convnet 8x8 + batch norm", model(ModelKind::Convnet, [8, 8, 1], vec![], true), momentum, 24),
     ];
     let mut failures = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut worst = 0f32;
     for (name, m, opt, batch) in &cases {
         let batches = data(m, *batch, 3);
-        for towers in [1u32, 2] {
+        for (towers, vars) in [(1u32, VarPlacement::Cpu), (2, VarPlacement::Cpu), (2, VarPlacement::Gpu0)] {
             let mut o = CompileOptions::new(opt.clone(), *batch);
             o.towers = (0..towers).map(Device::gpu).collect();
-            let cpu = train(Box::new(CpuBackend::new()), m, &o, &batches);
+            o.variables = vars;
+            let cpu = train(Box::new(CpuBackend::new()), m, &o, &batches, &mut seen);
             let t = Instant::now();
-            let gpu = train(Box::new(CudaBackend::new().expect("CUDA backend")), m, &o, &batches);
+            let gpu = train(Box::new(CudaBackend::new().expect("CUDA backend")), m, &o, &batches, &mut seen);
             let (d, at) = compare(&gpu, &cpu);
+            worst = worst.max(d);
             eprintln!(
-                "{name}, {towers} tower(s): max rel diff {d:.3e} at {at}; losses cpu {:?} cuda {:?} ({} ms incl. load)\n  {}",
+                "{name}, {towers} tower(s), variables on {vars:?}: max rel diff {d:.3e} at {at}; losses cpu {:?} cuda {:?} ({} ms incl. load)\n  {}",
                 cpu.losses,
                 gpu.losses,
                 t.elapsed().as_millis(),
@@ -155,6 +200,7 @@ fn cuda_matches_cpu_on_the_seed_models_with_one_and_two_towers() {
             }
         }
     }
+    eprintln!("MAX REL DIFF over every case: {worst:.3e}; {} kernels ran: {seen:?}", seen.len());
     assert!(failures.is_empty(), "CUDA differs from CPU beyond {TOL}: {failures:#?}");
 }
 
@@ -163,44 +209,55 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Not an assertion: the step time of the MNIST MLP at batch 256 (median of
-/// 100 steps after 10 warm-up), on the CUDA backend and, for scale, the CPU.
+fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileOptions, warm: usize, steps: usize) {
+    let batch = opts.batch;
+    let batches = data(m, batch, 4);
+    let c = compile_train(&m.graph, &m.loss, opts).unwrap();
+    let mut sess = Session::with_backend(1, backend);
+    sess.load("train", c.plan).unwrap();
+    let (mut full, mut run_only) = (Vec::new(), Vec::new());
+    for i in 0..warm + steps {
+        let (x, y) = &batches[i % batches.len()];
+        let t = Instant::now();
+        sess.feed_f32("train", &m.images, x).unwrap();
+        sess.feed_i32("train", &m.labels, y).unwrap();
+        let t_run = Instant::now();
+        sess.run("train").unwrap();
+        let r = t_run.elapsed().as_secs_f64() * 1e3;
+        let _loss = sess.fetch_f32("train", "loss").unwrap();
+        if i >= warm {
+            full.push(t.elapsed().as_secs_f64() * 1e3);
+            run_only.push(r);
+        }
+    }
+    eprintln!(
+        "STEP TIME {label}, batch {batch}: median {:.3} ms per step (feed + run + loss fetch), run alone {:.3} ms ({steps} steps after {warm})",
+        median_ms(full),
+        median_ms(run_only)
+    );
+}
+
+/// Not an assertion: step times (median of 100 steps after 10 warm-up on
+/// the GPU; of 20 after 3 on the CPU, for scale) of the MNIST MLP
+/// 784-256-256-10 and the convnet, SGD.
 #[test]
 fn time_the_mlp_step_at_batch_256() {
     if let Err(e) = available() {
         skip("time_the_mlp_step_at_batch_256", &e);
         return;
     }
-    let m = model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false);
-    let batches = data(&m, 256, 4);
-    let opts = CompileOptions::new(Optimizer::Sgd { lr: F32(0.05) }, 256);
-    let backends: [(&str, Box<dyn Fn() -> Box<dyn Backend>>); 2] = [
-        ("cuda", Box::new(|| Box::new(CudaBackend::new().unwrap()) as Box<dyn Backend>)),
-        ("cpu", Box::new(|| Box::new(CpuBackend::new()) as Box<dyn Backend>)),
-    ];
-    for (name, make) in backends {
-        let c = compile_train(&m.graph, &m.loss, &opts).unwrap();
-        let mut sess = Session::with_backend(1, make());
-        sess.load("train", c.plan).unwrap();
-        let (mut full, mut run_only) = (Vec::new(), Vec::new());
-        for i in 0..110 {
-            let (x, y) = &batches[i % batches.len()];
-            let t = Instant::now();
-            sess.feed_f32("train", &m.images, x).unwrap();
-            sess.feed_i32("train", &m.labels, y).unwrap();
-            let t_run = Instant::now();
-            sess.run("train").unwrap();
-            let r = t_run.elapsed().as_secs_f64() * 1e3;
-            let _loss = sess.fetch_f32("train", "loss").unwrap();
-            if i >= 10 {
-                full.push(t.elapsed().as_secs_f64() * 1e3);
-                run_only.push(r);
-            }
+    let mlp = model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false);
+    let conv = model(ModelKind::Convnet, [28, 28, 1], vec![], false);
+    let sgd = Optimizer::Sgd { lr: F32(0.05) };
+    let cuda = || Box::new(CudaBackend::new().unwrap()) as Box<dyn Backend>;
+    let cpu = || Box::new(CpuBackend::new()) as Box<dyn Backend>;
+    for (name, m, batch) in
+        [("mlp 784-256-256-10", &mlp, 256), ("mlp 784-256-256-10", &mlp, 1024), ("convnet", &conv, 256)]
+    {
+        let opts = CompileOptions::new(sgd.clone(), batch);
+        time_steps(&format!("cuda {name}"), cuda(), m, &opts, 10, 100);
+        if batch == 256 {
+            time_steps(&format!("cpu  {name}"), cpu(), m, &opts, 3, 20);
         }
-        eprintln!(
-            "STEP TIME {name}: mlp 784-256-256-10 batch 256 SGD: median {:.3} ms per step (feed + run + loss fetch), run alone {:.3} ms",
-            median_ms(full),
-            median_ms(run_only)
-        );
     }
 }

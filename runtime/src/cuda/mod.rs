@@ -19,7 +19,9 @@
 //!   stream that runs GEMMs; each kernel family compiled once per process by
 //!   NVRTC to a cubin for the device's own `sm_XY` (the PTX of a newer NVRTC
 //!   is refused by an older driver's JIT) and loaded once per context; every
-//!   launch's argument list built ([`args`], [`lower`]); pointer and weight
+//!   launch's argument list built ([`args`], [`lower`]); one im2col
+//!   workspace per stream, sized for whole convolutions rather than the
+//!   plan's cache-sized chunks; pointer and weight
 //!   arrays uploaded into one side buffer; and the order in which the host
 //!   enqueues the streams' steps, chosen so that every `Record` is enqueued
 //!   before the `Wait`s on it.
@@ -47,6 +49,7 @@ use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result as drv, sys, CudaContext};
 use towers_codegen::{BufRef, Plan, Step, VariableDecl};
 use towers_graph::DType;
+use towers_kernels::Kernel;
 
 use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
 use crate::comm::Comm;
@@ -86,6 +89,8 @@ struct StreamRun {
     items: Vec<Item>,
     /// Declared before `stream`: dropped first.
     blas: Option<Blas>,
+    /// The convolutions' im2col workspace of this stream (see [`stream_workspace_bytes`]).
+    _ws: Option<DevMem>,
     stream: Stream,
     name: String,
 }
@@ -215,6 +220,11 @@ impl CudaBackend {
         let mut side = Side::default();
         let mut streams = Vec::new();
         for s in &plan.streams {
+            let ws_mem = match stream_workspace_bytes(s) {
+                0 => None,
+                n => Some(DevMem::zeroed(&self.ctx, n).map_err(dev)?),
+            };
+            let ws_dev = ws_mem.as_ref().map(|m| Dev { ptr: m.ptr, len: m.bytes / 4, dtype: DType::F32 });
             let mut items: Vec<Item> = Vec::new();
             for step in &s.steps {
                 match step {
@@ -248,7 +258,11 @@ impl CudaBackend {
                         };
                         let ins = res(inputs).map_err(bad)?;
                         let outs = res(outputs).map_err(bad)?;
-                        let ws = workspace.as_ref().map(|r| self.resolve(plan, &arenas, r)).transpose().map_err(bad)?;
+                        let mut ws =
+                            workspace.as_ref().map(|r| self.resolve(plan, &arenas, r)).transpose().map_err(bad)?;
+                        if is_conv(kernel) {
+                            ws = ws_dev;
+                        }
                         let mut ops = Vec::new();
                         lower_launch(kernel, &ins, &outs, ws, &mut self.modules, &mut side, &mut ops).map_err(|e| {
                             if e.starts_with("NVRTC") || e.starts_with("cu") {
@@ -267,7 +281,7 @@ impl CudaBackend {
             } else {
                 None
             };
-            streams.push(StreamRun { items, blas, stream, name: s.name() });
+            streams.push(StreamRun { items, blas, _ws: ws_mem, stream, name: s.name() });
         }
         let side_mem = if side.bytes.is_empty() {
             None
@@ -298,6 +312,39 @@ impl CudaBackend {
             profile: BTreeMap::new(),
         })
     }
+}
+
+/// Largest im2col workspace a GPU stream gets (256 MiB): convolutions whose
+/// column matrix is larger run in chunks of this size.
+const MAX_WORKSPACE_BYTES: usize = 256 << 20;
+
+fn is_conv(k: &Kernel) -> bool {
+    matches!(k, Kernel::Conv2D { .. } | Kernel::Conv2DBackpropInput { .. } | Kernel::Conv2DBackpropFilter { .. })
+}
+
+/// The workspace one stream's convolutions share (they run one after the
+/// other on it). The plan sizes its workspace for the CPU: a chunk of
+/// about 64K floats that stays in cache, which on a GPU means dozens of
+/// small im2col + GEMM launches per convolution; here each convolution gets
+/// its whole column matrix (up to [`MAX_WORKSPACE_BYTES`]), so an
+/// MNIST-sized convolution is one im2col and one GEMM. Allocated at load.
+fn stream_workspace_bytes(s: &towers_codegen::StreamPlan) -> usize {
+    let mut bytes = 0;
+    for step in &s.steps {
+        if let Step::Launch { kernel, .. } = step {
+            let g = match kernel {
+                Kernel::Conv2D { geom, .. }
+                | Kernel::Conv2DBackpropInput { geom, .. }
+                | Kernel::Conv2DBackpropFilter { geom, .. } => geom,
+                _ => continue,
+            };
+            let pointwise = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1;
+            if !pointwise {
+                bytes = bytes.max((g.rows() * g.k() * 4).min(MAX_WORKSPACE_BYTES.max(g.k() * 4)));
+            }
+        }
+    }
+    bytes
 }
 
 /// The host's enqueue order: round robin over the streams, each advancing
@@ -557,6 +604,9 @@ impl Backend for CudaBackend {
     }
 
     fn device_note(&self, gpus: &[String]) -> String {
+        if gpus.is_empty() {
+            return format!("cpu:0 runs on the one CUDA device {}", self.device());
+        }
         let names = match gpus.len() {
             0 | 1 => gpus.concat(),
             n => format!("{} and {}", gpus[..n - 1].join(", "), gpus[n - 1]),
