@@ -129,9 +129,9 @@ mod tests {
         a.finish();
         a.set_step(42);
         a.patch_side(1000);
-        let moved = a;
-        let mut a = moved;
-        let p = a.params();
+        // The pointers survive a move of the pack (its heap buffer stays put).
+        let mut boxed = Box::new(a);
+        let p = boxed.params();
         assert_eq!(p.len(), 6);
         unsafe {
             assert_eq!(*(p[0] as *const i32), 7);
