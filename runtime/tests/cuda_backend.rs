@@ -261,3 +261,134 @@ fn time_the_mlp_step_at_batch_256() {
         }
     }
 }
+
+/// A made-up training program that launches the kernels the seed models do
+/// not: broadcast mul (and `sum_to_shape` in its gradient), avg pool and its
+/// gradient, split, concat, slice and its gradient, exp and log, softmax,
+/// log softmax and their gradients, dense-label cross entropy, reduce sum,
+/// L2 loss, add_n; its eval program: argmax, equal, cast, reduce mean.
+struct Zoo {
+    graph: towers_graph::Graph,
+    loss: String,
+    accuracy: String,
+}
+
+fn zoo() -> Zoo {
+    use towers_graph::{DType, GraphBuilder, Initializer, Padding, Shape, UnaryOp};
+    let mut b = GraphBuilder::with_seed(5);
+    let name = |b: &GraphBuilder, t: towers_graph::Tensor| b.graph().node(t.node).name.clone();
+    let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(6), Some(6), Some(2)])).unwrap();
+    let soft = b.placeholder("soft", DType::F32, Shape(vec![None, Some(5)])).unwrap();
+    let labels = b.placeholder("labels", DType::I32, Shape(vec![None])).unwrap();
+    let v1 = b.get_variable("zoo/scale", [2], Initializer::RandomUniform { min: F32(0.5), max: F32(1.5) }).unwrap();
+    let w = b.get_variable("zoo/w", [12, 5], Initializer::GlorotUniform).unwrap();
+    let h = b.mul(x, v1).unwrap();
+    let p = b.avg_pool(h, [2, 2], [2, 2], Padding::Same).unwrap();
+    let f = b.reshape(p, &[-1, 18]).unwrap();
+    let parts = b.split(f, 1, &[10, 8]).unwrap();
+    let c = b.concat(&[parts[1], parts[0]], 1).unwrap();
+    let s = b.slice(c, &[0, 2], &[-1, 12]).unwrap();
+    let e = b.unary(UnaryOp::Exp, s).unwrap();
+    let l = b.unary(UnaryOp::Log, e).unwrap();
+    let logits = b.matmul(l, w).unwrap();
+    let xent = b.softmax_cross_entropy_with_logits(logits, soft).unwrap();
+    let sm = b.softmax(logits).unwrap();
+    let ls = b.log_softmax(logits).unwrap();
+    let ent = b.mul(sm, ls).unwrap();
+    let ent = b.reduce_sum(ent, &[1], false).unwrap();
+    let l1 = b.reduce_mean_all(xent).unwrap();
+    let l2 = b.reduce_mean_all(ent).unwrap();
+    let reg = b.l2_loss(w).unwrap();
+    let k = b.scalar(0.01).unwrap();
+    let reg = b.mul(reg, k).unwrap();
+    let loss = b.add_n(&[l1, l2, reg]).unwrap();
+    let am = b.argmax(logits, 1).unwrap();
+    let eq = b.equal(am, labels).unwrap();
+    let eqf = b.cast(eq, DType::F32).unwrap();
+    let acc = b.reduce_mean_all(eqf).unwrap();
+    let (loss, accuracy) = (name(&b, loss), name(&b, acc));
+    Zoo { graph: b.finish(), loss, accuracy }
+}
+
+#[test]
+fn cuda_matches_cpu_on_the_other_kernels() {
+    // Without a GPU the CPU half still runs: the program compiles and trains.
+    let gpu = available();
+    if let Err(e) = &gpu {
+        skip("cuda_matches_cpu_on_the_other_kernels", e);
+    }
+    let z = zoo();
+    let batch = 8;
+    let mut seen = BTreeSet::new();
+    let mut rng = 1u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let xs: Vec<f32> = (0..batch * 72).map(|_| next() * 2.0 - 1.0).collect();
+    let mut soft: Vec<f32> = (0..batch * 5).map(|_| next()).collect();
+    for row in soft.chunks_mut(5) {
+        let t: f32 = row.iter().sum();
+        row.iter_mut().for_each(|v| *v /= t);
+    }
+    let labels: Vec<i32> = (0..batch).map(|i| (i % 5) as i32).collect();
+    let mut worst = 0f32;
+    for towers in [1u32, 2] {
+        let mut o = CompileOptions::new(
+            Optimizer::Adam { lr: F32(0.05), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
+            batch,
+        );
+        o.towers = (0..towers).map(Device::gpu).collect();
+        let mut results = Vec::new();
+        for cuda in [false, true] {
+            if cuda && gpu.is_err() {
+                continue;
+            }
+            let c = compile_train(&z.graph, &z.loss, &o).expect("zoo compiles");
+            let ev = compile_eval(&z.graph, &[("accuracy", &z.accuracy)], batch).expect("zoo eval compiles");
+            kernels(&c.plan, &mut seen);
+            kernels(&ev.plan, &mut seen);
+            let backend: Box<dyn Backend> =
+                if cuda { Box::new(CudaBackend::new().unwrap()) } else { Box::new(CpuBackend::new()) };
+            let mut sess = Session::with_backend(3, backend);
+            sess.load("train", c.plan).unwrap();
+            sess.load("eval", ev.plan).unwrap();
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                sess.feed_f32("train", "x", &xs).unwrap();
+                sess.feed_f32("train", "soft", &soft).unwrap();
+                sess.run("train").unwrap();
+                out.push(sess.fetch_f32("train", "loss").unwrap()[0]);
+            }
+            sess.feed_f32("eval", "x", &xs).unwrap();
+            sess.feed_i32("eval", "labels", &labels).unwrap();
+            sess.run("eval").unwrap();
+            out.extend(sess.fetch_f32("eval", "accuracy").unwrap());
+            for v in ["zoo/scale", "zoo/w"] {
+                out.extend(sess.read_variable(v).unwrap());
+            }
+            results.push(out);
+        }
+        if results.len() < 2 {
+            eprintln!("zoo, {towers} tower(s), CPU only: losses + accuracy {:?}", &results[0][..4]);
+            continue;
+        }
+        let d = results[0].iter().zip(&results[1]).map(|(c, g)| rel(*g, *c)).fold(0f32, |a, b| {
+            if b.is_nan() {
+                f32::NAN
+            } else {
+                a.max(b)
+            }
+        });
+        eprintln!(
+            "zoo, {towers} tower(s): max rel diff {d:.3e}; losses + accuracy cpu {:?} cuda {:?}",
+            &results[0][..4],
+            &results[1][..4]
+        );
+        assert!(!d.is_nan() && d <= TOL, "zoo, {towers} tower(s): {d}");
+        worst = worst.max(d);
+    }
+    eprintln!("ZOO MAX REL DIFF {worst:.3e}; {} kernels ran: {seen:?}", seen.len());
+}
