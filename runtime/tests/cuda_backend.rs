@@ -230,6 +230,25 @@ fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileO
             run_only.push(r);
         }
     }
+    if label.starts_with("cuda") {
+        // Where a step's time goes (profiling synchronizes after every item,
+        // so these are launch + execution, host-timed).
+        sess.set_profiling("train", true).unwrap();
+        for _ in 0..20 {
+            sess.run("train").unwrap();
+        }
+        let mut by_kernel: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+        for p in sess.profile("train").unwrap() {
+            let e = by_kernel.entry(p.kernel).or_default();
+            e.0 += p.nanos;
+            e.1 += 1;
+        }
+        let mut v: Vec<_> = by_kernel.into_iter().collect();
+        v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+        let top: Vec<String> =
+            v.iter().take(6).map(|(k, (ns, n))| format!("{k} x{n}: {:.1} us", *ns as f64 / 20e3)).collect();
+        eprintln!("PROFILE {label}, batch {batch}, per step, profiled: {}", top.join(", "));
+    }
     eprintln!(
         "STEP TIME {label}, batch {batch}: median {:.3} ms per step (feed + run + loss fetch), run alone {:.3} ms ({steps} steps after {warm})",
         median_ms(full),
