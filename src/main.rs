@@ -10,7 +10,7 @@ use towers::compiler::{compile_train, CompileOptions};
 use towers::data::DataSpec;
 use towers::models::{build, ModelKind, ModelSpec};
 use towers::passes::{BnUpdates, VarPlacement};
-use towers::train::{train, OptimizerKind, TrainConfig, TrainObserver};
+use towers::train::{train, BackendChoice, OptimizerKind, TrainConfig, TrainObserver};
 
 #[derive(Parser)]
 #[command(name = "towers", version, about = "A computation-graph compiler for synchronous data-parallel training")]
@@ -141,6 +141,11 @@ struct TrainArgs {
     /// Restore from --checkpoint first, when the file exists.
     #[arg(long)]
     resume: bool,
+    /// Which backend runs the step: cpu, cuda (an error naming what is
+    /// missing when it cannot start), or auto (cuda when a driver, a GPU,
+    /// NVRTC and cuBLAS are all present, else cpu). The run prints which.
+    #[arg(long, default_value = "cpu")]
+    backend: BackendChoice,
 }
 
 #[derive(Args)]
@@ -244,6 +249,7 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
     cfg.log_every = a.log_every;
     cfg.checkpoint = a.checkpoint;
     cfg.resume = a.resume;
+    cfg.backend = a.backend;
     let mut p = Printer { log_every: a.log_every, bar: None };
     let r = train(&cfg, &mut p).map_err(|e| e.to_string())?;
     if let Some(b) = &p.bar {

@@ -1,5 +1,6 @@
 //! Training end to end: data, model, compile (train and eval programs), a
-//! CPU-backend session, the step loop, checkpoints and the test accuracy.
+//! session on the CPU or the CUDA backend ([`BackendChoice`]), the step
+//! loop, checkpoints and the test accuracy.
 //!
 //! The library never prints: progress goes to a [`TrainObserver`] the caller
 //! supplies (the CLI prints `step N loss L` lines and a progress bar).
@@ -12,7 +13,8 @@ use std::time::Instant;
 use thiserror::Error;
 use towers_graph::{Device, Optimizer, F32};
 use towers_passes::{BnUpdates, SplitPolicy, VarPlacement};
-use towers_runtime::{RuntimeError, Session};
+use towers_runtime::cuda::{self, CudaBackend, CudaUnavailable};
+use towers_runtime::{CpuBackend, RuntimeError, Session};
 
 use crate::compiler::{compile_eval, compile_train, CompileError, CompileOptions};
 use crate::data::{Batcher, DataError, DataSpec, Dataset, EvalChunks};
@@ -31,6 +33,51 @@ pub enum TrainError {
     Graph(#[from] towers_graph::GraphError),
     #[error("invalid training options: {0}")]
     Options(String),
+    #[error("--backend cuda: {0}")]
+    Cuda(#[from] CudaUnavailable),
+}
+
+/// Which backend runs the programs (`--backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// The CPU backend: every device runs as a CPU device.
+    #[default]
+    Cpu,
+    /// The CUDA backend; an error naming the missing library when it cannot start.
+    Cuda,
+    /// CUDA when a driver, a GPU, NVRTC and cuBLAS are all present, else the CPU.
+    Auto,
+}
+
+impl std::str::FromStr for BackendChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(BackendChoice::Cpu),
+            "cuda" => Ok(BackendChoice::Cuda),
+            "auto" => Ok(BackendChoice::Auto),
+            other => Err(format!("unknown backend '{other}' (cpu, cuda or auto)")),
+        }
+    }
+}
+
+/// A session on the chosen backend, and a line saying which one runs and why.
+pub fn open_session(choice: BackendChoice, seed: u64) -> Result<(Session, String), TrainError> {
+    let cuda_session = |why: &str| -> Result<(Session, String), CudaUnavailable> {
+        let b = CudaBackend::new()?;
+        let line = format!("backend: cuda on {}{why}", b.device());
+        Ok((Session::with_backend(seed, Box::new(b)), line))
+    };
+    match choice {
+        BackendChoice::Cpu => Ok((Session::with_backend(seed, Box::new(CpuBackend::new())), "backend: cpu".into())),
+        BackendChoice::Cuda => Ok(cuda_session("")?),
+        BackendChoice::Auto => match cuda::available().and_then(|_| cuda_session(" (auto)")) {
+            Ok(s) => Ok(s),
+            Err(e) => {
+                Ok((Session::with_backend(seed, Box::new(CpuBackend::new())), format!("backend: cpu (auto: {e})")))
+            }
+        },
+    }
 }
 
 /// Which optimizer, with its hyper-parameters.
@@ -85,6 +132,8 @@ pub struct TrainConfig {
     pub bn_updates: BnUpdates,
     /// Batch size of the evaluation program.
     pub eval_batch: usize,
+    /// Which backend runs the programs.
+    pub backend: BackendChoice,
 }
 
 impl Default for TrainConfig {
@@ -113,6 +162,7 @@ impl Default for TrainConfig {
             accumulate: 1,
             bn_updates: BnUpdates::default(),
             eval_batch: 256,
+            backend: BackendChoice::Cpu,
         }
     }
 }
@@ -206,7 +256,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
 
-    let mut sess = Session::new(cfg.seed);
+    let (mut sess, which) = open_session(cfg.backend, cfg.seed)?;
     sess.load("train", compiled.plan)?;
     sess.load("eval", eval.plan)?;
     if let (true, Some(path)) = (cfg.resume, &cfg.checkpoint) {
@@ -217,7 +267,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
 
     let mut batcher = Batcher::new(&train_set, cfg.batch, cfg.seed)?;
     let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
-    let note = sess.backend_note();
+    let note = format!("{which}\n{}", sess.backend_note());
     obs.start(total, &note);
     let mut images = vec![0f32; cfg.batch * train_set.image_len()];
     let mut labels = vec![0i32; cfg.batch];

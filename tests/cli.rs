@@ -105,3 +105,21 @@ fn user_mistakes_are_errors_not_panics() {
     bad(&["train", "--data", "cifar:/x"], "mnist:");
     bad(&["train", "--data", "mnist:/definitely/missing", "--steps", "1"], "missing");
 }
+
+#[test]
+fn backend_flag_says_which_backend_runs() {
+    let (_, err) = towers(&["train", "--backend", "auto", "--steps", "3"]);
+    assert!(err.contains("backend: "), "{err}");
+    let (_, err) = towers(&["train", "--backend", "cpu", "--steps", "3"]);
+    assert!(err.contains("backend: cpu"), "{err}");
+    if towers_runtime::cuda::available().is_err() {
+        // No GPU here: `--backend cuda` is an error naming what is missing.
+        let out = Command::new(env!("CARGO_BIN_EXE_towers"))
+            .args(["train", "--backend", "cuda", "--steps", "1"])
+            .output()
+            .expect("the towers binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains("--backend cuda") && stderr.contains("LD_LIBRARY_PATH"), "{stderr}");
+    }
+}

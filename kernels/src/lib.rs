@@ -64,10 +64,13 @@
 //!   reduction fused into one of them), `increment_step`.
 //! - [`init`]: `fill(x, value)`, `uniform`, `truncated_normal`, `glorot_uniform`, `fans`, `fnv1a64`.
 //! - [`random`]: `philox4x32_10(counter, key)`, `philox_block(seed, step, block)`, `u32_to_unit(u)`.
+//! - [`cuda`]: the CUDA C twin of every kernel (sources embedded, entry points,
+//!   arguments, launch geometry, content hashes); data only, no CUDA dependency.
 //! - [`shape`]: `broadcast_shapes(op, a, b)`, `numel(shape)`, `MAX_RANK`.
 
 pub mod batchnorm;
 pub mod conv;
+pub mod cuda;
 pub mod dropout;
 pub mod dtype;
 pub mod elementwise;

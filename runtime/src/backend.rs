@@ -115,6 +115,8 @@ pub trait Backend: Send {
     fn steps_run(&self, program: ProgramId) -> u64;
 
     /// How this backend runs the plans' GPU devices, for the CLI, e.g. "gpu:0
-    /// runs as a CPU device: no CUDA driver found"; `gpus` is non-empty.
+    /// runs as a CPU device: no CUDA driver found"; `gpus` is non-empty
+    /// except for a backend other than "cpu" (where CPU devices are not
+    /// trivially CPU devices).
     fn device_note(&self, gpus: &[String]) -> String;
 }

@@ -13,8 +13,10 @@
 //!   buffers and variables to and from host memory; the backend owns the
 //!   variables' storage. [`CpuBackend`] ([`cpu`]) runs every device as a CPU
 //!   device: one pinned thread per device, copies elided because memory is
-//!   shared, zero allocation per run. [`cuda::probe`] reports whether a
-//!   CUDA driver exists, without panicking; a CUDA backend plugs in here.
+//!   shared, zero allocation per run. [`CudaBackend`] ([`cuda`]) runs the
+//!   same plans on one GPU (NVRTC cubins, cuBLAS, streams and events);
+//!   [`cuda::probe`] and [`cuda::available`] ask, without panicking,
+//!   whether it can start.
 //! - [`Comm`] ([`comm`]): rank, world size, all-reduce (sum) of a buffer
 //!   group, broadcast, barrier. [`LocalComm`] is world size 1 (every
 //!   session's default) or N threads of one process; MPI and NCCL plug in
@@ -47,7 +49,7 @@ pub use backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, Prog
 pub use comm::MpiComm;
 pub use comm::{Comm, CommError, LocalComm};
 pub use cpu::CpuBackend;
-pub use cuda::{probe, CudaStatus};
+pub use cuda::{probe, CudaBackend, CudaStatus, CudaUnavailable};
 pub use error::RuntimeError;
 pub use session::Session;
 pub use variables::HostVec;

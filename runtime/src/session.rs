@@ -404,7 +404,7 @@ impl Session {
             }
         }
         gpus.sort();
-        if gpus.is_empty() {
+        if gpus.is_empty() && self.backend.name() == "cpu" {
             return "all devices are CPU devices".into();
         }
         self.backend.device_note(&gpus)

@@ -1,0 +1,407 @@
+//! The CUDA C twins of the kernels, as data: every `.cu` source embedded with
+//! `include_str!`, and for every kernel of the plan (`Kernel::name()` in
+//! codegen) its source, entry points, arguments and launch geometry. No
+//! CUDA dependency: a backend compiles these with NVRTC at load time and
+//! caches the result by [`cache_key`] (source hash + architecture + NVRTC
+//! version).
+//!
+//! ## Conventions of every source
+//! - Entry points are `extern "C" __global__ void towers_<kernel>_<dtype>`;
+//!   shapes, strides and scalars are arguments, so one compiled module serves
+//!   every shape. Element counts and offsets are `long long` (`i64`).
+//! - Elementwise kernels use 1-D grid-stride loops: block [`BLOCK`], grid
+//!   [`grid_1d`] of the element count (any grid is correct).
+//! - Reductions (row sums, per-channel statistics, `reduce_f32`, softmax
+//!   rows) run one block per output with a fixed shared-memory tree: block
+//!   [`BLOCK`] (a power of two <= 1024), grid `min(outputs, MAX_GRID)`. No
+//!   atomics on floats anywhere: same inputs and geometry, same bits.
+//! - Structs passed by value mirror [`Dims4`], [`PoolArgs`], [`ConvArgs`]
+//!   (`#[repr(C)]`, field for field).
+//! - Sources include nothing: only NVRTC's built-ins (`expf`, `logf`,
+//!   `sqrtf`, `tanhf`, `__fmul_rn`, ...), so no CUDA toolkit is needed.
+//! - Where the CPU twin's arithmetic is a plain sequence (optimizer updates,
+//!   the tower reduction, pooling, dropout, copies), the CUDA form rounds
+//!   every step the same way (`__fmul_rn`/`__fadd_rn`, no fused multiply-add)
+//!   and matches bit for bit; tree reductions and transcendental functions
+//!   differ from the CPU by rounding only.
+//!
+//! ## Libraries at run time
+//! cudarc opens NVRTC and the driver by bare name (`libnvrtc.so`,
+//! `libnvrtc.so.13`, `libcuda.so.1`, ...), so the folder holding
+//! `libnvrtc.so.13` must be on `LD_LIBRARY_PATH`: the PyPI wheel's
+//! `site-packages/nvidia/cu13/lib` (`pip install nvidia-cuda-nvrtc==13.0.88`,
+//! as `.ci/run` does), or a toolkit's `lib` (on the lent H100:
+//! `/usr/local/cuda-13.0/targets/x86_64-linux/lib`, or PyTorch's
+//! `nvidia/cu13/lib`). Load cubins compiled for the device's own `sm_XY`:
+//! the PTX of a newer NVRTC is refused by an older driver's JIT.
+
+use crate::conv::ConvGeom;
+use crate::pool::PoolGeom;
+
+/// Threads per block for every launch.
+pub const BLOCK: u32 = 256;
+/// Upper bound on the grid of a grid-stride launch.
+pub const MAX_GRID: u32 = 65535;
+
+/// Blocks for a grid-stride launch over `n` elements (at least 1).
+pub fn grid_1d(n: usize) -> u32 {
+    n.div_ceil(BLOCK as usize).clamp(1, MAX_GRID as usize) as u32
+}
+
+/// Blocks for a one-block-per-output reduction over `outputs` outputs (at least 1).
+pub fn grid_rows(outputs: usize) -> u32 {
+    outputs.clamp(1, MAX_GRID as usize) as u32
+}
+
+/// One `.cu` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    /// The kernel family (the folder under `kernels/src`).
+    pub family: &'static str,
+    /// Path relative to `kernels/src`.
+    pub path: &'static str,
+    /// The CUDA C text.
+    pub code: &'static str,
+}
+
+impl Source {
+    /// FNV-1a 64 of the source text (stable across builds and platforms).
+    pub const fn hash(&self) -> u64 {
+        fnv1a64(self.code.as_bytes())
+    }
+}
+
+/// FNV-1a, 64 bits.
+pub const fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+/// The key of a compiled module in a cache: source text, target
+/// architecture (`"sm_90"`) and NVRTC version (`(13, 0)`).
+pub fn cache_key(source: &Source, arch: &str, nvrtc_version: (i32, i32)) -> u64 {
+    let mut bytes = source.hash().to_le_bytes().to_vec();
+    bytes.extend_from_slice(arch.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(&nvrtc_version.0.to_le_bytes());
+    bytes.extend_from_slice(&nvrtc_version.1.to_le_bytes());
+    fnv1a64(&bytes)
+}
+
+macro_rules! source {
+    ($family:literal, $file:literal) => {
+        Source { family: $family, path: concat!($family, "/", $file), code: include_str!(concat!($family, "/", $file)) }
+    };
+}
+
+/// Every CUDA source, one per kernel family.
+pub const SOURCES: &[Source] = &[
+    source!("elementwise", "elementwise.cu"),
+    source!("reduce", "reduce.cu"),
+    source!("misc", "misc.cu"),
+    source!("pool", "pool.cu"),
+    source!("softmax", "softmax.cu"),
+    source!("conv", "conv.cu"),
+    source!("layout", "layout.cu"),
+    source!("batchnorm", "batchnorm.cu"),
+    source!("dropout", "dropout.cu"),
+    source!("optim", "optim.cu"),
+];
+
+/// The source of a family.
+pub fn source(family: &str) -> Option<&'static Source> {
+    SOURCES.iter().find(|s| s.family == family)
+}
+
+/// How one plan kernel runs on a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaKernel {
+    /// `Kernel::name()` of the plan's kernel.
+    pub kernel: &'static str,
+    /// The family whose source holds the entry points; `None` for the GEMM (cuBLAS).
+    pub family: Option<&'static str>,
+    /// Entry points, in launch order where the kernel takes several.
+    pub entries: &'static [&'static str],
+    /// Arguments, in order, and how the plan's parameters map onto them.
+    pub args: &'static str,
+    /// Launch geometry.
+    pub launch: &'static str,
+}
+
+impl CudaKernel {
+    /// The CUDA source of this kernel (`None` for the GEMM).
+    pub fn source(&self) -> Option<&'static Source> {
+        self.family.and_then(source)
+    }
+}
+
+const EW: &str = "block BLOCK, grid grid_1d(n)";
+const ROWS: &str = "block BLOCK (power of two <= 1024), grid grid_rows(outputs)";
+
+macro_rules! k {
+    ($kernel:literal, $family:literal, [$($e:literal),+], $args:expr, $launch:expr) => {
+        CudaKernel { kernel: $kernel, family: Some($family), entries: &[$($e),+], args: $args, launch: $launch }
+    };
+}
+
+/// Every kernel of the plan (the 44 variants of codegen's `Kernel`), in the
+/// enum's order.
+pub const KERNELS: &[CudaKernel] = &[
+    CudaKernel {
+        kernel: "gemm",
+        family: None,
+        entries: &[],
+        args: "cuBLAS sgemm: row-major c[m,n] = op(a) op(b) computed as column-major c^T = op(b)^T op(a)^T, transposes as flags",
+        launch: "cublasSgemm on the launch's stream",
+    },
+    k!("binary", "elementwise", ["towers_binary_f32"],
+       "op (i32: 0 Add, 1 Sub, 2 Mul, 3 Div), n = numel(out) (i64), a, b, out, od: Dims4 (output dims padded to rank 4), sa, sb: Dims4 (broadcast strides, Dims4::broadcast_strides)", EW),
+    k!("add_n", "misc", ["towers_add_n_f32"], "n (i64), count (i32), xs (device array of count input pointers), out", EW),
+    k!("bias_add", "elementwise", ["towers_bias_add_f32"], "n (i64), c = channels (i64), x, bias, y", EW),
+    k!("bias_add_grad", "reduce", ["towers_reduce_f32"],
+       "n_out = channels, dy, db, xd = Dims4([1, 1, rows, channels]), reduced = 0b0100, scale = 1.0", ROWS),
+    k!("unary", "elementwise", ["towers_unary_f32"], "op (i32: the index in UnaryOp::ALL), n (i64), x, y", EW),
+    k!("unary_grad", "elementwise", ["towers_unary_grad_f32"], "op (i32, as unary), n (i64), dy, y, dx", EW),
+    k!("conv2d", "conv", ["towers_im2col_f32"],
+       "per chunk of rows [r0, r0 + r): im2col(g: ConvArgs, r0, r (i64), x, col = workspace), then GEMM y[r0..] = col * W; pointwise (1x1, stride 1): GEMM only",
+       "block BLOCK, grid grid_1d(r * K)"),
+    k!("conv2d_backprop_input", "conv", ["towers_col2im_f32"],
+       "per chunk: GEMM dcol = dy[r0..] * W^T, then col2im(g: ConvArgs, r0, r (i64), accumulate (i32: 0 on the first chunk), dcol = workspace, dx); pointwise: GEMM only",
+       "block BLOCK, grid grid_1d(n * h * w * c_in)"),
+    k!("conv2d_backprop_filter", "conv", ["towers_im2col_f32"],
+       "per chunk: im2col(g, r0, r, x, col = workspace), then GEMM dW (beta 0 on the first chunk, 1 after) += col^T * dy[r0..]; pointwise: GEMM only",
+       "block BLOCK, grid grid_1d(r * K)"),
+    k!("max_pool", "pool", ["towers_max_pool_f32"], "g: PoolArgs, x, y", "block BLOCK, grid grid_1d(numel(y))"),
+    k!("max_pool_grad", "pool", ["towers_max_pool_grad_f32"], "g: PoolArgs, x, y, dy, dx", "block BLOCK, grid grid_1d(numel(x))"),
+    k!("avg_pool", "pool", ["towers_avg_pool_f32"], "g: PoolArgs, x, y", "block BLOCK, grid grid_1d(numel(y))"),
+    k!("avg_pool_grad", "pool", ["towers_avg_pool_grad_f32"], "g: PoolArgs, dy, dx", "block BLOCK, grid grid_1d(numel(x))"),
+    k!("concat", "layout", ["towers_concat_part_f32"],
+       "one launch per input: outer, run = shape[axis] * inner, total = out[axis] * inner, off = runs before it (all i64), x, out",
+       "block BLOCK, grid grid_1d(outer * run)"),
+    k!("split", "layout", ["towers_split_part_f32"],
+       "one launch per output: outer, run = size * inner, total = shape[axis] * inner, off (all i64), x, y",
+       "block BLOCK, grid grid_1d(outer * run)"),
+    k!("slice", "layout", ["towers_slice_f32"], "n = numel(size) (i64), x, out, shape, begin, size: Dims4 (padded: 1, 0, 1)", EW),
+    k!("slice_grad", "layout", ["towers_slice_grad_f32"], "n = numel(shape) (i64), dy, dx, shape, begin, size: Dims4", EW),
+    k!("broadcast_to", "elementwise", ["towers_broadcast_to_f32"], "n = numel(out) (i64), x, out, od: Dims4, sx: Dims4 (broadcast strides)", EW),
+    k!("sum_to_shape", "reduce", ["towers_reduce_f32"],
+       "n_out = numel(out_shape), x, out, xd = Dims4(x_shape), reduced = bits of axes where out is 1 and x is not, scale = 1.0", ROWS),
+    k!("softmax", "softmax", ["towers_softmax_f32"], "rows (i64), c = classes (i32), x, y", ROWS),
+    k!("log_softmax", "softmax", ["towers_log_softmax_f32"], "rows (i64), c (i32), x, y", ROWS),
+    k!("softmax_grad", "softmax", ["towers_softmax_grad_f32"], "rows (i64), c (i32), dy, y, dx", ROWS),
+    k!("log_softmax_grad", "softmax", ["towers_log_softmax_grad_f32"], "rows (i64), c (i32), dy, y, dx", ROWS),
+    k!("sparse_softmax_xent", "softmax", ["towers_sparse_softmax_xent_f32"],
+       "rows (i64), c (i32), logits, labels (i32, validated on the host), loss, backprop", ROWS),
+    k!("softmax_xent", "softmax", ["towers_softmax_xent_f32"], "rows (i64), c (i32), logits, labels, loss, backprop", ROWS),
+    k!("l2_loss", "reduce", ["towers_l2_loss_f32"], "n (i64), x, out (one f32)", "block BLOCK, grid 1"),
+    k!("reduce_sum", "reduce", ["towers_reduce_f32"],
+       "n_out = numel(out), x, out, xd = Dims4(shape), reduced = bits of axes (padded), scale = 1.0", ROWS),
+    k!("reduce_mean", "reduce", ["towers_reduce_f32"], "as reduce_sum with scale = 1 / (product of reduced dims) as f32", ROWS),
+    k!("argmax", "reduce", ["towers_argmax_f32"],
+       "outer, len = shape[axis], inner (i64), x, out (i32)", "block BLOCK, grid grid_1d(outer * inner)"),
+    k!("equal", "reduce", ["towers_equal_f32", "towers_equal_i32"], "n (i64), a, b, out (i32 0/1); the entry by dtype (f32, else i32)", EW),
+    k!("cast", "reduce",
+       ["towers_cast_f32_i32", "towers_cast_i32_f32", "towers_cast_f32_bool", "towers_cast_i32_bool", "towers_copy_u32"],
+       "n (i64), x, y; the entry by (from, to): f32->i32, i32|bool->f32, f32->bool, i32|bool->bool, same width (f32->f32, *->i32): copy_u32",
+       EW),
+    k!("dropout", "dropout", ["towers_dropout_f32"],
+       "n (i64), keep_prob (f32), seed, step (the run count), elem_offset (u64), x, y, mask", EW),
+    k!("fill", "misc", ["towers_fill_f32"], "n (i64), value (f32), out", EW),
+    k!("batch_norm_train", "batchnorm", ["towers_batch_norm_stats_f32", "towers_batch_norm_apply_f32"],
+       "stats(rows, c (i64), epsilon, x, mean, inv_std, var); apply(n, c (i64), x, gamma, beta, mean, inv_std, y)",
+       "stats: block BLOCK, grid grid_rows(c); apply: block BLOCK, grid grid_1d(n)"),
+    k!("batch_norm_infer", "batchnorm", ["towers_batch_norm_infer_f32"],
+       "n, c (i64), epsilon, x, gamma, beta, moving_mean, moving_var, y, mean, inv_std, var", EW),
+    k!("batch_norm_grad", "batchnorm", ["towers_batch_norm_grad_reduce_f32", "towers_batch_norm_grad_dx_f32"],
+       "reduce(rows, c (i64), dy, x, mean, inv_std, dgamma, dbeta); dx(n, c (i64), dy, x, gamma, mean, inv_std, dgamma, dbeta, dx)",
+       "reduce: block BLOCK, grid grid_rows(c); dx: block BLOCK, grid grid_1d(n)"),
+    k!("assign_moving_average", "optim", ["towers_assign_moving_average_f32"], "n (i64), decay (f32), value, variable (in place)", EW),
+    k!("apply_gradient_descent", "optim", ["towers_apply_gradient_descent_f32"], "n (i64), lr, grad, w (in place)", EW),
+    k!("apply_momentum", "optim", ["towers_apply_momentum_f32"],
+       "n (i64), lr, momentum, nesterov (i32 0/1), grad, w, accum (in place)", EW),
+    k!("apply_adam", "optim", ["towers_apply_adam_f32"],
+       "n (i64), lr, beta1, beta2, epsilon, grad, global_step (i32 buffer; t = step + 1), w, m, v (in place)", EW),
+    k!("weighted_sum", "misc", ["towers_weighted_sum_f32"],
+       "n (i64), count (i32), xs (device array of count pointers), weights (device f32[count]), out", EW),
+    k!("mean_apply", "optim",
+       ["towers_mean_apply_gradient_descent_f32", "towers_mean_apply_momentum_f32", "towers_mean_apply_adam_f32"],
+       "n (i64), count (i32), grads (device array of pointers), weights (device f32[count]), then the fused update's scalars, (adam: global_step), and its in-place buffers; the entry by `apply`",
+       EW),
+    k!("increment_step", "optim", ["towers_increment_step_i32"], "step (i32 buffer, in place)", "block 1, grid 1"),
+];
+
+/// The CUDA form of a plan kernel, by `Kernel::name()`.
+pub fn kernel(name: &str) -> Option<&'static CudaKernel> {
+    KERNELS.iter().find(|k| k.kernel == name)
+}
+
+/// `struct Dims4 { long long d[4]; }`: a shape, strides or offsets padded to rank 4.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Dims4 {
+    pub d: [i64; 4],
+}
+
+impl Dims4 {
+    /// `v` right-aligned, padded on the left with `fill` (1 for shapes, 0 for offsets).
+    /// `None` above rank 4.
+    pub fn padded(v: &[usize], fill: i64) -> Option<Self> {
+        if v.len() > 4 {
+            return None;
+        }
+        let mut d = [fill; 4];
+        for (o, x) in d[4 - v.len()..].iter_mut().zip(v) {
+            *o = *x as i64;
+        }
+        Some(Dims4 { d })
+    }
+
+    /// Strides of a dense tensor of shape `shape` read as the broadcast
+    /// `out` (0 along axes where `shape` is 1), both padded to rank 4.
+    pub fn broadcast_strides(shape: &[usize]) -> Option<Self> {
+        let p = Self::padded(shape, 1)?;
+        let mut d = [0i64; 4];
+        let mut acc = 1;
+        for i in (0..4).rev() {
+            d[i] = if p.d[i] == 1 { 0 } else { acc };
+            acc *= p.d[i];
+        }
+        Some(Dims4 { d })
+    }
+}
+
+/// `struct PoolGeom` of pool.cu; the host resolves the padding to `out_*`
+/// and `pad_*` with TF's rules (`window::out_and_pad`), as the CPU does.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolArgs {
+    pub n: i32,
+    pub h: i32,
+    pub w: i32,
+    pub c: i32,
+    pub kh: i32,
+    pub kw: i32,
+    pub stride_h: i32,
+    pub stride_w: i32,
+    pub out_h: i32,
+    pub out_w: i32,
+    pub pad_top: i32,
+    pub pad_left: i32,
+}
+
+impl From<&PoolGeom> for PoolArgs {
+    fn from(p: &PoolGeom) -> Self {
+        let ((out_h, pad_top), (out_w, pad_left)) = (p.out_h(), p.out_w());
+        PoolArgs {
+            n: p.n as i32,
+            h: p.h as i32,
+            w: p.w as i32,
+            c: p.c as i32,
+            kh: p.kh as i32,
+            kw: p.kw as i32,
+            stride_h: p.stride_h as i32,
+            stride_w: p.stride_w as i32,
+            out_h: out_h as i32,
+            out_w: out_w as i32,
+            pad_top: pad_top as i32,
+            pad_left: pad_left as i32,
+        }
+    }
+}
+
+/// `struct ConvGeom` of conv.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvArgs {
+    pub n: i32,
+    pub h: i32,
+    pub w: i32,
+    pub c_in: i32,
+    pub kh: i32,
+    pub kw: i32,
+    pub c_out: i32,
+    pub stride_h: i32,
+    pub stride_w: i32,
+    pub out_h: i32,
+    pub out_w: i32,
+    pub pad_top: i32,
+    pub pad_left: i32,
+}
+
+impl From<&ConvGeom> for ConvArgs {
+    fn from(p: &ConvGeom) -> Self {
+        let ((out_h, pad_top), (out_w, pad_left)) = (p.out_h(), p.out_w());
+        ConvArgs {
+            n: p.n as i32,
+            h: p.h as i32,
+            w: p.w as i32,
+            c_in: p.c_in as i32,
+            kh: p.kh as i32,
+            kw: p.kw as i32,
+            c_out: p.c_out as i32,
+            stride_h: p.stride_h as i32,
+            stride_w: p.stride_w as i32,
+            out_h: out_h as i32,
+            out_w: out_w as i32,
+            pad_top: pad_top as i32,
+            pad_left: pad_left as i32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_point_is_defined_once_in_its_source() {
+        for k in KERNELS {
+            let Some(src) = k.source() else {
+                assert_eq!(k.kernel, "gemm");
+                continue;
+            };
+            for e in k.entries {
+                let decl = format!("extern \"C\" __global__ void {e}(");
+                assert_eq!(src.code.matches(&decl).count(), 1, "{} in {}", e, src.path);
+            }
+        }
+    }
+
+    #[test]
+    fn one_twin_per_plan_kernel() {
+        assert_eq!(KERNELS.len(), 44);
+        let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 44);
+        assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
+    }
+
+    #[test]
+    fn sources_are_self_contained_and_hashed() {
+        for s in SOURCES {
+            assert!(!s.code.contains("#include"), "{}", s.path);
+            assert_eq!(s.hash(), fnv1a64(s.code.as_bytes()));
+        }
+        let a = cache_key(&SOURCES[0], "sm_90", (13, 0));
+        assert_ne!(a, cache_key(&SOURCES[0], "sm_80", (13, 0)));
+        assert_ne!(a, cache_key(&SOURCES[0], "sm_90", (13, 1)));
+        assert_ne!(a, cache_key(&SOURCES[1], "sm_90", (13, 0)));
+    }
+
+    #[test]
+    fn dims_and_geometry() {
+        assert_eq!(Dims4::padded(&[3, 4], 1).unwrap().d, [1, 1, 3, 4]);
+        assert_eq!(Dims4::broadcast_strides(&[3, 1, 5]).unwrap().d, [0, 5, 0, 1]);
+        assert!(Dims4::padded(&[1; 5], 1).is_none());
+        assert_eq!(grid_1d(0), 1);
+        assert_eq!(grid_1d(257), 2);
+        assert_eq!(grid_1d(usize::MAX / 2), MAX_GRID);
+    }
+}

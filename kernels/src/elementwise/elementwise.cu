@@ -1,0 +1,114 @@
+// CUDA twins of kernels/src/elementwise (binary with broadcasting,
+// broadcast_to, bias_add, unary and the activation gradients).
+//
+// Conventions shared by every towers .cu file:
+// - entry points are `extern "C" __global__ void towers_<kernel>_<dtype>`;
+// - shapes, strides and scalars are arguments: one module serves every shape;
+// - 1-D grid-stride loops: any grid works, `grid = min(ceil(n / block), 65535)`;
+// - no includes: only what NVRTC provides without a CUDA toolkit.
+//
+// Broadcasting: shapes are right-aligned and padded to rank 4 by the host;
+// `Dims4` holds the output dims, and the operands' *broadcast strides*
+// (0 along an axis of size 1, as `shape::bstrides` on the CPU).
+
+typedef long long i64;
+
+struct Dims4 {
+    i64 d[4];
+};
+
+#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
+
+// Offset of flat output index `i` (dims `od`) in an operand with broadcast strides `s`.
+__device__ __forceinline__ i64 bcast_offset(i64 i, const Dims4& od, const Dims4& s) {
+    i64 off = 0;
+#pragma unroll
+    for (int k = 3; k >= 0; --k) {
+        i64 c = i % od.d[k];
+        i /= od.d[k];
+        off += c * s.d[k];
+    }
+    return off;
+}
+
+// op: 0 Add, 1 Sub, 2 Mul, 3 Div (BinaryKind order).
+__device__ __forceinline__ float binary_op(int op, float x, float y) {
+    switch (op) {
+    case 0: return x + y;
+    case 1: return x - y;
+    case 2: return x * y;
+    default: return x / y;
+    }
+}
+
+// out[i] = a[bcast(i)] op b[bcast(i)], i < n = numel(od).
+extern "C" __global__ void towers_binary_f32(int op, i64 n, const float* __restrict__ a, const float* __restrict__ b,
+                                             float* __restrict__ out, Dims4 od, Dims4 sa, Dims4 sb) {
+    GRID_STRIDE(i, n) { out[i] = binary_op(op, a[bcast_offset(i, od, sa)], b[bcast_offset(i, od, sb)]); }
+}
+
+// out[i] = x[bcast(i)], i < n = numel(od).
+extern "C" __global__ void towers_broadcast_to_f32(i64 n, const float* __restrict__ x, float* __restrict__ out, Dims4 od,
+                                                   Dims4 sx) {
+    GRID_STRIDE(i, n) { out[i] = x[bcast_offset(i, od, sx)]; }
+}
+
+// y = x + bias over the last axis: x, y: [n / c, c], bias: [c].
+extern "C" __global__ void towers_bias_add_f32(i64 n, i64 c, const float* __restrict__ x, const float* __restrict__ bias,
+                                               float* __restrict__ y) {
+    GRID_STRIDE(i, n) { y[i] = x[i] + bias[i % c]; }
+}
+
+// op: the index in UnaryOp::ALL: 0 Neg, 1 Relu, 2 Sigmoid, 3 Tanh, 4 Exp, 5 Log,
+// 6 Sqrt, 7 Rsqrt, 8 Reciprocal.
+__device__ __forceinline__ float sigmoid(float v) {
+    // Stable on both tails, as the CPU twin: exp of a non-positive argument only.
+    if (v >= 0.0f) {
+        return 1.0f / (1.0f + expf(-v));
+    }
+    float e = expf(v);
+    return e / (1.0f + e);
+}
+
+extern "C" __global__ void towers_unary_f32(int op, i64 n, const float* __restrict__ x, float* __restrict__ y) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        float r;
+        switch (op) {
+        case 0: r = -v; break;
+        case 1: r = v > 0.0f ? v : 0.0f; break;
+        case 2: r = sigmoid(v); break;
+        case 3: r = tanhf(v); break;
+        case 4: r = expf(v); break;
+        case 5: r = logf(v); break;
+        case 6: r = __fsqrt_rn(v); break;
+        case 7: r = __fdiv_rn(1.0f, __fsqrt_rn(v)); break;
+        default: r = __fdiv_rn(1.0f, v); break;
+        }
+        y[i] = r;
+    }
+}
+
+// dx from dy and the forward output y: Neg: -dy; Relu: dy where y > 0;
+// Sigmoid: dy*y*(1-y); Tanh: dy*(1-y*y); Exp: dy*y; Log: dy*exp(-y);
+// Sqrt: dy*0.5/y; Rsqrt: -0.5*dy*y*y*y; Reciprocal: -dy*y*y. Products are rounded one by one
+// (no fused multiply-add), as the CPU twin, so results match bit for bit.
+extern "C" __global__ void towers_unary_grad_f32(int op, i64 n, const float* __restrict__ dy,
+                                                 const float* __restrict__ y, float* __restrict__ dx) {
+    GRID_STRIDE(i, n) {
+        float g = dy[i], v = y[i];
+        float r;
+        switch (op) {
+        case 0: r = __fmul_rn(g, -1.0f); break;
+        case 1: r = v > 0.0f ? g : 0.0f; break;
+        case 2: r = __fmul_rn(__fmul_rn(g, v), __fsub_rn(1.0f, v)); break;
+        case 3: r = __fmul_rn(g, __fsub_rn(1.0f, __fmul_rn(v, v))); break;
+        case 4: r = __fmul_rn(g, v); break;
+        case 5: r = __fmul_rn(g, expf(-v)); break;
+        case 6: r = __fdiv_rn(__fmul_rn(g, 0.5f), v); break;
+        case 7: r = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(-0.5f, g), v), v), v); break;
+        default: r = __fmul_rn(__fmul_rn(-g, v), v); break;
+        }
+        dx[i] = r;
+    }
+}

@@ -1,0 +1,135 @@
+// CUDA twins of kernels/src/optim.rs (in-place updates), the plan's
+// AssignMovingAverage and IncrementStep, and MeanApply (runtime/src/exec.rs
+// `mean_apply`: the towers' weighted gradient formed per element and applied
+// at once, never stored).
+//
+// Every product and sum is rounded on its own (__fmul_rn, __fadd_rn: no
+// fused multiply-add), in the CPU's order, and division and sqrtf are IEEE
+// correctly rounded: variables updated here match the CPU twin bit for bit,
+// so checkpoints agree across backends. Adam's bias correction
+// lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t) is computed in double with
+// compiler-rt's __powidf2 loop (Rust's powi) from the device's global_step,
+// so a captured graph needs no host update per step.
+//
+// Pointer arrays (`grads`, of `count` tower gradients) and `weights` live in
+// device memory, written once at load.
+
+typedef long long i64;
+typedef unsigned int u32;
+
+#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
+
+#define MUL __fmul_rn
+#define ADD __fadd_rn
+#define SUB __fsub_rn
+
+// w -= lr * g
+extern "C" __global__ void towers_apply_gradient_descent_f32(i64 n, float lr, const float* __restrict__ g,
+                                                             float* __restrict__ w) {
+    GRID_STRIDE(i, n) { w[i] = SUB(w[i], MUL(lr, g[i])); }
+}
+
+__device__ __forceinline__ void momentum_step(float* w, float* a, float g, float lr, float momentum, int nesterov) {
+    float acc = ADD(MUL(*a, momentum), g);
+    *a = acc;
+    *w = SUB(*w, nesterov ? MUL(lr, ADD(g, MUL(momentum, acc))) : MUL(lr, acc));
+}
+
+// accum = accum * momentum + g; w -= lr * (nesterov ? g + momentum * accum : accum)
+extern "C" __global__ void towers_apply_momentum_f32(i64 n, float lr, float momentum, int nesterov,
+                                                     const float* __restrict__ g, float* __restrict__ w,
+                                                     float* __restrict__ accum) {
+    GRID_STRIDE(i, n) { momentum_step(&w[i], &accum[i], g[i], lr, momentum, nesterov); }
+}
+
+// compiler-rt __powidf2, which Rust's f64::powi lowers to.
+__device__ double powi(double a, int b) {
+    const bool recip = b < 0;
+    double r = 1;
+    while (1) {
+        if (b & 1) {
+            r *= a;
+        }
+        b /= 2;
+        if (b == 0) {
+            break;
+        }
+        a *= a;
+    }
+    return recip ? 1 / r : r;
+}
+
+// Adam's lr_t for step t = max(global_step, 0) + 1.
+__device__ float adam_lr(float lr, float beta1, float beta2, const int* global_step) {
+    int gs = global_step[0];
+    int t = gs < 0 ? 1 : gs == 0x7fffffff ? gs : gs + 1; // Rust: step.min(i32::MAX)
+    double b1t = powi((double)beta1, t);
+    double b2t = powi((double)beta2, t);
+    return (float)(__dmul_rn((double)lr, __dsqrt_rn(1.0 - b2t)) / (1.0 - b1t));
+}
+
+__device__ __forceinline__ void adam_step(float* w, float* m, float* v, float g, float lr_t, float beta1, float beta2,
+                                          float epsilon) {
+    float mm = ADD(*m, MUL(SUB(g, *m), SUB(1.0f, beta1)));
+    float vv = ADD(*v, MUL(SUB(MUL(g, g), *v), SUB(1.0f, beta2)));
+    *m = mm;
+    *v = vv;
+    *w = SUB(*w, MUL(lr_t, mm) / ADD(sqrtf(vv), epsilon));
+}
+
+// m += (g - m)(1 - beta1); v += (g^2 - v)(1 - beta2); w -= lr_t m / (sqrt(v) + eps)
+extern "C" __global__ void towers_apply_adam_f32(i64 n, float lr, float beta1, float beta2, float epsilon,
+                                                 const float* __restrict__ g, const int* __restrict__ global_step,
+                                                 float* __restrict__ w, float* __restrict__ m, float* __restrict__ v) {
+    float lr_t = adam_lr(lr, beta1, beta2, global_step);
+    GRID_STRIDE(i, n) { adam_step(&w[i], &m[i], &v[i], g[i], lr_t, beta1, beta2, epsilon); }
+}
+
+// The tower reduction of element i: sum_k weights[k] * grads[k][i], in tower order.
+__device__ __forceinline__ float tower_grad(const float* const* grads, const float* weights, int count, i64 i) {
+    if (count == 0) {
+        return 0.0f;
+    }
+    float s = MUL(grads[0][i], weights[0]);
+    for (int k = 1; k < count; ++k) {
+        s = ADD(s, MUL(grads[k][i], weights[k]));
+    }
+    return s;
+}
+
+extern "C" __global__ void towers_mean_apply_gradient_descent_f32(i64 n, int count, const float* const* grads,
+                                                                  const float* __restrict__ weights, float lr,
+                                                                  float* __restrict__ w) {
+    GRID_STRIDE(i, n) { w[i] = SUB(w[i], MUL(lr, tower_grad(grads, weights, count, i))); }
+}
+
+extern "C" __global__ void towers_mean_apply_momentum_f32(i64 n, int count, const float* const* grads,
+                                                          const float* __restrict__ weights, float lr, float momentum,
+                                                          int nesterov, float* __restrict__ w,
+                                                          float* __restrict__ accum) {
+    GRID_STRIDE(i, n) { momentum_step(&w[i], &accum[i], tower_grad(grads, weights, count, i), lr, momentum, nesterov); }
+}
+
+extern "C" __global__ void towers_mean_apply_adam_f32(i64 n, int count, const float* const* grads,
+                                                      const float* __restrict__ weights, float lr, float beta1,
+                                                      float beta2, float epsilon, const int* __restrict__ global_step,
+                                                      float* __restrict__ w, float* __restrict__ m,
+                                                      float* __restrict__ v) {
+    float lr_t = adam_lr(lr, beta1, beta2, global_step);
+    GRID_STRIDE(i, n) {
+        adam_step(&w[i], &m[i], &v[i], tower_grad(grads, weights, count, i), lr_t, beta1, beta2, epsilon);
+    }
+}
+
+// v = v * decay + x * (1 - decay)
+extern "C" __global__ void towers_assign_moving_average_f32(i64 n, float decay, const float* __restrict__ x,
+                                                            float* __restrict__ v) {
+    GRID_STRIDE(i, n) { v[i] = ADD(MUL(v[i], decay), MUL(x[i], SUB(1.0f, decay))); }
+}
+
+// step[0] += 1, wrapping. Launch: grid = 1, block = 1.
+extern "C" __global__ void towers_increment_step_i32(int* step) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        step[0] = (int)((u32)step[0] + 1u);
+    }
+}

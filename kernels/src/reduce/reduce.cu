@@ -1,0 +1,156 @@
+// CUDA twins of kernels/src/reduce (reduce_sum, reduce_mean, argmax, equal,
+// casts), of sum_to_shape (elementwise/broadcast.rs), bias_add_grad
+// (elementwise/bias.rs) and l2_loss (misc.rs): every sum over axes is one
+// kernel, `towers_reduce_f32`.
+//
+// Determinism: no atomics. A reduction runs one block per output element
+// (grid-stride over outputs); thread t folds reduced elements t, t+B, ... in
+// order, then a fixed shared-memory tree combines the block. Same inputs,
+// same launch geometry: same bits, run after run. blockDim must be a power of
+// two <= 1024 (256 recommended).
+
+typedef long long i64;
+typedef unsigned int u32;
+
+#define MAX_BLOCK 1024
+#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
+
+struct Dims4 {
+    i64 d[4];
+};
+
+__device__ float block_sum(float v, float* sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            sh[threadIdx.x] += sh[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// x has dims `xd` (rank 4, right-aligned); bit k of `reduced` marks axis k as
+// summed. out holds the kept axes in order (n_out = their product), each
+// output multiplied by `scale` (1 for a sum, 1/count for a mean).
+// Serves ReduceSum, ReduceMean, SumTo (reduced = axes where the target is 1
+// and x is not) and BiasAddGrad (xd = [1, 1, rows, c], reduced = 0b0100).
+extern "C" __global__ void towers_reduce_f32(i64 n_out, const float* __restrict__ x, float* __restrict__ out, Dims4 xd,
+                                             int reduced, float scale) {
+    __shared__ float sh[MAX_BLOCK];
+    i64 xs[4];
+    i64 acc = 1;
+    i64 count = 1;
+    for (int k = 3; k >= 0; --k) {
+        xs[k] = acc;
+        acc *= xd.d[k];
+        if (reduced & (1 << k)) {
+            count *= xd.d[k];
+        }
+    }
+    for (i64 o = blockIdx.x; o < n_out; o += gridDim.x) {
+        // Base offset of this output: its kept coordinates.
+        i64 base = 0;
+        i64 rem = o;
+        for (int k = 3; k >= 0; --k) {
+            if (!(reduced & (1 << k))) {
+                base += (rem % xd.d[k]) * xs[k];
+                rem /= xd.d[k];
+            }
+        }
+        float s = 0.0f;
+        for (i64 r = threadIdx.x; r < count; r += blockDim.x) {
+            i64 off = base;
+            i64 rr = r;
+            for (int k = 3; k >= 0; --k) {
+                if (reduced & (1 << k)) {
+                    off += (rr % xd.d[k]) * xs[k];
+                    rr /= xd.d[k];
+                }
+            }
+            s += x[off];
+        }
+        s = block_sum(s, sh);
+        if (threadIdx.x == 0) {
+            out[o] = scale == 1.0f ? s : s * scale;
+        }
+    }
+}
+
+// out[0] = sum(x^2) / 2, accumulated in double as the CPU twin.
+// Launch: grid = 1, blockDim a power of two <= 1024.
+extern "C" __global__ void towers_l2_loss_f32(i64 n, const float* __restrict__ x, float* __restrict__ out) {
+    __shared__ double sh[MAX_BLOCK];
+    double s = 0.0;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = x[i];
+        s += (double)(v * v);
+    }
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) {
+            sh[threadIdx.x] += sh[threadIdx.x + k];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[0] = (float)(sh[0] * 0.5);
+    }
+}
+
+// x viewed as [outer, len, inner]; out[o * inner + i] = first index of the
+// maximum along the middle axis (NaN never wins; all -inf/NaN gives 0).
+extern "C" __global__ void towers_argmax_f32(i64 outer, i64 len, i64 inner, const float* __restrict__ x,
+                                             int* __restrict__ out) {
+    GRID_STRIDE(t, outer * inner) {
+        i64 o = t / inner, i = t % inner;
+        i64 base = o * len * inner + i;
+        float best = -__int_as_float(0x7f800000);
+        int at = 0;
+        for (i64 j = 0; j < len; ++j) {
+            float v = x[base + j * inner];
+            if (v > best) {
+                best = v;
+                at = (int)j;
+            }
+        }
+        out[t] = at;
+    }
+}
+
+// out = (a == b) as i32 0/1 (the plan's Equal writes a bool buffer).
+extern "C" __global__ void towers_equal_f32(i64 n, const float* __restrict__ a, const float* __restrict__ b,
+                                            int* __restrict__ out) {
+    GRID_STRIDE(i, n) { out[i] = a[i] == b[i] ? 1 : 0; }
+}
+
+extern "C" __global__ void towers_equal_i32(i64 n, const int* __restrict__ a, const int* __restrict__ b,
+                                            int* __restrict__ out) {
+    GRID_STRIDE(i, n) { out[i] = a[i] == b[i] ? 1 : 0; }
+}
+
+// Casts. f32 -> i32 truncates toward zero and saturates, NaN -> 0 (Rust `as`).
+extern "C" __global__ void towers_cast_f32_i32(i64 n, const float* __restrict__ x, int* __restrict__ y) {
+    GRID_STRIDE(i, n) { y[i] = __float2int_rz(x[i]); }
+}
+
+extern "C" __global__ void towers_cast_i32_f32(i64 n, const int* __restrict__ x, float* __restrict__ y) {
+    GRID_STRIDE(i, n) { y[i] = __int2float_rn(x[i]); }
+}
+
+extern "C" __global__ void towers_cast_f32_bool(i64 n, const float* __restrict__ x, int* __restrict__ y) {
+    GRID_STRIDE(i, n) { y[i] = x[i] != 0.0f ? 1 : 0; }
+}
+
+extern "C" __global__ void towers_cast_i32_bool(i64 n, const int* __restrict__ x, int* __restrict__ y) {
+    GRID_STRIDE(i, n) { y[i] = x[i] != 0 ? 1 : 0; }
+}
+
+// Same-width casts (f32 -> f32, i32/bool -> i32): a 32-bit copy.
+extern "C" __global__ void towers_copy_u32(i64 n, const u32* __restrict__ x, u32* __restrict__ y) {
+    GRID_STRIDE(i, n) { y[i] = x[i]; }
+}

@@ -1,0 +1,305 @@
+//! Elementwise kernels, sums over axes, argmax, comparisons, casts and the
+//! softmax family.
+
+use towers_kernels::cuda::{grid_rows, Dims4, BLOCK};
+
+use towers_kernels::dtype::{Slice, SliceMut};
+use towers_kernels::DType;
+
+use crate::cpu;
+use crate::harness::{bs, d4, n, numel, Dev, Gpu, Report, Rng, Val, A};
+
+pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
+    const EWF: &str = "elementwise";
+    let cases: &[(&[usize], &[usize])] =
+        &[(&[3, 4], &[3, 4]), (&[2, 3, 4, 5], &[3, 1, 5]), (&[64, 10], &[10]), (&[], &[7, 5]), (&[5, 1], &[1, 6])];
+    for &(sa, sb) in cases {
+        let (od, _) = towers_kernels::shape::broadcast_shapes("t", sa, sb).unwrap();
+        let rank = sa.len().max(sb.len());
+        let out_shape: Vec<usize> = od[4 - rank..].to_vec();
+        let a = rng.vec(numel(sa), -2.0, 2.0);
+        let b: Vec<f32> = rng.vec(numel(sb), 0.5, 2.0);
+        let (da, db) = (g.up(&a), g.up(&b));
+        let len = numel(&out_shape);
+        let dout = g.up(&vec![0f32; len]);
+        for op in 0..4 {
+            g.ew(
+                EWF,
+                "towers_binary_f32",
+                len,
+                &[A::I32(op), n(len), da.a(), db.a(), dout.a(), d4(&out_shape, 1), bs(sa), bs(sb)],
+            );
+            let mut want = vec![0f32; len];
+            cpu::binary(op, &a, sa, &b, sb, &mut want);
+            r.f32("binary", format!("op {op} {sa:?} {sb:?}"), &g.down(&dout, len), &want, None);
+        }
+    }
+    // broadcast_to and its adjoint sum_to_shape.
+    for (small, big) in [(&[3usize, 1, 5][..], &[2usize, 3, 4, 5][..]), (&[4], &[6, 4]), (&[6, 1], &[6, 300])] {
+        let x = rng.vec(numel(small), -1.0, 1.0);
+        let dx = g.up(&x);
+        let dout = g.up(&vec![0f32; numel(big)]);
+        g.ew(EWF, "towers_broadcast_to_f32", numel(big), &[n(numel(big)), dx.a(), dout.a(), d4(big, 1), bs(small)]);
+        let mut want = vec![0f32; numel(big)];
+        cpu::broadcast_to(&x, small, &mut want, big);
+        r.f32("broadcast_to", format!("{small:?} -> {big:?}"), &g.down(&dout, numel(big)), &want, None);
+
+        let y = rng.vec(numel(big), -1.0, 1.0);
+        let dy = g.up(&y);
+        let ds = g.up(&vec![0f32; numel(small)]);
+        let pb = Dims4::padded(big, 1).unwrap();
+        let ps = Dims4::padded(small, 1).unwrap();
+        let mask = (0..4).filter(|&k| ps.d[k] == 1 && pb.d[k] != 1).fold(0, |m, k| m | (1 << k));
+        g.launch(
+            "reduce",
+            "towers_reduce_f32",
+            grid_rows(numel(small)),
+            BLOCK,
+            &[n(numel(small)), dy.a(), ds.a(), A::D4(Val(pb)), A::I32(mask), A::F32(1.0)],
+        );
+        let mut want = vec![0f32; numel(small)];
+        cpu::sum_to(&y, big, &mut want, small);
+        r.f32("sum_to_shape", format!("{big:?} -> {small:?}"), &g.down(&ds, numel(small)), &want, Some(1e-4));
+    }
+    // bias_add and its gradient.
+    for (rows, c) in [(7usize, 5usize), (512, 64), (3000, 10)] {
+        let x = rng.vec(rows * c, -1.0, 1.0);
+        let b = rng.vec(c, -1.0, 1.0);
+        let (dx, db, dy) = (g.up(&x), g.up(&b), g.up(&vec![0f32; rows * c]));
+        g.ew(EWF, "towers_bias_add_f32", rows * c, &[n(rows * c), n(c), dx.a(), db.a(), dy.a()]);
+        let mut want = vec![0f32; rows * c];
+        cpu::bias_add(&x, &b, &mut want);
+        r.f32("bias_add", format!("[{rows}, {c}]"), &g.down(&dy, rows * c), &want, None);
+        let dgb = g.up(&vec![0f32; c]);
+        g.launch(
+            "reduce",
+            "towers_reduce_f32",
+            grid_rows(c),
+            BLOCK,
+            &[n(c), dx.a(), dgb.a(), d4(&[rows, c], 1), A::I32(0b0100), A::F32(1.0)],
+        );
+        let mut want = vec![0f32; c];
+        cpu::bias_add_grad(&x, &mut want);
+        r.f32("bias_add_grad", format!("[{rows}, {c}]"), &g.down(&dgb, c), &want, Some(1e-4));
+    }
+    // unary and unary_grad.
+    let len = 10_007;
+    let mut x = rng.vec(len, -6.0, 6.0);
+    x[0] = 0.0;
+    x[1] = -0.0;
+    x[2] = -100.0;
+    x[3] = 100.0;
+    let gy = rng.vec(len, -1.0, 1.0);
+    let (dxx, dgy, dy, ddx) = (g.up(&x), g.up(&gy), g.up(&vec![0f32; len]), g.up(&vec![0f32; len]));
+    // Exp, Log, Sqrt, Rsqrt, Reciprocal on positive inputs in [1e-3, 6].
+    let xp: Vec<f32> = x.iter().map(|v| v.abs().max(1e-3)).collect();
+    let dxp = g.up(&xp);
+    let names = ["Neg", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Rsqrt", "Reciprocal"];
+    for op in 0..9 {
+        let (xin, dxin) = if op >= 4 { (&xp, &dxp) } else { (&x, &dxx) };
+        g.ew(EWF, "towers_unary_f32", len, &[A::I32(op), n(len), dxin.a(), dy.a()]);
+        let mut y = vec![0f32; len];
+        cpu::unary(op, xin, &mut y);
+        // Transcendentals differ from Rust's libm by rounding; sqrt and division are exact.
+        let tol = if matches!(op, 2..=5) { Some(2e-6) } else { None };
+        r.f32("unary", names[op as usize], &g.down(&dy, len), &y, tol);
+        // The gradient from the CPU's forward output, so both sides see the same y.
+        let dyy = g.up(&y);
+        g.ew(EWF, "towers_unary_grad_f32", len, &[A::I32(op), n(len), dgy.a(), dyy.a(), ddx.a()]);
+        let mut want = vec![0f32; len];
+        cpu::unary_grad(op, &gy, &y, &mut want);
+        let tol = if op == 5 { Some(2e-6) } else { None };
+        r.f32("unary_grad", names[op as usize], &g.down(&ddx, len), &want, tol);
+    }
+    // add_n, weighted_sum, fill.
+    let len = 70_001;
+    let xs: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(len, -1.0, 1.0)).collect();
+    let devs: Vec<Dev<f32>> = xs.iter().map(|x| g.up(x)).collect();
+    let refs: Vec<&Dev<f32>> = devs.iter().collect();
+    let p = g.ptrs(&refs);
+    let out = g.up(&vec![0f32; len]);
+    let cx: Vec<&[f32]> = xs.iter().map(|v| v.as_slice()).collect();
+    g.ew("misc", "towers_add_n_f32", len, &[n(len), A::I32(4), p.a(), out.a()]);
+    let mut want = vec![0f32; len];
+    cpu::misc::add_n(&cx, &mut want);
+    r.f32("add_n", "4 x 70001", &g.down(&out, len), &want, None);
+    let w = [0.5f32, 0.25, 0.125, 0.125];
+    let dw = g.up(&w);
+    g.ew("misc", "towers_weighted_sum_f32", len, &[n(len), A::I32(4), p.a(), dw.a(), out.a()]);
+    cpu::misc::weighted_sum(&cx, &w, &mut want);
+    r.f32("weighted_sum", "4 towers x 70001", &g.down(&out, len), &want, None);
+    let w3 = [0.3f32, 0.45, 0.25];
+    let dw3 = g.up(&w3);
+    g.ew("misc", "towers_weighted_sum_f32", len, &[n(len), A::I32(3), p.a(), dw3.a(), out.a()]);
+    cpu::misc::weighted_sum(&cx[..3], &w3, &mut want);
+    r.f32("weighted_sum", "3 uneven towers", &g.down(&out, len), &want, None);
+    g.ew("misc", "towers_fill_f32", len, &[n(len), A::F32(0.75), out.a()]);
+    r.f32("fill", "0.75", &g.down(&out, len), &vec![0.75; len], None);
+}
+
+pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
+    for (shape, axes) in [
+        (&[4usize, 5, 6, 7][..], &[1usize, 3][..]),
+        (&[4, 5, 6, 7], &[0]),
+        (&[256, 100], &[1]),
+        (&[1000, 3], &[0]),
+        (&[10, 20], &[0, 1]),
+    ] {
+        let x = rng.vec(numel(shape), -1.0, 1.0);
+        let dx = g.up(&x);
+        let kept: usize = (0..shape.len()).filter(|a| !axes.contains(a)).map(|a| shape[a]).product();
+        let count: usize = axes.iter().map(|a| shape[*a]).product();
+        let off = 4 - shape.len();
+        let mask = axes.iter().fold(0, |m, a| m | (1 << (a + off)));
+        let out = g.up(&vec![0f32; kept]);
+        for (kernel, scale) in [("reduce_sum", 1.0f32), ("reduce_mean", 1.0 / count as f32)] {
+            g.launch(
+                "reduce",
+                "towers_reduce_f32",
+                grid_rows(kept),
+                BLOCK,
+                &[n(kept), dx.a(), out.a(), d4(shape, 1), A::I32(mask), A::F32(scale)],
+            );
+            let mut want = vec![0f32; kept];
+            if kernel == "reduce_sum" {
+                cpu::reduce::reduce_sum(&x, shape, axes, &mut want).unwrap();
+            } else {
+                cpu::reduce::reduce_mean(&x, shape, axes, &mut want).unwrap();
+            }
+            let first = g.down(&out, kept);
+            r.f32(kernel, format!("{shape:?} axes {axes:?}"), &first, &want, Some(1e-4));
+            // Deterministic: a second launch gives the same bits.
+            g.launch(
+                "reduce",
+                "towers_reduce_f32",
+                grid_rows(kept),
+                BLOCK,
+                &[n(kept), dx.a(), out.a(), d4(shape, 1), A::I32(mask), A::F32(scale)],
+            );
+            r.f32(kernel, format!("{shape:?} axes {axes:?}: run 2 = run 1"), &g.down(&out, kept), &first, None);
+        }
+    }
+    // l2_loss
+    for len in [1usize, 1000, 300_001] {
+        let x = rng.vec(len, -1.0, 1.0);
+        let (dx, out) = (g.up(&x), g.up(&[0f32]));
+        g.launch("reduce", "towers_l2_loss_f32", 1, BLOCK, &[n(len), dx.a(), out.a()]);
+        let first = g.down(&out, 1);
+        r.f32("l2_loss", format!("{len}"), &first, &[cpu::misc::l2_loss(&x)], Some(1e-6));
+        g.launch("reduce", "towers_l2_loss_f32", 1, BLOCK, &[n(len), dx.a(), out.a()]);
+        r.f32("l2_loss", format!("{len}: run 2 = run 1"), &g.down(&out, 1), &first, None);
+    }
+    // argmax (ties: first)
+    for (shape, axis) in [(&[3usize, 7, 5][..], 1usize), (&[64, 10], 1), (&[9, 4], 0)] {
+        let x = rng.coarse(numel(shape));
+        let outer: usize = shape[..axis].iter().product();
+        let inner: usize = shape[axis + 1..].iter().product();
+        let (dx, out) = (g.up(&x), g.up(&vec![0i32; outer * inner]));
+        g.ew("reduce", "towers_argmax_f32", outer * inner, &[n(outer), n(shape[axis]), n(inner), dx.a(), out.a()]);
+        let mut want = vec![0i32; outer * inner];
+        cpu::reduce::argmax(&x, shape, axis, &mut want).unwrap();
+        r.i32("argmax", format!("{shape:?} axis {axis}"), &g.down(&out, outer * inner), &want);
+    }
+    // equal (exec.rs writes i32 0/1) and casts.
+    let len = 5000;
+    let a = rng.coarse(len);
+    let b = rng.coarse(len);
+    let (da, db, out) = (g.up(&a), g.up(&b), g.up(&vec![0i32; len]));
+    g.ew("reduce", "towers_equal_f32", len, &[n(len), da.a(), db.a(), out.a()]);
+    let want: Vec<i32> = a.iter().zip(&b).map(|(x, y)| (x == y) as i32).collect();
+    r.i32("equal", "f32", &g.down(&out, len), &want);
+    let ai = rng.ints(len, 5);
+    let bi = rng.ints(len, 5);
+    let (dai, dbi) = (g.up(&ai), g.up(&bi));
+    g.ew("reduce", "towers_equal_i32", len, &[n(len), dai.a(), dbi.a(), out.a()]);
+    let want: Vec<i32> = ai.iter().zip(&bi).map(|(x, y)| (x == y) as i32).collect();
+    r.i32("equal", "i32", &g.down(&out, len), &want);
+    let mut xf = rng.vec(len, -1e3, 1e3);
+    xf[..6].copy_from_slice(&[f32::NAN, 3e9, -3e9, -0.0, 0.999, -2.5]);
+    let xi: Vec<i32> = rng.ints(len, 2001).iter().map(|v| v - 1000).chain([i32::MAX, i32::MIN]).collect();
+    let (dxf, dxi) = (g.up(&xf), g.up(&xi));
+    let (oi, of) = (g.up(&vec![0i32; xi.len()]), g.up(&vec![0f32; xi.len()]));
+    g.ew("reduce", "towers_cast_f32_i32", len, &[n(len), dxf.a(), oi.a()]);
+    let mut want = vec![0i32; len];
+    cpu::reduce::cast(Slice::F32(&xf), DType::I32, SliceMut::I32(&mut want));
+    r.i32("cast", "f32 -> i32", &g.down(&oi, len), &want);
+    g.ew("reduce", "towers_cast_i32_f32", xi.len(), &[n(xi.len()), dxi.a(), of.a()]);
+    let mut want = vec![0f32; xi.len()];
+    cpu::reduce::cast(Slice::I32(&xi), DType::F32, SliceMut::F32(&mut want));
+    r.f32("cast", "i32 -> f32", &g.down(&of, xi.len()), &want, None);
+    g.ew("reduce", "towers_cast_f32_bool", len, &[n(len), dxf.a(), oi.a()]);
+    let want: Vec<i32> = xf.iter().map(|v| (*v != 0.0) as i32).collect();
+    r.i32("cast", "f32 -> bool", &g.down(&oi, len), &want);
+    g.ew("reduce", "towers_cast_i32_bool", xi.len(), &[n(xi.len()), dxi.a(), oi.a()]);
+    let want: Vec<i32> = xi.iter().map(|v| (*v != 0) as i32).collect();
+    r.i32("cast", "i32 -> bool", &g.down(&oi, xi.len()), &want);
+    g.ew("reduce", "towers_copy_u32", len, &[n(len), dxf.a(), of.a()]);
+    r.f32("cast", "f32 -> f32 (copy)", &g.down(&of, len), &xf, None);
+}
+
+pub(crate) fn softmax(g: &Gpu, r: &mut Report, rng: &mut Rng) {
+    for (rows, c) in [(37usize, 10usize), (16, 1000), (5, 1)] {
+        let len = rows * c;
+        let mut x = rng.vec(len, -5.0, 5.0);
+        x[0] = 40.0;
+        let gy = rng.vec(len, -1.0, 1.0);
+        let (dx, dgy) = (g.up(&x), g.up(&gy));
+        let (dy, dd) = (g.up(&vec![0f32; len]), g.up(&vec![0f32; len]));
+        let case = format!("[{rows}, {c}]");
+        let geo = (grid_rows(rows), BLOCK);
+        for (kernel, entry, grad) in [
+            ("softmax", "towers_softmax_f32", "towers_softmax_grad_f32"),
+            ("log_softmax", "towers_log_softmax_f32", "towers_log_softmax_grad_f32"),
+        ] {
+            g.launch("softmax", entry, geo.0, geo.1, &[n(rows), A::I32(c as i32), dx.a(), dy.a()]);
+            let mut y = vec![0f32; len];
+            let mut dxw = vec![0f32; len];
+            if kernel == "softmax" {
+                cpu::softmax::softmax(&x, c, &mut y);
+            } else {
+                cpu::softmax::log_softmax(&x, c, &mut y);
+            }
+            r.f32(kernel, case.clone(), &g.down(&dy, len), &y, Some(1e-5));
+            let dyy = g.up(&y);
+            g.launch("softmax", grad, geo.0, geo.1, &[n(rows), A::I32(c as i32), dgy.a(), dyy.a(), dd.a()]);
+            if kernel == "softmax" {
+                cpu::softmax::softmax_grad(&gy, &y, c, &mut dxw);
+                r.f32("softmax_grad", case.clone(), &g.down(&dd, len), &dxw, Some(1e-5));
+            } else {
+                cpu::softmax::log_softmax_grad(&gy, &y, c, &mut dxw);
+                r.f32("log_softmax_grad", case.clone(), &g.down(&dd, len), &dxw, Some(1e-5));
+            }
+        }
+        // Cross-entropies.
+        let labels = rng.ints(rows, c as u64);
+        let dl = g.up(&labels);
+        let (loss, bp) = (g.up(&vec![0f32; rows]), g.up(&vec![0f32; len]));
+        g.launch(
+            "softmax",
+            "towers_sparse_softmax_xent_f32",
+            geo.0,
+            geo.1,
+            &[n(rows), A::I32(c as i32), dx.a(), dl.a(), loss.a(), bp.a()],
+        );
+        let (mut wl, mut wb) = (vec![0f32; rows], vec![0f32; len]);
+        cpu::softmax::sparse_softmax_cross_entropy(&x, &labels, c, &mut wl, &mut wb).unwrap();
+        r.f32("sparse_softmax_xent", format!("{case} loss"), &g.down(&loss, rows), &wl, Some(1e-5));
+        r.f32("sparse_softmax_xent", format!("{case} backprop"), &g.down(&bp, len), &wb, Some(1e-5));
+        let mut soft = rng.vec(len, 0.0, 1.0);
+        for row in soft.chunks_mut(c) {
+            let s: f32 = row.iter().sum();
+            row.iter_mut().for_each(|v| *v /= s);
+        }
+        let ds = g.up(&soft);
+        g.launch(
+            "softmax",
+            "towers_softmax_xent_f32",
+            geo.0,
+            geo.1,
+            &[n(rows), A::I32(c as i32), dx.a(), ds.a(), loss.a(), bp.a()],
+        );
+        cpu::softmax::softmax_cross_entropy(&x, &soft, c, &mut wl, &mut wb);
+        r.f32("softmax_xent", format!("{case} loss"), &g.down(&loss, rows), &wl, Some(1e-5));
+        r.f32("softmax_xent", format!("{case} backprop"), &g.down(&bp, len), &wb, Some(1e-5));
+    }
+}

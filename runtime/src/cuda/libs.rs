@@ -1,0 +1,95 @@
+//! Which CUDA libraries can be loaded, asked without ever panicking.
+//!
+//! cudarc opens every library by bare name on first use (`libcuda.so.1`,
+//! `libnvrtc.so.13`, `libcublas.so.13`, ...) and panics inside a `OnceLock`
+//! when it cannot: so each library is probed with `is_culib_present()`
+//! before any other call into it. There is no path variable: the folders
+//! holding them must be on `LD_LIBRARY_PATH` (the driver comes with the
+//! NVIDIA driver install; NVRTC and cuBLAS from a CUDA toolkit's `lib64`, or
+//! from the PyPI wheels `nvidia-cuda-nvrtc` and `nvidia-cublas`, which put
+//! them in `site-packages/nvidia/cu13/lib`, e.g. the ones a PyTorch install
+//! ships).
+
+use std::fmt;
+
+use thiserror::Error;
+
+/// A CUDA library the backend needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaLibrary {
+    /// `libcuda.so.1`, the driver.
+    Driver,
+    /// `libnvrtc.so.13`, the run-time compiler.
+    Nvrtc,
+    /// `libcublas.so.13` (and `libcublasLt.so.13` beside it).
+    Cublas,
+}
+
+impl CudaLibrary {
+    /// The file cudarc looks for.
+    pub fn file(self) -> &'static str {
+        match self {
+            CudaLibrary::Driver => "libcuda.so.1",
+            CudaLibrary::Nvrtc => "libnvrtc.so.13",
+            CudaLibrary::Cublas => "libcublas.so.13",
+        }
+    }
+
+    /// Where it usually lives, for the error message.
+    pub fn hint(self) -> &'static str {
+        match self {
+            CudaLibrary::Driver => "it comes with the NVIDIA driver (e.g. /usr/lib/x86_64-linux-gnu); a machine without a GPU has none",
+            CudaLibrary::Nvrtc => {
+                "a CUDA toolkit's lib64 (/usr/local/cuda-13.0/targets/x86_64-linux/lib) or `pip install nvidia-cuda-nvrtc==13.0.88` (site-packages/nvidia/cu13/lib)"
+            }
+            CudaLibrary::Cublas => {
+                "a CUDA toolkit's lib64, or `pip install nvidia-cublas` / a PyTorch install (site-packages/nvidia/cu13/lib)"
+            }
+        }
+    }
+
+    /// Whether cudarc can load it (dlopen by its candidate names only).
+    pub fn present(self) -> bool {
+        // SAFETY: these only try to dlopen the library's candidate names.
+        unsafe {
+            match self {
+                CudaLibrary::Driver => cudarc::driver::sys::is_culib_present(),
+                CudaLibrary::Nvrtc => cudarc::nvrtc::sys::is_culib_present(),
+                CudaLibrary::Cublas => cudarc::cublas::sys::is_culib_present(),
+            }
+        }
+    }
+}
+
+impl fmt::Display for CudaLibrary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CudaLibrary::Driver => "the CUDA driver",
+            CudaLibrary::Nvrtc => "NVRTC",
+            CudaLibrary::Cublas => "cuBLAS",
+        })
+    }
+}
+
+/// Why the CUDA backend cannot start.
+#[derive(Debug, Error)]
+pub enum CudaUnavailable {
+    #[error(
+        "the CUDA backend needs {library} ({file}), which could not be loaded: put the folder holding it on LD_LIBRARY_PATH ({hint})",
+        file = library.file(),
+        hint = library.hint()
+    )]
+    MissingLibrary { library: CudaLibrary },
+    #[error("the CUDA driver loaded but reports no GPU")]
+    NoDevice,
+    #[error("the CUDA driver failed: {0}")]
+    Driver(String),
+}
+
+/// The first library of `needed` that cannot be loaded.
+pub fn check(needed: &[CudaLibrary]) -> Result<(), CudaUnavailable> {
+    match needed.iter().find(|l| !l.present()) {
+        Some(&library) => Err(CudaUnavailable::MissingLibrary { library }),
+        None => Ok(()),
+    }
+}

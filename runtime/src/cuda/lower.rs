@@ -1,0 +1,579 @@
+//! Each plan launch as what the GPU runs: CUDA C launches with the argument
+//! lists `towers_kernels::cuda::KERNELS` documents, and cuBLAS GEMMs.
+//! Built at load; `run` only walks the result.
+//!
+//! GEMMs are row-major `c[m, n] = op(a) op(b)`; cuBLAS is column-major, so
+//! each call computes `c^T = op(b)^T op(a)^T`: the operands swap places, the
+//! transposes stay flags, nothing is copied. Convolutions are the
+//! registry's im2col/col2im chunks around GEMMs, exactly as the CPU twin
+//! chunks them (the workspace holds one chunk).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaContext};
+use towers_kernels::cuda::{grid_1d, grid_rows, ConvArgs, Dims4, PoolArgs, BLOCK};
+use towers_kernels::{BinaryOp, DType, Kernel, UnaryOp};
+
+use super::args::{ArgPack, Side};
+use super::driver::{cubin, Module};
+
+/// One kernel launch.
+pub(crate) struct KLaunch {
+    pub f: sys::CUfunction,
+    pub grid: u32,
+    pub block: u32,
+    pub args: ArgPack,
+}
+
+/// One row-major GEMM, `c = alpha op(a) op(b) + beta c` with alpha 1.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Gemm {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub ta: bool,
+    pub tb: bool,
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub beta: f32,
+}
+
+/// What one plan step becomes on its stream.
+pub(crate) enum Op {
+    Kernel(KLaunch),
+    Gemm(Gemm),
+    Copy {
+        dst: u64,
+        src: u64,
+        bytes: usize,
+    },
+    Record(usize),
+    Wait(usize),
+    /// `Step::AllReduce` with a world of one rank: the sum over one rank is
+    /// the buffer itself, so nothing runs.
+    Nothing,
+}
+
+/// The compiled kernel families of one context.
+pub(crate) struct Modules {
+    ctx: Arc<CudaContext>,
+    arch: String,
+    loaded: HashMap<&'static str, Module>,
+}
+
+impl Modules {
+    pub fn new(ctx: &Arc<CudaContext>, arch: String) -> Modules {
+        Modules { ctx: Arc::clone(ctx), arch, loaded: HashMap::new() }
+    }
+
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    /// Families compiled so far.
+    pub fn families(&self) -> Vec<&'static str> {
+        let mut v: Vec<_> = self.loaded.keys().copied().collect();
+        v.sort();
+        v
+    }
+
+    /// The function `entry` of `family`, compiling and loading the family on first use.
+    pub fn function(&mut self, family: &'static str, entry: &'static str) -> Result<sys::CUfunction, String> {
+        if !self.loaded.contains_key(family) {
+            let src =
+                towers_kernels::cuda::source(family).ok_or_else(|| format!("no CUDA source for family {family}"))?;
+            let image = cubin(src, &self.arch)?;
+            self.loaded.insert(family, Module::load(&self.ctx, &image)?);
+        }
+        self.loaded.get_mut(family).ok_or("unreachable")?.function(entry)
+    }
+}
+
+/// A resolved launch operand: device address and element count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dev {
+    pub ptr: u64,
+    pub len: usize,
+    pub dtype: DType,
+}
+
+fn numel(s: &[usize]) -> usize {
+    s.iter().product()
+}
+
+fn d4(v: &[usize], fill: i64, kernel: &str) -> Result<Dims4, String> {
+    Dims4::padded(v, fill).ok_or_else(|| format!("{kernel}: rank {} is above 4, the CUDA kernels' limit", v.len()))
+}
+
+fn bstrides(v: &[usize], kernel: &str) -> Result<Dims4, String> {
+    Dims4::broadcast_strides(v).ok_or_else(|| format!("{kernel}: rank {} is above 4, the CUDA kernels' limit", v.len()))
+}
+
+/// Bits of the padded (rank-4) axes that `towers_reduce_f32` sums: those of
+/// `x_shape` where the right-aligned `out_shape` has extent 1 and `x` not,
+/// or that `out_shape` lacks.
+fn reduced_bits_to(x_shape: &[usize], out_shape: &[usize]) -> i32 {
+    let (rx, ro) = (x_shape.len(), out_shape.len());
+    let mut bits = 0;
+    for (i, &d) in x_shape.iter().enumerate() {
+        let o = (i + ro).checked_sub(rx).map(|j| out_shape[j]).unwrap_or(1);
+        if o == 1 && d != 1 {
+            bits |= 1 << (4 - rx + i);
+        }
+    }
+    bits
+}
+
+/// Build the ops of one launch. `ins`, `outs`, `ws` are resolved operands.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn lower_launch(
+    kernel: &Kernel,
+    ins: &[Dev],
+    outs: &[Dev],
+    ws: Option<Dev>,
+    mods: &mut Modules,
+    side: &mut Side,
+    ops: &mut Vec<Op>,
+) -> Result<(), String> {
+    let name = kernel.name();
+    let i = |k: usize| ins.get(k).copied().ok_or_else(|| format!("{name}: missing input {k}"));
+    let o = |k: usize| outs.get(k).copied().ok_or_else(|| format!("{name}: missing output {k}"));
+    // A launch of `entry` of `family` over a grid, with its arguments.
+    let mut launch =
+        |ops: &mut Vec<Op>, family: &'static str, entry: &'static str, grid: u32, block: u32, mut args: ArgPack| {
+            let f = mods.function(family, entry)?;
+            args.finish();
+            ops.push(Op::Kernel(KLaunch { f, grid, block, args }));
+            Ok::<(), String>(())
+        };
+    let ew = |n: usize| grid_1d(n);
+    match kernel {
+        Kernel::MatMul { m, n, k, trans_a, trans_b } => {
+            let g = Gemm {
+                m: *m,
+                n: *n,
+                k: *k,
+                ta: *trans_a,
+                tb: *trans_b,
+                a: i(0)?.ptr,
+                b: i(1)?.ptr,
+                c: o(0)?.ptr,
+                beta: 0.0,
+            };
+            ops.push(Op::Gemm(g));
+        }
+        Kernel::Binary { op, a_shape, b_shape, out_shape } => {
+            let y = o(0)?;
+            let code = BinaryOp::ALL.iter().position(|b| b == op).unwrap_or(0) as i32;
+            let mut a = ArgPack::new();
+            a.i32(code).i64(y.len).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(y.ptr);
+            a.push(d4(out_shape, 1, name)?);
+            // Strides of each operand right-aligned against the output's rank.
+            let pad = |s: &[usize]| -> Vec<usize> {
+                let mut v = vec![1; out_shape.len().saturating_sub(s.len())];
+                v.extend_from_slice(s);
+                v
+            };
+            a.push(bstrides(&pad(a_shape), name)?).push(bstrides(&pad(b_shape), name)?);
+            launch(ops, "elementwise", "towers_binary_f32", ew(y.len), BLOCK, a)?;
+        }
+        Kernel::AddN { .. } | Kernel::WeightedSum { .. } => {
+            let y = o(0)?;
+            let ptrs: Vec<u64> = ins.iter().map(|d| d.ptr).collect();
+            let xs = side.push(&ptrs);
+            let mut a = ArgPack::new();
+            a.i64(y.len).i32(ins.len() as i32).side_ptr(xs);
+            if let Kernel::WeightedSum { weights } = kernel {
+                a.side_ptr(side.push(weights));
+                a.ptr(y.ptr);
+                launch(ops, "misc", "towers_weighted_sum_f32", ew(y.len), BLOCK, a)?;
+            } else {
+                a.ptr(y.ptr);
+                launch(ops, "misc", "towers_add_n_f32", ew(y.len), BLOCK, a)?;
+            }
+        }
+        Kernel::BiasAdd { channels } => {
+            let y = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(y.len).i64(*channels).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(y.ptr);
+            launch(ops, "elementwise", "towers_bias_add_f32", ew(y.len), BLOCK, a)?;
+        }
+        Kernel::BiasAddGrad { channels } => {
+            let dy = i(0)?;
+            let rows = dy.len / (*channels).max(1);
+            let mut a = ArgPack::new();
+            a.i64(*channels).ptr(dy.ptr).ptr(o(0)?.ptr).push(Dims4 { d: [1, 1, rows as i64, *channels as i64] });
+            a.i32(0b0100).f32(1.0);
+            launch(ops, "reduce", "towers_reduce_f32", grid_rows(*channels), BLOCK, a)?;
+        }
+        Kernel::Unary { op } => {
+            let y = o(0)?;
+            let code = UnaryOp::ALL.iter().position(|u| u == op).unwrap_or(0) as i32;
+            let mut a = ArgPack::new();
+            a.i32(code).i64(y.len).ptr(i(0)?.ptr).ptr(y.ptr);
+            launch(ops, "elementwise", "towers_unary_f32", ew(y.len), BLOCK, a)?;
+        }
+        Kernel::UnaryGrad { op } => {
+            let dx = o(0)?;
+            let code = UnaryOp::ALL.iter().position(|u| u == op).unwrap_or(0) as i32;
+            let mut a = ArgPack::new();
+            a.i32(code).i64(dx.len).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(dx.ptr);
+            launch(ops, "elementwise", "towers_unary_grad_f32", ew(dx.len), BLOCK, a)?;
+        }
+        Kernel::Conv2D { geom, .. }
+        | Kernel::Conv2DBackpropInput { geom, .. }
+        | Kernel::Conv2DBackpropFilter { geom, .. } => {
+            let g = ConvArgs::from(geom);
+            let (rows, k, co) = (geom.rows(), geom.k(), geom.c_out);
+            let pointwise = geom.kh == 1 && geom.kw == 1 && geom.stride_h == 1 && geom.stride_w == 1;
+            let (a0, a1, y) = (i(0)?, i(1)?, o(0)?);
+            if pointwise || rows == 0 {
+                // x viewed as [rows, c_in] already is the column matrix.
+                let gm = match kernel {
+                    Kernel::Conv2D { .. } => {
+                        Gemm { m: rows, n: co, k, ta: false, tb: false, a: a0.ptr, b: a1.ptr, c: y.ptr, beta: 0.0 }
+                    }
+                    Kernel::Conv2DBackpropInput { .. } => {
+                        Gemm { m: rows, n: k, k: co, ta: false, tb: true, a: a0.ptr, b: a1.ptr, c: y.ptr, beta: 0.0 }
+                    }
+                    _ => Gemm { m: k, n: co, k: rows, ta: true, tb: false, a: a0.ptr, b: a1.ptr, c: y.ptr, beta: 0.0 },
+                };
+                ops.push(Op::Gemm(gm));
+                return Ok(());
+            }
+            let ws = ws.ok_or_else(|| format!("{name}: no workspace"))?;
+            let chunk = (ws.len / k.max(1)).min(rows);
+            if chunk == 0 {
+                return Err(format!("{name}: the workspace ({} elements) holds no row of {k}", ws.len));
+            }
+            let mut r0 = 0;
+            while r0 < rows {
+                let r = chunk.min(rows - r0);
+                let im2col = |x: u64| {
+                    let mut a = ArgPack::new();
+                    a.push(g).i64(r0).i64(r).ptr(x).ptr(ws.ptr);
+                    a
+                };
+                match kernel {
+                    Kernel::Conv2D { .. } => {
+                        launch(ops, "conv", "towers_im2col_f32", ew(r * k), BLOCK, im2col(a0.ptr))?;
+                        let c = y.ptr + (r0 * co * 4) as u64;
+                        ops.push(Op::Gemm(Gemm {
+                            m: r,
+                            n: co,
+                            k,
+                            ta: false,
+                            tb: false,
+                            a: ws.ptr,
+                            b: a1.ptr,
+                            c,
+                            beta: 0.0,
+                        }));
+                    }
+                    Kernel::Conv2DBackpropInput { .. } => {
+                        let dy = a0.ptr + (r0 * co * 4) as u64;
+                        ops.push(Op::Gemm(Gemm {
+                            m: r,
+                            n: k,
+                            k: co,
+                            ta: false,
+                            tb: true,
+                            a: dy,
+                            b: a1.ptr,
+                            c: ws.ptr,
+                            beta: 0.0,
+                        }));
+                        let mut a = ArgPack::new();
+                        a.push(g).i64(r0).i64(r).i32((r0 > 0) as i32).ptr(ws.ptr).ptr(y.ptr);
+                        launch(ops, "conv", "towers_col2im_f32", ew(geom.x_len()), BLOCK, a)?;
+                    }
+                    _ => {
+                        launch(ops, "conv", "towers_im2col_f32", ew(r * k), BLOCK, im2col(a0.ptr))?;
+                        let dy = a1.ptr + (r0 * co * 4) as u64;
+                        let beta = if r0 > 0 { 1.0 } else { 0.0 };
+                        ops.push(Op::Gemm(Gemm {
+                            m: k,
+                            n: co,
+                            k: r,
+                            ta: true,
+                            tb: false,
+                            a: ws.ptr,
+                            b: dy,
+                            c: y.ptr,
+                            beta,
+                        }));
+                    }
+                }
+                r0 += r;
+            }
+        }
+        Kernel::MaxPool { geom } | Kernel::AvgPool { geom } => {
+            let y = o(0)?;
+            let mut a = ArgPack::new();
+            a.push(PoolArgs::from(geom)).ptr(i(0)?.ptr).ptr(y.ptr);
+            let e =
+                if matches!(kernel, Kernel::MaxPool { .. }) { "towers_max_pool_f32" } else { "towers_avg_pool_f32" };
+            launch(ops, "pool", e, ew(y.len), BLOCK, a)?;
+        }
+        Kernel::MaxPoolGrad { geom } => {
+            let dx = o(0)?;
+            let mut a = ArgPack::new();
+            a.push(PoolArgs::from(geom)).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(i(2)?.ptr).ptr(dx.ptr);
+            launch(ops, "pool", "towers_max_pool_grad_f32", ew(dx.len), BLOCK, a)?;
+        }
+        Kernel::AvgPoolGrad { geom } => {
+            let dx = o(0)?;
+            let mut a = ArgPack::new();
+            a.push(PoolArgs::from(geom)).ptr(i(0)?.ptr).ptr(dx.ptr);
+            launch(ops, "pool", "towers_avg_pool_grad_f32", ew(dx.len), BLOCK, a)?;
+        }
+        Kernel::Concat { axis, shapes } => {
+            let y = o(0)?;
+            let first = shapes.first().ok_or_else(|| format!("{name}: no inputs"))?;
+            let outer = numel(&first[..*axis]);
+            let inner = numel(&first[axis + 1..]);
+            let total: usize = shapes.iter().map(|s| s[*axis]).sum::<usize>() * inner;
+            let mut off = 0;
+            for (k, s) in shapes.iter().enumerate() {
+                let run = s[*axis] * inner;
+                let mut a = ArgPack::new();
+                a.i64(outer).i64(run).i64(total).i64(off).ptr(i(k)?.ptr).ptr(y.ptr);
+                launch(ops, "layout", "towers_concat_part_f32", ew(outer * run), BLOCK, a)?;
+                off += run;
+            }
+        }
+        Kernel::Split { axis, shape, sizes } => {
+            let outer = numel(&shape[..*axis]);
+            let inner = numel(&shape[axis + 1..]);
+            let total = shape[*axis] * inner;
+            let mut off = 0;
+            for (k, s) in sizes.iter().enumerate() {
+                let run = s * inner;
+                let mut a = ArgPack::new();
+                a.i64(outer).i64(run).i64(total).i64(off).ptr(i(0)?.ptr).ptr(o(k)?.ptr);
+                launch(ops, "layout", "towers_split_part_f32", ew(outer * run), BLOCK, a)?;
+                off += run;
+            }
+        }
+        Kernel::Slice { shape, begin, size } | Kernel::SliceGrad { shape, begin, size } => {
+            let y = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(y.len).ptr(i(0)?.ptr).ptr(y.ptr);
+            a.push(d4(shape, 1, name)?).push(d4(begin, 0, name)?).push(d4(size, 1, name)?);
+            let e = if matches!(kernel, Kernel::Slice { .. }) { "towers_slice_f32" } else { "towers_slice_grad_f32" };
+            launch(ops, "layout", e, ew(y.len), BLOCK, a)?;
+        }
+        Kernel::BroadcastTo { x_shape, out_shape } => {
+            let y = o(0)?;
+            let mut xs = vec![1; out_shape.len().saturating_sub(x_shape.len())];
+            xs.extend_from_slice(x_shape);
+            let mut a = ArgPack::new();
+            a.i64(y.len).ptr(i(0)?.ptr).ptr(y.ptr).push(d4(out_shape, 1, name)?).push(bstrides(&xs, name)?);
+            launch(ops, "elementwise", "towers_broadcast_to_f32", ew(y.len), BLOCK, a)?;
+        }
+        Kernel::SumTo { x_shape, out_shape } => {
+            let y = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(y.len).ptr(i(0)?.ptr).ptr(y.ptr).push(d4(x_shape, 1, name)?);
+            a.i32(reduced_bits_to(x_shape, out_shape)).f32(1.0);
+            launch(ops, "reduce", "towers_reduce_f32", grid_rows(y.len), BLOCK, a)?;
+        }
+        Kernel::ReduceSum { shape, axes } | Kernel::ReduceMean { shape, axes } => {
+            let y = o(0)?;
+            if shape.len() > 4 {
+                return Err(format!("{name}: rank {} is above 4, the CUDA kernels' limit", shape.len()));
+            }
+            let bits = axes.iter().fold(0, |b, &ax| b | 1 << (4 - shape.len() + ax));
+            let count: usize = axes.iter().map(|&ax| shape[ax]).product();
+            let scale = if matches!(kernel, Kernel::ReduceMean { .. }) { 1.0 / count.max(1) as f32 } else { 1.0 };
+            let mut a = ArgPack::new();
+            a.i64(y.len).ptr(i(0)?.ptr).ptr(y.ptr).push(d4(shape, 1, name)?).i32(bits).f32(scale);
+            launch(ops, "reduce", "towers_reduce_f32", grid_rows(y.len), BLOCK, a)?;
+        }
+        Kernel::Softmax { classes }
+        | Kernel::LogSoftmax { classes }
+        | Kernel::SoftmaxGrad { classes }
+        | Kernel::LogSoftmaxGrad { classes } => {
+            let y = o(0)?;
+            let rows = y.len / (*classes).max(1);
+            let mut a = ArgPack::new();
+            a.i64(rows).i32(*classes as i32);
+            for x in ins {
+                a.ptr(x.ptr);
+            }
+            a.ptr(y.ptr);
+            let e = match kernel {
+                Kernel::Softmax { .. } => "towers_softmax_f32",
+                Kernel::LogSoftmax { .. } => "towers_log_softmax_f32",
+                Kernel::SoftmaxGrad { .. } => "towers_softmax_grad_f32",
+                _ => "towers_log_softmax_grad_f32",
+            };
+            launch(ops, "softmax", e, grid_rows(rows), BLOCK, a)?;
+        }
+        Kernel::SparseSoftmaxXent { classes } | Kernel::SoftmaxXent { classes } => {
+            let logits = i(0)?;
+            let rows = logits.len / (*classes).max(1);
+            let mut a = ArgPack::new();
+            a.i64(rows).i32(*classes as i32).ptr(logits.ptr).ptr(i(1)?.ptr).ptr(o(0)?.ptr).ptr(o(1)?.ptr);
+            let e = if matches!(kernel, Kernel::SparseSoftmaxXent { .. }) {
+                "towers_sparse_softmax_xent_f32"
+            } else {
+                "towers_softmax_xent_f32"
+            };
+            launch(ops, "softmax", e, grid_rows(rows), BLOCK, a)?;
+        }
+        Kernel::L2Loss => {
+            let x = i(0)?;
+            let mut a = ArgPack::new();
+            a.i64(x.len).ptr(x.ptr).ptr(o(0)?.ptr);
+            launch(ops, "reduce", "towers_l2_loss_f32", 1, BLOCK, a)?;
+        }
+        Kernel::ArgMax { shape, axis } => {
+            let (outer, len, inner) = (numel(&shape[..*axis]), shape[*axis], numel(&shape[axis + 1..]));
+            let mut a = ArgPack::new();
+            a.i64(outer).i64(len).i64(inner).ptr(i(0)?.ptr).ptr(o(0)?.ptr);
+            launch(ops, "reduce", "towers_argmax_f32", ew(outer * inner), BLOCK, a)?;
+        }
+        Kernel::Equal { dtype } => {
+            let y = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(y.len).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(y.ptr);
+            let e = if *dtype == DType::F32 { "towers_equal_f32" } else { "towers_equal_i32" };
+            launch(ops, "reduce", e, ew(y.len), BLOCK, a)?;
+        }
+        Kernel::Cast { from, to } => {
+            let y = o(0)?;
+            let e = match (from, to) {
+                (DType::F32, DType::I32) => "towers_cast_f32_i32",
+                (DType::I32 | DType::Bool, DType::F32) => "towers_cast_i32_f32",
+                (DType::F32, DType::Bool) => "towers_cast_f32_bool",
+                (_, DType::Bool) => "towers_cast_i32_bool",
+                _ => "towers_copy_u32",
+            };
+            let mut a = ArgPack::new();
+            a.i64(y.len).ptr(i(0)?.ptr).ptr(y.ptr);
+            launch(ops, "reduce", e, ew(y.len), BLOCK, a)?;
+        }
+        Kernel::Dropout { keep_prob, seed, elem_offset } => {
+            let y = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(y.len).f32(*keep_prob).u64(*seed).step().u64(*elem_offset as u64);
+            a.ptr(i(0)?.ptr).ptr(y.ptr).ptr(o(1)?.ptr);
+            launch(ops, "dropout", "towers_dropout_f32", ew(y.len), BLOCK, a)?;
+        }
+        Kernel::Fill { value } => {
+            let y = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(y.len).f32(*value).ptr(y.ptr);
+            launch(ops, "misc", "towers_fill_f32", ew(y.len), BLOCK, a)?;
+        }
+        Kernel::BatchNormTrain { channels, epsilon } => {
+            let (x, c) = (i(0)?, *channels);
+            let rows = x.len / c.max(1);
+            let mut a = ArgPack::new();
+            a.i64(rows).i64(c).f32(*epsilon).ptr(x.ptr).ptr(o(1)?.ptr).ptr(o(2)?.ptr).ptr(o(3)?.ptr);
+            launch(ops, "batchnorm", "towers_batch_norm_stats_f32", grid_rows(c), BLOCK, a)?;
+            let mut a = ArgPack::new();
+            a.i64(x.len).i64(c).ptr(x.ptr).ptr(i(1)?.ptr).ptr(i(2)?.ptr).ptr(o(1)?.ptr).ptr(o(2)?.ptr).ptr(o(0)?.ptr);
+            launch(ops, "batchnorm", "towers_batch_norm_apply_f32", ew(x.len), BLOCK, a)?;
+        }
+        Kernel::BatchNormInfer { channels, epsilon } => {
+            let x = i(0)?;
+            let mut a = ArgPack::new();
+            a.i64(x.len).i64(*channels).f32(*epsilon);
+            for k in 0..5 {
+                a.ptr(i(k)?.ptr);
+            }
+            for k in 0..4 {
+                a.ptr(o(k)?.ptr);
+            }
+            launch(ops, "batchnorm", "towers_batch_norm_infer_f32", ew(x.len), BLOCK, a)?;
+        }
+        Kernel::BatchNormGrad { channels } => {
+            let (dy, x, c) = (i(0)?, i(1)?, *channels);
+            let rows = x.len / c.max(1);
+            let (mean, inv_std) = (i(3)?.ptr, i(4)?.ptr);
+            let (dx, dgamma, dbeta) = (o(0)?.ptr, o(1)?.ptr, o(2)?.ptr);
+            let mut a = ArgPack::new();
+            a.i64(rows).i64(c).ptr(dy.ptr).ptr(x.ptr).ptr(mean).ptr(inv_std).ptr(dgamma).ptr(dbeta);
+            launch(ops, "batchnorm", "towers_batch_norm_grad_reduce_f32", grid_rows(c), BLOCK, a)?;
+            let mut a = ArgPack::new();
+            a.i64(x.len).i64(c).ptr(dy.ptr).ptr(x.ptr).ptr(i(2)?.ptr).ptr(mean).ptr(inv_std);
+            a.ptr(dgamma).ptr(dbeta).ptr(dx);
+            launch(ops, "batchnorm", "towers_batch_norm_grad_dx_f32", ew(x.len), BLOCK, a)?;
+        }
+        Kernel::AssignMovingAverage { decay } => {
+            let v = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(v.len).f32(*decay).ptr(i(0)?.ptr).ptr(v.ptr);
+            launch(ops, "optim", "towers_assign_moving_average_f32", ew(v.len), BLOCK, a)?;
+        }
+        Kernel::ApplyGradientDescent { lr } => {
+            let w = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(w.len).f32(*lr).ptr(i(0)?.ptr).ptr(w.ptr);
+            launch(ops, "optim", "towers_apply_gradient_descent_f32", ew(w.len), BLOCK, a)?;
+        }
+        Kernel::ApplyMomentum { lr, momentum, nesterov } => {
+            let w = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(w.len).f32(*lr).f32(*momentum).i32(*nesterov as i32).ptr(i(0)?.ptr).ptr(w.ptr).ptr(o(1)?.ptr);
+            launch(ops, "optim", "towers_apply_momentum_f32", ew(w.len), BLOCK, a)?;
+        }
+        Kernel::ApplyAdam { lr, beta1, beta2, epsilon } => {
+            let w = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(w.len).f32(*lr).f32(*beta1).f32(*beta2).f32(*epsilon).ptr(i(0)?.ptr).ptr(i(1)?.ptr);
+            a.ptr(w.ptr).ptr(o(1)?.ptr).ptr(o(2)?.ptr);
+            launch(ops, "optim", "towers_apply_adam_f32", ew(w.len), BLOCK, a)?;
+        }
+        Kernel::MeanApply { weights, apply } => {
+            let (w, count) = (o(0)?, weights.len());
+            let ptrs: Vec<u64> = ins[..count.min(ins.len())].iter().map(|d| d.ptr).collect();
+            let mut a = ArgPack::new();
+            a.i64(w.len).i32(count as i32).side_ptr(side.push(&ptrs)).side_ptr(side.push(weights));
+            let e = match apply.as_ref() {
+                Kernel::ApplyGradientDescent { lr } => {
+                    a.f32(*lr).ptr(w.ptr);
+                    "towers_mean_apply_gradient_descent_f32"
+                }
+                Kernel::ApplyMomentum { lr, momentum, nesterov } => {
+                    a.f32(*lr).f32(*momentum).i32(*nesterov as i32).ptr(w.ptr).ptr(o(1)?.ptr);
+                    "towers_mean_apply_momentum_f32"
+                }
+                Kernel::ApplyAdam { lr, beta1, beta2, epsilon } => {
+                    a.f32(*lr).f32(*beta1).f32(*beta2).f32(*epsilon).ptr(i(count)?.ptr);
+                    a.ptr(w.ptr).ptr(o(1)?.ptr).ptr(o(2)?.ptr);
+                    "towers_mean_apply_adam_f32"
+                }
+                other => return Err(format!("mean_apply cannot fuse into {}", other.name())),
+            };
+            launch(ops, "optim", e, ew(w.len), BLOCK, a)?;
+        }
+        Kernel::IncrementStep => {
+            let mut a = ArgPack::new();
+            a.ptr(o(0)?.ptr);
+            launch(ops, "optim", "towers_increment_step_i32", 1, 1, a)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reduced_bits_to;
+
+    #[test]
+    fn reduced_axes_of_sum_to_shape() {
+        // [N, C] -> [C]: rows (padded axis 2).
+        assert_eq!(reduced_bits_to(&[8, 3], &[3]), 0b0100);
+        // [N, H, W, C] -> [1, 1, 1, C].
+        assert_eq!(reduced_bits_to(&[2, 4, 4, 3], &[1, 1, 1, 3]), 0b0111);
+        // [2, 3] -> [] (a scalar).
+        assert_eq!(reduced_bits_to(&[2, 3], &[]), 0b1100);
+        // Nothing reduced where x is already 1.
+        assert_eq!(reduced_bits_to(&[1, 3], &[3]), 0);
+    }
+}

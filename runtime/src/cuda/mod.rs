@@ -1,0 +1,637 @@
+//! # The CUDA backend
+//!
+//! Executes plans on one NVIDIA GPU through cudarc (driver API), NVRTC and
+//! cuBLAS. Every library is probed before first use ([`libs`]): where one is
+//! missing, [`CudaBackend::new`] returns [`CudaUnavailable`] naming it and
+//! the `LD_LIBRARY_PATH` it needs, never a panic. [`probe`] still answers
+//! "is there a driver" for the CLI.
+//!
+//! - **Devices.** One context on GPU 0. Every logical device of a plan,
+//!   `/gpu:i` and, in this first version, `/cpu:0` too, maps onto that one
+//!   GPU: a two-tower plan runs its towers as separate streams of the same
+//!   GPU ([`Backend::device_note`] says so). Variables placed on `/cpu:0`
+//!   therefore live in device memory as well (pinned host memory for them is
+//!   not done).
+//! - **Load** does everything that allocates or compiles: one device
+//!   allocation per plan device (`DevicePlan::arena_bytes`), every buffer
+//!   and view at its plan offset; constants uploaded; one CUDA stream per
+//!   plan stream, one CUDA event per plan event, one cuBLAS handle per
+//!   stream that runs GEMMs; each kernel family compiled once per process by
+//!   NVRTC to a cubin for the device's own `sm_XY` (the PTX of a newer NVRTC
+//!   is refused by an older driver's JIT) and loaded once per context; every
+//!   launch's argument list built ([`args`], [`lower`]); one im2col
+//!   workspace per stream, sized for whole convolutions rather than the
+//!   plan's cache-sized chunks; pointer and weight
+//!   arrays uploaded into one side buffer; and the order in which the host
+//!   enqueues the streams' steps, chosen so that every `Record` is enqueued
+//!   before the `Wait`s on it.
+//! - **Run** walks that order: launches (`cuLaunchKernel`), cuBLAS SGEMMs,
+//!   device-to-device `cuMemcpyAsync` copies, `cuEventRecord` /
+//!   `cuStreamWaitEvent`; dropout's step counter (the program's run count)
+//!   is patched into its argument list; then the context is synchronized,
+//!   so `run` returns with the step complete. `Step::AllReduce` runs only
+//!   with a communicator of world size 1 (the sum over one rank: nothing to
+//!   do); more ranks need NCCL, which this backend refuses at load.
+//! - **Reads and writes** of buffers and variables are synchronous copies
+//!   between device memory and the caller's host slice.
+
+mod args;
+mod driver;
+pub mod libs;
+mod lower;
+mod probe;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::cublas::{result as blas, sys as blas_sys};
+use cudarc::driver::{result as drv, sys, CudaContext};
+use towers_codegen::{BufRef, Plan, Step, VariableDecl};
+use towers_graph::DType;
+use towers_kernels::Kernel;
+
+use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
+use crate::comm::Comm;
+use args::Side;
+use driver::{derr, Blas, DevMem, Event, Stream};
+pub use libs::{CudaLibrary, CudaUnavailable};
+use lower::{lower_launch, Dev, Gemm, Modules, Op};
+pub use probe::{probe, CudaStatus};
+
+/// Whether the CUDA backend can start here: a driver with a GPU, NVRTC and
+/// cuBLAS (what `--backend auto` asks).
+pub fn available() -> Result<(), CudaUnavailable> {
+    libs::check(&[CudaLibrary::Driver, CudaLibrary::Nvrtc, CudaLibrary::Cublas])?;
+    match probe() {
+        CudaStatus::Found { devices } if devices > 0 => Ok(()),
+        CudaStatus::Found { .. } => Err(CudaUnavailable::NoDevice),
+        CudaStatus::NotInstalled => Err(CudaUnavailable::MissingLibrary { library: CudaLibrary::Driver }),
+        CudaStatus::Error(e) => Err(CudaUnavailable::Driver(e)),
+    }
+}
+
+struct Var {
+    mem: DevMem,
+    dtype: DType,
+    shape: Vec<usize>,
+    len: usize,
+}
+
+/// One op of a stream with what names it in errors and profiles.
+struct Item {
+    op: Op,
+    kernel: &'static str,
+    node: String,
+}
+
+struct StreamRun {
+    items: Vec<Item>,
+    /// Declared before `stream`: dropped first.
+    blas: Option<Blas>,
+    /// The convolutions' im2col workspace of this stream (see [`stream_workspace_bytes`]).
+    _ws: Option<DevMem>,
+    stream: Stream,
+    name: String,
+}
+
+struct Program {
+    plan: Plan,
+    /// `(stream, item)` in host enqueue order.
+    order: Vec<(usize, usize)>,
+    streams: Vec<StreamRun>,
+    events: Vec<Event>,
+    arenas: Vec<DevMem>,
+    _side: Option<DevMem>,
+    runs: u64,
+    profiling: bool,
+    /// Nanoseconds per `(stream, item)` while profiling.
+    profile: BTreeMap<(usize, usize), u64>,
+}
+
+/// The CUDA backend; see the module docs.
+pub struct CudaBackend {
+    // Field order is drop order: programs and variables before the modules
+    // and the context they live in.
+    programs: Vec<Program>,
+    vars: BTreeMap<String, Var>,
+    modules: Modules,
+    ctx: Arc<CudaContext>,
+    gpu_name: String,
+}
+
+// SAFETY: the raw handles (functions, streams, events, cuBLAS handles,
+// argument pointers into this struct's own heap buffers) belong to `ctx`,
+// which every entry point binds to the calling thread before use; the
+// backend is used from one thread at a time (`Backend: Send`, not `Sync`).
+unsafe impl Send for CudaBackend {}
+
+impl CudaBackend {
+    /// A backend on GPU 0, or why not (a missing library names itself and
+    /// the `LD_LIBRARY_PATH` it needs).
+    pub fn new() -> Result<CudaBackend, CudaUnavailable> {
+        available()?;
+        let ctx = std::panic::catch_unwind(|| CudaContext::new(0))
+            .map_err(|_| CudaUnavailable::Driver("the CUDA driver panicked while creating a context".into()))?
+            .map_err(|e| CudaUnavailable::Driver(format!("{e:?}")))?;
+        let (major, minor) = ctx.compute_capability().map_err(|e| CudaUnavailable::Driver(format!("{e:?}")))?;
+        let gpu_name = ctx.name().unwrap_or_else(|_| "a GPU".into());
+        let arch = format!("sm_{major}{minor}");
+        Ok(CudaBackend {
+            programs: Vec::new(),
+            vars: BTreeMap::new(),
+            modules: Modules::new(&ctx, arch),
+            ctx,
+            gpu_name,
+        })
+    }
+
+    /// `NVIDIA H100 80GB HBM3 (sm_90)`.
+    pub fn device(&self) -> String {
+        format!("{} ({})", self.gpu_name, self.modules.arch())
+    }
+
+    /// Kernel families compiled and loaded so far.
+    pub fn families(&self) -> Vec<&'static str> {
+        self.modules.families()
+    }
+
+    fn bind(&self) -> Result<(), BackendError> {
+        self.ctx.bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))
+    }
+
+    fn program(&self, id: ProgramId) -> Result<&Program, BackendError> {
+        self.programs.get(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))
+    }
+
+    fn resolve(&self, plan: &Plan, arenas: &[DevMem], r: &BufRef) -> Result<Dev, String> {
+        match r {
+            BufRef::Arena { device, buffer } => {
+                let b = plan.buffer(r).ok_or_else(|| format!("buffer {device}/{buffer} does not exist"))?;
+                let a = arenas.get(*device).ok_or_else(|| format!("device {device} does not exist"))?;
+                if b.offset + b.bytes > a.bytes {
+                    return Err(format!("buffer '{}' lies outside its arena", b.name));
+                }
+                Ok(Dev { ptr: a.ptr + b.offset as u64, len: b.len(), dtype: b.dtype })
+            }
+            BufRef::Variable(n) => {
+                let v = self.vars.get(n).ok_or_else(|| format!("variable '{n}' does not exist on the GPU"))?;
+                Ok(Dev { ptr: v.mem.ptr, len: v.len, dtype: v.dtype })
+            }
+        }
+    }
+
+    fn prepare(&mut self, plan: &Plan, comm: &Arc<dyn Comm>) -> Result<Program, BackendError> {
+        let bad = BackendError::BadPlan;
+        let dev = BackendError::Device;
+        self.bind()?;
+        for v in &plan.variables {
+            if !self.vars.contains_key(&v.name) {
+                return Err(bad(format!("variable '{}' was not created before load", v.name)));
+            }
+        }
+        let arenas = plan
+            .devices
+            .iter()
+            .map(|d| DevMem::zeroed(&self.ctx, d.arena_bytes))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(dev)?;
+        for c in &plan.constants {
+            let d = self.resolve(plan, &arenas, &c.buffer).map_err(bad)?;
+            if d.len != c.data.len() {
+                return Err(bad(format!(
+                    "constant {} has {} values for {} elements",
+                    plan.ref_name(&c.buffer),
+                    c.data.len(),
+                    d.len
+                )));
+            }
+            // SAFETY: `d` lies inside a live allocation (checked by `resolve`) of `d.len` 4-byte elements.
+            let r = match d.dtype {
+                DType::F32 => unsafe { drv::memcpy_htod_sync(d.ptr, &c.data) },
+                _ => {
+                    let v: Vec<i32> = c.data.iter().map(|x| *x as i32).collect();
+                    unsafe { drv::memcpy_htod_sync(d.ptr, &v) }
+                }
+            };
+            r.map_err(|e| dev(derr("uploading a constant", e)))?;
+        }
+        let events = (0..plan.num_events).map(|_| Event::new(&self.ctx)).collect::<Result<Vec<_>, _>>().map_err(dev)?;
+        let mut side = Side::default();
+        let mut streams = Vec::new();
+        for s in &plan.streams {
+            let ws_mem = match stream_workspace_bytes(s) {
+                0 => None,
+                n => Some(DevMem::zeroed(&self.ctx, n).map_err(dev)?),
+            };
+            let ws_dev = ws_mem.as_ref().map(|m| Dev { ptr: m.ptr, len: m.bytes / 4, dtype: DType::F32 });
+            let mut items: Vec<Item> = Vec::new();
+            for step in &s.steps {
+                match step {
+                    Step::Record(e) | Step::Wait(e) if *e >= plan.num_events => {
+                        return Err(bad(format!("event {e} is out of range (the plan has {})", plan.num_events)))
+                    }
+                    Step::Record(e) => items.push(Item { op: Op::Record(*e), kernel: "record", node: String::new() }),
+                    Step::Wait(e) => items.push(Item { op: Op::Wait(*e), kernel: "wait", node: String::new() }),
+                    Step::Copy { from, to, bytes, node } => {
+                        let f = self.resolve(plan, &arenas, from).map_err(bad)?;
+                        let t = self.resolve(plan, &arenas, to).map_err(bad)?;
+                        if f.len != t.len || f.len * 4 != *bytes {
+                            return Err(bad(format!("copy '{node}' has mismatched buffers")));
+                        }
+                        let op = Op::Copy { dst: t.ptr, src: f.ptr, bytes: *bytes };
+                        items.push(Item { op, kernel: "copy", node: node.clone() });
+                    }
+                    Step::AllReduce { node, .. } => {
+                        if comm.world_size() != 1 {
+                            return Err(bad(format!(
+                                "all-reduce '{node}': the CUDA backend runs collectives with a world of one rank only ({} here: {}); NCCL is not wired in yet",
+                                comm.world_size(),
+                                comm.describe()
+                            )));
+                        }
+                        items.push(Item { op: Op::Nothing, kernel: "all_reduce", node: node.clone() });
+                    }
+                    Step::Launch { kernel, inputs, outputs, workspace, node } => {
+                        let res = |v: &[BufRef]| {
+                            v.iter().map(|r| self.resolve(plan, &arenas, r)).collect::<Result<Vec<_>, _>>()
+                        };
+                        let ins = res(inputs).map_err(bad)?;
+                        let outs = res(outputs).map_err(bad)?;
+                        let mut ws =
+                            workspace.as_ref().map(|r| self.resolve(plan, &arenas, r)).transpose().map_err(bad)?;
+                        if is_conv(kernel) {
+                            ws = ws_dev;
+                        }
+                        let mut ops = Vec::new();
+                        lower_launch(kernel, &ins, &outs, ws, &mut self.modules, &mut side, &mut ops).map_err(|e| {
+                            if e.starts_with("NVRTC") || e.starts_with("cu") {
+                                dev(format!("node '{node}' ({}): {e}", kernel.name()))
+                            } else {
+                                bad(format!("node '{node}': the CUDA backend cannot run kernel {}: {e}", kernel.name()))
+                            }
+                        })?;
+                        items.extend(ops.into_iter().map(|op| Item { op, kernel: kernel.name(), node: node.clone() }));
+                    }
+                }
+            }
+            let stream = Stream::new(&self.ctx).map_err(dev)?;
+            let blas = if items.iter().any(|i| matches!(i.op, Op::Gemm(_))) {
+                Some(Blas::new(&self.ctx, stream.raw).map_err(dev)?)
+            } else {
+                None
+            };
+            streams.push(StreamRun { items, blas, _ws: ws_mem, stream, name: s.name() });
+        }
+        let side_mem = if side.bytes.is_empty() {
+            None
+        } else {
+            let m = DevMem::zeroed(&self.ctx, side.bytes.len()).map_err(dev)?;
+            // SAFETY: `m` holds `side.bytes.len()` bytes.
+            unsafe { drv::memcpy_htod_sync(m.ptr, &side.bytes) }
+                .map_err(|e| dev(derr("uploading launch tables", e)))?;
+            for s in &mut streams {
+                for it in &mut s.items {
+                    if let Op::Kernel(k) = &mut it.op {
+                        k.args.patch_side(m.ptr);
+                    }
+                }
+            }
+            Some(m)
+        };
+        let order = enqueue_order(&streams, plan.num_events).map_err(bad)?;
+        Ok(Program {
+            plan: plan.clone(),
+            order,
+            streams,
+            events,
+            arenas,
+            _side: side_mem,
+            runs: 0,
+            profiling: false,
+            profile: BTreeMap::new(),
+        })
+    }
+}
+
+/// Largest im2col workspace a GPU stream gets (256 MiB): convolutions whose
+/// column matrix is larger run in chunks of this size.
+const MAX_WORKSPACE_BYTES: usize = 256 << 20;
+
+fn is_conv(k: &Kernel) -> bool {
+    matches!(k, Kernel::Conv2D { .. } | Kernel::Conv2DBackpropInput { .. } | Kernel::Conv2DBackpropFilter { .. })
+}
+
+/// The workspace one stream's convolutions share (they run one after the
+/// other on it). The plan sizes its workspace for the CPU: a chunk of
+/// about 64K floats that stays in cache, which on a GPU means dozens of
+/// small im2col + GEMM launches per convolution; here each convolution gets
+/// its whole column matrix (up to [`MAX_WORKSPACE_BYTES`]), so an
+/// MNIST-sized convolution is one im2col and one GEMM. Allocated at load.
+fn stream_workspace_bytes(s: &towers_codegen::StreamPlan) -> usize {
+    let mut bytes = 0;
+    for step in &s.steps {
+        if let Step::Launch { kernel, .. } = step {
+            let g = match kernel {
+                Kernel::Conv2D { geom, .. }
+                | Kernel::Conv2DBackpropInput { geom, .. }
+                | Kernel::Conv2DBackpropFilter { geom, .. } => geom,
+                _ => continue,
+            };
+            let pointwise = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1;
+            if !pointwise {
+                bytes = bytes.max((g.rows() * g.k() * 4).min(MAX_WORKSPACE_BYTES.max(g.k() * 4)));
+            }
+        }
+    }
+    bytes
+}
+
+/// The host's enqueue order: round robin over the streams, each advancing
+/// until a `Wait` on an event not yet recorded in this step. A CUDA wait
+/// sees the last record *enqueued* before it, so every record must be
+/// enqueued first; a plan where that is impossible would deadlock.
+fn enqueue_order(streams: &[StreamRun], num_events: usize) -> Result<Vec<(usize, usize)>, String> {
+    let mut pos = vec![0usize; streams.len()];
+    let mut recorded = vec![false; num_events];
+    let mut order = Vec::new();
+    loop {
+        let mut progress = false;
+        for (s, st) in streams.iter().enumerate() {
+            while pos[s] < st.items.len() {
+                match st.items[pos[s]].op {
+                    Op::Wait(e) if !recorded[e] => break,
+                    Op::Record(e) => recorded[e] = true,
+                    _ => {}
+                }
+                order.push((s, pos[s]));
+                pos[s] += 1;
+                progress = true;
+            }
+        }
+        if pos.iter().zip(streams).all(|(p, s)| *p == s.items.len()) {
+            return Ok(order);
+        }
+        if !progress {
+            let stuck: Vec<String> = streams
+                .iter()
+                .zip(&pos)
+                .filter(|(s, p)| **p < s.items.len())
+                .map(|(s, p)| format!("{} at step {p}", s.name))
+                .collect();
+            return Err(format!("the streams wait on events never recorded before them: {}", stuck.join(", ")));
+        }
+    }
+}
+
+/// A row-major GEMM as cuBLAS's column-major `c^T = op(b)^T op(a)^T`.
+///
+/// # Safety
+/// The handle and every pointer are live; the sizes match the buffers.
+unsafe fn gemm(h: blas_sys::cublasHandle_t, g: &Gemm) -> Result<(), String> {
+    use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+    let (op_a, lda) = if g.ta { (CUBLAS_OP_T, g.m) } else { (CUBLAS_OP_N, g.k) };
+    let (op_b, ldb) = if g.tb { (CUBLAS_OP_T, g.k) } else { (CUBLAS_OP_N, g.n) };
+    let one = 1.0f32;
+    blas::sgemm(
+        h,
+        op_b,
+        op_a,
+        g.n as i32,
+        g.m as i32,
+        g.k as i32,
+        &one,
+        g.b as *const f32,
+        ldb.max(1) as i32,
+        g.a as *const f32,
+        lda.max(1) as i32,
+        &g.beta,
+        g.c as *mut f32,
+        g.n.max(1) as i32,
+    )
+    .map_err(|e| derr("cublasSgemm", e))
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn create_variable(&mut self, decl: &VariableDecl, init: HostSlice<'_>) -> Result<(), BackendError> {
+        if self.vars.contains_key(&decl.name) {
+            return Err(BackendError::Access(format!("variable '{}' already exists", decl.name)));
+        }
+        let len: usize = decl.shape.iter().product();
+        if init.len() != len || !init.fits(decl.dtype) {
+            return Err(BackendError::Access(format!(
+                "variable '{}' is {}{:?}; the initial value has another dtype or {} elements",
+                decl.name,
+                decl.dtype,
+                decl.shape,
+                init.len()
+            )));
+        }
+        let mem = DevMem::zeroed(&self.ctx, len * 4).map_err(BackendError::Device)?;
+        // SAFETY: `mem` holds `len` 4-byte elements.
+        let r = match init {
+            HostSlice::F32(s) => unsafe { drv::memcpy_htod_sync(mem.ptr, s) },
+            HostSlice::I32(s) => unsafe { drv::memcpy_htod_sync(mem.ptr, s) },
+        };
+        r.map_err(|e| BackendError::Device(derr("uploading a variable", e)))?;
+        self.vars.insert(decl.name.clone(), Var { mem, dtype: decl.dtype, shape: decl.shape.clone(), len });
+        Ok(())
+    }
+
+    fn load(&mut self, _name: &str, plan: &Plan, comm: Arc<dyn Comm>) -> Result<ProgramId, BackendError> {
+        let p = self.prepare(plan, &comm)?;
+        self.programs.push(p);
+        Ok(ProgramId(self.programs.len() - 1))
+    }
+
+    fn run(&mut self, id: ProgramId) -> Result<(), BackendError> {
+        self.bind()?;
+        let ctx = Arc::clone(&self.ctx);
+        let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
+        let step = p.runs;
+        for &(s, k) in &p.order {
+            let st = &mut p.streams[s];
+            let stream = st.stream.raw;
+            let t0 = p.profiling.then(Instant::now);
+            let item = &mut st.items[k];
+            // SAFETY: every handle and device address was created or checked at load and lives as long as `p`.
+            let r = unsafe {
+                match &mut item.op {
+                    Op::Kernel(l) => {
+                        l.args.set_step(step);
+                        drv::launch_kernel(l.f, (l.grid, 1, 1), (l.block, 1, 1), 0, stream, l.args.params())
+                            .map_err(|e| derr("cuLaunchKernel", e))
+                    }
+                    Op::Gemm(g) => match &st.blas {
+                        Some(b) => gemm(b.raw, g),
+                        None => Err("no cuBLAS handle on this stream".into()),
+                    },
+                    Op::Copy { dst, src, bytes } => {
+                        drv::memcpy_dtod_async(*dst, *src, *bytes, stream).map_err(|e| derr("cuMemcpyDtoDAsync", e))
+                    }
+                    Op::Record(e) => drv::event::record(p.events[*e].raw, stream).map_err(|e| derr("cuEventRecord", e)),
+                    Op::Wait(e) => drv::stream::wait_event(
+                        stream,
+                        p.events[*e].raw,
+                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                    )
+                    .map_err(|e| derr("cuStreamWaitEvent", e)),
+                    Op::Nothing => Ok(()),
+                }
+            };
+            r.map_err(|detail| BackendError::Kernel { node: item.node.clone(), detail })?;
+            if let Some(t0) = t0 {
+                // SAFETY: a live stream.
+                unsafe { drv::stream::synchronize(stream) }.map_err(|e| BackendError::Kernel {
+                    node: item.node.clone(),
+                    detail: derr("cuStreamSynchronize", e),
+                })?;
+                *p.profile.entry((s, k)).or_insert(0) += t0.elapsed().as_nanos() as u64;
+            }
+        }
+        ctx.synchronize()
+            .map_err(|e| BackendError::Device(derr("the step failed on the GPU (cuCtxSynchronize)", e)))?;
+        p.runs += 1;
+        Ok(())
+    }
+
+    fn write_buffer(&mut self, id: ProgramId, r: &BufRef, data: HostSlice<'_>) -> Result<(), BackendError> {
+        self.bind()?;
+        let p = self.program(id)?;
+        let d = self.resolve(&p.plan, &p.arenas, r).map_err(BackendError::Access)?;
+        if d.len != data.len() || !data.fits(d.dtype) {
+            return Err(BackendError::Access(format!(
+                "{} is {} with {} elements; the host data has another dtype or {} elements",
+                p.plan.ref_name(r),
+                d.dtype,
+                d.len,
+                data.len()
+            )));
+        }
+        // SAFETY: `d` is a live device range of `d.len` 4-byte elements; no step is running.
+        let res = match data {
+            HostSlice::F32(s) => unsafe { drv::memcpy_htod_sync(d.ptr, s) },
+            HostSlice::I32(s) => unsafe { drv::memcpy_htod_sync(d.ptr, s) },
+        };
+        res.map_err(|e| BackendError::Device(derr("cuMemcpyHtoD", e)))
+    }
+
+    fn read_buffer(&self, id: ProgramId, r: &BufRef, out: HostSliceMut<'_>) -> Result<(), BackendError> {
+        self.bind()?;
+        let p = self.program(id)?;
+        let d = self.resolve(&p.plan, &p.arenas, r).map_err(BackendError::Access)?;
+        if d.len != out.len() || !out.fits(d.dtype) {
+            return Err(BackendError::Access(format!(
+                "{} is {} with {} elements; the host memory has another dtype or {} elements",
+                p.plan.ref_name(r),
+                d.dtype,
+                d.len,
+                out.len()
+            )));
+        }
+        // SAFETY: as `write_buffer`.
+        let res = match out {
+            HostSliceMut::F32(s) => unsafe { drv::memcpy_dtoh_sync(s, d.ptr) },
+            HostSliceMut::I32(s) => unsafe { drv::memcpy_dtoh_sync(s, d.ptr) },
+        };
+        res.map_err(|e| BackendError::Device(derr("cuMemcpyDtoH", e)))
+    }
+
+    fn write_variable(&mut self, name: &str, data: HostSlice<'_>) -> Result<(), BackendError> {
+        self.bind()?;
+        let v = self.vars.get(name).ok_or_else(|| BackendError::Access(format!("variable '{name}' does not exist")))?;
+        if v.len != data.len() || !data.fits(v.dtype) {
+            return Err(BackendError::Access(format!(
+                "variable '{name}' is {}{:?}; the host data has another dtype or {} elements",
+                v.dtype,
+                v.shape,
+                data.len()
+            )));
+        }
+        // SAFETY: the variable's allocation holds `v.len` elements; no step is running.
+        let res = match data {
+            HostSlice::F32(s) => unsafe { drv::memcpy_htod_sync(v.mem.ptr, s) },
+            HostSlice::I32(s) => unsafe { drv::memcpy_htod_sync(v.mem.ptr, s) },
+        };
+        res.map_err(|e| BackendError::Device(derr("cuMemcpyHtoD", e)))
+    }
+
+    fn read_variable(&self, name: &str, out: HostSliceMut<'_>) -> Result<(), BackendError> {
+        self.bind()?;
+        let v = self.vars.get(name).ok_or_else(|| BackendError::Access(format!("variable '{name}' does not exist")))?;
+        if v.len != out.len() || !out.fits(v.dtype) {
+            return Err(BackendError::Access(format!(
+                "variable '{name}' is {}{:?}; the host memory has another dtype or {} elements",
+                v.dtype,
+                v.shape,
+                out.len()
+            )));
+        }
+        // SAFETY: as `write_variable`.
+        let res = match out {
+            HostSliceMut::F32(s) => unsafe { drv::memcpy_dtoh_sync(s, v.mem.ptr) },
+            HostSliceMut::I32(s) => unsafe { drv::memcpy_dtoh_sync(s, v.mem.ptr) },
+        };
+        res.map_err(|e| BackendError::Device(derr("cuMemcpyDtoH", e)))
+    }
+
+    /// Profiling synchronizes after every item and times it on the host
+    /// (launch and execution together): slower steps, exact attribution.
+    fn set_profiling(&mut self, id: ProgramId, on: bool) {
+        if let Some(p) = self.programs.get_mut(id.0) {
+            p.profiling = on;
+            p.profile.clear();
+        }
+    }
+
+    fn profile(&self, id: ProgramId) -> Vec<Profiled> {
+        let Some(p) = self.programs.get(id.0) else { return Vec::new() };
+        p.profile
+            .iter()
+            .map(|(&(s, k), &nanos)| {
+                let it = &p.streams[s].items[k];
+                Profiled { stream: p.streams[s].name.clone(), kernel: it.kernel, node: it.node.clone(), nanos }
+            })
+            .collect()
+    }
+
+    fn steps_run(&self, id: ProgramId) -> u64 {
+        self.programs.get(id.0).map_or(0, |p| p.runs)
+    }
+
+    fn device_note(&self, gpus: &[String]) -> String {
+        if gpus.is_empty() {
+            return format!("cpu:0 runs on the one CUDA device {}", self.device());
+        }
+        let names = match gpus.len() {
+            0 | 1 => gpus.concat(),
+            n => format!("{} and {}", gpus[..n - 1].join(", "), gpus[n - 1]),
+        };
+        let how = if gpus.len() > 1 { ", as separate streams" } else { "" };
+        format!("{names} run on the one CUDA device {}{how}; cpu:0's steps and variables run on it too", self.device())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_libraries_the_backend_is_a_typed_error() {
+        match CudaBackend::new() {
+            Ok(b) => eprintln!("CUDA backend on {}", b.device()),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("LD_LIBRARY_PATH")
+                        || matches!(e, CudaUnavailable::NoDevice | CudaUnavailable::Driver(_)),
+                    "{msg}"
+                );
+            }
+        }
+    }
+}

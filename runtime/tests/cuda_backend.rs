@@ -1,0 +1,413 @@
+//! The CUDA backend against the CPU backend (the interpreter it must agree
+//! with): the seed MLP and convnet training programs, 1 and 2 towers (two
+//! logical GPUs on the one physical GPU), same seed, same feeds, a few
+//! steps; losses and every variable compared.
+//!
+//! Without a GPU (or without NVRTC/cuBLAS), asking for the CUDA backend is
+//! a typed error naming the missing library and `LD_LIBRARY_PATH`, and the
+//! GPU parts say SKIPPED.
+//!
+//! Tolerance: 1e-4 relative (|a-b| / max(1, |b|)). The GPU sums in other
+//! orders than the CPU (cuBLAS's GEMM blocking, the kernels' tree
+//! reductions) and its `expf`/`logf` differ by an ulp, so a few ulps per
+//! step are expected; a wrong argument or transpose gives errors of order 1.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use std::collections::BTreeSet;
+
+use towers::compiler::{compile_eval, compile_train, CompileOptions};
+use towers::data::Dataset;
+use towers::models::{build, Model, ModelKind, ModelSpec};
+use towers::passes::VarPlacement;
+use towers_codegen::{Plan, Step};
+use towers_graph::{Device, Optimizer, F32};
+use towers_runtime::cuda::{available, CudaBackend, CudaUnavailable};
+use towers_runtime::{Backend, CpuBackend, Session};
+
+const TOL: f32 = 1e-4;
+
+fn skip(test: &str, why: &CudaUnavailable) {
+    eprintln!("\n==================== SKIPPED: {test} (GPU parts) ====================\n{why}\n");
+}
+
+#[test]
+fn asking_for_cuda_without_it_is_a_typed_error() {
+    match (available(), CudaBackend::new()) {
+        (Ok(()), Ok(b)) => eprintln!("CUDA backend on {}", b.device()),
+        (Err(_), Err(e)) => {
+            let msg = e.to_string();
+            if let CudaUnavailable::MissingLibrary { .. } = e {
+                assert!(msg.contains("LD_LIBRARY_PATH"), "{msg}");
+            }
+            eprintln!("CUDA backend unavailable, as expected here: {msg}");
+            skip("asking_for_cuda_without_it_is_a_typed_error", &e);
+        }
+        (a, b) => panic!("available() and new() disagree: {a:?} / {:?}", b.err()),
+    }
+}
+
+fn model(kind: ModelKind, input: [usize; 3], hidden: Vec<usize>, batch_norm: bool) -> Model {
+    let mut s = ModelSpec::new(kind, input, 10);
+    s.hidden = hidden;
+    s.batch_norm = batch_norm;
+    s.seed = 7;
+    build(&s).expect("the seed models build")
+}
+
+fn data(m: &Model, batch: usize, steps: usize) -> Vec<(Vec<f32>, Vec<i32>)> {
+    let [h, w, c] = m.spec.input;
+    let d = Dataset::synthetic(batch * steps, h, w, c, 10, 3).expect("synthetic data");
+    let px = h * w * c;
+    (0..steps)
+        .map(|s| {
+            (d.images()[s * batch * px..(s + 1) * batch * px].to_vec(), d.labels()[s * batch..(s + 1) * batch].to_vec())
+        })
+        .collect()
+}
+
+struct Trained {
+    losses: Vec<f32>,
+    vars: BTreeMap<String, Vec<f32>>,
+    /// The eval program's predictions on the first batch, after training.
+    predictions: Vec<f32>,
+    note: String,
+}
+
+/// Kernel names a plan launches.
+fn kernels(plan: &Plan, into: &mut BTreeSet<&'static str>) {
+    for s in &plan.streams {
+        for step in &s.steps {
+            if let Step::Launch { kernel, .. } = step {
+                into.insert(kernel.name());
+                if let towers_kernels::Kernel::MeanApply { apply, .. } = kernel {
+                    into.insert(apply.name());
+                }
+            }
+        }
+    }
+}
+
+fn train(
+    backend: Box<dyn Backend>,
+    m: &Model,
+    opts: &CompileOptions,
+    batches: &[(Vec<f32>, Vec<i32>)],
+    seen: &mut BTreeSet<&'static str>,
+) -> Trained {
+    let c = compile_train(&m.graph, &m.loss, opts).expect("compiles");
+    let e = compile_eval(&m.graph, &[("predictions", &m.predictions)], batches[0].1.len()).expect("compiles eval");
+    kernels(&c.plan, seen);
+    kernels(&e.plan, seen);
+    let mut sess = Session::with_backend(m.spec.seed, backend);
+    sess.load("train", c.plan).expect("loads");
+    sess.load("eval", e.plan).expect("loads eval");
+    let mut losses = Vec::new();
+    for (x, y) in batches {
+        sess.feed_f32("train", &m.images, x).unwrap();
+        sess.feed_i32("train", &m.labels, y).unwrap();
+        sess.run("train").expect("runs");
+        losses.push(sess.fetch_f32("train", "loss").unwrap()[0]);
+    }
+    sess.feed_f32("eval", &m.images, &batches[0].0).unwrap();
+    sess.run("eval").expect("eval runs");
+    // Predicted classes (i32).
+    let predictions = sess.fetch_i32("eval", "predictions").unwrap().into_iter().map(|v| v as f32).collect();
+    let mut vars = BTreeMap::new();
+    for name in sess.variable_names() {
+        let v = sess
+            .read_variable(&name)
+            .unwrap_or_else(|_| sess.read_variable_i32(&name).unwrap().into_iter().map(|x| x as f32).collect());
+        vars.insert(name, v);
+    }
+    Trained { losses, vars, predictions, note: sess.backend_note() }
+}
+
+fn rel(a: f32, b: f32) -> f32 {
+    if a == b {
+        0.0
+    } else {
+        (a - b).abs() / b.abs().max(1.0)
+    }
+}
+
+/// Largest relative difference over losses and variables, and where.
+fn compare(gpu: &Trained, cpu: &Trained) -> (f32, String) {
+    let mut worst = (0f32, String::from("-"));
+    for (k, (a, b)) in gpu.losses.iter().zip(&cpu.losses).enumerate() {
+        let d = rel(*a, *b);
+        if d > worst.0 || d.is_nan() {
+            worst = (d, format!("loss of step {k}"));
+        }
+    }
+    for (a, b) in gpu.predictions.iter().zip(&cpu.predictions) {
+        let d = rel(*a, *b);
+        if d > worst.0 || d.is_nan() {
+            worst = (d, "eval predictions".into());
+        }
+    }
+    for (name, vb) in &cpu.vars {
+        let Some(va) = gpu.vars.get(name) else { return (f32::INFINITY, format!("{name} missing")) };
+        for (a, b) in va.iter().zip(vb) {
+            let d = rel(*a, *b);
+            if d > worst.0 || d.is_nan() {
+                worst = (d, name.clone());
+            }
+        }
+    }
+    worst
+}
+
+#[test]
+fn cuda_matches_cpu_on_the_seed_models_with_one_and_two_towers() {
+    if let Err(e) = available() {
+        skip("cuda_matches_cpu_on_the_seed_models_with_one_and_two_towers", &e);
+        return;
+    }
+    let adam = Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) };
+    let momentum = Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: true };
+    let cases = [
+        ("mlp 784-256-256-10", model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false), adam.clone(), 64),
+        ("mlp 64-16-10", model(ModelKind::Mlp, [8, 8, 1], vec![16], false), momentum.clone(), 24),
+        ("mlp 64-16-10 sgd", model(ModelKind::Mlp, [8, 8, 1], vec![16], false), Optimizer::Sgd { lr: F32(0.1) }, 24),
+        ("convnet 28x28", model(ModelKind::Convnet, [28, 28, 1], vec![], false), adam.clone(), 16),
+        ("convnet 8x8 + batch norm", model(ModelKind::Convnet, [8, 8, 1], vec![], true), momentum, 24),
+    ];
+    let mut failures = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut worst = 0f32;
+    for (name, m, opt, batch) in &cases {
+        let batches = data(m, *batch, 3);
+        for (towers, vars) in [(1u32, VarPlacement::Cpu), (2, VarPlacement::Cpu), (2, VarPlacement::Gpu0)] {
+            let mut o = CompileOptions::new(opt.clone(), *batch);
+            o.towers = (0..towers).map(Device::gpu).collect();
+            o.variables = vars;
+            let cpu = train(Box::new(CpuBackend::new()), m, &o, &batches, &mut seen);
+            let t = Instant::now();
+            let gpu = train(Box::new(CudaBackend::new().expect("CUDA backend")), m, &o, &batches, &mut seen);
+            let (d, at) = compare(&gpu, &cpu);
+            worst = worst.max(d);
+            eprintln!(
+                "{name}, {towers} tower(s), variables on {vars:?}: max rel diff {d:.3e} at {at}; losses cpu {:?} cuda {:?} ({} ms incl. load)\n  {}",
+                cpu.losses,
+                gpu.losses,
+                t.elapsed().as_millis(),
+                gpu.note
+            );
+            if d.is_nan() || d > TOL {
+                failures.push(format!("{name}, {towers} tower(s): {d:.3e} at {at}"));
+            }
+        }
+    }
+    eprintln!("MAX REL DIFF over every case: {worst:.3e}; {} kernels ran: {seen:?}", seen.len());
+    assert!(failures.is_empty(), "CUDA differs from CPU beyond {TOL}: {failures:#?}");
+}
+
+fn median_ms(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileOptions, warm: usize, steps: usize) {
+    let batch = opts.batch;
+    let batches = data(m, batch, 4);
+    let c = compile_train(&m.graph, &m.loss, opts).unwrap();
+    let mut sess = Session::with_backend(1, backend);
+    sess.load("train", c.plan).unwrap();
+    let (mut full, mut run_only) = (Vec::new(), Vec::new());
+    for i in 0..warm + steps {
+        let (x, y) = &batches[i % batches.len()];
+        let t = Instant::now();
+        sess.feed_f32("train", &m.images, x).unwrap();
+        sess.feed_i32("train", &m.labels, y).unwrap();
+        let t_run = Instant::now();
+        sess.run("train").unwrap();
+        let r = t_run.elapsed().as_secs_f64() * 1e3;
+        let _loss = sess.fetch_f32("train", "loss").unwrap();
+        if i >= warm {
+            full.push(t.elapsed().as_secs_f64() * 1e3);
+            run_only.push(r);
+        }
+    }
+    if label.starts_with("cuda") {
+        // Where a step's time goes (profiling synchronizes after every item,
+        // so these are launch + execution, host-timed).
+        sess.set_profiling("train", true).unwrap();
+        for _ in 0..20 {
+            sess.run("train").unwrap();
+        }
+        let mut by_kernel: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+        for p in sess.profile("train").unwrap() {
+            let e = by_kernel.entry(p.kernel).or_default();
+            e.0 += p.nanos;
+            e.1 += 1;
+        }
+        let mut v: Vec<_> = by_kernel.into_iter().collect();
+        v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+        let top: Vec<String> =
+            v.iter().take(6).map(|(k, (ns, n))| format!("{k} x{n}: {:.1} us", *ns as f64 / 20e3)).collect();
+        eprintln!("PROFILE {label}, batch {batch}, per step, profiled: {}", top.join(", "));
+    }
+    eprintln!(
+        "STEP TIME {label}, batch {batch}: median {:.3} ms per step (feed + run + loss fetch), run alone {:.3} ms ({steps} steps after {warm})",
+        median_ms(full),
+        median_ms(run_only)
+    );
+}
+
+/// Not an assertion: step times (median of 100 steps after 10 warm-up on
+/// the GPU; of 20 after 3 on the CPU, for scale) of the MNIST MLP
+/// 784-256-256-10 and the convnet, SGD.
+#[test]
+fn time_the_mlp_step_at_batch_256() {
+    if let Err(e) = available() {
+        skip("time_the_mlp_step_at_batch_256", &e);
+        return;
+    }
+    let mlp = model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false);
+    let conv = model(ModelKind::Convnet, [28, 28, 1], vec![], false);
+    let sgd = Optimizer::Sgd { lr: F32(0.05) };
+    let cuda = || Box::new(CudaBackend::new().unwrap()) as Box<dyn Backend>;
+    let cpu = || Box::new(CpuBackend::new()) as Box<dyn Backend>;
+    for (name, m, batch) in
+        [("mlp 784-256-256-10", &mlp, 256), ("mlp 784-256-256-10", &mlp, 1024), ("convnet", &conv, 256)]
+    {
+        let opts = CompileOptions::new(sgd.clone(), batch);
+        time_steps(&format!("cuda {name}"), cuda(), m, &opts, 10, 100);
+        if batch == 256 {
+            time_steps(&format!("cpu  {name}"), cpu(), m, &opts, 3, 20);
+        }
+    }
+}
+
+/// A made-up training program that launches the kernels the seed models do
+/// not: broadcast mul (and `sum_to_shape` in its gradient), avg pool and its
+/// gradient, split, concat, slice and its gradient, exp and log, softmax,
+/// log softmax and their gradients, dense-label cross entropy, reduce sum,
+/// L2 loss, add_n; its eval program: argmax, equal, cast, reduce mean.
+struct Zoo {
+    graph: towers_graph::Graph,
+    loss: String,
+    accuracy: String,
+}
+
+fn zoo() -> Zoo {
+    use towers_graph::{DType, GraphBuilder, Initializer, Padding, Shape, UnaryOp};
+    let mut b = GraphBuilder::with_seed(5);
+    let name = |b: &GraphBuilder, t: towers_graph::Tensor| b.graph().node(t.node).name.clone();
+    let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(6), Some(6), Some(2)])).unwrap();
+    let soft = b.placeholder("soft", DType::F32, Shape(vec![None, Some(5)])).unwrap();
+    let labels = b.placeholder("labels", DType::I32, Shape(vec![None])).unwrap();
+    let v1 = b.get_variable("zoo/scale", [2], Initializer::RandomUniform { min: F32(0.5), max: F32(1.5) }).unwrap();
+    let w = b.get_variable("zoo/w", [12, 5], Initializer::GlorotUniform).unwrap();
+    let h = b.mul(x, v1).unwrap();
+    let p = b.avg_pool(h, [2, 2], [2, 2], Padding::Same).unwrap();
+    let f = b.reshape(p, &[-1, 18]).unwrap();
+    let parts = b.split(f, 1, &[10, 8]).unwrap();
+    let c = b.concat(&[parts[1], parts[0]], 1).unwrap();
+    let s = b.slice(c, &[0, 2], &[-1, 12]).unwrap();
+    let e = b.unary(UnaryOp::Exp, s).unwrap();
+    let l = b.unary(UnaryOp::Log, e).unwrap();
+    let logits = b.matmul(l, w).unwrap();
+    let xent = b.softmax_cross_entropy_with_logits(logits, soft).unwrap();
+    let sm = b.softmax(logits).unwrap();
+    let ls = b.log_softmax(logits).unwrap();
+    let ent = b.mul(sm, ls).unwrap();
+    let ent = b.reduce_sum(ent, &[1], false).unwrap();
+    let l1 = b.reduce_mean_all(xent).unwrap();
+    let l2 = b.reduce_mean_all(ent).unwrap();
+    let reg = b.l2_loss(w).unwrap();
+    let k = b.scalar(0.01).unwrap();
+    let reg = b.mul(reg, k).unwrap();
+    let loss = b.add_n(&[l1, l2, reg]).unwrap();
+    let am = b.argmax(logits, 1).unwrap();
+    let eq = b.equal(am, labels).unwrap();
+    let eqf = b.cast(eq, DType::F32).unwrap();
+    let acc = b.reduce_mean_all(eqf).unwrap();
+    let (loss, accuracy) = (name(&b, loss), name(&b, acc));
+    Zoo { graph: b.finish(), loss, accuracy }
+}
+
+#[test]
+fn cuda_matches_cpu_on_the_other_kernels() {
+    // Without a GPU the CPU half still runs: the program compiles and trains.
+    let gpu = available();
+    if let Err(e) = &gpu {
+        skip("cuda_matches_cpu_on_the_other_kernels", e);
+    }
+    let z = zoo();
+    let batch = 8;
+    let mut seen = BTreeSet::new();
+    let mut rng = 1u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let xs: Vec<f32> = (0..batch * 72).map(|_| next() * 2.0 - 1.0).collect();
+    let mut soft: Vec<f32> = (0..batch * 5).map(|_| next()).collect();
+    for row in soft.chunks_mut(5) {
+        let t: f32 = row.iter().sum();
+        row.iter_mut().for_each(|v| *v /= t);
+    }
+    let labels: Vec<i32> = (0..batch).map(|i| (i % 5) as i32).collect();
+    let mut worst = 0f32;
+    for towers in [1u32, 2] {
+        let mut o = CompileOptions::new(
+            Optimizer::Adam { lr: F32(0.05), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
+            batch,
+        );
+        o.towers = (0..towers).map(Device::gpu).collect();
+        let mut results = Vec::new();
+        for cuda in [false, true] {
+            if cuda && gpu.is_err() {
+                continue;
+            }
+            let c = compile_train(&z.graph, &z.loss, &o).expect("zoo compiles");
+            let ev = compile_eval(&z.graph, &[("accuracy", &z.accuracy)], batch).expect("zoo eval compiles");
+            kernels(&c.plan, &mut seen);
+            kernels(&ev.plan, &mut seen);
+            let backend: Box<dyn Backend> =
+                if cuda { Box::new(CudaBackend::new().unwrap()) } else { Box::new(CpuBackend::new()) };
+            let mut sess = Session::with_backend(3, backend);
+            sess.load("train", c.plan).unwrap();
+            sess.load("eval", ev.plan).unwrap();
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                sess.feed_f32("train", "x", &xs).unwrap();
+                sess.feed_f32("train", "soft", &soft).unwrap();
+                sess.run("train").unwrap();
+                out.push(sess.fetch_f32("train", "loss").unwrap()[0]);
+            }
+            sess.feed_f32("eval", "x", &xs).unwrap();
+            sess.feed_i32("eval", "labels", &labels).unwrap();
+            sess.run("eval").unwrap();
+            out.extend(sess.fetch_f32("eval", "accuracy").unwrap());
+            for v in ["zoo/scale", "zoo/w"] {
+                out.extend(sess.read_variable(v).unwrap());
+            }
+            results.push(out);
+        }
+        if results.len() < 2 {
+            eprintln!("zoo, {towers} tower(s), CPU only: losses + accuracy {:?}", &results[0][..4]);
+            continue;
+        }
+        let d = results[0].iter().zip(&results[1]).map(|(c, g)| rel(*g, *c)).fold(0f32, |a, b| {
+            if b.is_nan() {
+                f32::NAN
+            } else {
+                a.max(b)
+            }
+        });
+        eprintln!(
+            "zoo, {towers} tower(s): max rel diff {d:.3e}; losses + accuracy cpu {:?} cuda {:?}",
+            &results[0][..4],
+            &results[1][..4]
+        );
+        assert!(!d.is_nan() && d <= TOL, "zoo, {towers} tower(s): {d}");
+        worst = worst.max(d);
+    }
+    eprintln!("ZOO MAX REL DIFF {worst:.3e}; {} kernels ran: {seen:?}", seen.len());
+}
