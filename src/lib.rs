@@ -15,6 +15,7 @@
 
 pub mod compiler;
 pub mod data;
+pub mod logdir;
 pub mod models;
 pub mod report;
 pub mod train;

@@ -111,7 +111,7 @@ struct Common {
     /// Seed of initializers, dropout and batch order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Data: `digits` (embedded) or `mnist:DIR` (IDX files).
+    /// Data: `digits` (embedded 8x8), `mnist5k` (embedded real MNIST, 28x28) or `mnist:DIR` (IDX files).
     #[arg(long, default_value = "digits")]
     data: String,
     /// Dump the graph (text and dot) after passes into this folder.
@@ -273,7 +273,7 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
         Some(s) => (parse_input(s)?, 10),
         None => match &cfg.data {
             DataSpec::Digits => ([8, 8, 1], 10),
-            DataSpec::Mnist(_) => ([28, 28, 1], 10),
+            DataSpec::Mnist(_) | DataSpec::Mnist5k => ([28, 28, 1], 10),
         },
     };
     let mut spec = ModelSpec::new(cfg.model, input, classes);
