@@ -11,6 +11,7 @@ use towers::data::DataSpec;
 use towers::models::{build, ModelKind, ModelSpec};
 use towers::passes::{BnUpdates, VarPlacement};
 use towers::train::{train, OptimizerKind, TrainConfig, TrainObserver};
+use towers::watch::{Tee, Watch};
 
 #[derive(Parser)]
 #[command(name = "towers", version, about = "A computation-graph compiler for synchronous data-parallel training")]
@@ -141,6 +142,12 @@ struct TrainArgs {
     /// Restore from --checkpoint first, when the file exists.
     #[arg(long)]
     resume: bool,
+    /// Write TensorBoard event files (scalars, the placed graph) into this folder.
+    #[arg(long)]
+    logdir: Option<PathBuf>,
+    /// Draw the loss and test-accuracy curves into this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -245,9 +252,21 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
     cfg.checkpoint = a.checkpoint;
     cfg.resume = a.resume;
     let mut p = Printer { log_every: a.log_every, bar: None };
-    let r = train(&cfg, &mut p).map_err(|e| e.to_string())?;
+    let mut watch = match &a.logdir {
+        Some(dir) => Watch::with_logdir(dir).map_err(|e| e.to_string())?,
+        None => Watch::new(),
+    };
+    let r = train(&cfg, &mut Tee(&mut p, &mut watch)).map_err(|e| e.to_string())?;
     if let Some(b) = &p.bar {
         b.finish_and_clear();
+    }
+    let event_file = watch.event_file().map(|f| f.display().to_string());
+    let history = watch.finish().map_err(|e| e.to_string())?;
+    if let Some(f) = event_file {
+        eprintln!("events: {f}");
+    }
+    if let Some(path) = &a.plot {
+        towers::plot::plot_svg(path, &history).map_err(|e| e.to_string())?;
     }
     for d in &r.diagnostics {
         eprintln!("warning: {d}");

@@ -144,3 +144,53 @@ mod tests {
         }
     }
 }
+
+/// The IDX loader against real data: the mnist5k split written out as the
+/// four MNIST IDX files (train plain, test gzipped) loads back identical.
+#[cfg(test)]
+mod idx_round_trip {
+    use std::io::Write;
+
+    use super::*;
+    use crate::data::{load_mnist_dir, IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC};
+
+    fn idx_images(d: &Dataset) -> Vec<u8> {
+        let mut v = Vec::new();
+        for w in [IDX_IMAGES_MAGIC, d.len() as u32, 28, 28] {
+            v.extend_from_slice(&w.to_be_bytes());
+        }
+        // Pixels were k/255 for an integer k: round back exactly.
+        v.extend(d.images().iter().map(|&p| (p * 255.0).round() as u8));
+        v
+    }
+
+    fn idx_labels(d: &Dataset) -> Vec<u8> {
+        let mut v = IDX_LABELS_MAGIC.to_be_bytes().to_vec();
+        v.extend_from_slice(&(d.len() as u32).to_be_bytes());
+        v.extend(d.labels().iter().map(|&l| l as u8));
+        v
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(bytes).expect("write to Vec");
+        enc.finish().expect("finish gzip")
+    }
+
+    #[test]
+    fn real_mnist_written_as_idx_loads_back_identical() {
+        let (train, test) = mnist5k_split().expect("embedded");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let put = |name: &str, bytes: &[u8]| std::fs::write(dir.path().join(name), bytes).expect("write");
+        put("train-images-idx3-ubyte", &idx_images(&train));
+        put("train-labels-idx1-ubyte", &idx_labels(&train));
+        put("t10k-images-idx3-ubyte.gz", &gzip(&idx_images(&test)));
+        put("t10k-labels-idx1-ubyte.gz", &gzip(&idx_labels(&test)));
+        let (tr, te) = load_mnist_dir(dir.path()).expect("IDX loads");
+        assert_eq!((tr.shape(), te.shape()), ([4000, 28, 28, 1], [1000, 28, 28, 1]));
+        assert_eq!(tr.labels(), train.labels());
+        assert_eq!(te.labels(), test.labels());
+        // Bit for bit: both loaders divide the same byte by 255.
+        assert!(tr.images() == train.images() && te.images() == test.images());
+    }
+}

@@ -68,8 +68,13 @@ impl EventWriter {
 
     /// One scalar (`simple_value`) under `tag` at `step`.
     pub fn scalar(&mut self, tag: &str, step: i64, value: f32) -> Result<(), LogdirError> {
-        let value = SummaryValue { tag: tag.into(), simple_value: Some(value) };
-        self.write(step, What::Summary(Summary { value: vec![value] }))
+        self.scalars(step, &[(tag, value)])
+    }
+
+    /// Several scalars at `step`, in one event.
+    pub fn scalars(&mut self, step: i64, values: &[(&str, f32)]) -> Result<(), LogdirError> {
+        let value = values.iter().map(|&(tag, v)| SummaryValue { tag: tag.into(), simple_value: Some(v) }).collect();
+        self.write(step, What::Summary(Summary { value }))
     }
 
     /// The graph, as a `GraphDef` event (see [`graph_def`]).
