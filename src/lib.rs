@@ -15,9 +15,12 @@
 
 pub mod compiler;
 pub mod data;
+pub mod logdir;
 pub mod models;
+pub mod plot;
 pub mod report;
 pub mod train;
+pub mod watch;
 
 pub use towers_codegen as codegen;
 pub use towers_graph as graph;

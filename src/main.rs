@@ -11,6 +11,7 @@ use towers::data::DataSpec;
 use towers::models::{build, ModelKind, ModelSpec};
 use towers::passes::{BnUpdates, VarPlacement};
 use towers::train::{train, BackendChoice, OptimizerKind, TrainConfig, TrainObserver};
+use towers::watch::{Tee, Watch};
 
 #[derive(Parser)]
 #[command(name = "towers", version, about = "A computation-graph compiler for synchronous data-parallel training")]
@@ -111,7 +112,7 @@ struct Common {
     /// Seed of initializers, dropout and batch order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Data: `digits` (embedded) or `mnist:DIR` (IDX files).
+    /// Data: `digits` (embedded 8x8), `mnist5k` (embedded real MNIST, 28x28) or `mnist:DIR` (IDX files).
     #[arg(long, default_value = "digits")]
     data: String,
     /// Dump the graph (text and dot) after passes into this folder.
@@ -146,6 +147,12 @@ struct TrainArgs {
     /// NVRTC and cuBLAS are all present, else cpu). The run prints which.
     #[arg(long, default_value = "cpu")]
     backend: BackendChoice,
+    /// Write TensorBoard event files (scalars, the placed graph) into this folder.
+    #[arg(long)]
+    logdir: Option<PathBuf>,
+    /// Draw the loss and test-accuracy curves into this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -251,9 +258,21 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
     cfg.resume = a.resume;
     cfg.backend = a.backend;
     let mut p = Printer { log_every: a.log_every, bar: None };
-    let r = train(&cfg, &mut p).map_err(|e| e.to_string())?;
+    let mut watch = match &a.logdir {
+        Some(dir) => Watch::with_logdir(dir).map_err(|e| e.to_string())?,
+        None => Watch::new(),
+    };
+    let r = train(&cfg, &mut Tee(&mut p, &mut watch)).map_err(|e| e.to_string())?;
     if let Some(b) = &p.bar {
         b.finish_and_clear();
+    }
+    let event_file = watch.event_file().map(|f| f.display().to_string());
+    let history = watch.finish().map_err(|e| e.to_string())?;
+    if let Some(f) = event_file {
+        eprintln!("events: {f}");
+    }
+    if let Some(path) = &a.plot {
+        towers::plot::plot_svg(path, &history).map_err(|e| e.to_string())?;
     }
     for d in &r.diagnostics {
         eprintln!("warning: {d}");
@@ -279,7 +298,7 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
         Some(s) => (parse_input(s)?, 10),
         None => match &cfg.data {
             DataSpec::Digits => ([8, 8, 1], 10),
-            DataSpec::Mnist(_) => ([28, 28, 1], 10),
+            DataSpec::Mnist(_) | DataSpec::Mnist5k => ([28, 28, 1], 10),
         },
     };
     let mut spec = ModelSpec::new(cfg.model, input, classes);

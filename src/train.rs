@@ -216,6 +216,13 @@ pub trait TrainObserver {
     fn start(&mut self, _total_steps: usize, _backend_note: &str) {}
     /// After each step with its loss; `examples_per_sec` over the run so far.
     fn step(&mut self, _step: usize, _loss: f32, _examples_per_sec: f64) {}
+    /// The placed, scheduled training graph, once compiled (before `start`).
+    fn compiled(&mut self, _graph: &towers_graph::Graph) {}
+    /// Test accuracy after `step` (during training when evaluation is
+    /// periodic, and once at the end of the run).
+    fn eval(&mut self, _step: usize, _accuracy: f64) {}
+    /// The learning rate of `step`, when a schedule sets it.
+    fn learning_rate(&mut self, _step: usize, _lr: f32) {}
 }
 
 /// An observer that records nothing.
@@ -253,6 +260,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         events = compiled.plan.num_events,
         "compiled the training program"
     );
+    obs.compiled(&compiled.graph);
     let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
 
@@ -292,6 +300,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         sess.save(path)?;
     }
     let test_accuracy = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
+    obs.eval(total, test_accuracy);
     Ok(TrainReport {
         losses,
         steps: total,

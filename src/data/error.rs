@@ -107,7 +107,7 @@ pub enum DataError {
     },
 
     /// The digits CSV is malformed.
-    #[error("digits CSV line {line}: {detail}")]
+    #[error("CSV line {line} of an embedded data set: {detail}")]
     Csv {
         /// 1-based line number.
         line: usize,
@@ -116,7 +116,7 @@ pub enum DataError {
     },
 
     /// A `--data` spec is not one of the accepted forms.
-    #[error("invalid data spec {spec:?}: {reason}; accepted forms: `digits` (the embedded scikit-learn digits, 8x8) or `mnist:<dir>` (a directory holding the four MNIST IDX files, plain or .gz)")]
+    #[error("invalid data spec {spec:?}: {reason}; accepted forms: `digits` (the embedded scikit-learn digits, 8x8), `mnist5k` (the embedded 5000 real MNIST images, 28x28) or `mnist:<dir>` (a directory holding the four MNIST IDX files, plain or .gz)")]
     BadSpec {
         /// The spec as given.
         spec: String,

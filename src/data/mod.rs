@@ -4,8 +4,10 @@
 //!   `[0, 1]` by the loaders) and i32 labels in `0..num_classes`.
 //! - [`digits()`], [`digits_split`]: the embedded scikit-learn digits (8x8) and
 //!   their fixed 1437/360 train/test split.
+//! - [`mnist5k`], [`mnist5k_split`]: the embedded 5000 real MNIST images (28x28)
+//!   and their fixed 4000/1000 split.
 //! - [`load_mnist_dir`]: real MNIST from IDX files, plain or gzipped.
-//! - [`DataSpec`]: the `--data` argument (`digits` or `mnist:<dir>`).
+//! - [`DataSpec`]: the `--data` argument (`digits`, `mnist5k` or `mnist:<dir>`).
 //! - [`Batcher`], [`EvalChunks`]: deterministic allocation-free batching.
 //! - [`Dataset::synthetic`]: random data of any shape for benchmarks.
 //!
@@ -19,6 +21,7 @@ mod dataset;
 mod digits;
 mod error;
 mod idx;
+mod mnist5k;
 mod rng;
 mod spec;
 
@@ -31,5 +34,6 @@ pub use error::DataError;
 pub use idx::{
     load_mnist_dir, read_idx_images, read_idx_labels, IdxImages, IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, MNIST_CLASSES,
 };
+pub use mnist5k::{mnist5k, mnist5k_split, parse_mnist_csv, MNIST5K_SPLIT_SEED, MNIST5K_TRAIN_LEN};
 pub use rng::{derive_seed, SplitMix64};
 pub use spec::DataSpec;

@@ -1,7 +1,8 @@
 //! [`DataSpec`]: the `--data` argument.
 //!
 //! Accepted forms, exactly: `digits` (the embedded digits, split as in
-//! [`digits_split`](super::digits_split)) and `mnist:<dir>` with a non-empty
+//! [`digits_split`](super::digits_split)), `mnist5k` (the embedded real
+//! MNIST subset, split as in [`mnist5k_split`](super::mnist5k_split)) and `mnist:<dir>` with a non-empty
 //! `<dir>` (see [`load_mnist_dir`](super::load_mnist_dir)). Anything else is
 //! a [`DataError::BadSpec`] listing these forms.
 
@@ -13,12 +14,15 @@ use super::dataset::Dataset;
 use super::digits::digits_split;
 use super::error::DataError;
 use super::idx::load_mnist_dir;
+use super::mnist5k::mnist5k_split;
 
 /// Which data set to train and evaluate on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataSpec {
     /// The embedded scikit-learn digits.
     Digits,
+    /// The embedded 5000 real MNIST images (28x28).
+    Mnist5k,
     /// MNIST IDX files in a directory.
     Mnist(PathBuf),
 }
@@ -29,6 +33,9 @@ impl DataSpec {
         let bad = |reason: &str| DataError::BadSpec { spec: spec.to_string(), reason: reason.to_string() };
         if spec == "digits" {
             return Ok(DataSpec::Digits);
+        }
+        if spec == "mnist5k" {
+            return Ok(DataSpec::Mnist5k);
         }
         match spec.split_once(':') {
             Some(("mnist", "")) => Err(bad("the directory after `mnist:` is empty")),
@@ -43,6 +50,7 @@ impl DataSpec {
     pub fn load(&self) -> Result<(Dataset, Dataset), DataError> {
         match self {
             DataSpec::Digits => digits_split(),
+            DataSpec::Mnist5k => mnist5k_split(),
             DataSpec::Mnist(dir) => load_mnist_dir(dir),
         }
     }
@@ -61,6 +69,7 @@ impl fmt::Display for DataSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DataSpec::Digits => f.write_str("digits"),
+            DataSpec::Mnist5k => f.write_str("mnist5k"),
             DataSpec::Mnist(dir) => write!(f, "mnist:{}", dir.display()),
         }
     }
@@ -79,7 +88,7 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for s in ["digits", "mnist:/x/y"] {
+        for s in ["digits", "mnist5k", "mnist:/x/y"] {
             assert_eq!(DataSpec::parse(s).expect("ok").to_string(), s);
         }
     }
