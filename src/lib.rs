@@ -15,6 +15,7 @@
 
 pub mod compiler;
 pub mod data;
+pub mod guards;
 pub mod logdir;
 pub mod models;
 pub mod plot;

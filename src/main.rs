@@ -142,6 +142,12 @@ struct TrainArgs {
     /// Restore from --checkpoint first, when the file exists.
     #[arg(long)]
     resume: bool,
+    /// Also write --checkpoint every N steps (atomically; never from a diverged state).
+    #[arg(long)]
+    checkpoint_every: Option<usize>,
+    /// Print `step N test accuracy A` on the held-out split every N steps.
+    #[arg(long)]
+    eval_every: Option<usize>,
     /// Which backend runs the step: cpu, cuda (an error naming what is
     /// missing when it cannot start), or auto (cuda when a driver, a GPU,
     /// NVRTC and cuBLAS are all present, else cpu). The run prints which.
@@ -216,6 +222,7 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
 
 struct Printer {
     log_every: usize,
+    eval_every: bool,
     bar: Option<ProgressBar>,
 }
 
@@ -247,6 +254,17 @@ impl TrainObserver for Printer {
             }
         }
     }
+
+    /// Periodic evaluations (`--eval-every`); the final accuracy has its own line.
+    fn eval(&mut self, step: usize, accuracy: f64) {
+        if !self.eval_every {
+            return;
+        }
+        match &self.bar {
+            Some(b) => b.println(format!("step {step} test accuracy {accuracy:.4}")),
+            None => println!("step {step} test accuracy {accuracy:.4}"),
+        }
+    }
 }
 
 fn run_train(a: TrainArgs) -> Result<(), String> {
@@ -257,7 +275,9 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
     cfg.checkpoint = a.checkpoint;
     cfg.resume = a.resume;
     cfg.backend = a.backend;
-    let mut p = Printer { log_every: a.log_every, bar: None };
+    cfg.checkpoint_every = a.checkpoint_every;
+    cfg.eval_every = a.eval_every;
+    let mut p = Printer { log_every: a.log_every, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {
         Some(dir) => Watch::with_logdir(dir).map_err(|e| e.to_string())?,
         None => Watch::new(),

@@ -35,6 +35,13 @@ pub enum TrainError {
     Options(String),
     #[error("--backend cuda: {0}")]
     Cuda(#[from] CudaUnavailable),
+    /// The loss left the finite numbers: the run stops, and nothing is
+    /// checkpointed from the diverged state.
+    #[error("the loss is {loss} at step {step}: training diverged (try a smaller --lr); no checkpoint was written from this state")]
+    NonFiniteLoss { step: usize, loss: f32 },
+    /// The planned buffers do not fit in the backend's memory.
+    #[error("the {program} program needs {planned_gib:.2} GiB ({detail}), but the {backend} backend has only {available_gib:.2} GiB available; use a smaller --batch, or more --towers")]
+    Memory { program: String, backend: String, planned_gib: f64, available_gib: f64, detail: String },
 }
 
 /// Which backend runs the programs (`--backend`).
@@ -134,6 +141,10 @@ pub struct TrainConfig {
     pub eval_batch: usize,
     /// Which backend runs the programs.
     pub backend: BackendChoice,
+    /// Also write `checkpoint` every N steps (atomically, as at the end).
+    pub checkpoint_every: Option<usize>,
+    /// Evaluate on the test split every N steps.
+    pub eval_every: Option<usize>,
 }
 
 impl Default for TrainConfig {
@@ -163,6 +174,8 @@ impl Default for TrainConfig {
             bn_updates: BnUpdates::default(),
             eval_batch: 256,
             backend: BackendChoice::Cpu,
+            checkpoint_every: None,
+            eval_every: None,
         }
     }
 }
@@ -240,13 +253,13 @@ pub struct TrainReport {
     pub backend_note: String,
     /// Warnings from the compiler (e.g. variables without gradients).
     pub diagnostics: Vec<String>,
+    /// (step, test accuracy) of every periodic evaluation (`eval_every`).
+    pub evals: Vec<(usize, f64)>,
 }
 
 /// Run a training job and evaluate on the test split.
 pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainReport, TrainError> {
-    if cfg.batch == 0 || cfg.accumulate == 0 {
-        return Err(TrainError::Options("--batch and --accumulate must be at least 1".into()));
-    }
+    crate::guards::validate(cfg)?;
     let (train_set, test_set) = cfg.data.load()?;
     let model = build(&cfg.model_spec(&train_set))?;
     let t0 = Instant::now();
@@ -265,8 +278,15 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
 
     let (mut sess, which) = open_session(cfg.backend, cfg.seed)?;
-    sess.load("train", compiled.plan)?;
-    sess.load("eval", eval.plan)?;
+    let memory = |e: RuntimeError| match e {
+        RuntimeError::OutOfMemory { program, backend, planned, available, detail } => {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            TrainError::Memory { program, backend, planned_gib: gib(planned), available_gib: gib(available), detail }
+        }
+        e => TrainError::Runtime(e),
+    };
+    sess.load("train", compiled.plan).map_err(memory)?;
+    sess.load("eval", eval.plan).map_err(memory)?;
     if let (true, Some(path)) = (cfg.resume, &cfg.checkpoint) {
         if path.exists() {
             sess.restore(path)?;
@@ -280,6 +300,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     let mut images = vec![0f32; cfg.batch * train_set.image_len()];
     let mut labels = vec![0i32; cfg.batch];
     let mut losses = Vec::new();
+    let mut evals = Vec::new();
     let mut loss = [0f32];
     let started = Instant::now();
     for step in 1..=total {
@@ -289,6 +310,19 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         sess.run("train")?;
         sess.fetch_f32_into("train", "loss", &mut loss)?;
         let loss = loss[0];
+        if !loss.is_finite() {
+            return Err(TrainError::NonFiniteLoss { step, loss });
+        }
+        if let (Some(every), Some(path)) = (cfg.checkpoint_every, &cfg.checkpoint) {
+            if step % every == 0 {
+                sess.save(path)?;
+            }
+        }
+        if cfg.eval_every.is_some_and(|every| step % every == 0 && step < total) {
+            let acc = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
+            evals.push((step, acc));
+            obs.eval(step, acc);
+        }
         let eps = (step * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
         if (cfg.log_every > 0 && step % cfg.log_every == 0) || step == total {
             losses.push((step, loss));
@@ -308,6 +342,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         examples_per_sec,
         backend_note: note,
         diagnostics: compiled.state.diagnostics.iter().map(|d| format!("{}: {}", d.pass, d.message)).collect(),
+        evals,
     })
 }
 

@@ -104,6 +104,59 @@ fn user_mistakes_are_errors_not_panics() {
     bad(&["train", "--towers", "5", "--batch", "32", "--steps", "1"], "cannot split a global batch of 32");
     bad(&["train", "--data", "cifar:/x"], "mnist:");
     bad(&["train", "--data", "mnist:/definitely/missing", "--steps", "1"], "missing");
+    // Guards: nonsensical options name their flag.
+    bad(&["train", "--lr", "nan"], "--lr: the learning rate must be a finite number above 0, got NaN");
+    bad(&["train", "--lr", "inf"], "--lr:");
+    bad(&["train", "--lr=-1"], "--lr:");
+    bad(&["train", "--hidden", "64,0"], "--hidden: layer 2 has width 0");
+    bad(&["train", "--steps", "0"], "--steps:");
+    bad(&["train", "--epochs", "0"], "--epochs:");
+    bad(&["train", "--towers", "2", "--split-weights", "3,1,1"], "--split-weights: gives 3 weights for 2 towers");
+    bad(&["train", "--checkpoint-every", "5", "--steps", "1"], "--checkpoint-every: needs --checkpoint");
+    // A plan larger than the machine is refused before allocating (it used
+    // to abort: "memory allocation of 106640340160 bytes failed").
+    bad(&["train", "--batch", "10000000"], "use a smaller --batch, or more --towers");
+}
+
+#[test]
+fn a_diverged_run_stops_with_its_step_and_checkpoints_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ck = dir.path().join("model.safetensors");
+    let ck = ck.to_str().expect("utf-8 path");
+    let out = Command::new(env!("CARGO_BIN_EXE_towers"))
+        .args(["train", "--lr", "1e30", "--steps", "50", "--checkpoint", ck, "--checkpoint-every", "1"])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("the loss is NaN at step") || err.contains("the loss is inf at step"), "{err}");
+    // The checkpoint written after each finite step is the last finite one:
+    // the diverged state itself is never written.
+    let step_of_nan: usize = err
+        .split(" at step ")
+        .nth(1)
+        .and_then(|r| r.split(':').next())
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the step is named");
+    assert!(step_of_nan >= 1);
+    if step_of_nan == 1 {
+        assert!(!std::path::Path::new(ck).exists(), "nothing to checkpoint before the first finite step");
+    }
+}
+
+#[test]
+fn periodic_checkpoints_and_evaluation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ck = dir.path().join("model.safetensors");
+    let ck_s = ck.to_str().expect("utf-8 path");
+    let (out, _) =
+        towers(&["train", "--steps", "30", "--eval-every", "10", "--checkpoint", ck_s, "--checkpoint-every", "10"]);
+    let evals: Vec<&str> = out.lines().filter(|l| l.contains(" test accuracy ")).collect();
+    assert_eq!(evals.len(), 3, "{out}");
+    assert!(evals[0].starts_with("step 10 test accuracy 0."), "{out}");
+    assert!(evals[2].starts_with("step 30 test accuracy "), "{out}");
+    assert!(ck.exists());
+    assert!(out.contains("test accuracy: "), "{out}");
 }
 
 #[test]

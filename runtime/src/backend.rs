@@ -119,4 +119,10 @@ pub trait Backend: Send {
     /// except for a backend other than "cpu" (where CPU devices are not
     /// trivially CPU devices).
     fn device_note(&self, gpus: &[String]) -> String;
+    /// Bytes this backend can still allocate for a program's buffers and new
+    /// variables (host memory for the CPU backend), or `None` when it cannot
+    /// tell. `Session::load` refuses a plan that needs more, before allocating.
+    fn memory_available(&self) -> Option<u64> {
+        None
+    }
 }

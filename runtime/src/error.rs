@@ -70,6 +70,9 @@ pub enum RuntimeError {
     #[error("checkpoint {path}: variable '{name}' is missing from the checkpoint")]
     CheckpointMissing { path: String, name: String },
 
+    #[error("program '{program}' needs {} for its buffers and new variables ({detail}), but the {backend} backend has only {} available; use a smaller batch, or more towers on more devices", gib(*planned), gib(*available))]
+    OutOfMemory { program: String, backend: String, planned: u64, available: u64, detail: String },
+
     #[error("checkpoint {path}: {source}")]
     Io { path: String, source: std::io::Error },
 }
@@ -92,4 +95,9 @@ impl RuntimeError {
     pub(crate) fn from_variable(name: &str, e: BackendError) -> RuntimeError {
         RuntimeError::VariableAccess { name: name.into(), detail: e.to_string() }
     }
+}
+
+/// Bytes as GiB with two decimals, for memory errors.
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }

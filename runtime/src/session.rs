@@ -103,6 +103,7 @@ impl Session {
         // (e.g. edited JSON) is a typed error, never a bad access in a kernel.
         towers_codegen::verify(&plan)
             .map_err(|e| RuntimeError::InvalidPlan { program: name.into(), source: Box::new(e) })?;
+        self.check_memory(name, &plan)?;
         let backend = |e: BackendError| RuntimeError::from_backend(name, e);
         // Check every declaration before creating anything.
         for v in &plan.variables {
@@ -137,6 +138,33 @@ impl Session {
         let id = self.backend.load(name, &plan, Arc::clone(&self.comm)).map_err(backend)?;
         self.programs.insert(name.into(), Program { id, plan });
         Ok(())
+    }
+
+    /// Refuse a plan whose arenas and new variables exceed what the
+    /// backend has, before anything is allocated (an allocation failure
+    /// would abort the process).
+    fn check_memory(&self, name: &str, plan: &Plan) -> Result<(), RuntimeError> {
+        let Some(available) = self.backend.memory_available() else { return Ok(()) };
+        let arenas: u64 = plan.devices.iter().map(|d| d.arena_bytes as u64).sum();
+        let vars: u64 = plan
+            .variables
+            .iter()
+            .filter(|v| !self.vars.contains_key(&v.name))
+            .map(|v| v.shape.iter().product::<usize>() as u64 * v.dtype.size_bytes() as u64)
+            .sum();
+        let planned = arenas.saturating_add(vars);
+        if planned <= available {
+            return Ok(());
+        }
+        let mut parts: Vec<String> = plan.devices.iter().map(|d| format!("{} {} B", d.device, d.arena_bytes)).collect();
+        parts.push(format!("variables {vars} B"));
+        Err(RuntimeError::OutOfMemory {
+            program: name.into(),
+            backend: self.backend.name().into(),
+            planned,
+            available,
+            detail: parts.join(", "),
+        })
     }
 
     fn program(&self, program: &str) -> Result<&Program, RuntimeError> {

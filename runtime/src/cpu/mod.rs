@@ -104,6 +104,14 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    /// `MemAvailable` of /proc/meminfo: every device of this backend lives in host memory.
+    fn memory_available(&self) -> Option<u64> {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
     fn create_variable(&mut self, decl: &VariableDecl, init: HostSlice<'_>) -> Result<(), BackendError> {
         self.store.create(&decl.name, decl.dtype, &decl.shape, init).map_err(BackendError::Access)
     }

@@ -417,6 +417,11 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
+    /// Free device memory of the one GPU (every logical device maps onto it).
+    fn memory_available(&self) -> Option<u64> {
+        self.ctx.mem_get_info().ok().map(|(free, _total)| free as u64)
+    }
+
     fn create_variable(&mut self, decl: &VariableDecl, init: HostSlice<'_>) -> Result<(), BackendError> {
         if self.vars.contains_key(&decl.name) {
             return Err(BackendError::Access(format!("variable '{}' already exists", decl.name)));

@@ -1,0 +1,109 @@
+//! Guards of a training run: options checked before anything is built, in
+//! the words of the command line (each error names its `--flag`), since
+//! `towers train` is where a [`TrainConfig`] comes from. A nonsensical value
+//! is refused here rather than trained on: `--lr nan` used to diverge to 10%
+//! accuracy in silence, `--hidden 0` trained a network with no hidden units.
+
+use crate::models::ModelKind;
+use crate::train::{TrainConfig, TrainError};
+
+fn bad(flag: &str, why: String) -> TrainError {
+    TrainError::Options(format!("--{flag}: {why}"))
+}
+
+/// Check every option of a run; the first problem is an error naming its flag.
+pub fn validate(cfg: &TrainConfig) -> Result<(), TrainError> {
+    if !cfg.lr.is_finite() || cfg.lr <= 0.0 {
+        return Err(bad("lr", format!("the learning rate must be a finite number above 0, got {}", cfg.lr)));
+    }
+    if !cfg.momentum.is_finite() || cfg.momentum < 0.0 {
+        return Err(bad("momentum", format!("must be a finite number of at least 0, got {}", cfg.momentum)));
+    }
+    if cfg.batch == 0 {
+        return Err(bad("batch", "the global batch must hold at least 1 example".into()));
+    }
+    if cfg.accumulate == 0 {
+        return Err(bad("accumulate", "accumulate at least 1 micro-batch per tower".into()));
+    }
+    match cfg.steps {
+        Some(0) => return Err(bad("steps", "train at least 1 step (or leave --steps out to use --epochs)".into())),
+        None if cfg.epochs == 0 => return Err(bad("epochs", "train at least 1 epoch, or give --steps".into())),
+        _ => {}
+    }
+    if cfg.model == ModelKind::Mlp {
+        if let Some(i) = cfg.hidden.iter().position(|&w| w == 0) {
+            return Err(bad(
+                "hidden",
+                format!("layer {} has width 0; every hidden layer needs at least 1 unit", i + 1),
+            ));
+        }
+    }
+    if cfg.eval_batch == 0 {
+        return Err(TrainError::Options("eval_batch must be at least 1".into()));
+    }
+    if let Some(w) = &cfg.split_weights {
+        if w.contains(&0) {
+            return Err(bad("split-weights", format!("every tower needs a weight of at least 1, got {w:?}")));
+        }
+        if w.len() != cfg.towers {
+            return Err(bad(
+                "split-weights",
+                format!("gives {} weights for {} towers (--towers); give one weight per tower", w.len(), cfg.towers),
+            ));
+        }
+    }
+    if cfg.checkpoint_every.is_some() && cfg.checkpoint.is_none() {
+        return Err(bad("checkpoint-every", "needs --checkpoint FILE to know where to write".into()));
+    }
+    if cfg.checkpoint_every == Some(0) {
+        return Err(bad("checkpoint-every", "write a checkpoint every 1 or more steps".into()));
+    }
+    if cfg.eval_every == Some(0) {
+        return Err(bad("eval-every", "evaluate every 1 or more steps".into()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(f: impl FnOnce(&mut TrainConfig)) -> String {
+        let mut c = TrainConfig::default();
+        f(&mut c);
+        validate(&c).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn the_defaults_pass() {
+        validate(&TrainConfig::default()).expect("defaults are valid");
+    }
+
+    #[test]
+    fn each_nonsensical_option_is_an_error_naming_its_flag() {
+        assert!(err(|c| c.lr = f32::NAN).contains("--lr: the learning rate must be a finite number above 0, got NaN"));
+        assert!(err(|c| c.lr = f32::INFINITY).contains("--lr:"));
+        assert!(err(|c| c.lr = -0.1).contains("got -0.1"));
+        assert!(err(|c| c.lr = 0.0).contains("--lr:"));
+        assert!(err(|c| c.momentum = f32::NAN).contains("--momentum:"));
+        assert!(err(|c| c.batch = 0).contains("--batch:"));
+        assert!(err(|c| c.accumulate = 0).contains("--accumulate:"));
+        assert!(err(|c| c.steps = Some(0)).contains("--steps:"));
+        assert!(err(|c| c.epochs = 0).contains("--epochs:"));
+        assert!(err(|c| c.hidden = vec![64, 0]).contains("--hidden: layer 2 has width 0"));
+        assert!(err(|c| c.split_weights = Some(vec![3, 1])).contains("gives 2 weights for 0 towers (--towers)"));
+        assert!(err(|c| {
+            c.towers = 2;
+            c.split_weights = Some(vec![1, 0])
+        })
+        .contains("--split-weights: every tower needs a weight of at least 1"));
+        assert!(err(|c| c.checkpoint_every = Some(5)).contains("--checkpoint-every: needs --checkpoint FILE"));
+        assert!(err(|c| c.eval_every = Some(0)).contains("--eval-every:"));
+    }
+
+    #[test]
+    fn zero_epochs_are_fine_when_steps_are_given() {
+        let c = TrainConfig { epochs: 0, steps: Some(3), ..TrainConfig::default() };
+        validate(&c).expect("--steps overrides --epochs");
+    }
+}
