@@ -287,13 +287,20 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     };
     sess.load("train", compiled.plan).map_err(memory)?;
     sess.load("eval", eval.plan).map_err(memory)?;
+    let mut batcher = Batcher::new(&train_set, cfg.batch, cfg.seed)?;
     if let (true, Some(path)) = (cfg.resume, &cfg.checkpoint) {
         if path.exists() {
             sess.restore(path)?;
+            // An exact resume: global_step steps were taken, so the data
+            // order and every random stream (dropout) continue from there.
+            if let Ok(g) = sess.read_variable_i32("global_step") {
+                let done = g.first().copied().unwrap_or(0).max(0) as u64;
+                batcher.seek(done);
+                sess.set_step("train", done)?;
+            }
         }
     }
 
-    let mut batcher = Batcher::new(&train_set, cfg.batch, cfg.seed)?;
     let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
     let note = format!("{which}\n{}", sess.backend_note());
     obs.start(total, &note);

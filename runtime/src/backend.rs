@@ -114,6 +114,12 @@ pub trait Backend: Send {
     /// Steps a program has run.
     fn steps_run(&self, program: ProgramId) -> u64;
 
+    /// Make the program's next run step `step` (0-based) for the kernels
+    /// that depend on the step (dropout draws its mask from it), as if
+    /// `step` runs had gone before: a resumed run continues the random
+    /// streams exactly. `steps_run` then counts from `step`.
+    fn set_step(&mut self, program: ProgramId, step: u64);
+
     /// How this backend runs the plans' GPU devices, for the CLI, e.g. "gpu:0
     /// runs as a CPU device: no CUDA driver found"; `gpus` is non-empty
     /// except for a backend other than "cpu" (where CPU devices are not

@@ -246,6 +246,15 @@ impl Session {
         Ok(self.backend.steps_run(self.program(program)?.id))
     }
 
+    /// Make `program`'s next run step `step` (0-based) for step-dependent
+    /// kernels (dropout), as after `step` runs: how a resumed run continues
+    /// the random streams it would have drawn without stopping.
+    pub fn set_step(&mut self, program: &str, step: u64) -> Result<(), RuntimeError> {
+        let id = self.program(program)?.id;
+        self.backend.set_step(id, step);
+        Ok(())
+    }
+
     /// The buffer a fetch names, its length, after checking the dtype.
     fn fetch_ref(&self, program: &str, name: &str, dtype: DType) -> Result<(&Program, &BufRef, usize), RuntimeError> {
         let p = self.program(program)?;

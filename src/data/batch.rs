@@ -92,6 +92,16 @@ impl<'a> Batcher<'a> {
         Ok(info)
     }
 
+    /// Continue as if `batches` batches had been drawn since `new`: the
+    /// epoch and position they lead to, with that epoch's shuffle (a resumed
+    /// run draws the batches it would have drawn without stopping).
+    pub fn seek(&mut self, batches: u64) {
+        let per = self.batches_per_epoch() as u64;
+        self.epoch = batches / per;
+        self.batch = (batches % per) as usize;
+        self.shuffle_for_epoch();
+    }
+
     fn shuffle_for_epoch(&mut self) {
         for (slot, i) in self.order.iter_mut().enumerate() {
             *i = slot;

@@ -203,6 +203,12 @@ impl Backend for CpuBackend {
         self.programs.get(id.0).map_or(0, |p| p.runner.steps_run())
     }
 
+    fn set_step(&mut self, id: ProgramId, step: u64) {
+        if let Some(p) = self.programs.get_mut(id.0) {
+            p.runner.set_step(step);
+        }
+    }
+
     fn device_note(&self, gpus: &[String]) -> String {
         let names = match gpus.len() {
             0 | 1 => gpus.concat(),

@@ -41,6 +41,11 @@ pub struct Shared {
     remaining: Mutex<usize>,
     done_cv: Condvar,
     events: Vec<AtomicU64>,
+    /// Added to the 0-based run number to give the step that step-dependent
+    /// kernels (dropout) see: 0 unless a resumed run set the counter
+    /// (`Runner::set_step`). Written only between runs; the start signal's
+    /// mutex orders it before the workers read it.
+    step_base: AtomicU64,
     /// One lock and condvar per event, so a record wakes only that event's
     /// waiters (a shared condvar woke every waiting thread on every record:
     /// dozens of needless context switches per step on two cores).
@@ -130,7 +135,7 @@ fn run_stream(execs: &mut [Exec], times: &[AtomicU64], gen: u64, sh: &Shared) {
             _ if failed => {}
             Exec::Launch(l) => {
                 // SAFETY: the schedule's events order every cross-stream access (super::mem).
-                if let Err(msg) = unsafe { dispatch(l, gen - 1) } {
+                if let Err(msg) = unsafe { dispatch(l, sh.step_base.load(Ordering::Relaxed).wrapping_add(gen - 1)) } {
                     failed = true;
                     let mut slot = sh.error.lock().unwrap_or_else(|p| p.into_inner());
                     if slot.is_none() {
@@ -168,6 +173,7 @@ impl Runner {
             remaining: Mutex::new(0),
             done_cv: Condvar::new(),
             events: (0..num_events).map(|_| AtomicU64::new(0)).collect(),
+            step_base: AtomicU64::new(0),
             ev_wake: (0..num_events).map(|_| (Mutex::new(()), Condvar::new())).collect(),
             error: Mutex::new(None),
             profiling: AtomicBool::new(false),
@@ -251,9 +257,16 @@ impl Runner {
         }
     }
 
-    /// Steps run so far.
+    /// Steps run so far (counting from the step a resume set).
     pub fn steps_run(&self) -> u64 {
-        self.gen
+        self.shared.step_base.load(Ordering::Relaxed).wrapping_add(self.gen)
+    }
+
+    /// Make the next run step `step` (0-based) for step-dependent kernels,
+    /// as if `step` runs had gone before (a resumed run). The event
+    /// generations keep counting on their own, so this is safe between runs.
+    pub fn set_step(&mut self, step: u64) {
+        self.shared.step_base.store(step.wrapping_sub(self.gen), Ordering::Relaxed);
     }
 }
 

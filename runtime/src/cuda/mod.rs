@@ -608,6 +608,13 @@ impl Backend for CudaBackend {
         self.programs.get(id.0).map_or(0, |p| p.runs)
     }
 
+    /// `runs` is the step dropout sees (`let step = p.runs` in `run`).
+    fn set_step(&mut self, id: ProgramId, step: u64) {
+        if let Some(p) = self.programs.get_mut(id.0) {
+            p.runs = step;
+        }
+    }
+
     fn device_note(&self, gpus: &[String]) -> String {
         if gpus.is_empty() {
             return format!("cpu:0 runs on the one CUDA device {}", self.device());
