@@ -55,6 +55,20 @@ pub fn validate(cfg: &TrainConfig) -> Result<(), TrainError> {
     if cfg.checkpoint_every.is_some() && cfg.checkpoint.is_none() {
         return Err(bad("checkpoint-every", "needs --checkpoint FILE to know where to write".into()));
     }
+    if cfg.checkpoint_secs.is_some() && cfg.checkpoint.is_none() {
+        return Err(bad("checkpoint-secs", "needs --checkpoint FILE to know where to write".into()));
+    }
+    if let Some(s) = cfg.checkpoint_secs {
+        if !s.is_finite() || s <= 0.0 {
+            return Err(bad("checkpoint-secs", format!("must be a finite number of seconds above 0, got {s}")));
+        }
+    }
+    if cfg.keep.is_some() && cfg.checkpoint.is_none() {
+        return Err(bad("keep", "needs --checkpoint FILE: the kept files are named after it".into()));
+    }
+    if cfg.keep == Some(0) {
+        return Err(bad("keep", "keep at least 1 checkpoint (leave --keep out to keep only --checkpoint)".into()));
+    }
     if cfg.checkpoint_every == Some(0) {
         return Err(bad("checkpoint-every", "write a checkpoint every 1 or more steps".into()));
     }
@@ -99,6 +113,17 @@ mod tests {
         .contains("--split-weights: every tower needs a weight of at least 1"));
         assert!(err(|c| c.checkpoint_every = Some(5)).contains("--checkpoint-every: needs --checkpoint FILE"));
         assert!(err(|c| c.eval_every = Some(0)).contains("--eval-every:"));
+        assert!(err(|c| c.keep = Some(2)).contains("--keep: needs --checkpoint"));
+        assert!(err(|c| {
+            c.checkpoint = Some("m.safetensors".into());
+            c.keep = Some(0)
+        })
+        .contains("--keep: keep at least 1"));
+        assert!(err(|c| {
+            c.checkpoint = Some("m.safetensors".into());
+            c.checkpoint_secs = Some(f64::NAN)
+        })
+        .contains("--checkpoint-secs: must be a finite number"));
     }
 
     #[test]

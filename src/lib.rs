@@ -20,6 +20,7 @@ pub mod logdir;
 pub mod models;
 pub mod plot;
 pub mod report;
+pub mod saver;
 pub mod train;
 pub mod watch;
 

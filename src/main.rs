@@ -145,6 +145,12 @@ struct TrainArgs {
     /// Also write --checkpoint every N steps (atomically; never from a diverged state).
     #[arg(long)]
     checkpoint_every: Option<usize>,
+    /// Also write --checkpoint when S seconds passed since the last save.
+    #[arg(long)]
+    checkpoint_secs: Option<f64>,
+    /// Keep the last K step-stamped checkpoints (STEM-<global_step>.EXT) beside --checkpoint.
+    #[arg(long)]
+    keep: Option<usize>,
     /// Print `step N test accuracy A` on the held-out split every N steps.
     #[arg(long)]
     eval_every: Option<usize>,
@@ -276,6 +282,8 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
     cfg.resume = a.resume;
     cfg.backend = a.backend;
     cfg.checkpoint_every = a.checkpoint_every;
+    cfg.checkpoint_secs = a.checkpoint_secs;
+    cfg.keep = a.keep;
     cfg.eval_every = a.eval_every;
     let mut p = Printer { log_every: a.log_every, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {

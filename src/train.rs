@@ -19,6 +19,7 @@ use towers_runtime::{CpuBackend, RuntimeError, Session};
 use crate::compiler::{compile_eval, compile_train, CompileError, CompileOptions};
 use crate::data::{Batcher, DataError, DataSpec, Dataset, EvalChunks};
 use crate::models::{build, ModelKind, ModelSpec};
+use crate::saver::Saver;
 
 /// Errors of a training run.
 #[derive(Debug, Error)]
@@ -143,6 +144,10 @@ pub struct TrainConfig {
     pub backend: BackendChoice,
     /// Also write `checkpoint` every N steps (atomically, as at the end).
     pub checkpoint_every: Option<usize>,
+    /// Also write `checkpoint` when this many seconds passed since the last save.
+    pub checkpoint_secs: Option<f64>,
+    /// Keep the last K step-stamped checkpoints beside `checkpoint` ([`crate::saver`]).
+    pub keep: Option<usize>,
     /// Evaluate on the test split every N steps.
     pub eval_every: Option<usize>,
 }
@@ -175,6 +180,8 @@ impl Default for TrainConfig {
             eval_batch: 256,
             backend: BackendChoice::Cpu,
             checkpoint_every: None,
+            checkpoint_secs: None,
+            keep: None,
             eval_every: None,
         }
     }
@@ -306,6 +313,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     obs.start(total, &note);
     let mut images = vec![0f32; cfg.batch * train_set.image_len()];
     let mut labels = vec![0i32; cfg.batch];
+    let mut saver = cfg.checkpoint.as_ref().map(|p| Saver::new(p, cfg.checkpoint_every, cfg.checkpoint_secs, cfg.keep));
     let mut losses = Vec::new();
     let mut evals = Vec::new();
     let mut loss = [0f32];
@@ -320,10 +328,8 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         if !loss.is_finite() {
             return Err(TrainError::NonFiniteLoss { step, loss });
         }
-        if let (Some(every), Some(path)) = (cfg.checkpoint_every, &cfg.checkpoint) {
-            if step % every == 0 {
-                sess.save(path)?;
-            }
+        if let Some(saver) = saver.as_mut() {
+            saver.after_step(&sess, step)?;
         }
         if cfg.eval_every.is_some_and(|every| step % every == 0 && step < total) {
             let acc = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
@@ -337,8 +343,8 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         obs.step(step, loss, eps);
     }
     let examples_per_sec = (total * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
-    if let Some(path) = &cfg.checkpoint {
-        sess.save(path)?;
+    if let Some(saver) = saver.as_mut() {
+        saver.save(&sess)?;
     }
     let test_accuracy = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
     obs.eval(total, test_accuracy);

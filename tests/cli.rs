@@ -157,6 +157,20 @@ fn periodic_checkpoints_and_evaluation() {
     assert!(evals[2].starts_with("step 30 test accuracy "), "{out}");
     assert!(ck.exists());
     assert!(out.contains("test accuracy: "), "{out}");
+
+    // --keep K: the last K step-stamped copies (TF's max_to_keep), named by global_step.
+    let (_, _) = towers(&["train", "--steps", "50", "--checkpoint", ck_s, "--checkpoint-every", "10", "--keep", "2"]);
+    let mut kept: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("model-"))
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["model-40.safetensors", "model-50.safetensors"]);
+    assert_eq!(
+        std::fs::read(dir.path().join("model-50.safetensors")).expect("kept"),
+        std::fs::read(&ck).expect("latest")
+    );
 }
 
 #[test]
