@@ -295,15 +295,19 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     sess.load("train", compiled.plan).map_err(memory)?;
     sess.load("eval", eval.plan).map_err(memory)?;
     let mut batcher = Batcher::new(&train_set, cfg.batch, cfg.seed)?;
+    // Steps already taken (a resumed run): --steps and --epochs count the
+    // whole run in global steps, as TF's max_steps, so the same command
+    // with --resume trains what remains.
+    let mut done = 0usize;
     if let (true, Some(path)) = (cfg.resume, &cfg.checkpoint) {
         if path.exists() {
             sess.restore(path)?;
             // An exact resume: global_step steps were taken, so the data
             // order and every random stream (dropout) continue from there.
             if let Ok(g) = sess.read_variable_i32("global_step") {
-                let done = g.first().copied().unwrap_or(0).max(0) as u64;
-                batcher.seek(done);
-                sess.set_step("train", done)?;
+                done = g.first().copied().unwrap_or(0).max(0) as usize;
+                batcher.seek(done as u64);
+                sess.set_step("train", done as u64)?;
             }
         }
     }
@@ -318,7 +322,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     let mut evals = Vec::new();
     let mut loss = [0f32];
     let started = Instant::now();
-    for step in 1..=total {
+    for step in done + 1..=total {
         batcher.next_batch(&mut images, &mut labels)?;
         sess.feed_f32("train", &model.images, &images)?;
         sess.feed_i32("train", &model.labels, &labels)?;
@@ -336,13 +340,13 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
             evals.push((step, acc));
             obs.eval(step, acc);
         }
-        let eps = (step * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        let eps = ((step - done) * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
         if (cfg.log_every > 0 && step % cfg.log_every == 0) || step == total {
             losses.push((step, loss));
         }
         obs.step(step, loss, eps);
     }
-    let examples_per_sec = (total * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    let examples_per_sec = (total.saturating_sub(done) * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
     if let Some(saver) = saver.as_mut() {
         saver.save(&sess)?;
     }

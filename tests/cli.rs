@@ -85,9 +85,11 @@ fn checkpoint_is_written_and_resumed() {
     let ck = ck.to_str().expect("utf-8 path");
     towers(&["train", "--steps", "20", "--checkpoint", ck]);
     assert!(std::path::Path::new(ck).exists());
-    let (out, _) = towers(&["train", "--steps", "1", "--checkpoint", ck, "--resume", "--log-every", "1"]);
+    // --steps counts the whole run (TF's max_steps): 21 after 20 is one more step.
+    let (out, _) = towers(&["train", "--steps", "21", "--checkpoint", ck, "--resume", "--log-every", "1"]);
     let l = losses(&out);
     assert_eq!(l.len(), 1);
+    assert_eq!(l[0].0, 21, "the resumed run counts global steps");
     assert!(l[0].1 < 1.5, "a resumed model starts trained, loss {}", l[0].1);
 }
 
@@ -215,7 +217,7 @@ fn resume_continues_exactly_as_if_the_run_had_not_stopped() {
         run("60", &straight, false);
         run("30", &resumed, false);
         let half = std::fs::read(&resumed).expect("the first half's checkpoint");
-        run("30", &resumed, true);
+        run("60", &resumed, true); // the same length: the remaining 30 steps
         let (a, b) = (std::fs::read(&straight).expect("straight"), std::fs::read(&resumed).expect("resumed"));
         assert_ne!(half, b, "{model}: the second half trained");
         assert!(a == b, "{model} towers {towers_flag:?}: resumed variables differ from the straight run's");
