@@ -4,6 +4,9 @@
 //! is refused here rather than trained on: `--lr nan` used to diverge to 10%
 //! accuracy in silence, `--hidden 0` trained a network with no hidden units.
 
+use towers_graph::Graph;
+use towers_runtime::Session;
+
 use crate::models::ModelKind;
 use crate::train::{TrainConfig, TrainError};
 
@@ -76,6 +79,43 @@ pub fn validate(cfg: &TrainConfig) -> Result<(), TrainError> {
         return Err(bad("eval-every", "evaluate every 1 or more steps".into()));
     }
     Ok(())
+}
+
+/// `--check-numerics` (TF's `tf.debugging.check_numerics`, after the fact):
+/// the first node of the step, in the graph's topological order, with an f32
+/// output that is not finite, as "node 'NAME' (scope 'SCOPE', on DEVICE)".
+/// Reads every tensor of the program from the backend: only on the failure
+/// path, never in a healthy step.
+pub fn first_non_finite(sess: &Session, program: &str, graph: &Graph) -> Option<String> {
+    let order = graph.topo_order().ok()?;
+    let plan = sess.plan(program).ok()?;
+    for id in order {
+        let n = graph.node(id);
+        // Variables already hold this step's update: the question is which
+        // computation produced a non-finite value, so state and the copies
+        // of variables (which read the updated variable on the CPU backend) are skipped.
+        let of_variable = |t: &towers_graph::Tensor| graph.node(t.node).op.is_stateful();
+        if n.op.is_stateful() || (matches!(n.op, towers_graph::Op::Copy) && graph.inputs(id).iter().any(of_variable)) {
+            continue;
+        }
+        for slot in 0..n.outputs.len() {
+            let name = if slot == 0 { n.name.clone() } else { format!("{}:{slot}", n.name) };
+            if matches!(plan.lookup(&name), Some(towers_codegen::BufRef::Variable(_)) | None) {
+                continue;
+            }
+            let Ok(values) = sess.fetch_f32(program, &name) else { continue };
+            if values.iter().any(|v| !v.is_finite()) {
+                let scope = n.name.rsplit_once('/').map(|(s, _)| s).unwrap_or("");
+                let device = n.device.map(|d| d.to_string()).unwrap_or_else(|| "no device".into());
+                let kind = if values.iter().any(|v| v.is_nan()) { "NaN" } else { "Inf" };
+                return Some(format!(
+                    "node '{name}' ({}, scope '{scope}', on {device}) is the first with {kind} values",
+                    n.op.type_name()
+                ));
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]

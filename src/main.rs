@@ -154,6 +154,9 @@ struct TrainArgs {
     /// Print `step N test accuracy A` on the held-out split every N steps.
     #[arg(long)]
     eval_every: Option<usize>,
+    /// When the loss stops being finite, name the first node whose output is not finite.
+    #[arg(long)]
+    check_numerics: bool,
     /// Which backend runs the step: cpu, cuda (an error naming what is
     /// missing when it cannot start), or auto (cuda when a driver, a GPU,
     /// NVRTC and cuBLAS are all present, else cpu). The run prints which.
@@ -285,6 +288,7 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
     cfg.checkpoint_secs = a.checkpoint_secs;
     cfg.keep = a.keep;
     cfg.eval_every = a.eval_every;
+    cfg.check_numerics = a.check_numerics;
     let mut p = Printer { log_every: a.log_every, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {
         Some(dir) => Watch::with_logdir(dir).map_err(|e| e.to_string())?,

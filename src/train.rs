@@ -38,8 +38,8 @@ pub enum TrainError {
     Cuda(#[from] CudaUnavailable),
     /// The loss left the finite numbers: the run stops, and nothing is
     /// checkpointed from the diverged state.
-    #[error("the loss is {loss} at step {step}: training diverged (try a smaller --lr); no checkpoint was written from this state")]
-    NonFiniteLoss { step: usize, loss: f32 },
+    #[error("the loss is {loss} at step {step}: training diverged (try a smaller --lr){}; no checkpoint was written from this state", origin.as_ref().map(|o| format!("; {o}")).unwrap_or_default())]
+    NonFiniteLoss { step: usize, loss: f32, origin: Option<String> },
     /// The planned buffers do not fit in the backend's memory.
     #[error("the {program} program needs {planned_gib:.2} GiB ({detail}), but the {backend} backend has only {available_gib:.2} GiB available; use a smaller --batch, or more --towers")]
     Memory { program: String, backend: String, planned_gib: f64, available_gib: f64, detail: String },
@@ -150,6 +150,8 @@ pub struct TrainConfig {
     pub keep: Option<usize>,
     /// Evaluate on the test split every N steps.
     pub eval_every: Option<usize>,
+    /// On a non-finite loss, find the first node whose output is not finite.
+    pub check_numerics: bool,
 }
 
 impl Default for TrainConfig {
@@ -183,6 +185,7 @@ impl Default for TrainConfig {
             checkpoint_secs: None,
             keep: None,
             eval_every: None,
+            check_numerics: false,
         }
     }
 }
@@ -330,7 +333,12 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         sess.fetch_f32_into("train", "loss", &mut loss)?;
         let loss = loss[0];
         if !loss.is_finite() {
-            return Err(TrainError::NonFiniteLoss { step, loss });
+            let origin = if cfg.check_numerics {
+                crate::guards::first_non_finite(&sess, "train", &compiled.graph)
+            } else {
+                Some("--check-numerics names the first node whose output is not finite".into())
+            };
+            return Err(TrainError::NonFiniteLoss { step, loss, origin });
         }
         if let Some(saver) = saver.as_mut() {
             saver.after_step(&sess, step)?;

@@ -141,6 +141,17 @@ fn a_diverged_run_stops_with_its_step_and_checkpoints_nothing() {
         .and_then(|n| n.trim().parse().ok())
         .expect("the step is named");
     assert!(step_of_nan >= 1);
+    assert!(err.contains("--check-numerics names the first node"), "{err}");
+    // --check-numerics names the first computation whose output is not
+    // finite, its scope and device (here an overflowing MatMul of tower 1).
+    let out = Command::new(env!("CARGO_BIN_EXE_towers"))
+        .args(["train", "--lr", "1e30", "--steps", "50", "--towers", "2", "--check-numerics"])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("node 'tower_0/MLP/") && err.contains("scope 'tower_0/MLP/"), "{err}");
+    assert!(err.contains("on gpu:0) is the first with"), "{err}");
     if step_of_nan == 1 {
         assert!(!std::path::Path::new(ck).exists(), "nothing to checkpoint before the first finite step");
     }
