@@ -65,6 +65,8 @@ enum Emit {
     Plan,
     PlanJson,
     Placement,
+    /// The CUDA C of every kernel the plan launches, one file each, into the folder given by -o.
+    Cuda,
 }
 
 /// Model and tower options shared by `train` and `compile`.
@@ -346,6 +348,7 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
         Emit::Plan => c.plan.to_text(),
         Emit::PlanJson => c.plan.to_json(),
         Emit::Placement => towers::report::placement_report(&c.graph, &c.plan),
+        Emit::Cuda => return write_cuda(&c.plan, a.output),
     };
     match a.output {
         Some(p) => std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display())),
@@ -354,6 +357,17 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// `--emit cuda -o DIR`: one `.cu` file per kernel the plan launches, and `index.txt`.
+fn write_cuda(plan: &towers::codegen::Plan, output: Option<PathBuf>) -> Result<(), String> {
+    let dir = output.ok_or("--emit cuda writes one file per kernel: give the folder with -o DIR")?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for (name, text) in towers::cuda_emit::cuda_files(plan)? {
+        let p = dir.join(name);
+        std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

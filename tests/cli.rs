@@ -79,6 +79,29 @@ fn compile_emits_plan_dot_graph_and_placement() {
 }
 
 #[test]
+fn compile_emits_the_cuda_of_every_kernel_the_plan_launches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for d in [&a, &b] {
+        towers(&["compile", "--model", "convnet", "--towers", "2", "--emit", "cuda", "-o", d.to_str().unwrap()]);
+    }
+    let index = std::fs::read_to_string(a.join("index.txt")).expect("index");
+    assert!(index.contains("gemm: cuBLAS sgemm"), "{index}");
+    let conv = std::fs::read_to_string(a.join("conv2d.cu")).expect("conv2d.cu");
+    assert!(conv.starts_with("// kernel conv2d: entry points towers_im2col_f32"), "{conv}");
+    assert!(conv.contains("extern \"C\" __global__"), "the family source follows");
+    for name in ["index.txt", "conv2d.cu", "mean_apply.cu", "dropout.cu"] {
+        assert_eq!(
+            std::fs::read(a.join(name)).unwrap(),
+            std::fs::read(b.join(name)).unwrap(),
+            "{name} is deterministic"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_towers")).args(["compile", "--emit", "cuda"]).output().expect("runs");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give the folder with -o DIR"));
+}
+
+#[test]
 fn checkpoint_is_written_and_resumed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ck = dir.path().join("model.safetensors");

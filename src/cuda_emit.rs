@@ -1,0 +1,48 @@
+//! `towers compile --emit cuda -o DIR`: the CUDA C that a plan launches on
+//! the CUDA backend, one file per kernel the plan uses (`<kernel>.cu`: a
+//! header naming the entry points, their arguments and launch geometry,
+//! then the kernel family's source as NVRTC compiles it), plus `index.txt`
+//! listing every kernel in first-launch order (the GEMM is cuBLAS: no
+//! source). Deterministic: the same plan gives the same files, byte for byte.
+
+use std::fmt::Write;
+
+use towers_codegen::{Plan, Step};
+use towers_kernels::cuda;
+
+/// The files to write: (file name, contents), `index.txt` last.
+pub fn cuda_files(plan: &Plan) -> Result<Vec<(String, String)>, String> {
+    let mut names: Vec<&'static str> = Vec::new();
+    for s in &plan.streams {
+        for step in &s.steps {
+            if let Step::Launch { kernel, .. } = step {
+                if !names.contains(&kernel.name()) {
+                    names.push(kernel.name());
+                }
+            }
+        }
+    }
+    let mut files = Vec::new();
+    let mut index = format!("# CUDA kernels of program '{}', in first-launch order\n", plan.program);
+    for name in names {
+        let k = cuda::kernel(name).ok_or_else(|| format!("kernel '{name}' has no CUDA form in the registry"))?;
+        match k.source() {
+            None => {
+                let _ = writeln!(index, "{name}: {} (no source)", k.args);
+            }
+            Some(src) => {
+                let file = format!("{name}.cu");
+                let mut text = String::new();
+                let _ = writeln!(text, "// kernel {name}: entry points {}", k.entries.join(", "));
+                let _ = writeln!(text, "// arguments: {}", k.args);
+                let _ = writeln!(text, "// launch: {}", k.launch);
+                let _ = writeln!(text, "// source: kernels/src/{} (fnv1a64 {:016x})\n", src.path, src.hash());
+                text.push_str(src.code);
+                let _ = writeln!(index, "{name}: {file} ({})", k.entries.join(", "));
+                files.push((file, text));
+            }
+        }
+    }
+    files.push(("index.txt".into(), index));
+    Ok(files)
+}
