@@ -28,13 +28,18 @@ pub const DIGITS_CLASSES: usize = 10;
 /// Largest pixel value in the CSV.
 const DIGITS_MAX_PIXEL: f32 = 16.0;
 
+/// The text of a gzipped CSV embedded in the binary (`file` names it in errors).
+pub(crate) fn embedded_text(gz: &[u8], file: &str) -> Result<String, DataError> {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_string(&mut text)
+        .map_err(|source| DataError::Gzip { path: format!("<embedded {file}>").into(), source })?;
+    Ok(text)
+}
+
 /// All 1797 digits, in file order.
 pub fn digits() -> Result<Dataset, DataError> {
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(DIGITS_GZ)
-        .read_to_string(&mut text)
-        .map_err(|source| DataError::Gzip { path: "<embedded data/digits.csv.gz>".into(), source })?;
-    parse_digits_csv(&text)
+    parse_digits_csv(&embedded_text(DIGITS_GZ, "data/digits.csv.gz")?)
 }
 
 /// The fixed train/test split of the digits (see the module docs).

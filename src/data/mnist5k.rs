@@ -12,8 +12,6 @@
 //! [`shuffle_split`]); the first 4000 are the train set, the other 1000 the
 //! test set. The tests pin it, so it never changes silently.
 
-use std::io::Read;
-
 use super::dataset::Dataset;
 use super::digits::shuffle_split;
 use super::error::DataError;
@@ -29,11 +27,7 @@ const CLASSES: usize = 10;
 
 /// All 5000 images, in file order (500 per class, sorted by class).
 pub fn mnist5k() -> Result<Dataset, DataError> {
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(MNIST5K_GZ)
-        .read_to_string(&mut text)
-        .map_err(|source| DataError::Gzip { path: "<embedded data/mnist5k.csv.gz>".into(), source })?;
-    parse_mnist_csv(&text)
+    parse_mnist_csv(&super::digits::embedded_text(MNIST5K_GZ, "data/mnist5k.csv.gz")?)
 }
 
 /// The fixed 4000/1000 train/test split (see the module docs).
