@@ -359,6 +359,23 @@ impl From<&ConvGeom> for ConvArgs {
 mod tests {
     use super::*;
 
+    /// The CUDA unary kernels switch on the op's index in `UnaryOp::ALL`:
+    /// each of the two switches has exactly one case per op, numbered in
+    /// order, so an op added to the Rust table without its CUDA case fails
+    /// here (the CUDA default case writes NaN, never another op's value).
+    #[test]
+    fn the_cuda_unary_switches_cover_every_unary_op_in_order() {
+        let code = source("elementwise").expect("elementwise source").code;
+        for entry in ["towers_unary_f32", "towers_unary_grad_f32"] {
+            let body = code.split(&format!("void {entry}(")).nth(1).expect("the entry point");
+            let switch = body.split("switch (op)").nth(1).expect("a switch").split("default:").next().unwrap_or("");
+            let cases: Vec<usize> =
+                switch.split("case ").skip(1).filter_map(|c| c.split(':').next()?.trim().parse().ok()).collect();
+            let want: Vec<usize> = (0..crate::UnaryOp::ALL.len()).collect();
+            assert_eq!(cases, want, "{entry}: one case per UnaryOp::ALL index ({:?})", crate::UnaryOp::ALL);
+        }
+    }
+
     #[test]
     fn every_entry_point_is_defined_once_in_its_source() {
         for k in KERNELS {

@@ -83,7 +83,9 @@ extern "C" __global__ void towers_unary_f32(int op, i64 n, const float* __restri
         case 5: r = logf(v); break;
         case 6: r = __fsqrt_rn(v); break;
         case 7: r = __fdiv_rn(1.0f, __fsqrt_rn(v)); break;
-        default: r = __fdiv_rn(1.0f, v); break;
+        case 8: r = __fdiv_rn(1.0f, v); break;
+        case 9: r = v > 0.0f ? v : expm1f(v); break;
+        default: r = __int_as_float(0x7fc00000); break;  // an op this source lacks: NaN, never a wrong value
         }
         y[i] = r;
     }
@@ -91,7 +93,9 @@ extern "C" __global__ void towers_unary_f32(int op, i64 n, const float* __restri
 
 // dx from dy and the forward output y: Neg: -dy; Relu: dy where y > 0;
 // Sigmoid: dy*y*(1-y); Tanh: dy*(1-y*y); Exp: dy*y; Log: dy*exp(-y);
-// Sqrt: dy*0.5/y; Rsqrt: -0.5*dy*y*y*y; Reciprocal: -dy*y*y. Products are rounded one by one
+// Sqrt: dy*0.5/y; Rsqrt: -0.5*dy*y*y*y; Reciprocal: -dy*y*y; Elu: dy where y > 0, else
+// dy*(y+1). The case numbers are the indices of `UnaryOp::ALL` (a test checks
+// that every op has its case). Products are rounded one by one
 // (no fused multiply-add), as the CPU twin, so results match bit for bit.
 extern "C" __global__ void towers_unary_grad_f32(int op, i64 n, const float* __restrict__ dy,
                                                  const float* __restrict__ y, float* __restrict__ dx) {
@@ -107,7 +111,9 @@ extern "C" __global__ void towers_unary_grad_f32(int op, i64 n, const float* __r
         case 5: r = __fmul_rn(g, expf(-v)); break;
         case 6: r = __fdiv_rn(__fmul_rn(g, 0.5f), v); break;
         case 7: r = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(-0.5f, g), v), v), v); break;
-        default: r = __fmul_rn(__fmul_rn(-g, v), v); break;
+        case 8: r = __fmul_rn(__fmul_rn(-g, v), v); break;
+        case 9: r = v > 0.0f ? g : __fmul_rn(g, __fadd_rn(v, 1.0f)); break;
+        default: r = __int_as_float(0x7fc00000); break;
         }
         dx[i] = r;
     }

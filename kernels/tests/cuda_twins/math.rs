@@ -94,22 +94,24 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     // Exp, Log, Sqrt, Rsqrt, Reciprocal on positive inputs in [1e-3, 6].
     let xp: Vec<f32> = x.iter().map(|v| v.abs().max(1e-3)).collect();
     let dxp = g.up(&xp);
-    let names = ["Neg", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Rsqrt", "Reciprocal"];
-    for op in 0..9 {
-        let (xin, dxin) = if op >= 4 { (&xp, &dxp) } else { (&x, &dxx) };
+    // Every op of the table, by its index in UnaryOp::ALL (the CUDA switch's case number).
+    let ops = towers_kernels::UnaryOp::ALL;
+    for op in 0..ops.len() as i32 {
+        let name = ops[op as usize].tf_name();
+        let (xin, dxin) = if (4..=8).contains(&op) { (&xp, &dxp) } else { (&x, &dxx) };
         g.ew(EWF, "towers_unary_f32", len, &[A::I32(op), n(len), dxin.a(), dy.a()]);
         let mut y = vec![0f32; len];
         cpu::unary(op, xin, &mut y);
         // Transcendentals differ from Rust's libm by rounding; sqrt and division are exact.
-        let tol = if matches!(op, 2..=5) { Some(2e-6) } else { None };
-        r.f32("unary", names[op as usize], &g.down(&dy, len), &y, tol);
+        let tol = if matches!(op, 2..=5 | 9) { Some(2e-6) } else { None };
+        r.f32("unary", name, &g.down(&dy, len), &y, tol);
         // The gradient from the CPU's forward output, so both sides see the same y.
         let dyy = g.up(&y);
         g.ew(EWF, "towers_unary_grad_f32", len, &[A::I32(op), n(len), dgy.a(), dyy.a(), ddx.a()]);
         let mut want = vec![0f32; len];
         cpu::unary_grad(op, &gy, &y, &mut want);
         let tol = if op == 5 { Some(2e-6) } else { None };
-        r.f32("unary_grad", names[op as usize], &g.down(&ddx, len), &want, tol);
+        r.f32("unary_grad", name, &g.down(&ddx, len), &want, tol);
     }
     // add_n, weighted_sum, fill.
     let len = 70_001;
