@@ -193,19 +193,19 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
             outs: Outs::InPlace(vec![0]),
         }),
         ApplyGradient { optimizer } => {
+            // Node inputs: variable, slots..., grad, global_step, learning_rate.
             let n = ins.len();
-            let (grad, step) = (n - 2, n - 1);
+            let (grad, step, lr) = (n - 3, n - 2, n - 1);
             let (kernel, inputs) = match optimizer {
-                Optimizer::Sgd { lr } => (Kernel::ApplyGradientDescent { lr: lr.0 }, vec![grad]),
-                Optimizer::Momentum { lr, momentum, nesterov } => {
-                    (Kernel::ApplyMomentum { lr: lr.0, momentum: momentum.0, nesterov: *nesterov }, vec![grad])
+                Optimizer::Sgd { .. } => (Kernel::ApplyGradientDescent {}, vec![grad, lr]),
+                Optimizer::Momentum { momentum, nesterov, .. } => {
+                    (Kernel::ApplyMomentum { momentum: momentum.0, nesterov: *nesterov }, vec![grad, lr])
                 }
-                Optimizer::Adam { lr, beta1, beta2, epsilon } => (
-                    Kernel::ApplyAdam { lr: lr.0, beta1: beta1.0, beta2: beta2.0, epsilon: epsilon.0 },
-                    vec![grad, step],
-                ),
+                Optimizer::Adam { beta1, beta2, epsilon, .. } => {
+                    (Kernel::ApplyAdam { beta1: beta1.0, beta2: beta2.0, epsilon: epsilon.0 }, vec![grad, step, lr])
+                }
             };
-            Ok(Lowering::Launch { kernel, inputs, outs: Outs::InPlace((0..n - 2).collect()) })
+            Ok(Lowering::Launch { kernel, inputs, outs: Outs::InPlace((0..n - 3).collect()) })
         }
         IncrementStep => {
             Ok(Lowering::Launch { kernel: Kernel::IncrementStep, inputs: vec![], outs: Outs::InPlace(vec![0]) })

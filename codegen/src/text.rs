@@ -138,14 +138,13 @@ pub fn kernel_params(k: &Kernel) -> String {
         }
         Kernel::BatchNormGrad { channels } => format!("c={channels}"),
         Kernel::AssignMovingAverage { decay } => format!("decay={decay}"),
-        Kernel::ApplyGradientDescent { lr } => format!("lr={lr}"),
-        Kernel::ApplyMomentum { lr, momentum, nesterov } => {
+        // The learning rate is an input (a host scalar each step), not a parameter.
+        Kernel::ApplyGradientDescent {} => String::new(),
+        Kernel::ApplyMomentum { momentum, nesterov } => {
             let nv = if *nesterov { " nesterov" } else { "" };
-            format!("lr={lr} momentum={momentum}{nv}")
+            format!("momentum={momentum}{nv}")
         }
-        Kernel::ApplyAdam { lr, beta1, beta2, epsilon } => {
-            format!("lr={lr} beta1={beta1} beta2={beta2} eps={epsilon}")
-        }
+        Kernel::ApplyAdam { beta1, beta2, epsilon } => format!("beta1={beta1} beta2={beta2} eps={epsilon}"),
         Kernel::WeightedSum { weights } => format!("w={}", list(weights)),
         Kernel::MeanApply { weights, apply } => {
             let p = kernel_params(apply);

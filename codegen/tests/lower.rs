@@ -43,7 +43,14 @@ fn mlp() -> Graph {
     // A real gradient buffer: an Identity would alias the variable, and an update
     // that reads the variable it writes is rejected by the verifier.
     let g_w = b.op1("grad_w", Op::Unary(UnaryOp::Neg), &[w]).unwrap();
-    b.op1("apply_w", Op::ApplyGradient { optimizer: Optimizer::Sgd { lr: F32(0.5) } }, &[w, g_w, step]).unwrap();
+    let lr = b
+        .op1(
+            "learning_rate",
+            Op::Variable { dtype: DType::F32, shape: vec![], init: Initializer::Constant(F32(0.5)), trainable: false },
+            &[],
+        )
+        .unwrap();
+    b.op1("apply_w", Op::ApplyGradient { optimizer: Optimizer::Sgd { lr: F32(0.5) } }, &[w, g_w, step, lr]).unwrap();
     b.op1("inc", Op::IncrementStep, &[step]).unwrap();
     let mut g = b.finish();
     one_stream(&mut g);

@@ -486,20 +486,21 @@ fn argmax_writes_i32() {
 
 #[test]
 fn adam_reads_an_i32_global_step() {
-    let k = Kernel::ApplyAdam { lr: 0.1, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 };
+    let k = Kernel::ApplyAdam { beta1: 0.9, beta2: 0.999, epsilon: 1e-8 };
     assert_eq!(
-        err(with_launch(k, vec![X_GPU, Y], vec![w(), v("w/m"), v("w/v")])),
+        err(with_launch(k, vec![X_GPU, Y, Y], vec![w(), v("w/m"), v("w/v")])),
         "gpu:0/compute step 1 'y': apply_adam input 1 'y' is f32[2,2], but the kernel needs i32"
     );
 }
 
 #[test]
 fn mean_apply_reads_one_gradient_per_weight() {
-    let apply = Box::new(Kernel::ApplyMomentum { lr: 0.1, momentum: 0.9, nesterov: false });
+    let apply = Box::new(Kernel::ApplyMomentum { momentum: 0.9, nesterov: false });
     let k = Kernel::MeanApply { weights: vec![0.5, 0.5], apply };
+    // Two gradients and the learning rate.
     assert_eq!(
         err(with_launch(k, vec![X_GPU], vec![w(), v("w/m")])),
-        "gpu:0/compute step 1 'y': mean_apply takes 2 inputs, got 1"
+        "gpu:0/compute step 1 'y': mean_apply takes 3 inputs, got 1"
     );
 }
 

@@ -490,16 +490,19 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             same(&inputs[0])
         }
         ApplyGradient { optimizer } => {
-            let n = 3 + optimizer.slot_names().len();
+            let n = 4 + optimizer.slot_names().len();
             arity(inputs, n)?;
             let var = &inputs[0];
-            for t in &inputs[1..n - 1] {
+            for t in &inputs[1..n - 2] {
                 if !t.shape.compatible(&var.shape) {
                     return detail(format!("slot or gradient {} does not match variable {}", t.shape, var.shape));
                 }
             }
-            if inputs[n - 1].dtype != DType::I32 {
-                return detail("the last input must be the i32 global_step".into());
+            if inputs[n - 2].dtype != DType::I32 {
+                return detail("the input before the learning rate must be the i32 global_step".into());
+            }
+            if inputs[n - 1].dtype != DType::F32 || inputs[n - 1].shape.rank() != 0 {
+                return detail("the last input must be the f32 scalar learning rate".into());
             }
             same(var)
         }

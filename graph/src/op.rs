@@ -246,7 +246,8 @@ pub enum Op {
     AssignMovingAverage {
         decay: F32,
     },
-    /// in: variable, slots..., grad, global_step. Writes the variable and its slots.
+    /// in: variable, slots..., grad, global_step, learning_rate (f32 scalar,
+    /// read each step). Writes the variable and its slots.
     /// Reads global_step *before* this step's increment (the `IncrementStep`
     /// node has a control edge from every apply), so Adam's bias correction
     /// uses t = global_step + 1 (TF's beta powers after t updates).

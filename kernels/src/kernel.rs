@@ -193,20 +193,17 @@ pub enum Kernel {
     AssignMovingAverage {
         decay: f32,
     },
-    /// in: grad. out: the variable, in place.
-    ApplyGradientDescent {
-        lr: f32,
-    },
-    /// in: grad. out: the variable and its accumulator, in place.
+    /// in: grad, learning rate (f32[1], read each step: schedules live in
+    /// the plan, not in a recompilation). out: the variable, in place.
+    ApplyGradientDescent {},
+    /// in: grad, learning rate (f32[1]). out: the variable and its accumulator, in place.
     ApplyMomentum {
-        lr: f32,
         momentum: f32,
         nesterov: bool,
     },
-    /// in: grad, global_step (i32; the update uses step = global_step + 1).
-    /// out: the variable, m and v, in place.
+    /// in: grad, global_step (i32; the update uses step = global_step + 1),
+    /// learning rate (f32[1]). out: the variable, m and v, in place.
     ApplyAdam {
-        lr: f32,
         beta1: f32,
         beta2: f32,
         epsilon: f32,
@@ -217,7 +214,7 @@ pub enum Kernel {
     },
     /// The tower reduction fused into the optimizer update that is its only
     /// consumer: in: one gradient per tower, then `apply`'s inputs after its
-    /// gradient (Adam's global_step). out: `apply`'s outputs, in place. One
+    /// gradient (Adam's global_step, then the learning rate). out: `apply`'s outputs, in place. One
     /// pass over memory instead of two: the reduced gradient is formed block
     /// by block in scratch and applied at once, never stored.
     MeanApply {

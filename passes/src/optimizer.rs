@@ -4,8 +4,12 @@
 //! Invariants of the graph this builds:
 //! - one `ApplyGradient` node per variable, named
 //!   `<Optimizer>/update_<var>/Apply<...>` (`Adam/update_fc1/weights/ApplyAdam`),
-//!   with inputs (variable, slots..., grad, global_step) and the variable's
-//!   requested device;
+//!   with inputs (variable, slots..., grad, global_step, learning_rate) and
+//!   the variable's requested device;
+//! - `learning_rate` (f32 scalar, not trainable, initialized to the
+//!   optimizer's `lr`) is reused if present: the one learning rate every
+//!   update reads each step, so a schedule writes it on the host between
+//!   steps (`Session::write_variable`) without recompiling;
 //! - slot variables are created here, named as TF names them (`<var>/Momentum`,
 //!   `<var>/Adam`, `<var>/Adam_1`): zeros, not trainable, in the global
 //!   variables collection, on their variable's requested device;
@@ -39,6 +43,7 @@ pub fn apply_gradients(g: &mut Graph, grads: &[(String, Tensor)], opt: &Optimize
         return Err(PassError::NoVariables);
     }
     let global_step = global_step(g)?;
+    let learning_rate = learning_rate(g, opt)?;
     let opt_name = opt.name();
     let mut applies = Vec::with_capacity(grads.len());
     let mut slots = Vec::new();
@@ -67,6 +72,7 @@ pub fn apply_gradients(g: &mut Graph, grads: &[(String, Tensor)], opt: &Optimize
         }
         inputs.push(*grad);
         inputs.push(Tensor::new(global_step, 0));
+        inputs.push(Tensor::new(learning_rate, 0));
         let op = Op::ApplyGradient { optimizer: opt.clone() };
         let name = g.unique_name(&format!("{opt_name}/update_{var_name}/{}", op.type_name()));
         let mut n = NewNode::new(name, op, inputs);
@@ -110,6 +116,29 @@ fn global_step(g: &mut Graph) -> Result<NodeId, PassError> {
     g.add_to_collection(keys::GLOBAL_VARIABLES, "global_step");
     Ok(id)
 }
+
+/// The `learning_rate` variable, created (f32 scalar, the optimizer's `lr`,
+/// not trainable) if missing.
+fn learning_rate(g: &mut Graph, opt: &Optimizer) -> Result<NodeId, PassError> {
+    if let Some(id) = g.get(LEARNING_RATE) {
+        return match &g.node(id).op {
+            Op::Variable { dtype: DType::F32, shape, .. } if shape.is_empty() => Ok(id),
+            _ => Err(PassError::Options(format!(
+                "a node named '{LEARNING_RATE}' exists but is not an f32 scalar variable; rename it"
+            ))),
+        };
+    }
+    let lr = match opt {
+        Optimizer::Sgd { lr } | Optimizer::Momentum { lr, .. } | Optimizer::Adam { lr, .. } => *lr,
+    };
+    let op = Op::Variable { dtype: DType::F32, shape: vec![], init: Initializer::Constant(lr), trainable: false };
+    let id = g.add(NewNode::new(LEARNING_RATE, op, vec![]))?;
+    g.add_to_collection(keys::GLOBAL_VARIABLES, LEARNING_RATE);
+    Ok(id)
+}
+
+/// The name of the learning-rate variable every optimizer update reads.
+pub const LEARNING_RATE: &str = "learning_rate";
 
 /// The `apply` pass: reads `st.grads`, sets the program record's `train_op` and `fetches["loss"]`.
 #[derive(Debug, Clone)]

@@ -220,6 +220,11 @@ impl Pass for Place {
         if let Some(step) = g.get("global_step") {
             steps.insert(step);
         }
+        // The learning rate lives with global_step on the host: the training
+        // loop writes it between steps.
+        if let Some(lr) = g.get(crate::optimizer::LEARNING_RATE) {
+            steps.insert(lr);
+        }
 
         let mut vars = Vec::new();
         for &id in &ids {

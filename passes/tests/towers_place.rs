@@ -23,7 +23,11 @@ fn placement_invariants_for_1_to_4_towers_and_every_strategy() {
             // One node per variable, never a copy per tower.
             let vars = ids_of(&g, |op| matches!(op, Op::Variable { .. }));
             let names: Vec<String> = vars.iter().map(|&v| g.node(v).name.clone()).collect();
-            assert_eq!(names, ["fc1/weights", "fc1/biases", "fc2/weights", "fc2/biases", "global_step"], "{ctx}");
+            assert_eq!(
+                names,
+                ["fc1/weights", "fc1/biases", "fc2/weights", "fc2/biases", "global_step", "learning_rate"],
+                "{ctx}"
+            );
             // Trainable variables on the chosen devices.
             for (i, name) in names.iter().take(4).enumerate() {
                 let n = g.node(g.get(name).unwrap());

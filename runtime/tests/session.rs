@@ -46,7 +46,7 @@ fn initializers_depend_on_seed_and_name_only() {
     a.write_variable("fc/biases", &[1.0, 2.0]).unwrap();
     a.load("again", common::mlp_plan()).unwrap();
     assert_eq!(a.read_variable("fc/biases").unwrap(), &[1.0, 2.0]);
-    assert_eq!(a.variable_names(), vec!["fc/biases", "fc/weights", "global_step"]);
+    assert_eq!(a.variable_names(), vec!["fc/biases", "fc/weights", "global_step", "learning_rate"]);
 }
 
 #[test]

@@ -445,7 +445,8 @@ impl Check<'_, '_> {
             Kernel::ApplyMomentum { .. } => (2, 0),
             _ => (3, 1),
         };
-        self.args(grads + step, slots)?;
+        // Inputs: the gradient(s), Adam's global_step, the learning rate.
+        self.args(grads + step + 1, slots)?;
         let len = self.outs[0].elems;
         for i in 0..grads {
             self.dtype(Io::In(i), DType::F32)?;
@@ -459,6 +460,8 @@ impl Check<'_, '_> {
             self.dtype(Io::In(grads), DType::I32)?;
             self.size(Io::In(grads), 1, || "a scalar global_step".into())?;
         }
+        self.dtype(Io::In(grads + step), DType::F32)?;
+        self.size(Io::In(grads + step), 1, || "a scalar learning rate".into())?;
         Ok(())
     }
 

@@ -82,6 +82,7 @@ pub fn mean_apply(
     weights: &[f32],
     apply: &Kernel,
     step: u64,
+    lr: f32,
     outs: &mut [&mut [f32]],
 ) -> Result<(), KernelError> {
     debug_assert_eq!(grads.len(), weights.len());
@@ -102,16 +103,16 @@ pub fn mean_apply(
         let g = &mut scratch[..end - start];
         weighted_sum_range(grads, weights, start, end, g);
         match (apply, &mut outs[..]) {
-            (Kernel::ApplyGradientDescent { lr }, [w, ..]) => apply_gradient_descent(&mut w[start..end], g, *lr),
-            (Kernel::ApplyMomentum { lr, momentum, nesterov }, [w, a, ..]) => {
-                apply_momentum(&mut w[start..end], &mut a[start..end], g, *lr, *momentum, *nesterov)
+            (Kernel::ApplyGradientDescent {}, [w, ..]) => apply_gradient_descent(&mut w[start..end], g, lr),
+            (Kernel::ApplyMomentum { momentum, nesterov }, [w, a, ..]) => {
+                apply_momentum(&mut w[start..end], &mut a[start..end], g, lr, *momentum, *nesterov)
             }
-            (Kernel::ApplyAdam { lr, beta1, beta2, epsilon }, [w, m, v, ..]) => apply_adam(
+            (Kernel::ApplyAdam { beta1, beta2, epsilon }, [w, m, v, ..]) => apply_adam(
                 &mut w[start..end],
                 &mut m[start..end],
                 &mut v[start..end],
                 g,
-                *lr,
+                lr,
                 *beta1,
                 *beta2,
                 *epsilon,
@@ -210,28 +211,28 @@ mod tests {
         let mut g = vec![0.0; n];
         weighted_sum(&[&g0, &g1], &w, &mut g);
         let kernels = [
-            Kernel::ApplyGradientDescent { lr: 0.1 },
-            Kernel::ApplyMomentum { lr: 0.1, momentum: 0.9, nesterov: true },
-            Kernel::ApplyAdam { lr: 0.01, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 },
+            (Kernel::ApplyGradientDescent {}, 0.1),
+            (Kernel::ApplyMomentum { momentum: 0.9, nesterov: true }, 0.1),
+            (Kernel::ApplyAdam { beta1: 0.9, beta2: 0.999, epsilon: 1e-8 }, 0.01),
         ];
-        for k in kernels {
+        for (k, lr) in kernels {
             let init = |s: f32| (0..n).map(|i| s + (i % 3) as f32 * 0.01).collect::<Vec<f32>>();
             let (mut a, mut b, mut c) = (init(1.0), init(0.1), init(0.2));
             let (mut x, mut y, mut z) = (a.clone(), b.clone(), c.clone());
             match k {
-                Kernel::ApplyGradientDescent { lr } => apply_gradient_descent(&mut x, &g, lr),
-                Kernel::ApplyMomentum { lr, momentum, nesterov } => {
+                Kernel::ApplyGradientDescent {} => apply_gradient_descent(&mut x, &g, lr),
+                Kernel::ApplyMomentum { momentum, nesterov } => {
                     apply_momentum(&mut x, &mut y, &g, lr, momentum, nesterov)
                 }
-                Kernel::ApplyAdam { lr, beta1, beta2, epsilon } => {
+                Kernel::ApplyAdam { beta1, beta2, epsilon } => {
                     apply_adam(&mut x, &mut y, &mut z, &g, lr, beta1, beta2, epsilon, 3)
                 }
                 _ => unreachable!(),
             }
-            mean_apply(&[&g0, &g1], &w, &k, 3, &mut [&mut a, &mut b, &mut c]).unwrap();
+            mean_apply(&[&g0, &g1], &w, &k, 3, lr, &mut [&mut a, &mut b, &mut c]).unwrap();
             assert!(a == x && b == y && c == z, "{}", k.name());
         }
-        assert!(mean_apply(&[&g0], &[1.0], &Kernel::L2Loss, 1, &mut [&mut g]).is_err());
+        assert!(mean_apply(&[&g0], &[1.0], &Kernel::L2Loss, 1, 0.1, &mut [&mut g]).is_err());
     }
 
     #[test]

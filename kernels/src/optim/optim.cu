@@ -24,8 +24,9 @@ typedef unsigned int u32;
 #define SUB __fsub_rn
 
 // w -= lr * g
-extern "C" __global__ void towers_apply_gradient_descent_f32(i64 n, float lr, const float* __restrict__ g,
-                                                             float* __restrict__ w) {
+extern "C" __global__ void towers_apply_gradient_descent_f32(i64 n, const float* __restrict__ lr_p,
+                                                             const float* __restrict__ g, float* __restrict__ w) {
+    const float lr = *lr_p;
     GRID_STRIDE(i, n) { w[i] = SUB(w[i], MUL(lr, g[i])); }
 }
 
@@ -36,9 +37,10 @@ __device__ __forceinline__ void momentum_step(float* w, float* a, float g, float
 }
 
 // accum = accum * momentum + g; w -= lr * (nesterov ? g + momentum * accum : accum)
-extern "C" __global__ void towers_apply_momentum_f32(i64 n, float lr, float momentum, int nesterov,
-                                                     const float* __restrict__ g, float* __restrict__ w,
+extern "C" __global__ void towers_apply_momentum_f32(i64 n, const float* __restrict__ lr_p, float momentum,
+                                                     int nesterov, const float* __restrict__ g, float* __restrict__ w,
                                                      float* __restrict__ accum) {
+    const float lr = *lr_p;
     GRID_STRIDE(i, n) { momentum_step(&w[i], &accum[i], g[i], lr, momentum, nesterov); }
 }
 
@@ -78,10 +80,11 @@ __device__ __forceinline__ void adam_step(float* w, float* m, float* v, float g,
 }
 
 // m += (g - m)(1 - beta1); v += (g^2 - v)(1 - beta2); w -= lr_t m / (sqrt(v) + eps)
-extern "C" __global__ void towers_apply_adam_f32(i64 n, float lr, float beta1, float beta2, float epsilon,
-                                                 const float* __restrict__ g, const int* __restrict__ global_step,
-                                                 float* __restrict__ w, float* __restrict__ m, float* __restrict__ v) {
-    float lr_t = adam_lr(lr, beta1, beta2, global_step);
+extern "C" __global__ void towers_apply_adam_f32(i64 n, const float* __restrict__ lr_p, float beta1, float beta2,
+                                                 float epsilon, const float* __restrict__ g,
+                                                 const int* __restrict__ global_step, float* __restrict__ w,
+                                                 float* __restrict__ m, float* __restrict__ v) {
+    float lr_t = adam_lr(*lr_p, beta1, beta2, global_step);
     GRID_STRIDE(i, n) { adam_step(&w[i], &m[i], &v[i], g[i], lr_t, beta1, beta2, epsilon); }
 }
 
@@ -98,24 +101,29 @@ __device__ __forceinline__ float tower_grad(const float* const* grads, const flo
 }
 
 extern "C" __global__ void towers_mean_apply_gradient_descent_f32(i64 n, int count, const float* const* grads,
-                                                                  const float* __restrict__ weights, float lr,
+                                                                  const float* __restrict__ weights,
+                                                                  const float* __restrict__ lr_p,
                                                                   float* __restrict__ w) {
+    const float lr = *lr_p;
     GRID_STRIDE(i, n) { w[i] = SUB(w[i], MUL(lr, tower_grad(grads, weights, count, i))); }
 }
 
 extern "C" __global__ void towers_mean_apply_momentum_f32(i64 n, int count, const float* const* grads,
-                                                          const float* __restrict__ weights, float lr, float momentum,
+                                                          const float* __restrict__ weights,
+                                                          const float* __restrict__ lr_p, float momentum,
                                                           int nesterov, float* __restrict__ w,
                                                           float* __restrict__ accum) {
+    const float lr = *lr_p;
     GRID_STRIDE(i, n) { momentum_step(&w[i], &accum[i], tower_grad(grads, weights, count, i), lr, momentum, nesterov); }
 }
 
 extern "C" __global__ void towers_mean_apply_adam_f32(i64 n, int count, const float* const* grads,
-                                                      const float* __restrict__ weights, float lr, float beta1,
+                                                      const float* __restrict__ weights,
+                                                      const float* __restrict__ lr_p, float beta1,
                                                       float beta2, float epsilon, const int* __restrict__ global_step,
                                                       float* __restrict__ w, float* __restrict__ m,
                                                       float* __restrict__ v) {
-    float lr_t = adam_lr(lr, beta1, beta2, global_step);
+    float lr_t = adam_lr(*lr_p, beta1, beta2, global_step);
     GRID_STRIDE(i, n) {
         adam_step(&w[i], &m[i], &v[i], tower_grad(grads, weights, count, i), lr_t, beta1, beta2, epsilon);
     }

@@ -155,6 +155,8 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     misc::weighted_sum(&towers.iter().map(|t| t.as_slice()).collect::<Vec<_>>(), &weights, &mut mean_g);
     let step = 4i32; // global_step: the update uses t = 5
     let dstep = g.up(&[step]);
+    // The learning rate is a device scalar the update reads each step.
+    let (lr_sgd, lr_mom, lr_adam) = (g.up(&[0.1f32]), g.up(&[0.05f32]), g.up(&[0.001f32]));
 
     for fused in [false, true] {
         let gsrc: &[f32] = if fused { &mean_g } else { &grad };
@@ -164,7 +166,7 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
 
         let w = g.up(&w0);
         let mut a = head(len);
-        a.push(o(0.1));
+        a.push(lr_sgd.a());
         if !fused {
             a.push(dgr.a());
         }
@@ -182,7 +184,7 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         for nesterov in [0, 1] {
             let (w, acc) = (g.up(&w0), g.up(&s1));
             let mut a = head(len);
-            a.extend([o(0.05), o(0.9), A::I32(nesterov)]);
+            a.extend([lr_mom.a(), o(0.9), A::I32(nesterov)]);
             if !fused {
                 a.push(dgr.a());
             }
@@ -197,7 +199,7 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
 
         let (w, m, vv) = (g.up(&w0), g.up(&s1), g.up(&s2));
         let mut a = head(len);
-        a.extend([o(0.001), o(0.9), o(0.999), o(1e-8)]);
+        a.extend([lr_adam.a(), o(0.9), o(0.999), o(1e-8)]);
         if !fused {
             a.push(dgr.a());
         }

@@ -112,21 +112,27 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         Kernel::BatchNormGrad { .. } => batchnorm::batch_norm_grad(i(0), i(1), i(2), i(3), i(4), o(0), o(1), o(2)),
         Kernel::AssignMovingAverage { decay } => batchnorm::assign_moving_average(o(0), i(0), *decay),
         Kernel::MeanApply { weights, apply } => {
+            // Inputs: the towers' gradients, then (Adam) global_step, then the learning rate.
             let n = weights.len();
-            let t = ins.get(n).map_or(1, |b| optim::adam_step(b.slot.i32()));
+            let t = match apply.as_ref() {
+                Kernel::ApplyAdam { .. } => optim::adam_step(ii(n)),
+                _ => 1,
+            };
+            let lr = i(ins.len() - 1)[0];
             slices
                 .with(ins[..n].iter().map(|b| b.slot.f32()), |gs| {
-                    mut_slices
-                        .with(outs.iter().map(|b| b.slot.f32_mut()), |os| optim::mean_apply(gs, weights, apply, t, os))
+                    mut_slices.with(outs.iter().map(|b| b.slot.f32_mut()), |os| {
+                        optim::mean_apply(gs, weights, apply, t, lr, os)
+                    })
                 })
                 .map_err(err)?
         }
-        Kernel::ApplyGradientDescent { lr } => optim::apply_gradient_descent(o(0), i(0), *lr),
-        Kernel::ApplyMomentum { lr, momentum, nesterov } => {
-            optim::apply_momentum(o(0), o(1), i(0), *lr, *momentum, *nesterov)
+        Kernel::ApplyGradientDescent {} => optim::apply_gradient_descent(o(0), i(0), i(1)[0]),
+        Kernel::ApplyMomentum { momentum, nesterov } => {
+            optim::apply_momentum(o(0), o(1), i(0), i(1)[0], *momentum, *nesterov)
         }
-        Kernel::ApplyAdam { lr, beta1, beta2, epsilon } => {
-            optim::apply_adam(o(0), o(1), o(2), i(0), *lr, *beta1, *beta2, *epsilon, optim::adam_step(ii(1)))
+        Kernel::ApplyAdam { beta1, beta2, epsilon } => {
+            optim::apply_adam(o(0), o(1), o(2), i(0), i(2)[0], *beta1, *beta2, *epsilon, optim::adam_step(ii(1)))
         }
         Kernel::IncrementStep => optim::increment_step(outs[0].slot.i32_mut()),
     }

@@ -510,22 +510,23 @@ pub(crate) fn lower_launch(
             a.i64(v.len).f32(*decay).ptr(i(0)?.ptr).ptr(v.ptr);
             launch(ops, "optim", "towers_assign_moving_average_f32", ew(v.len), BLOCK, a)?;
         }
-        Kernel::ApplyGradientDescent { lr } => {
+        // The learning rate is an input buffer (f32[1]), read on the device each step.
+        Kernel::ApplyGradientDescent {} => {
             let w = o(0)?;
             let mut a = ArgPack::new();
-            a.i64(w.len).f32(*lr).ptr(i(0)?.ptr).ptr(w.ptr);
+            a.i64(w.len).ptr(i(1)?.ptr).ptr(i(0)?.ptr).ptr(w.ptr);
             launch(ops, "optim", "towers_apply_gradient_descent_f32", ew(w.len), BLOCK, a)?;
         }
-        Kernel::ApplyMomentum { lr, momentum, nesterov } => {
+        Kernel::ApplyMomentum { momentum, nesterov } => {
             let w = o(0)?;
             let mut a = ArgPack::new();
-            a.i64(w.len).f32(*lr).f32(*momentum).i32(*nesterov as i32).ptr(i(0)?.ptr).ptr(w.ptr).ptr(o(1)?.ptr);
+            a.i64(w.len).ptr(i(1)?.ptr).f32(*momentum).i32(*nesterov as i32).ptr(i(0)?.ptr).ptr(w.ptr).ptr(o(1)?.ptr);
             launch(ops, "optim", "towers_apply_momentum_f32", ew(w.len), BLOCK, a)?;
         }
-        Kernel::ApplyAdam { lr, beta1, beta2, epsilon } => {
+        Kernel::ApplyAdam { beta1, beta2, epsilon } => {
             let w = o(0)?;
             let mut a = ArgPack::new();
-            a.i64(w.len).f32(*lr).f32(*beta1).f32(*beta2).f32(*epsilon).ptr(i(0)?.ptr).ptr(i(1)?.ptr);
+            a.i64(w.len).ptr(i(2)?.ptr).f32(*beta1).f32(*beta2).f32(*epsilon).ptr(i(0)?.ptr).ptr(i(1)?.ptr);
             a.ptr(w.ptr).ptr(o(1)?.ptr).ptr(o(2)?.ptr);
             launch(ops, "optim", "towers_apply_adam_f32", ew(w.len), BLOCK, a)?;
         }
@@ -535,16 +536,17 @@ pub(crate) fn lower_launch(
             let mut a = ArgPack::new();
             a.i64(w.len).i32(count as i32).side_ptr(side.push(&ptrs)).side_ptr(side.push(weights));
             let e = match apply.as_ref() {
-                Kernel::ApplyGradientDescent { lr } => {
-                    a.f32(*lr).ptr(w.ptr);
+                // Inputs after the gradients: (Adam's global_step,) the learning rate.
+                Kernel::ApplyGradientDescent {} => {
+                    a.ptr(i(count)?.ptr).ptr(w.ptr);
                     "towers_mean_apply_gradient_descent_f32"
                 }
-                Kernel::ApplyMomentum { lr, momentum, nesterov } => {
-                    a.f32(*lr).f32(*momentum).i32(*nesterov as i32).ptr(w.ptr).ptr(o(1)?.ptr);
+                Kernel::ApplyMomentum { momentum, nesterov } => {
+                    a.ptr(i(count)?.ptr).f32(*momentum).i32(*nesterov as i32).ptr(w.ptr).ptr(o(1)?.ptr);
                     "towers_mean_apply_momentum_f32"
                 }
-                Kernel::ApplyAdam { lr, beta1, beta2, epsilon } => {
-                    a.f32(*lr).f32(*beta1).f32(*beta2).f32(*epsilon).ptr(i(count)?.ptr);
+                Kernel::ApplyAdam { beta1, beta2, epsilon } => {
+                    a.ptr(i(count + 1)?.ptr).f32(*beta1).f32(*beta2).f32(*epsilon).ptr(i(count)?.ptr);
                     a.ptr(w.ptr).ptr(o(1)?.ptr).ptr(o(2)?.ptr);
                     "towers_mean_apply_adam_f32"
                 }

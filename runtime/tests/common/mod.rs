@@ -38,8 +38,15 @@ pub fn mlp_plan() -> Plan {
             &[],
         )
         .unwrap();
+    let lr = b
+        .op1(
+            "learning_rate",
+            Op::Variable { dtype: DType::F32, shape: vec![], init: Initializer::Constant(F32(0.5)), trainable: false },
+            &[],
+        )
+        .unwrap();
     let apply =
-        b.op("apply_w", Op::ApplyGradient { optimizer: Optimizer::Sgd { lr: F32(0.5) } }, &[w, gw, step]).unwrap();
+        b.op("apply_w", Op::ApplyGradient { optimizer: Optimizer::Sgd { lr: F32(0.5) } }, &[w, gw, step, lr]).unwrap();
     let inc = b.graph_mut().add(towers_graph::NewNode {
         control_inputs: vec![apply],
         ..towers_graph::NewNode::new("inc", Op::IncrementStep, vec![step])

@@ -456,8 +456,9 @@ fn eval(
         }
         Op::ApplyGradient { optimizer } => {
             let n = x.len();
-            let (g, t) = (&x[n - 2], x[n - 1].data[0] + 1.0);
-            let (w, slots) = apply(optimizer, &x[0], &x[1..n - 2], g, t);
+            // Inputs: variable, slots..., grad, global_step, learning_rate.
+            let (g, t, lr) = (&x[n - 3], x[n - 2].data[0] + 1.0, x[n - 1].data[0]);
+            let (w, slots) = apply(optimizer, &x[0], &x[1..n - 3], g, t, lr);
             for (i, s) in slots.into_iter().enumerate() {
                 vars.insert(input_name(1 + i), s);
             }

@@ -90,19 +90,20 @@ pub(super) fn pool(x: &V, dy: Option<&V>, k: [usize; 2], s: [usize; 2], p: Paddi
     (y, dx)
 }
 
-/// One optimizer step in TF's formulas; `t` = global_step + 1.
-pub fn apply(opt: &Optimizer, w: &V, slots: &[V], g: &V, t: f64) -> (V, Vec<V>) {
+/// One optimizer step in TF's formulas; `t` = global_step + 1; `lr` the
+/// learning rate the step reads (the `learning_rate` variable).
+pub fn apply(opt: &Optimizer, w: &V, slots: &[V], g: &V, t: f64, lr: f64) -> (V, Vec<V>) {
     let zip = |a: &V, b: &V, f: &dyn Fn(f64, f64) -> f64| binary(a, b, f);
     match opt {
-        Optimizer::Sgd { lr } => (zip(w, g, &|w, g| w - lr.0 as f64 * g), vec![]),
-        Optimizer::Momentum { lr, momentum, nesterov } => {
-            let (lr, m) = (lr.0 as f64, momentum.0 as f64);
+        Optimizer::Sgd { .. } => (zip(w, g, &|w, g| w - lr * g), vec![]),
+        Optimizer::Momentum { momentum, nesterov, .. } => {
+            let m = momentum.0 as f64;
             let a = zip(&slots[0], g, &|a, g| m * a + g);
             let step = if *nesterov { zip(g, &a, &|g, a| g + m * a) } else { a.clone() };
             (zip(w, &step, &|w, s| w - lr * s), vec![a])
         }
-        Optimizer::Adam { lr, beta1, beta2, epsilon } => {
-            let (lr, b1, b2, eps) = (lr.0 as f64, beta1.0 as f64, beta2.0 as f64, epsilon.0 as f64);
+        Optimizer::Adam { beta1, beta2, epsilon, .. } => {
+            let (b1, b2, eps) = (beta1.0 as f64, beta2.0 as f64, epsilon.0 as f64);
             let lr_t = lr * (1.0 - b2.powf(t)).sqrt() / (1.0 - b1.powf(t));
             let m = zip(&slots[0], g, &|m, g| b1 * m + (1.0 - b1) * g);
             let v = zip(&slots[1], g, &|v, g| b2 * v + (1.0 - b2) * g * g);

@@ -74,11 +74,12 @@ fn one_increment_after_every_apply_and_train_op_deps() {
     for a in res.applies.iter().chain(&incs) {
         assert!(deps.contains(a));
     }
-    // Inputs: variable, slots, grad, global_step.
+    // Inputs: variable, slots, grad, global_step, learning_rate.
     let ins = g.inputs(res.applies[0]);
-    assert_eq!(ins.len(), 5);
+    assert_eq!(ins.len(), 6);
     assert_eq!(g.node(ins[1].node).name, "fc1/weights/Adam");
     assert_eq!(ins[4].node, res.global_step);
+    assert_eq!(g.node(ins[5].node).name, "learning_rate");
 }
 
 #[test]
