@@ -75,6 +75,17 @@ pub fn validate(cfg: &TrainConfig) -> Result<(), TrainError> {
     if cfg.checkpoint_every == Some(0) {
         return Err(bad("checkpoint-every", "write a checkpoint every 1 or more steps".into()));
     }
+    if cfg.lr_schedule == crate::train::LrScheduleKind::Step {
+        if cfg.lr_decay_steps == 0 {
+            return Err(bad("lr-decay-steps", "decay every 1 or more steps".into()));
+        }
+        if !cfg.lr_decay_rate.is_finite() || cfg.lr_decay_rate <= 0.0 {
+            return Err(bad("lr-decay-rate", format!("must be a finite number above 0, got {}", cfg.lr_decay_rate)));
+        }
+    }
+    if !cfg.lr_min.is_finite() || cfg.lr_min < 0.0 || cfg.lr_min > cfg.lr {
+        return Err(bad("lr-min", format!("must be a finite number in 0..=--lr ({}), got {}", cfg.lr, cfg.lr_min)));
+    }
     if cfg.eval_every == Some(0) {
         return Err(bad("eval-every", "evaluate every 1 or more steps".into()));
     }
@@ -154,6 +165,12 @@ mod tests {
         assert!(err(|c| c.checkpoint_every = Some(5)).contains("--checkpoint-every: needs --checkpoint FILE"));
         assert!(err(|c| c.eval_every = Some(0)).contains("--eval-every:"));
         assert!(err(|c| c.keep = Some(2)).contains("--keep: needs --checkpoint"));
+        assert!(err(|c| c.lr_min = 1.0).contains("--lr-min: must be a finite number in 0..=--lr"));
+        assert!(err(|c| {
+            c.lr_schedule = crate::train::LrScheduleKind::Step;
+            c.lr_decay_steps = 0
+        })
+        .contains("--lr-decay-steps:"));
         assert!(err(|c| {
             c.checkpoint = Some("m.safetensors".into());
             c.keep = Some(0)

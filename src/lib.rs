@@ -22,6 +22,7 @@ pub mod models;
 pub mod plot;
 pub mod report;
 pub mod saver;
+pub mod schedule;
 pub mod train;
 pub mod watch;
 

@@ -10,7 +10,7 @@ use towers::compiler::{compile_train, CompileOptions};
 use towers::data::DataSpec;
 use towers::models::{build, ModelKind, ModelSpec};
 use towers::passes::{BnUpdates, VarPlacement};
-use towers::train::{train, BackendChoice, OptimizerKind, TrainConfig, TrainObserver};
+use towers::train::{train, BackendChoice, LrScheduleKind, OptimizerKind, TrainConfig, TrainObserver};
 use towers::watch::{Tee, Watch};
 
 #[derive(Parser)]
@@ -159,6 +159,24 @@ struct TrainArgs {
     /// When the loss stops being finite, name the first node whose output is not finite.
     #[arg(long)]
     check_numerics: bool,
+    /// Learning-rate schedule: constant, step (x --lr-decay-rate every --lr-decay-steps) or cosine (to --lr-min).
+    #[arg(long, default_value = "constant")]
+    lr_schedule: LrScheduleKind,
+    /// Step decay: steps between decays.
+    #[arg(long, default_value_t = 1000)]
+    lr_decay_steps: usize,
+    /// Step decay: the factor of each decay.
+    #[arg(long, default_value_t = 0.5)]
+    lr_decay_rate: f32,
+    /// Cosine: the learning rate at the end of the run.
+    #[arg(long, default_value_t = 0.0)]
+    lr_min: f32,
+    /// Linear warmup of the learning rate over the first N steps.
+    #[arg(long, default_value_t = 0)]
+    warmup_steps: usize,
+    /// The linear scaling rule (Goyal et al. 2017): lr x global batch / 256.
+    #[arg(long)]
+    scale_lr: bool,
     /// Which backend runs the step: cpu, cuda (an error naming what is
     /// missing when it cannot start), or auto (cuda when a driver, a GPU,
     /// NVRTC and cuBLAS are all present, else cpu). The run prints which.
@@ -291,6 +309,12 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
     cfg.keep = a.keep;
     cfg.eval_every = a.eval_every;
     cfg.check_numerics = a.check_numerics;
+    cfg.lr_schedule = a.lr_schedule;
+    cfg.lr_decay_steps = a.lr_decay_steps;
+    cfg.lr_decay_rate = a.lr_decay_rate;
+    cfg.lr_min = a.lr_min;
+    cfg.warmup_steps = a.warmup_steps;
+    cfg.scale_lr = a.scale_lr;
     let mut p = Printer { log_every: a.log_every, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {
         Some(dir) => Watch::with_logdir(dir).map_err(|e| e.to_string())?,

@@ -20,6 +20,8 @@ use crate::compiler::{compile_eval, compile_train, CompileError, CompileOptions}
 use crate::data::{Batcher, DataError, DataSpec, Dataset, EvalChunks};
 use crate::models::{build, ModelKind, ModelSpec};
 use crate::saver::Saver;
+use crate::schedule::{Decay, Schedule};
+use towers_passes::optimizer::LEARNING_RATE;
 
 /// Errors of a training run.
 #[derive(Debug, Error)]
@@ -88,6 +90,27 @@ pub fn open_session(choice: BackendChoice, seed: u64) -> Result<(Session, String
     }
 }
 
+/// Which learning-rate schedule (`--lr-schedule`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LrScheduleKind {
+    #[default]
+    Constant,
+    Step,
+    Cosine,
+}
+
+impl std::str::FromStr for LrScheduleKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "constant" => Ok(LrScheduleKind::Constant),
+            "step" => Ok(LrScheduleKind::Step),
+            "cosine" => Ok(LrScheduleKind::Cosine),
+            o => Err(format!("unknown learning-rate schedule '{o}': expected constant, step or cosine")),
+        }
+    }
+}
+
 /// Which optimizer, with its hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OptimizerKind {
@@ -152,6 +175,17 @@ pub struct TrainConfig {
     pub eval_every: Option<usize>,
     /// On a non-finite loss, find the first node whose output is not finite.
     pub check_numerics: bool,
+    /// The learning-rate schedule after warmup ([`crate::schedule`]).
+    pub lr_schedule: LrScheduleKind,
+    /// Step decay: multiply by `lr_decay_rate` every `lr_decay_steps` steps.
+    pub lr_decay_steps: usize,
+    pub lr_decay_rate: f32,
+    /// Cosine: the rate at the end of the run.
+    pub lr_min: f32,
+    /// Linear warmup over the first N steps.
+    pub warmup_steps: usize,
+    /// The linear scaling rule: lr x global batch / 256.
+    pub scale_lr: bool,
 }
 
 impl Default for TrainConfig {
@@ -186,6 +220,12 @@ impl Default for TrainConfig {
             keep: None,
             eval_every: None,
             check_numerics: false,
+            lr_schedule: LrScheduleKind::Constant,
+            lr_decay_steps: 1000,
+            lr_decay_rate: 0.5,
+            lr_min: 0.0,
+            warmup_steps: 0,
+            scale_lr: false,
         }
     }
 }
@@ -193,14 +233,35 @@ impl Default for TrainConfig {
 impl TrainConfig {
     pub fn optimizer(&self) -> Optimizer {
         match self.optimizer {
-            OptimizerKind::Sgd => Optimizer::Sgd { lr: F32(self.lr) },
+            OptimizerKind::Sgd => Optimizer::Sgd { lr: F32(self.base_lr()) },
             OptimizerKind::Momentum => {
-                Optimizer::Momentum { lr: F32(self.lr), momentum: F32(self.momentum), nesterov: self.nesterov }
+                Optimizer::Momentum { lr: F32(self.base_lr()), momentum: F32(self.momentum), nesterov: self.nesterov }
             }
             OptimizerKind::Adam => {
-                Optimizer::Adam { lr: F32(self.lr), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) }
+                Optimizer::Adam { lr: F32(self.base_lr()), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) }
             }
         }
+    }
+
+    /// The base learning rate: `lr`, or with `scale_lr` the linear scaling rule's.
+    pub fn base_lr(&self) -> f32 {
+        if self.scale_lr {
+            Schedule::scaled_base(self.lr, self.batch)
+        } else {
+            self.lr
+        }
+    }
+
+    /// The learning-rate schedule of a run of `total` steps.
+    pub fn schedule(&self, total: usize) -> Schedule {
+        let decay = match self.lr_schedule {
+            LrScheduleKind::Constant => Decay::Constant,
+            LrScheduleKind::Step => Decay::Step { every: self.lr_decay_steps, rate: self.lr_decay_rate },
+            LrScheduleKind::Cosine => {
+                Decay::Cosine { total: total.saturating_sub(self.warmup_steps).max(1), min: self.lr_min }
+            }
+        };
+        Schedule { base: self.base_lr(), decay, warmup: self.warmup_steps }
     }
 
     /// The tower devices: `/gpu:0` .. `/gpu:N-1`.
@@ -316,6 +377,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     }
 
     let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
+    let schedule = cfg.schedule(total);
     let note = format!("{which}\n{}", sess.backend_note());
     obs.start(total, &note);
     let mut images = vec![0f32; cfg.batch * train_set.image_len()];
@@ -327,6 +389,11 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     let started = Instant::now();
     for step in done + 1..=total {
         batcher.next_batch(&mut images, &mut labels)?;
+        // The schedule's rate of this update (0-based global step), into the
+        // plan's learning_rate variable: no recompilation, no allocation.
+        let lr = schedule.at(step - 1);
+        sess.write_variable(LEARNING_RATE, &[lr])?;
+        obs.learning_rate(step, lr);
         sess.feed_f32("train", &model.images, &images)?;
         sess.feed_i32("train", &model.labels, &labels)?;
         sess.run("train")?;

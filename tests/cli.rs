@@ -101,6 +101,35 @@ fn compile_emits_the_cuda_of_every_kernel_the_plan_launches() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("give the folder with -o DIR"));
 }
 
+/// A learning-rate schedule is part of the plan (the learning_rate variable,
+/// written before each step): it changes the losses against a constant rate,
+/// and towers still print the losses of one device under it.
+#[test]
+fn schedules_change_the_rate_per_step_and_towers_stay_exact() {
+    let run = |extra: &[&'static str]| {
+        let mut a = vec!["train", "--seed", "3", "--log-every", "1", "--steps", "8", "--lr", "0.1"];
+        a.extend_from_slice(extra);
+        losses(&towers(&a).0)
+    };
+    let constant = run(&[]);
+    let sched = ["--lr-schedule", "step", "--lr-decay-steps", "2", "--lr-decay-rate", "0.25", "--warmup-steps", "2"];
+    let stepped = run(&sched);
+    // Step 1 runs at the warmup rate 0.05, not 0.1: the loss after it differs.
+    assert_eq!(constant[0], stepped[0], "the first loss is computed before any update");
+    assert!(constant[1].1 != stepped[1].1, "{constant:?} vs {stepped:?}");
+    let mut two = sched.to_vec();
+    two.extend(["--towers", "2"]);
+    for ((s1, l1), (s2, l2)) in stepped.iter().zip(&run(&two)) {
+        assert_eq!(s1, s2);
+        assert!((l1 - l2).abs() <= 1e-5 * l1.abs().max(1.0), "step {s1}: {l1} vs {l2}");
+    }
+    // Cosine and the linear scaling rule run; --scale-lr at batch 256 leaves 0.1 unchanged.
+    assert_eq!(run(&["--lr-schedule", "cosine", "--lr-min", "0.01"]).len(), 8);
+    let scaled = run(&["--scale-lr", "--batch", "256"]);
+    let unscaled = run(&["--batch", "256"]);
+    assert_eq!(scaled, unscaled);
+}
+
 #[test]
 fn checkpoint_is_written_and_resumed() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -236,6 +265,9 @@ fn backend_flag_says_which_backend_runs() {
 fn resume_continues_exactly_as_if_the_run_had_not_stopped() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (model, towers_flag) in [("mlp", None), ("convnet", None), ("convnet", Some("2"))] {
+        // The MLP also runs a schedule (step decay: it does not depend on the
+        // run's length, which the first half shortens): the resumed run
+        // recomputes the rate from global_step.
         let straight = dir.path().join(format!("{model}-{towers_flag:?}-straight.safetensors"));
         let resumed = dir.path().join(format!("{model}-{towers_flag:?}-resumed.safetensors"));
         let run = |steps: &str, ck: &std::path::Path, resume: bool| {
@@ -245,6 +277,9 @@ fn resume_continues_exactly_as_if_the_run_had_not_stopped() {
             }
             if resume {
                 args.push("--resume");
+            }
+            if model == "mlp" {
+                args.extend(["--lr-schedule", "step", "--lr-decay-steps", "7", "--warmup-steps", "5"]);
             }
             towers(&args);
         };
