@@ -41,8 +41,13 @@ fn run_allocates_nothing() {
     s.run("train").unwrap();
     s.run("two").unwrap();
     let before = ALLOCS.load(Ordering::SeqCst);
-    for _ in 0..20 {
+    let mut loss = [0f32];
+    for k in 0..20 {
+        // What the training loop does around each step: the schedule's
+        // learning rate in, the step, the loss out.
+        s.write_variable("learning_rate", &[0.5 / (k + 1) as f32]).unwrap();
         s.run("train").unwrap();
+        s.fetch_f32_into("train", "loss", &mut loss).unwrap();
         s.run("two").unwrap();
     }
     let after = ALLOCS.load(Ordering::SeqCst);
