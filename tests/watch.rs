@@ -11,18 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn towers(args: &[&str]) -> (String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_towers")).args(args).output().expect("the towers binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "towers {args:?} failed:\n{stderr}\n{stdout}");
-    (stdout, stderr)
-}
-
-fn accuracy(stdout: &str) -> f64 {
-    let line = stdout.lines().find(|l| l.starts_with("test accuracy: ")).expect("a test accuracy line");
-    line["test accuracy: ".len()..].trim().parse().expect("a number")
-}
+#[path = "cli_support.rs"]
+mod cli_support;
+use cli_support::{accuracy, towers};
 
 /// A Python interpreter that can import `tensorboard`.
 fn tensorboard_python() -> Option<PathBuf> {

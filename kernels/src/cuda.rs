@@ -96,7 +96,12 @@ pub fn cache_key(source: &Source, arch: &str, nvrtc_version: (i32, i32)) -> u64 
 
 macro_rules! source {
     ($family:literal, $file:literal) => {
-        Source { family: $family, path: concat!($family, "/", $file), code: include_str!(concat!($family, "/", $file)) }
+        Source {
+            family: $family,
+            path: concat!($family, "/", $file),
+            // The shared prelude (types, GRID_STRIDE, block reductions), then the family.
+            code: concat!(include_str!("prelude.cuh"), include_str!(concat!($family, "/", $file))),
+        }
     };
 }
 

@@ -61,16 +61,23 @@ pub fn shuffle_split(data: &Dataset, train_len: usize, seed: u64) -> (Dataset, D
 /// Parses digits CSV text (64 pixels in `0..=16` then a label in `0..=9` per
 /// line; blank lines are skipped) into an 8x8x1 data set scaled to `[0, 1]`.
 pub fn parse_digits_csv(text: &str) -> Result<Dataset, DataError> {
-    let pixels = DIGITS_SIDE * DIGITS_SIDE;
+    parse_pixel_csv(text, DIGITS_SIDE, DIGITS_MAX_PIXEL as u8, DIGITS_CLASSES)
+}
+
+/// One image a line: `side * side` integer pixels in `0..=max_pixel`, then a
+/// label in `0..classes`; blank lines are skipped. Pixels are scaled to
+/// `[0, 1]` by `max_pixel`. Every malformed line is a [`DataError::Csv`]
+/// naming its line and column. (The digits and mnist5k share it.)
+pub(crate) fn parse_pixel_csv(text: &str, side: usize, max_pixel: u8, classes: usize) -> Result<Dataset, DataError> {
+    let pixels = side * side;
     let mut images = Vec::new();
     let mut labels = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let line_no = i + 1;
         let line = line.trim();
         if line.is_empty() {
             continue;
         }
-        let err = |detail: String| DataError::Csv { line: line_no, detail };
+        let err = |detail: String| DataError::Csv { line: i + 1, detail };
         let mut count = 0;
         for (col, field) in line.split(',').enumerate() {
             count += 1;
@@ -80,24 +87,23 @@ pub fn parse_digits_csv(text: &str) -> Result<Dataset, DataError> {
             let value: u8 = field
                 .trim()
                 .parse()
-                .map_err(|_| err(format!("column {} is {field:?}, not a non-negative integer", col + 1)))?;
+                .map_err(|_| err(format!("column {} is {field:?}, not an integer in 0..=255", col + 1)))?;
             if col < pixels {
-                if f32::from(value) > DIGITS_MAX_PIXEL {
-                    return Err(err(format!("pixel in column {} is {value}, outside 0..=16", col + 1)));
+                if value > max_pixel {
+                    return Err(err(format!("pixel in column {} is {value}, outside 0..={max_pixel}", col + 1)));
                 }
-                images.push(f32::from(value) / DIGITS_MAX_PIXEL);
+                images.push(f32::from(value) / f32::from(max_pixel));
+            } else if usize::from(value) >= classes {
+                return Err(err(format!("label {value} is outside 0..={}", classes - 1)));
             } else {
-                if usize::from(value) >= DIGITS_CLASSES {
-                    return Err(err(format!("label {value} is outside 0..=9")));
-                }
                 labels.push(i32::from(value));
             }
         }
         if count != pixels + 1 {
-            return Err(err(format!("{count} columns, expected {} (64 pixels and a label)", pixels + 1)));
+            return Err(err(format!("{count} columns, expected {} ({pixels} pixels and a label)", pixels + 1)));
         }
     }
-    Dataset::new(images, labels, DIGITS_SIDE, DIGITS_SIDE, 1, DIGITS_CLASSES)
+    Dataset::new(images, labels, side, side, 1, classes)
 }
 
 #[cfg(test)]

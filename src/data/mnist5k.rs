@@ -38,38 +38,7 @@ pub fn mnist5k_split() -> Result<(Dataset, Dataset), DataError> {
 /// Parses MNIST CSV text (784 pixels in `0..=255` then a label in `0..=9`
 /// per line; blank lines are skipped) into a 28x28x1 data set in `[0, 1]`.
 pub fn parse_mnist_csv(text: &str) -> Result<Dataset, DataError> {
-    let pixels = SIDE * SIDE;
-    let mut images = Vec::with_capacity(5000 * pixels);
-    let mut labels = Vec::with_capacity(5000);
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let err = |detail: String| DataError::Csv { line: i + 1, detail };
-        let mut count = 0;
-        for (col, field) in line.split(',').enumerate() {
-            count += 1;
-            if col > pixels {
-                continue;
-            }
-            let value: u8 = field
-                .trim()
-                .parse()
-                .map_err(|_| err(format!("column {} is {field:?}, not an integer in 0..=255", col + 1)))?;
-            if col < pixels {
-                images.push(f32::from(value) / 255.0);
-            } else if usize::from(value) >= CLASSES {
-                return Err(err(format!("label {value} is outside 0..=9")));
-            } else {
-                labels.push(i32::from(value));
-            }
-        }
-        if count != pixels + 1 {
-            return Err(err(format!("{count} columns, expected {} (784 pixels and a label)", pixels + 1)));
-        }
-    }
-    Dataset::new(images, labels, SIDE, SIDE, 1, CLASSES)
+    super::digits::parse_pixel_csv(text, SIDE, 255, CLASSES)
 }
 
 #[cfg(test)]

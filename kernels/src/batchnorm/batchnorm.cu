@@ -13,25 +13,6 @@
 // t folds rows t, t+B, ... in order, then a fixed tree: deterministic, no
 // atomics. blockDim a power of two <= 1024 (256 recommended).
 
-typedef long long i64;
-
-#define MAX_BLOCK 1024
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
-
-__device__ float block_sum(float v, float* sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            sh[threadIdx.x] += sh[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 extern "C" __global__ void towers_batch_norm_stats_f32(i64 rows, i64 c, float epsilon, const float* __restrict__ x,
                                                        float* __restrict__ mean, float* __restrict__ inv_std,
                                                        float* __restrict__ var) {

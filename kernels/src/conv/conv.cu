@@ -17,10 +17,6 @@
 // chunk's rows that read it, in row order (the CPU's scatter order), onto the
 // previous value: equal to the CPU bit for bit given the same dcol.
 
-typedef long long i64;
-
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
-
 struct ConvGeom {
     int n, h, w, c_in;
     int kh, kw, c_out, stride_h;

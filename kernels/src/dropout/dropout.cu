@@ -8,12 +8,6 @@
 // mask = (keep >= 1 or unit(bits) < keep) ? scale : 0 with
 // scale = keep > 0 ? 1 / min(keep, 1) : 0; y = x * mask.
 
-typedef long long i64;
-typedef unsigned long long u64;
-typedef unsigned int u32;
-
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
-
 __device__ __forceinline__ u32 philox_lane(u64 seed, u64 step, u64 block, int lane) {
     u32 c0 = (u32)block, c1 = (u32)(block >> 32), c2 = (u32)step, c3 = (u32)(step >> 32);
     u32 k0 = (u32)seed, k1 = (u32)(seed >> 32);

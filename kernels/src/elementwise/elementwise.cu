@@ -11,13 +11,9 @@
 // `Dims4` holds the output dims, and the operands' *broadcast strides*
 // (0 along an axis of size 1, as `shape::bstrides` on the CPU).
 
-typedef long long i64;
-
 struct Dims4 {
     i64 d[4];
 };
-
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
 
 // Offset of flat output index `i` (dims `od`) in an operand with broadcast strides `s`.
 __device__ __forceinline__ i64 bcast_offset(i64 i, const Dims4& od, const Dims4& s) {

@@ -7,10 +7,6 @@
 // Slices take the rank-4 padded shape, begin and size. Pure copies: results
 // match the CPU bit for bit.
 
-typedef long long i64;
-
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
-
 struct Dims4 {
     i64 d[4];
 };

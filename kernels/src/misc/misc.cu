@@ -6,10 +6,6 @@
 // Each output element is summed in input order with every product and sum
 // rounded on its own (no fused multiply-add), as the CPU: bit for bit equal.
 
-typedef long long i64;
-
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
-
 // out = sum_k xs[k] (0 when count == 0).
 extern "C" __global__ void towers_add_n_f32(i64 n, int count, const float* const* xs, float* __restrict__ out) {
     GRID_STRIDE(i, n) {

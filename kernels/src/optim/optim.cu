@@ -14,11 +14,6 @@
 // Pointer arrays (`grads`, of `count` tower gradients) and `weights` live in
 // device memory, written once at load.
 
-typedef long long i64;
-typedef unsigned int u32;
-
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
-
 #define MUL __fmul_rn
 #define ADD __fadd_rn
 #define SUB __fsub_rn

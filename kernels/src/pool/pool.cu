@@ -8,10 +8,6 @@
 // element is the same sum in the same order: results match bit for bit.
 // No atomics.
 
-typedef long long i64;
-
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
-
 struct PoolGeom {
     int n, h, w, c;
     int kh, kw, stride_h, stride_w;

@@ -9,29 +9,9 @@
 // same launch geometry: same bits, run after run. blockDim must be a power of
 // two <= 1024 (256 recommended).
 
-typedef long long i64;
-typedef unsigned int u32;
-
-#define MAX_BLOCK 1024
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
-
 struct Dims4 {
     i64 d[4];
 };
-
-__device__ float block_sum(float v, float* sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            sh[threadIdx.x] += sh[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
 
 // x has dims `xd` (rank 4, right-aligned); bit k of `reduced` marks axis k as
 // summed. out holds the kept axes in order (n_out = their product), each

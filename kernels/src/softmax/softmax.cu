@@ -10,39 +10,6 @@
 // Numerics as the CPU: shift by the row maximum (0 when it is not finite),
 // log_softmax = (x - m) - log(sum(exp(x - m))).
 
-typedef long long i64;
-
-#define MAX_BLOCK 1024
-
-__device__ float block_max(float v, float* sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            float o = sh[threadIdx.x + s];
-            sh[threadIdx.x] = o > sh[threadIdx.x] ? o : sh[threadIdx.x];
-        }
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
-__device__ float block_sum(float v, float* sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            sh[threadIdx.x] += sh[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 // The row's shift: its maximum, or 0 when that is not finite.
 __device__ float row_shift(const float* row, int c, float* sh) {
     float m = -__int_as_float(0x7f800000);
