@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use towers::compiler::{compile_train, CompileOptions};
 use towers::data::DataSpec;
 use towers::models::{build, ModelKind, ModelSpec};
-use towers::passes::{BnUpdates, VarPlacement};
+use towers::passes::{BnUpdates, ProcessGroup, VarPlacement};
 use towers::train::{train, BackendChoice, LrScheduleKind, OptimizerKind, TrainConfig, TrainObserver};
 use towers::watch::{Tee, Watch};
 
@@ -123,6 +123,10 @@ struct Common {
     /// Passes to dump after (default: all), comma separated.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     dump_after: Vec<String>,
+    /// With several processes: gradient bucket capacity of the cross-process
+    /// all-reduce in MiB (PyTorch DDP's bucket_cap_mb).
+    #[arg(long, default_value_t = 25.0)]
+    bucket_mb: f64,
 }
 
 #[derive(Args)]
@@ -203,6 +207,22 @@ struct CompileArgs {
     /// Input geometry HxWxC when not taken from --data (e.g. 28x28x1).
     #[arg(long)]
     input: Option<String>,
+    /// Compile for a group of this many processes (what `mpirun -np N towers
+    /// train` runs), as rank --rank; see that rank's plan, buckets and devices.
+    #[arg(long, default_value_t = 1)]
+    world_size: usize,
+    /// Which rank of --world-size to compile for.
+    #[arg(long, default_value_t = 0)]
+    rank: usize,
+}
+
+/// `--bucket-mb` in bytes (at least one byte, finite).
+fn bucket_bytes(mb: f64) -> Result<usize, String> {
+    let bytes = mb * (1u64 << 20) as f64;
+    if !bytes.is_finite() || bytes < 1.0 {
+        return Err(format!("--bucket-mb {mb}: give a positive size in MiB, e.g. 25 (PyTorch DDP's default)"));
+    }
+    Ok(bytes as usize)
 }
 
 fn config(c: &Common) -> Result<TrainConfig, String> {
@@ -245,6 +265,7 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
         },
         dump_dir: c.dump_dir.clone(),
         dump_after: c.dump_after.clone(),
+        bucket_bytes: bucket_bytes(c.bucket_mb)?,
         ..TrainConfig::default()
     })
 }
@@ -364,7 +385,8 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
     spec.batch_norm = cfg.batch_norm;
     spec.seed = cfg.seed;
     let model = build(&spec).map_err(|e| e.to_string())?;
-    let opts: CompileOptions = cfg.compile_options();
+    let process = ProcessGroup::new(a.rank, a.world_size).map_err(|e| format!("--rank/--world-size: {e}"))?;
+    let opts: CompileOptions = cfg.compile_options_for(process);
     let c = compile_train(&model.graph, &model.loss, &opts).map_err(|e| e.to_string())?;
     let text = match a.emit {
         Emit::Graph => towers::graph::text::to_text(&c.graph).map_err(|e| e.to_string())?,

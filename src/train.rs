@@ -8,11 +8,13 @@
 //! the session's buffers were planned at load.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use thiserror::Error;
 use towers_graph::{Device, Optimizer, F32};
-use towers_passes::{BnUpdates, SplitPolicy, VarPlacement};
+use towers_passes::{BnUpdates, ProcessGroup, SplitPolicy, VarPlacement};
+use towers_runtime::comm::{Comm, LocalComm};
 use towers_runtime::cuda::{self, CudaBackend, CudaUnavailable};
 use towers_runtime::{CpuBackend, RuntimeError, Session};
 
@@ -186,6 +188,8 @@ pub struct TrainConfig {
     pub warmup_steps: usize,
     /// The linear scaling rule: lr x global batch / 256.
     pub scale_lr: bool,
+    /// Gradient bucket capacity of the cross-process all-reduce, in bytes.
+    pub bucket_bytes: usize,
 }
 
 impl Default for TrainConfig {
@@ -226,6 +230,7 @@ impl Default for TrainConfig {
             lr_min: 0.0,
             warmup_steps: 0,
             scale_lr: false,
+            bucket_bytes: towers_passes::DEFAULT_BUCKET_BYTES,
         }
     }
 }
@@ -269,9 +274,17 @@ impl TrainConfig {
         (0..self.towers as u32).map(Device::gpu).collect()
     }
 
-    /// The compiler options this run uses.
+    /// The compiler options this run uses as process `process` of a group.
+    pub fn compile_options_for(&self, process: ProcessGroup) -> CompileOptions {
+        let mut o = self.compile_options();
+        o.process = process;
+        o
+    }
+
+    /// The compiler options this run uses (one process).
     pub fn compile_options(&self) -> CompileOptions {
         let mut o = CompileOptions::new(self.optimizer(), self.batch);
+        o.bucket_bytes = self.bucket_bytes;
         o.towers = self.tower_devices();
         o.variables = self.variables;
         o.split = match &self.split_weights {
@@ -328,13 +341,35 @@ pub struct TrainReport {
     pub evals: Vec<(usize, f64)>,
 }
 
-/// Run a training job and evaluate on the test split.
+/// Run a training job in this process alone and evaluate on the test split.
 pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainReport, TrainError> {
+    train_in(cfg, Arc::new(LocalComm::single()), obs)
+}
+
+/// Run a training job as one rank of `comm` (an MPI process, or a thread of
+/// a [`LocalComm`] group): every rank runs the same command; each feeds its
+/// rows of every global batch ([`CompileOptions::process_rows`]), and the
+/// plan all-reduces the gradients across ranks. The variables are checked
+/// identical on every rank before the first step and after the last
+/// ([`Session::check_replicas`]). Rank 0 alone reports progress to `obs`,
+/// writes checkpoints (every rank reads them on resume) and computes the
+/// test accuracy, which it broadcasts, so every rank's report holds it.
+pub fn train_in(
+    cfg: &TrainConfig,
+    comm: Arc<dyn Comm>,
+    obs: &mut dyn TrainObserver,
+) -> Result<TrainReport, TrainError> {
+    let process = ProcessGroup::new(comm.rank(), comm.world_size()).map_err(CompileError::from)?;
+    let lead = process.rank == 0;
+    let mut quiet = Quiet;
+    let obs: &mut dyn TrainObserver = if lead { obs } else { &mut quiet };
     crate::guards::validate(cfg)?;
     let (train_set, test_set) = cfg.data.load()?;
     let model = build(&cfg.model_spec(&train_set))?;
     let t0 = Instant::now();
-    let compiled = compile_train(&model.graph, &model.loss, &cfg.compile_options())?;
+    let opts = cfg.compile_options_for(process);
+    let rows = opts.process_rows().map_err(CompileError::from)?;
+    let compiled = compile_train(&model.graph, &model.loss, &opts)?;
     for t in &compiled.timings {
         tracing::debug!(pass = t.pass, micros = t.elapsed.as_micros() as u64, "compiler pass");
     }
@@ -348,7 +383,9 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
 
-    let (mut sess, which) = open_session(cfg.backend, cfg.seed)?;
+    let (sess, which) = open_session(cfg.backend, cfg.seed)?;
+    let mut sess = sess.with_comm(Arc::clone(&comm));
+    let which = if process.is_single() { which } else { format!("{which}; {}", comm.describe()) };
     let memory = |e: RuntimeError| match e {
         RuntimeError::OutOfMemory { program, backend, planned, available, detail } => {
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
@@ -358,7 +395,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     };
     sess.load("train", compiled.plan).map_err(memory)?;
     sess.load("eval", eval.plan).map_err(memory)?;
-    let mut batcher = Batcher::new(&train_set, cfg.batch, cfg.seed)?;
+    let mut batcher = Batcher::new(&train_set, cfg.batch, cfg.seed)?.with_rows(rows.clone())?;
     // Steps already taken (a resumed run): --steps and --epochs count the
     // whole run in global steps, as TF's max_steps, so the same command
     // with --resume trains what remains.
@@ -376,13 +413,20 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         }
     }
 
+    sess.check_replicas(if done > 0 { "after resuming" } else { "before the first step" })?;
+
     let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
     let schedule = cfg.schedule(total);
     let note = format!("{which}\n{}", sess.backend_note());
     obs.start(total, &note);
-    let mut images = vec![0f32; cfg.batch * train_set.image_len()];
-    let mut labels = vec![0i32; cfg.batch];
-    let mut saver = cfg.checkpoint.as_ref().map(|p| Saver::new(p, cfg.checkpoint_every, cfg.checkpoint_secs, cfg.keep));
+    let mut images = vec![0f32; rows.len() * train_set.image_len()];
+    let mut labels = vec![0i32; rows.len()];
+    // Rank 0 writes the checkpoints.
+    let mut saver = cfg
+        .checkpoint
+        .as_ref()
+        .filter(|_| lead)
+        .map(|p| Saver::new(p, cfg.checkpoint_every, cfg.checkpoint_secs, cfg.keep));
     let mut losses = Vec::new();
     let mut evals = Vec::new();
     let mut loss = [0f32];
@@ -410,7 +454,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         if let Some(saver) = saver.as_mut() {
             saver.after_step(&sess, step)?;
         }
-        if cfg.eval_every.is_some_and(|every| step % every == 0 && step < total) {
+        if lead && cfg.eval_every.is_some_and(|every| step % every == 0 && step < total) {
             let acc = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
             evals.push((step, acc));
             obs.eval(step, acc);
@@ -422,10 +466,27 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         obs.step(step, loss, eps);
     }
     let examples_per_sec = (total.saturating_sub(done) * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    sess.check_replicas("after the last step")?;
     if let Some(saver) = saver.as_mut() {
         saver.save(&sess)?;
     }
-    let test_accuracy = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
+    // Computed once, on rank 0, and broadcast to the others.
+    let (mut test_accuracy, mut accuracy) = (0.0, [0f32; 2]);
+    if lead {
+        test_accuracy = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
+        // An f64 as two f32s (high part, remainder), to cross the f32 communicator.
+        accuracy = [test_accuracy as f32, (test_accuracy - test_accuracy as f32 as f64) as f32];
+    }
+    if !process.is_single() {
+        comm.broadcast(0, &mut [&mut accuracy[..]]).map_err(|e| RuntimeError::Collective {
+            program: "eval".into(),
+            node: "test accuracy".into(),
+            source: Box::new(e),
+        })?;
+    }
+    if !lead {
+        test_accuracy = accuracy[0] as f64 + accuracy[1] as f64;
+    }
     obs.eval(total, test_accuracy);
     Ok(TrainReport {
         losses,

@@ -12,7 +12,8 @@
 //!    others get arena buffers;
 //! 3. scheduled nodes in topological order: kernel selection
 //!    ([`crate::select`]), output and workspace buffers (or an alias of the
-//!    input for Reshape/Identity/StopGradient and in-place variable updates,
+//!    input for Reshape/Identity/StopGradient, in-place variable updates
+//!    and the all-reduce of a bucket, which sums its inputs' buffers in place,
 //!    or views into the input for a split along the leading axis: the batch
 //!    split costs no copy);
 //! 4. steps per stream, in the schedule's order;
@@ -211,6 +212,18 @@ impl<'g> Lowerer<'g> {
                 }
             }
             Lowering::Views => self.bind_views(id, in_refs.first())?,
+            Lowering::AllReduce => {
+                for (slot, r) in in_refs.iter().enumerate() {
+                    if !matches!(r, BufRef::Arena { .. }) {
+                        return Err(CodegenError::Unsupported {
+                            node: node.name.clone(),
+                            op: node.op.type_name().to_string(),
+                            reason: format!("input {slot} is a variable; an all-reduce sums arena buffers in place"),
+                        });
+                    }
+                    self.bind.insert(Tensor::new(id, slot), r.clone());
+                }
+            }
             Lowering::Launch { outs: Outs::InPlace(_), .. } => {
                 if let (Some(r), false) = (in_refs.first(), node.outputs.is_empty()) {
                     self.bind.insert(Tensor::new(id, 0), r.clone());
@@ -248,6 +261,9 @@ impl<'g> Lowerer<'g> {
         let bytes = |s: usize| node.outputs[s].byte_size().unwrap_or(0);
         match low {
             Lowering::Nothing | Lowering::Alias | Lowering::Views => Vec::new(),
+            Lowering::AllReduce => {
+                vec![Step::AllReduce { buffers: (0..inputs.len()).map(inb).collect(), node: name }]
+            }
             Lowering::CopyOut => vec![Step::Copy { from: inb(0), to: outb(0), bytes: bytes(0), node: name }],
             Lowering::CopyAndOnes => vec![
                 Step::Copy { from: inb(0), to: outb(0), bytes: bytes(0), node: name.clone() },

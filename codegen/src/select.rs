@@ -37,6 +37,9 @@ pub(crate) enum Lowering {
     CopyOut,
     /// Copy input 0 into output 0 and fill output 1 with ones (eval dropout).
     CopyAndOnes,
+    /// A collective over the processes of the group: output i is input i's
+    /// buffer, summed in place by one `Step::AllReduce` over all inputs.
+    AllReduce,
     /// One kernel launch; `inputs` are node input indices.
     Launch { kernel: Kernel, inputs: Vec<usize>, outs: Outs },
 }
@@ -77,6 +80,7 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
         Placeholder { .. } | Const { .. } | Variable { .. } | NoOp => Ok(Lowering::Nothing),
         Reshape { .. } | Identity | StopGradient => Ok(Lowering::Alias),
         Copy => Ok(Lowering::CopyOut),
+        AllReduce { .. } => Ok(Lowering::AllReduce),
         MatMul { transpose_a, transpose_b } => {
             let (a, b) = (&ins[0].dims, &ins[1].dims);
             if a.len() != 2 || b.len() != 2 {

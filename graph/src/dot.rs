@@ -95,6 +95,7 @@ fn emit(g: &Graph, c: &Cluster, index: &BTreeMap<NodeId, usize>, s: &mut String,
         let shape = match n.op {
             Op::Copy => "cds",
             Op::TowerMean { .. } => "doubleoctagon",
+            Op::AllReduce { .. } => "tripleoctagon",
             Op::Variable { .. } => "cylinder",
             Op::Placeholder { .. } => "invhouse",
             Op::ApplyGradient { .. } | Op::AssignMovingAverage { .. } | Op::IncrementStep => "hexagon",

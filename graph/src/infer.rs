@@ -193,6 +193,15 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             }
             Ok(vec![TensorType { dtype: inputs[0].dtype, shape }])
         }
+        AllReduce { .. } => {
+            if inputs.is_empty() {
+                return Err(InferError::Arity { expected: "at least 1".into(), got: 0 });
+            }
+            if let Some(t) = inputs.iter().find(|t| t.dtype != DType::F32) {
+                return detail(format!("all-reduce sums f32 tensors; got {t}"));
+            }
+            Ok(inputs.to_vec())
+        }
         BiasAdd => {
             arity(inputs, 2)?;
             let (x, b) = (&inputs[0], &inputs[1]);

@@ -263,6 +263,14 @@ pub enum Op {
     TowerMean {
         weights: Vec<F32>,
     },
+    /// in: n tensors of this process (a gradient bucket: the ranks' partial
+    /// sums, weighted by their shares of the global batch). out: n tensors,
+    /// output i the sum of input i over every process of the group (the
+    /// plan's collective step, in place). `bucket` numbers the buckets of a
+    /// device in the order their all-reduces start.
+    AllReduce {
+        bucket: usize,
+    },
     /// in: x on another device. out: x on this node's device.
     Copy,
     /// Groups control inputs; no data.
@@ -322,6 +330,7 @@ impl Op {
             },
             Op::IncrementStep => "AssignAdd",
             Op::TowerMean { .. } => "TowerMean",
+            Op::AllReduce { .. } => "AllReduce",
             Op::Copy => "Copy",
             Op::NoOp => "NoOp",
         }

@@ -9,18 +9,34 @@
 //!   these, and only these, are split across towers by `split`;
 //! - `st.batch_size == Some(batch)` and every node's output types are re-inferred.
 //!
+//! With several processes ([`BindBatch::share`]), `batch` is the global
+//! batch and each placeholder gets this process's rows of it
+//! ([`ProcessShare::rows`]); `st.global_batch` keeps the global size. A
+//! placeholder declared with exactly the global batch is then an error: no
+//! process feeds all of it.
+//!
 //! An unknown dimension other than 0 is an error: the compiler plans every
 //! buffer, so every size must be known.
 
 use towers_graph::{Graph, Op};
 
 use crate::manager::Pass;
+use crate::split::ProcessShare;
 use crate::state::{CompileState, PassError};
 
 /// Bind the global batch size (see the module docs).
 #[derive(Debug, Clone)]
 pub struct BindBatch {
     pub batch: usize,
+    /// With several processes: how the global batch divides over them.
+    pub share: Option<ProcessShare>,
+}
+
+impl BindBatch {
+    /// Bind `batch` rows (one process).
+    pub fn new(batch: usize) -> BindBatch {
+        BindBatch { batch, share: None }
+    }
 }
 
 impl Pass for BindBatch {
@@ -32,6 +48,10 @@ impl Pass for BindBatch {
         if self.batch == 0 {
             return Err(PassError::Options("the global batch size must be at least 1".into()));
         }
+        let rows = match &self.share {
+            Some(share) => share.rows(self.batch)?.len(),
+            None => self.batch,
+        };
         let mut batch_inputs = Vec::new();
         for id in g.node_ids() {
             let node = g.node(id);
@@ -52,8 +72,14 @@ impl Pass for BindBatch {
             }
             match shape.0[0] {
                 None => {
-                    shape.0[0] = Some(self.batch);
+                    shape.0[0] = Some(rows);
                     batch_inputs.push(node.name.clone());
+                }
+                Some(b) if b == self.batch && self.share.is_some() => {
+                    return Err(PassError::Options(format!(
+                        "placeholder '{}' is declared with the global batch of {b} rows, but with several processes each one feeds only its {rows} rows of it; declare its dimension 0 as unknown (None)",
+                        node.name
+                    )));
                 }
                 Some(b) if b == self.batch => batch_inputs.push(node.name.clone()),
                 Some(_) => {}
@@ -61,7 +87,8 @@ impl Pass for BindBatch {
             g.node_mut(id).op = Op::Placeholder { dtype, shape };
         }
         g.reinfer()?;
-        st.batch_size = Some(self.batch);
+        st.batch_size = Some(rows);
+        st.global_batch = self.share.as_ref().map(|_| self.batch);
         st.batch_inputs = batch_inputs;
         Ok(())
     }

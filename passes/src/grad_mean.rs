@@ -18,7 +18,7 @@
 use towers_graph::Graph;
 
 use crate::manager::Pass;
-use crate::manual::{average_gradients, tower_mean};
+use crate::manual::{tower_mean, weighted_gradients};
 use crate::state::{CompileState, PassError, TensorRef};
 
 /// Combine the replicas' gradients (see the module docs).
@@ -72,7 +72,13 @@ impl Pass for GradMean {
             let msg = format!("no gradient in any tower for [{}]: not averaged and not updated", none.join(", "));
             st.warn("grad_mean", msg);
         }
-        let means = average_gradients(g, &per_replica, &weights)?;
+        // With several processes the replicas' weights are shares of the
+        // global batch: this process's part of the mean.
+        let share = match (st.global_batch, st.batch_size) {
+            (Some(global), Some(local)) => local as f32 / global as f32,
+            _ => 1.0,
+        };
+        let means = weighted_gradients(g, &per_replica, &weights, share)?;
         st.grads = means.into_iter().map(|(v, t)| (v, TensorRef::of(g, t))).collect();
         let losses = st.tower_losses.iter().map(|l| l.resolve(g)).collect::<Result<Vec<_>, _>>()?;
         let mean = tower_mean(g, "loss/tower_mean", losses, &weights)?;

@@ -22,6 +22,7 @@
 //! - [`CompileState`] holds only what passes hand each other (the loss,
 //!   gradients, towers, replicas, batch, diagnostics); codegen never sees it.
 
+pub mod all_reduce;
 pub mod autodiff;
 pub mod bind_batch;
 pub mod grad_mean;
@@ -38,21 +39,22 @@ pub mod simplify;
 pub mod split;
 pub mod state;
 
+pub use all_reduce::AllReduceBuckets;
 pub use autodiff::{gradients, Autodiff, GradientResult};
 pub use bind_batch::BindBatch;
 pub use grad_mean::GradMean;
 pub use manager::{Pass, PassManager, PassTiming};
 pub use manual::average_gradients;
 pub use optimizer::{apply_gradients, ApplyOptimizer, ApplyResult};
-pub use options::{BnUpdates, CompileOptions, SplitPolicy, VarPlacement};
+pub use options::{BnUpdates, CompileOptions, ProcessGroup, SplitPolicy, VarPlacement, DEFAULT_BUCKET_BYTES};
 pub use pipeline::{Pipeline, PipelineOutput};
 pub use place::Place;
 pub use prune::Prune;
 pub use replicate::Replicate;
 pub use schedule::ScheduleStreams;
 pub use simplify::Simplify;
-pub use split::SplitBatch;
+pub use split::{ProcessShare, SplitBatch};
 pub use state::{
-    CompileState, Diagnostic, PassError, Program, Replica, Schedule, ScheduleItem, ScheduledStream, StreamKind,
+    Bucket, CompileState, Diagnostic, PassError, Program, Replica, Schedule, ScheduleItem, ScheduledStream, StreamKind,
     TensorRef,
 };

@@ -37,6 +37,18 @@ pub fn average_gradients(
     tower_grads: &[Vec<(String, Tensor)>],
     weights: &[f32],
 ) -> Result<Vec<(String, Tensor)>, PassError> {
+    weighted_gradients(g, tower_grads, weights, 1.0)
+}
+
+/// As [`average_gradients`], with weights summing to `share` instead of 1:
+/// one process's part of the global mean (its towers' shares of the global
+/// batch), which the cross-process all-reduce completes.
+pub(crate) fn weighted_gradients(
+    g: &mut Graph,
+    tower_grads: &[Vec<(String, Tensor)>],
+    weights: &[f32],
+    share: f32,
+) -> Result<Vec<(String, Tensor)>, PassError> {
     if tower_grads.is_empty() {
         return Err(PassError::Options("average_gradients needs the gradients of at least one tower".into()));
     }
@@ -48,9 +60,9 @@ pub fn average_gradients(
         )));
     }
     let sum: f32 = weights.iter().sum();
-    if weights.iter().any(|w| !(w.is_finite() && *w > 0.0)) || (sum - 1.0).abs() > 1e-4 {
+    if weights.iter().any(|w| !(w.is_finite() && *w > 0.0)) || (sum - share).abs() > 1e-4 {
         return Err(PassError::Options(format!(
-            "tower weights {weights:?} must be positive and sum to 1 (each tower's examples / the global batch); they sum to {sum}"
+            "tower weights {weights:?} must be positive and sum to {share} (each tower's examples / the global batch); they sum to {sum}"
         )));
     }
     let mut sets = Vec::with_capacity(tower_grads.len());

@@ -37,6 +37,61 @@ pub struct CompileOptions {
     /// default; off keeps every reduction a separate launch, e.g. to time it).
     /// Read by lowering, not by the passes.
     pub fuse_reductions: bool,
+    /// This process's place among the processes training together (MPI
+    /// ranks). World size 1 (the default) compiles exactly as a single
+    /// process always did; above 1, `towers` are this process's local towers
+    /// (at least one: none means one on `/gpu:0`), `batch` is still the
+    /// global batch over all towers of all processes, and `split` divides it
+    /// over all of them (weights: one per tower of every rank, rank by rank).
+    pub process: ProcessGroup,
+    /// Gradient bucket capacity in bytes for the cross-process all-reduce
+    /// (PyTorch DDP's `bucket_cap_mb`, default 25 MiB): gradients are packed,
+    /// in the order the backward pass finishes them, into buckets of at most
+    /// this many bytes (a larger gradient gets a bucket of its own).
+    pub bucket_bytes: usize,
+}
+
+/// The default gradient bucket capacity: 25 MiB, as PyTorch DDP's `bucket_cap_mb=25`.
+pub const DEFAULT_BUCKET_BYTES: usize = 25 * 1024 * 1024;
+
+/// One process's place in a group of processes training one model together
+/// (an MPI communicator: rank `rank` of `world`). TF1 names the devices of
+/// rank `i` `/job:worker/task:i/...`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessGroup {
+    pub rank: usize,
+    pub world: usize,
+}
+
+impl ProcessGroup {
+    /// One process alone: world size 1.
+    pub const SINGLE: ProcessGroup = ProcessGroup { rank: 0, world: 1 };
+
+    /// Rank `rank` of `world` processes; an error unless `rank < world`.
+    pub fn new(rank: usize, world: usize) -> Result<ProcessGroup, crate::PassError> {
+        if world == 0 || rank >= world {
+            return Err(crate::PassError::Options(format!(
+                "process rank {rank} of world size {world}: the rank must be in 0..{world} and the world size at least 1"
+            )));
+        }
+        Ok(ProcessGroup { rank, world })
+    }
+
+    /// Whether this is one process alone (no cross-process collectives).
+    pub fn is_single(&self) -> bool {
+        self.world == 1
+    }
+
+    /// TF1's name of this process's job and task, `/job:worker/task:<rank>`.
+    pub fn task(&self) -> String {
+        format!("/job:worker/task:{}", self.rank)
+    }
+}
+
+impl Default for ProcessGroup {
+    fn default() -> ProcessGroup {
+        ProcessGroup::SINGLE
+    }
 }
 
 impl CompileOptions {
@@ -52,6 +107,8 @@ impl CompileOptions {
             dump_dir: None,
             dump_after: Vec::new(),
             fuse_reductions: true,
+            process: ProcessGroup::SINGLE,
+            bucket_bytes: DEFAULT_BUCKET_BYTES,
         }
     }
 }

@@ -1,10 +1,12 @@
 //! The pipeline: the train and eval pass lists, written once.
 //!
 //! ```text
-//! train: prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> apply -> place -> schedule
+//! train: prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> apply -> place -> {all_reduce} -> schedule
 //! eval:  prune -> bind_batch -> simplify -> place -> schedule
 //! ```
-//! The bracketed passes run when towers are given. A run starts from a clone
+//! The bracketed passes run when towers are given; `all_reduce` runs with
+//! several processes (`opts.process`), which also always replicate (one
+//! tower on `/gpu:0` when none are given). A run starts from a clone
 //! of the model graph: the train pipeline seeds the compile state with the
 //! loss and the trainable variables, the eval pipeline seeds the program
 //! record with the fetches and empties `update_ops` (evaluation updates
@@ -35,13 +37,14 @@
 
 use std::path::{Path, PathBuf};
 
-use towers_graph::{keys, Graph};
+use towers_graph::{keys, Device, Graph};
 
 use crate::manager::{Pass, PassManager, PassTiming};
 use crate::options::{CompileOptions, VarPlacement};
 use crate::state::{CompileState, PassError, TensorRef};
 use crate::{
-    ApplyOptimizer, Autodiff, BindBatch, GradMean, Place, Prune, Replicate, ScheduleStreams, Simplify, SplitBatch,
+    AllReduceBuckets, ApplyOptimizer, Autodiff, BindBatch, GradMean, Place, Prune, Replicate, ScheduleStreams,
+    Simplify, SplitBatch,
 };
 
 /// What the pipeline compiles: it decides how a run is seeded.
@@ -74,20 +77,27 @@ pub struct PipelineOutput {
 impl Pipeline {
     /// The training pipeline for the loss node `loss` under `opts` (dumps as `opts` asks).
     pub fn train(loss: &str, opts: &CompileOptions) -> Pipeline {
+        let several = !opts.process.is_single();
+        // With several processes every process has at least one tower.
+        let towers = if several && opts.towers.is_empty() { vec![Device::gpu(0)] } else { opts.towers.clone() };
+        let share = opts.process_share();
         let mut passes: Vec<Box<dyn Pass>> =
-            vec![Box::new(Prune), Box::new(Autodiff), Box::new(BindBatch { batch: opts.batch })];
-        if !opts.towers.is_empty() {
+            vec![Box::new(Prune), Box::new(Autodiff), Box::new(BindBatch { batch: opts.batch, share: share.clone() })];
+        if !towers.is_empty() {
             passes.push(Box::new(Replicate {
-                towers: opts.towers.clone(),
+                towers: towers.clone(),
                 accumulate: opts.accumulate,
                 bn_updates: opts.bn_updates,
             }));
-            passes.push(Box::new(SplitBatch { policy: opts.split.clone() }));
+            passes.push(Box::new(SplitBatch { policy: opts.split.clone(), share }));
             passes.push(Box::new(GradMean));
         }
         passes.push(Box::new(Simplify));
         passes.push(Box::new(ApplyOptimizer { optimizer: opts.optimizer.clone() }));
-        passes.push(Box::new(Place { strategy: opts.variables, devices: opts.towers.clone() }));
+        passes.push(Box::new(Place { strategy: opts.variables, devices: towers }));
+        if several {
+            passes.push(Box::new(AllReduceBuckets { group: opts.process, bucket_bytes: opts.bucket_bytes }));
+        }
         passes.push(Box::new(ScheduleStreams));
         let dump = opts.dump_dir.clone().map(|d| (d, opts.dump_after.clone()));
         Pipeline { program: Program::Train { loss: loss.to_string() }, passes, dump, verify: None }
@@ -98,7 +108,7 @@ impl Pipeline {
     pub fn eval(fetches: &[(&str, &str)], batch: usize) -> Pipeline {
         let passes: Vec<Box<dyn Pass>> = vec![
             Box::new(Prune),
-            Box::new(BindBatch { batch }),
+            Box::new(BindBatch::new(batch)),
             Box::new(Simplify),
             Box::new(Place { strategy: VarPlacement::Cpu, devices: Vec::new() }),
             Box::new(ScheduleStreams),

@@ -9,7 +9,10 @@
 //!   programs issue them), `TowerMean` nodes on their device's collective
 //!   stream, everything else on its device's compute stream;
 //! - items follow one global topological order (ties by creation order),
-//!   so each stream runs its nodes in that order;
+//!   so each stream runs its nodes in that order; in a graph with
+//!   cross-process all-reduces the collective nodes (and the gradient copies
+//!   feeding them) are hoisted to right after their last producer, so a bucket's all-reduce starts while the
+//!   backward pass goes on;
 //! - an event exists only for a real cross-stream dependency (a data or
 //!   control edge, looking through unscheduled nodes, whose producer runs on
 //!   another stream): one `Record` right after the producer, and a `Wait`
@@ -43,7 +46,7 @@ pub fn is_scheduled(op: &Op) -> bool {
 pub fn stream_kind(op: &Op) -> StreamKind {
     match op {
         Op::Copy => StreamKind::Copy,
-        Op::TowerMean { .. } => StreamKind::Collective,
+        Op::TowerMean { .. } | Op::AllReduce { .. } => StreamKind::Collective,
         _ => StreamKind::Compute,
     }
 }
@@ -79,9 +82,55 @@ fn scheduled_preds(g: &Graph, id: NodeId) -> BTreeSet<NodeId> {
     out
 }
 
+/// Move every collective node of a graph with cross-process all-reduces
+/// (its `TowerMean`s, `AllReduce`s and the copies that bring the towers'
+/// gradients to a mean) to right after its last scheduled producer: a topological order still (a node only moves earlier, and never
+/// before a producer), in which each bucket's all-reduce comes as soon as
+/// its last gradient is written instead of after the whole backward pass.
+/// Graphs without `AllReduce` keep their order.
+fn hoist_collectives(g: &Graph, order: Vec<NodeId>) -> Vec<NodeId> {
+    if !order.iter().any(|&id| matches!(g.node(id).op, Op::AllReduce { .. })) {
+        return order;
+    }
+    let feeds_a_mean = |id: NodeId| {
+        let consumers = g.consumers(id);
+        !consumers.is_empty() && consumers.iter().all(|&(c, _, _)| matches!(g.node(c).op, Op::TowerMean { .. }))
+    };
+    let hoisted = |id: NodeId| match g.node(id).op {
+        Op::TowerMean { .. } | Op::AllReduce { .. } => true,
+        Op::Copy => feeds_a_mean(id),
+        _ => false,
+    };
+    let preds: BTreeMap<NodeId, BTreeSet<NodeId>> =
+        order.iter().filter(|&&id| hoisted(id)).map(|&id| (id, scheduled_preds(g, id))).collect();
+    let mut out = Vec::with_capacity(order.len());
+    let mut done: BTreeSet<NodeId> = BTreeSet::new();
+    // Hoisted nodes not yet placed, in their original order.
+    let mut pending: Vec<NodeId> = order.iter().copied().filter(|&id| hoisted(id)).collect();
+    let mut flush = |out: &mut Vec<NodeId>, done: &mut BTreeSet<NodeId>| {
+        // Placing a node may make pending collectives ready (in cascade).
+        while let Some(i) = pending.iter().position(|p| preds[p].iter().all(|q| done.contains(q))) {
+            let p = pending.remove(i);
+            out.push(p);
+            done.insert(p);
+        }
+    };
+    flush(&mut out, &mut done);
+    for id in order {
+        if hoisted(id) {
+            continue;
+        }
+        out.push(id);
+        done.insert(id);
+        flush(&mut out, &mut done);
+    }
+    out
+}
+
 /// Build the schedule of a placed graph.
 pub fn schedule(g: &Graph) -> Result<Schedule, PassError> {
     let order: Vec<NodeId> = g.topo_order()?.into_iter().filter(|&i| is_scheduled(&g.node(i).op)).collect();
+    let order = hoist_collectives(g, order);
     let mut stream_of: BTreeMap<NodeId, (Device, StreamKind)> = BTreeMap::new();
     for &id in &order {
         let n = g.node(id);

@@ -19,14 +19,59 @@
 
 use towers_graph::{Graph, NewNode, Op, Tensor, F32};
 
+use std::ops::Range;
+
 use crate::manager::Pass;
-use crate::options::SplitPolicy;
+use crate::options::{ProcessGroup, SplitPolicy};
 use crate::state::{CompileState, PassError, Replica};
 
 /// Split the batch (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct SplitBatch {
     pub policy: SplitPolicy,
+    /// Set when several processes share the global batch: this process
+    /// splits only its rows, and weights its replicas by their share of the
+    /// global batch.
+    pub share: Option<ProcessShare>,
+}
+
+/// How the global batch divides over the processes of a group: every
+/// process has `towers` towers of `accumulate` micro-batches, and `policy`
+/// splits the global batch over all `world * towers` towers, rank by rank
+/// (rank 0's towers first). Rank `r` feeds the contiguous rows of its
+/// replicas, so the group's replicas, rank after rank, cover the global
+/// batch exactly once, in the order one device would see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessShare {
+    pub group: ProcessGroup,
+    pub towers: usize,
+    pub accumulate: usize,
+    pub policy: SplitPolicy,
+}
+
+impl ProcessShare {
+    /// Every replica's size over the whole group, rank after rank.
+    pub fn global_sizes(&self, batch: usize) -> Result<Vec<usize>, PassError> {
+        split_sizes(&self.policy, batch, self.group.world * self.towers, self.accumulate)
+    }
+
+    /// This process's replicas: (their sizes, the global row each starts at).
+    pub fn replicas(&self, batch: usize) -> Result<(Vec<usize>, Vec<usize>), PassError> {
+        let all = self.global_sizes(batch)?;
+        let per = self.towers * self.accumulate;
+        let at = self.group.rank * per;
+        let first: usize = all[..at].iter().sum();
+        let sizes = all[at..at + per].to_vec();
+        let firsts = sizes.iter().scan(first, |acc, &b| Some(std::mem::replace(acc, *acc + b))).collect();
+        Ok((sizes, firsts))
+    }
+
+    /// The rows of every global batch this process feeds.
+    pub fn rows(&self, batch: usize) -> Result<Range<usize>, PassError> {
+        let (sizes, firsts) = self.replicas(batch)?;
+        let first = firsts.first().copied().unwrap_or(0);
+        Ok(first..first + sizes.iter().sum::<usize>())
+    }
 }
 
 /// The replica a node belongs to, by its name prefix.
@@ -79,6 +124,34 @@ pub fn split_sizes(policy: &SplitPolicy, batch: usize, towers: usize, k: usize) 
     }
 }
 
+impl crate::CompileOptions {
+    /// How the global batch divides over the processes, when there are
+    /// several (each has at least one tower).
+    pub fn process_share(&self) -> Option<ProcessShare> {
+        (!self.process.is_single()).then(|| ProcessShare {
+            group: self.process,
+            towers: self.towers.len().max(1),
+            accumulate: self.accumulate,
+            policy: self.split.clone(),
+        })
+    }
+
+    /// The rows of every global batch this process feeds (all of them for one process).
+    pub fn process_rows(&self) -> Result<Range<usize>, PassError> {
+        match self.process_share() {
+            Some(share) => share.rows(self.batch),
+            None => Ok(0..self.batch),
+        }
+    }
+}
+
+impl SplitBatch {
+    /// Split one process's batch by `policy`.
+    pub fn new(policy: SplitPolicy) -> SplitBatch {
+        SplitBatch { policy, share: None }
+    }
+}
+
 impl Pass for SplitBatch {
     fn name(&self) -> &'static str {
         "split"
@@ -99,8 +172,33 @@ impl Pass for SplitBatch {
         }
         let towers = st.towers.len();
         let k = st.replicas.len() / towers;
-        let sizes = split_sizes(&self.policy, batch, towers, k)?;
-        let firsts: Vec<usize> = sizes.iter().scan(0, |acc, &b| Some(std::mem::replace(acc, *acc + b))).collect();
+        // The batch the replicas' weights are shares of: the global one.
+        let (sizes, firsts, global) = match &self.share {
+            None => {
+                let sizes = split_sizes(&self.policy, batch, towers, k)?;
+                let firsts = sizes.iter().scan(0, |acc, &b| Some(std::mem::replace(acc, *acc + b))).collect();
+                (sizes, firsts, batch)
+            }
+            Some(share) => {
+                let global = st.global_batch.unwrap_or(batch);
+                let (sizes, firsts) = share.replicas(global)?;
+                if sizes.len() != st.replicas.len() || sizes.iter().sum::<usize>() != batch {
+                    return Err(PassError::BadSplit {
+                        batch,
+                        towers,
+                        detail: format!(
+                            ": rank {} of {} has {} replicas and {} rows, but its share of the global batch of {global} is {sizes:?}; bind_batch and split must be given the same process share",
+                            share.group.rank,
+                            share.group.world,
+                            st.replicas.len(),
+                            batch
+                        ),
+                    });
+                }
+                (sizes, firsts, global)
+            }
+        };
+        let firsts: Vec<usize> = firsts;
 
         for ph_name in st.batch_inputs.clone() {
             let Some(ph) = g.get(&ph_name) else { continue };
@@ -130,7 +228,7 @@ impl Pass for SplitBatch {
             }
         }
 
-        let weights: Vec<f64> = sizes.iter().map(|&b| b as f64 / batch as f64).collect();
+        let weights: Vec<f64> = sizes.iter().map(|&b| b as f64 / global as f64).collect();
         for id in g.node_ids() {
             let name = g.node(id).name.clone();
             let n_in = g.inputs(id).len();

@@ -40,8 +40,15 @@ pub struct CompileState {
     pub tower_weights: Vec<f64>,
     /// Each tower's number of examples per step.
     pub tower_batches: Vec<usize>,
-    /// The global batch size bound to the placeholders' unknown dimension.
+    /// The batch size bound to the placeholders' unknown dimension: the
+    /// global batch, or with several processes this process's rows of it.
     pub batch_size: Option<usize>,
+    /// With several processes: the global batch over all of them (the
+    /// replicas' weights are shares of it). `None` for one process.
+    pub global_batch: Option<usize>,
+    /// Set by `all_reduce` with several processes: the gradient buckets, in
+    /// the order their all-reduces start.
+    pub buckets: Vec<Bucket>,
     /// Warnings collected along the way.
     pub diagnostics: Vec<Diagnostic>,
     /// Set by `bind_batch`: the placeholders whose dimension 0 is the global batch
@@ -52,6 +59,18 @@ pub struct CompileState {
     /// `tower_weights` are indexed by replica (with one micro-batch per tower,
     /// replica = tower).
     pub replicas: Vec<Replica>,
+}
+
+/// One all-reduce of several tensors of one device (DDP's gradient bucket).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bucket {
+    /// The `AllReduce` node.
+    pub node: String,
+    pub device: Device,
+    /// The reduced tensors' nodes (`TowerMean`s), in the order the backward pass finishes them.
+    pub members: Vec<String>,
+    /// Their total size.
+    pub bytes: usize,
 }
 
 /// One copy of the forward and backward subgraph: tower `tower`, micro-batch `micro`.

@@ -151,8 +151,7 @@ fn unknown_device_is_reported_in_tf_words() {
     b.device("/gpu:5", |b| b.relu(x)).unwrap();
     let mut g = b.finish();
     let mut st = CompileState::default();
-    let mut pm =
-        PassManager::new().add(BindBatch { batch: 8 }).add(Place { strategy: VarPlacement::Cpu, devices: gpus(2) });
+    let mut pm = PassManager::new().add(BindBatch::new(8)).add(Place { strategy: VarPlacement::Cpu, devices: gpus(2) });
     let e = pm.run(&mut g, &mut st).unwrap_err().to_string();
     assert!(
         e.contains("'Relu' was explicitly assigned to /device:GPU:5 but available devices are [ /device:CPU:0, /device:GPU:0, /device:GPU:1 ]. Make sure the device specification refers to a valid device."),
@@ -165,7 +164,7 @@ fn single_device_mode_puts_everything_on_one_device_without_copies() {
     let (mut g, mut st) = mlp(false, false);
     PassManager::new()
         .verify(true)
-        .add(BindBatch { batch: 8 })
+        .add(BindBatch::new(8))
         .add(ApplyOptimizer { optimizer: sgd() })
         .add(Place { strategy: VarPlacement::Gpu0, devices: vec![] })
         .add(ScheduleStreams)
@@ -187,7 +186,7 @@ fn explicit_device_on_a_non_tower_node_wins() {
     let mut st = CompileState::default();
     PassManager::new()
         .verify(true)
-        .add(BindBatch { batch: 8 })
+        .add(BindBatch::new(8))
         .add(Place { strategy: VarPlacement::Cpu, devices: gpus(2) })
         .run(&mut g, &mut st)
         .unwrap();

@@ -282,10 +282,7 @@ fn bind_batch_rejects_unknown_feature_dims() {
     let mut b = towers_graph::GraphBuilder::new();
     b.placeholder("x", towers_graph::DType::F32, [None, None]).unwrap();
     let mut g = b.finish();
-    let e = PassManager::new()
-        .add(BindBatch { batch: 8 })
-        .run(&mut g, &mut CompileState::default())
-        .unwrap_err()
-        .to_string();
+    let e =
+        PassManager::new().add(BindBatch::new(8)).run(&mut g, &mut CompileState::default()).unwrap_err().to_string();
     assert!(e.contains("'x'") && e.contains("unknown dimension 1"), "{e}");
 }

@@ -73,6 +73,10 @@ pub enum RuntimeError {
     #[error("program '{program}' needs {} for its buffers and new variables ({detail}), but the {backend} backend has only {} available; use a smaller batch, or more towers on more devices", gib(*planned), gib(*available))]
     OutOfMemory { program: String, backend: String, planned: u64, available: u64, detail: String },
 
+    /// The ranks of a group hold different variables (`Session::check_replicas`).
+    #[error("{when}: the variables of rank(s) {ranks:?} differ from rank 0's (a checksum over all {world} ranks); every rank must start from the same seed or the same checkpoint, and run the same plan")]
+    ReplicasDiffer { when: String, ranks: Vec<usize>, world: usize },
+
     #[error("checkpoint {path}: {source}")]
     Io { path: String, source: std::io::Error },
 }

@@ -41,6 +41,7 @@ pub mod comm;
 pub mod cpu;
 pub mod cuda;
 pub mod error;
+mod replicas;
 pub mod session;
 mod variables;
 

@@ -6,7 +6,10 @@
 //! Only full batches are produced: the last `n % batch_size` examples of each
 //! epoch's order are dropped and the next epoch starts (a different shuffle
 //! drops different examples). [`Batcher::next_batch`] copies into
-//! caller-provided buffers and never allocates.
+//! caller-provided buffers and never allocates. With several processes,
+//! each one draws the same global batches and copies only its rows of each
+//! ([`Batcher::with_rows`]): together the ranks see exactly the batches one
+//! process would.
 //!
 //! [`EvalChunks`] (evaluation): one in-order pass in chunks of `chunk_size`;
 //! the final chunk may be partial and its length is returned, so every example
@@ -34,6 +37,8 @@ pub struct Batcher<'a> {
     epoch: u64,
     batch: usize,
     order: Vec<usize>,
+    /// The rows of each global batch this batcher copies (all by default).
+    rows: std::ops::Range<usize>,
 }
 
 impl<'a> Batcher<'a> {
@@ -45,9 +50,35 @@ impl<'a> Batcher<'a> {
                 data.len()
             )));
         }
-        let mut b = Batcher { data, batch_size, seed, epoch: 0, batch: 0, order: (0..data.len()).collect() };
+        let mut b = Batcher {
+            data,
+            batch_size,
+            seed,
+            epoch: 0,
+            batch: 0,
+            order: (0..data.len()).collect(),
+            rows: 0..batch_size,
+        };
         b.shuffle_for_epoch();
         Ok(b)
+    }
+
+    /// Copy only `rows` of every global batch (one process's share); an
+    /// error unless they lie inside the batch.
+    pub fn with_rows(mut self, rows: std::ops::Range<usize>) -> Result<Self, DataError> {
+        if rows.is_empty() || rows.end > self.batch_size {
+            return Err(DataError::Batch(format!(
+                "rows {rows:?} are not a part of a batch of {} examples",
+                self.batch_size
+            )));
+        }
+        self.rows = rows;
+        Ok(self)
+    }
+
+    /// Examples per batch this batcher copies (its rows of the global batch).
+    pub fn rows_per_batch(&self) -> usize {
+        self.rows.len()
     }
 
     /// Examples per batch.
@@ -70,15 +101,15 @@ impl<'a> Batcher<'a> {
         &self.order
     }
 
-    /// Fills `images` (`batch_size * image_len` floats) and `labels`
-    /// (`batch_size`) with the next batch, moving to the next epoch after
+    /// Fills `images` (`rows * image_len` floats) and `labels` (`rows`)
+    /// with this batcher's rows of the next batch, moving to the next epoch after
     /// the last full batch. Errors only on wrong buffer lengths.
     pub fn next_batch(&mut self, images: &mut [f32], labels: &mut [i32]) -> Result<BatchInfo, DataError> {
-        check_buffers(self.data, self.batch_size, images, labels, true)?;
+        check_buffers(self.data, self.rows.len(), images, labels, true)?;
         let info = BatchInfo { epoch: self.epoch, batch: self.batch };
         let start = self.batch * self.batch_size;
         let k = self.data.image_len();
-        let picks = &self.order[start..start + self.batch_size];
+        let picks = &self.order[start + self.rows.start..start + self.rows.end];
         for (slot, &i) in picks.iter().enumerate() {
             images[slot * k..(slot + 1) * k].copy_from_slice(self.data.image(i));
             labels[slot] = self.data.labels()[i];

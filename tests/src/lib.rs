@@ -4,10 +4,13 @@
 //! compared with the single-device run on the whole batch.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use towers::compiler::{compile_train, CompileOptions};
 use towers::data::Dataset;
 use towers::models::{build, Model, ModelKind, ModelSpec};
+use towers_passes::ProcessGroup;
+use towers_runtime::comm::{Comm, LocalComm};
 use towers_runtime::Session;
 
 /// A small model on 8x8 inputs (MLP 64-16-10, or the seed convnet).
@@ -40,13 +43,25 @@ pub fn batches(batch: usize, steps: usize, seed: u64) -> Vec<(Vec<f32>, Vec<i32>
 
 /// Compile `model` with `opts`, train one step per batch, return losses and variables.
 pub fn run(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)]) -> RunResult {
-    let c = compile_train(&model.graph, &model.loss, opts).expect("compiles");
-    let mut sess = Session::new(model.spec.seed);
+    run_as(model, opts, data, Arc::new(LocalComm::single()))
+}
+
+/// As [`run`], as one rank of `comm`: compiled for that rank of a group of
+/// `comm.world_size()` processes (`opts.process`), feeding only its rows of
+/// every global batch, with the gradients all-reduced through `comm`.
+pub fn run_as(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)], comm: Arc<dyn Comm>) -> RunResult {
+    let mut opts = opts.clone();
+    opts.process = ProcessGroup::new(comm.rank(), comm.world_size()).expect("a rank of its group");
+    let rows = opts.process_rows().expect("this rank's rows");
+    let c = compile_train(&model.graph, &model.loss, &opts).expect("compiles");
+    let mut sess = Session::new(model.spec.seed).with_comm(comm);
     sess.load("train", c.plan).expect("loads");
+    sess.check_replicas("before the first step").expect("identical variables");
     let mut losses = Vec::new();
     for (imgs, labels) in data {
-        sess.feed_f32("train", &model.images, imgs).expect("feed images");
-        sess.feed_i32("train", &model.labels, labels).expect("feed labels");
+        let per = imgs.len() / labels.len();
+        sess.feed_f32("train", &model.images, &imgs[rows.start * per..rows.end * per]).expect("feed images");
+        sess.feed_i32("train", &model.labels, &labels[rows.clone()]).expect("feed labels");
         sess.run("train").expect("runs");
         losses.push(sess.fetch_f32("train", "loss").expect("loss")[0]);
     }
@@ -61,6 +76,18 @@ pub fn run(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)]) 
         variables.insert(name.to_string(), v);
     }
     RunResult { losses, variables }
+}
+
+/// Run [`run_as`] on `world` ranks of an in-process group (one thread per
+/// rank, the same code path as MPI processes); the ranks' results in rank order.
+pub fn run_ranks(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)], world: usize) -> Vec<RunResult> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = LocalComm::group(world)
+            .into_iter()
+            .map(|c| s.spawn(move || run_as(model, opts, data, Arc::new(c))))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
+    })
 }
 
 /// The largest relative difference between two runs' variables (over all

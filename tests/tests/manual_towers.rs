@@ -93,7 +93,7 @@ fn run_manual(opt: &Optimizer, seed: u64, data: &[(Vec<f32>, Vec<i32>)]) -> (Vec
     program.train_op = train_op;
     let mut pm = PassManager::new()
         .verify(true)
-        .add(BindBatch { batch: BATCH })
+        .add(BindBatch::new(BATCH))
         .add(Place { strategy: VarPlacement::Cpu, devices: vec![Device::gpu(0), Device::gpu(1)] })
         .add(ScheduleStreams);
     pm.run(&mut g, &mut st).expect("places and schedules");

@@ -60,7 +60,7 @@ pub fn towers_pm(
         .verify(true)
         .add(BindBatch { batch })
         .add(Replicate { towers: towers.clone(), accumulate: k, bn_updates: bn })
-        .add(SplitBatch { policy: split })
+        .add(SplitBatch::new(split))
         .add(GradMean)
         .add(ApplyOptimizer { optimizer: sgd() })
         .add(Place { strategy: vars, devices: towers })

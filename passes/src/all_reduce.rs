@@ -1,0 +1,233 @@
+//! `all_reduce`: sum the processes' partial reductions, bucket by bucket.
+//!
+//! Runs only with several processes (world size above 1), after `place`
+//! and before `schedule`. Before it, every `TowerMean` (each gradient's, the
+//! loss's, and the batch-norm statistics' means) is this process's partial
+//! sum: its replicas weighted by their shares of the *global* batch (see
+//! `split`), so the sum over all processes is exactly the single-device mean,
+//! also for uneven shares.
+//!
+//! Invariants after this pass:
+//! - every `TowerMean` is a member of exactly one bucket and feeds exactly
+//!   one `AllReduce` node (its bucket's); every former reader of the mean
+//!   (data and control consumers, the program record's fetches, `st.grads`,
+//!   `st.loss`) reads the all-reduce's output instead;
+//! - a bucket holds means of one device, in the order the backward pass
+//!   finishes them (the topological position of a mean's latest input's
+//!   producer, looking through copies; ties by name: the last layer's
+//!   gradients first, as DDP's reverse order),
+//!   filled greedily up to `bucket_bytes`; a mean larger than that gets a
+//!   bucket of its own;
+//! - buckets are numbered in the order they become ready (their last
+//!   member's position), across devices; bucket `i` is the node
+//!   `all_reduce/bucket_<i>` on its members' device, and has a control input
+//!   from bucket `i - 1`, so every rank issues its collectives in bucket order
+//!   even when buckets live on several devices' streams (the `Comm`
+//!   contract: same collectives, same order, on every rank);
+//! - `st.buckets` lists the buckets in that order.
+//!
+//! The result depends only on the graph and the options, never on the rank,
+//! so every rank builds the same buckets. `schedule` runs each all-reduce on
+//! its device's collective stream right after its last member is written
+//! (collective nodes are hoisted), so it overlaps the rest of the backward
+//! pass.
+//!
+//! With several processes, batch-norm moving averages must combine every
+//! rank's statistics (`BnUpdates::Mean`); a moving average fed by anything
+//! but a mean (`BnUpdates::Tower0`) would drift apart across ranks, and is an
+//! error.
+
+use std::collections::BTreeMap;
+
+use towers_graph::{Device, Graph, NewNode, NodeId, Op, Tensor};
+
+use crate::manager::Pass;
+use crate::options::ProcessGroup;
+use crate::state::{Bucket, CompileState, PassError, TensorRef};
+
+/// Insert the bucketed cross-process all-reduces (see the module docs).
+#[derive(Debug, Clone)]
+pub struct AllReduceBuckets {
+    pub group: ProcessGroup,
+    /// Bucket capacity in bytes.
+    pub bucket_bytes: usize,
+}
+
+/// A mean to reduce: its node, device, size and when the backward pass finishes it.
+#[derive(Debug, Clone)]
+struct Member {
+    id: NodeId,
+    name: String,
+    device: Device,
+    bytes: usize,
+    ready: usize,
+}
+
+/// Pack the means into buckets (see the module docs): per device in ready
+/// order, greedily up to `cap` bytes; buckets then sorted by readiness.
+fn pack(mut members: Vec<Member>, cap: usize) -> Vec<Vec<Member>> {
+    members.sort_by(|a, b| (a.device, a.ready, &a.name).cmp(&(b.device, b.ready, &b.name)));
+    let mut buckets: Vec<Vec<Member>> = Vec::new();
+    let mut bytes = 0;
+    for m in members {
+        match buckets.last_mut() {
+            Some(b) if b[0].device == m.device && bytes + m.bytes <= cap => {
+                bytes += m.bytes;
+                b.push(m);
+            }
+            _ => {
+                bytes = m.bytes;
+                buckets.push(vec![m]);
+            }
+        }
+    }
+    let ready = |b: &Vec<Member>| b.iter().map(|m| m.ready).max().unwrap_or(0);
+    buckets.sort_by_key(|b| (ready(b), b[0].device));
+    buckets
+}
+
+/// The node that computed `id`'s value, looking through copies between
+/// devices (a gradient copied to the reduction's device is ready when its
+/// producer ran, whatever order the copies were created in).
+fn producer(g: &Graph, mut id: NodeId) -> NodeId {
+    while matches!(g.node(id).op, Op::Copy) {
+        match g.inputs(id).first() {
+            Some(t) => id = t.node,
+            None => break,
+        }
+    }
+    id
+}
+
+impl Pass for AllReduceBuckets {
+    fn name(&self) -> &'static str {
+        "all_reduce"
+    }
+
+    fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
+        if self.bucket_bytes == 0 {
+            return Err(PassError::Options("the gradient bucket size must be at least 1 byte".into()));
+        }
+        let order = g.topo_order()?;
+        let pos: BTreeMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
+        for &id in &order {
+            let n = g.node(id);
+            if let Op::AssignMovingAverage { .. } = n.op {
+                let fed_by_mean =
+                    g.inputs(id).get(1).is_some_and(|t| matches!(g.node(t.node).op, Op::TowerMean { .. }));
+                if !fed_by_mean {
+                    return Err(PassError::Options(format!(
+                        "'{}' (scope '{}') updates a moving average from one tower's statistics, but with {} processes each rank would drift apart; use BnUpdates::Mean (--bn-updates mean) so every rank's statistics are combined",
+                        n.name, n.scope, self.group.world
+                    )));
+                }
+            }
+        }
+        let mut members = Vec::new();
+        for &id in &order {
+            let n = g.node(id);
+            if !matches!(n.op, Op::TowerMean { .. }) {
+                continue;
+            }
+            let device = n.device.ok_or_else(|| PassError::MissingState {
+                pass: "all_reduce".into(),
+                what: format!("a device for '{}'", n.name),
+                after: "place".into(),
+            })?;
+            let bytes = n.outputs[0].byte_size().unwrap_or(0);
+            let ready = g.inputs(id).iter().map(|t| pos[&producer(g, t.node)]).max().unwrap_or(0);
+            members.push(Member { id, name: n.name.clone(), device, bytes, ready });
+        }
+        if members.is_empty() {
+            return Err(PassError::MissingState {
+                pass: "all_reduce".into(),
+                what: "the towers' means to reduce across processes".into(),
+                after: "grad_mean".into(),
+            });
+        }
+        let mut renamed: BTreeMap<String, TensorRef> = BTreeMap::new();
+        let mut previous: Option<NodeId> = None;
+        st.buckets.clear();
+        for (i, bucket) in pack(members, self.bucket_bytes).into_iter().enumerate() {
+            let inputs: Vec<Tensor> = bucket.iter().map(|m| Tensor::new(m.id, 0)).collect();
+            // Readers of the means, taken before the all-reduce becomes one.
+            let readers: Vec<Vec<(NodeId, usize)>> =
+                bucket.iter().map(|m| g.consumers(m.id).into_iter().map(|(c, dst, _)| (c, dst)).collect()).collect();
+            let controls: Vec<Vec<NodeId>> = bucket.iter().map(|m| g.control_consumers(m.id)).collect();
+            let name = g.unique_name(&format!("all_reduce/bucket_{i}"));
+            let mut new = NewNode::new(name.clone(), Op::AllReduce { bucket: i }, inputs);
+            new.control_inputs.extend(previous);
+            let ar = g.add(new)?;
+            g.node_mut(ar).device = Some(bucket[0].device);
+            for (slot, m) in bucket.iter().enumerate() {
+                for &(c, dst) in &readers[slot] {
+                    g.set_input(c, dst, Tensor::new(ar, slot))?;
+                }
+                for &c in &controls[slot] {
+                    g.add_control(ar, c)?;
+                }
+                renamed.insert(m.name.clone(), TensorRef { node: name.clone(), slot });
+            }
+            st.buckets.push(Bucket {
+                node: name,
+                device: bucket[0].device,
+                members: bucket.iter().map(|m| m.name.clone()).collect(),
+                bytes: bucket.iter().map(|m| m.bytes).sum(),
+            });
+            previous = Some(ar);
+        }
+        let rename = |t: &TensorRef| renamed.get(&t.node).filter(|_| t.slot == 0).cloned();
+        let fetches = &mut g.program_mut().fetches;
+        for t in fetches.values_mut() {
+            if let Some(r) = rename(t) {
+                *t = r;
+            }
+        }
+        for t in st.grads.values_mut() {
+            if let Some(r) = rename(t) {
+                *t = r;
+            }
+        }
+        if let Some(r) = st.loss.as_ref().and_then(rename) {
+            st.loss = Some(r);
+        }
+        g.reinfer()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(name: &str, device: Device, bytes: usize, ready: usize) -> Member {
+        Member { id: NodeId::new(0), name: name.into(), device, bytes, ready }
+    }
+
+    fn names(b: &[Vec<Member>]) -> Vec<Vec<&str>> {
+        b.iter().map(|b| b.iter().map(|m| m.name.as_str()).collect()).collect()
+    }
+
+    #[test]
+    fn buckets_fill_in_ready_order_up_to_the_cap() {
+        let c = Device::CPU0;
+        let b = pack(vec![m("w1", c, 400, 9), m("b1", c, 100, 8), m("w2", c, 300, 5), m("b2", c, 50, 4)], 400);
+        // Ready order: b2 (4), w2 (5), b1 (8), w1 (9). b2+w2 = 350 fits; +b1 = 450 does not.
+        assert_eq!(names(&b), [vec!["b2", "w2"], vec!["b1"], vec!["w1"]]);
+    }
+
+    #[test]
+    fn a_tensor_larger_than_the_cap_gets_a_bucket_of_its_own() {
+        let c = Device::CPU0;
+        let b = pack(vec![m("big", c, 1000, 2), m("a", c, 10, 1), m("z", c, 10, 3)], 100);
+        assert_eq!(names(&b), [vec!["a"], vec!["big"], vec!["z"]]);
+    }
+
+    #[test]
+    fn buckets_never_mix_devices_and_start_in_order_of_readiness() {
+        let (c, g0) = (Device::CPU0, Device::gpu(0));
+        let b = pack(vec![m("x", g0, 4, 1), m("y", c, 4, 2), m("z", g0, 4, 3)], 1 << 20);
+        // [y] is ready at 2, [x, z] at 3.
+        assert_eq!(names(&b), [vec!["y"], vec!["x", "z"]]);
+    }
+}

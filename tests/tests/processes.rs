@@ -1,0 +1,232 @@
+//! Several processes are exact: W processes of T towers, each feeding its
+//! rows of every global batch, compute the update one device computes on the
+//! whole batch. The ranks here are threads of one process joined by an
+//! in-process communicator (`LocalComm`), running exactly what an MPI
+//! process runs (compile for rank r of W, feed its rows, all-reduce the
+//! gradient buckets through the communicator); `mpi_training.rs` runs the
+//! same under `mpirun`.
+//!
+//! Tolerance: 2e-5 relative after 3 steps, as the in-process tower
+//! equivalence (tests/tests/equivalence.rs): the per-example terms are summed
+//! in a different order (per-tower means, weighted by the towers' shares of
+//! the global batch, then summed across ranks in rank order). Every rank ends
+//! with bit-identical variables.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use towers::compiler::{compile_train, CompileOptions};
+use towers::models::ModelKind;
+use towers_graph::{Device, Op, Optimizer, F32};
+use towers_passes::{BnUpdates, ProcessGroup, SplitPolicy, VarPlacement};
+use towers_runtime::comm::LocalComm;
+use towers_runtime::{RuntimeError, Session};
+use towers_tests::{batches, max_rel_diff, run, run_ranks, small_model, RunResult};
+
+const TOL: f32 = 2e-5;
+const BATCH: usize = 24;
+const STEPS: usize = 3;
+
+fn optimizers() -> Vec<Optimizer> {
+    vec![
+        Optimizer::Sgd { lr: F32(0.1) },
+        Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false },
+        Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
+    ]
+}
+
+fn towers(n: u32) -> Vec<Device> {
+    (0..n).map(Device::gpu).collect()
+}
+
+fn check(ranks: &[RunResult], single: &RunResult, what: &str) {
+    for (r, got) in ranks.iter().enumerate() {
+        let (d, var) = max_rel_diff(got, single);
+        assert!(d <= TOL, "{what}: rank {r}: {var} differs from one device by {d}");
+        for (a, b) in got.losses.iter().zip(&single.losses) {
+            assert!((a - b).abs() <= TOL * b.abs().max(1.0), "{what}: rank {r}: loss {a} vs one device's {b}");
+        }
+        assert_eq!(got.variables, ranks[0].variables, "{what}: rank {r} differs from rank 0 bit for bit");
+        assert_eq!(got.losses, ranks[0].losses, "{what}: rank {r}'s losses differ from rank 0's");
+    }
+}
+
+#[test]
+fn processes_of_one_and_two_towers_match_one_device_for_every_optimizer() {
+    let model = small_model(ModelKind::Mlp, false, 11);
+    let data = batches(BATCH, STEPS, 5);
+    for opt in optimizers() {
+        let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
+        // (world, towers per process, split over all towers of all ranks)
+        let cases: [(usize, u32, SplitPolicy); 5] = [
+            (2, 1, SplitPolicy::Even),
+            (2, 2, SplitPolicy::Even),
+            (3, 1, SplitPolicy::Even),
+            (2, 1, SplitPolicy::Weighted(vec![3, 1])),
+            (2, 2, SplitPolicy::Weighted(vec![1, 1, 1, 3])),
+        ];
+        for (world, t, split) in cases {
+            for vars in [VarPlacement::Cpu, VarPlacement::Gpu0] {
+                let mut o = CompileOptions::new(opt.clone(), BATCH);
+                o.towers = towers(t);
+                o.split = split.clone();
+                o.variables = vars;
+                let ranks = run_ranks(&model, &o, &data, world);
+                check(&ranks, &single, &format!("{opt:?} {world}x{t} {split:?} {vars:?}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn accumulation_across_processes_matches_one_device_and_communicates_once() {
+    let model = small_model(ModelKind::Mlp, false, 11);
+    let data = batches(BATCH, STEPS, 5);
+    let opt = Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false };
+    let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
+    let mut o = CompileOptions::new(opt, BATCH);
+    o.towers = towers(1);
+    o.accumulate = 3;
+    check(&run_ranks(&model, &o, &data, 2), &single, "2 processes x 1 tower x 3 micro-batches");
+    // One all-reduce per bucket per step, not one per micro-batch: the default
+    // 25 MiB bucket holds every gradient and the loss of this small model.
+    o.process = ProcessGroup::new(0, 2).unwrap();
+    let c = compile_train(&model.graph, &model.loss, &o).unwrap();
+    let all_reduces =
+        c.plan.streams.iter().flat_map(|s| &s.steps).filter(|s| matches!(s, towers::codegen::Step::AllReduce { .. }));
+    assert_eq!(all_reduces.count(), 1);
+    assert_eq!(c.state.buckets.len(), 1);
+}
+
+#[test]
+fn the_convnet_with_dropout_is_exact_across_processes() {
+    let model = small_model(ModelKind::Convnet, false, 3);
+    let data = batches(BATCH, STEPS, 7);
+    let opt = Optimizer::Sgd { lr: F32(0.05) };
+    let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
+    let mut o = CompileOptions::new(opt, BATCH);
+    o.towers = towers(1);
+    check(&run_ranks(&model, &o, &data, 2), &single, "convnet with dropout");
+}
+
+#[test]
+fn batch_norm_over_two_processes_is_batch_norm_over_two_towers() {
+    // Batch norm normalizes by each tower's own batch statistics (as in TF1's
+    // towers), so the reference is two towers in one process, not one device;
+    // the moving averages combine every rank's statistics (BnUpdates::Mean).
+    let model = small_model(ModelKind::Convnet, true, 3);
+    let data = batches(BATCH, STEPS, 7);
+    let opt = Optimizer::Sgd { lr: F32(0.05) };
+    let mut two = CompileOptions::new(opt.clone(), BATCH);
+    two.towers = towers(2);
+    two.bn_updates = BnUpdates::Mean;
+    let reference = run(&model, &two, &data);
+    let mut o = CompileOptions::new(opt, BATCH);
+    o.towers = towers(1);
+    o.bn_updates = BnUpdates::Mean;
+    check(&run_ranks(&model, &o, &data, 2), &reference, "convnet with batch norm");
+}
+
+#[test]
+fn small_buckets_split_the_gradients_in_backward_order_each_in_exactly_one_bucket() {
+    let model = small_model(ModelKind::Mlp, false, 11);
+    let data = batches(BATCH, STEPS, 5);
+    let opt = Optimizer::Sgd { lr: F32(0.1) };
+    let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
+    let mut o = CompileOptions::new(opt, BATCH);
+    o.towers = towers(2);
+    o.bucket_bytes = 256; // fc1 weights (64x16 f32 = 4 KiB) alone, the small tensors packed
+    check(&run_ranks(&model, &o, &data, 2), &single, "256-byte buckets");
+
+    o.process = ProcessGroup::new(1, 2).unwrap();
+    let c = compile_train(&model.graph, &model.loss, &o).unwrap();
+    let g = &c.graph;
+    // Every TowerMean in exactly one bucket, each bucket within the cap unless alone.
+    let means: Vec<String> = g
+        .node_ids()
+        .into_iter()
+        .filter(|&i| matches!(g.node(i).op, Op::TowerMean { .. }))
+        .map(|i| g.node(i).name.clone())
+        .collect();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for b in &c.state.buckets {
+        assert!(b.bytes <= 256 || b.members.len() == 1, "{b:?} exceeds the cap with several members");
+        for m in &b.members {
+            *seen.entry(m.as_str()).or_default() += 1;
+        }
+    }
+    assert_eq!(seen.len(), means.len(), "buckets {:?} vs means {means:?}", c.state.buckets);
+    assert!(seen.values().all(|&n| n == 1));
+    // Backward order: the logits layer's gradients are reduced before fc1's.
+    let bucket_of = |m: &str| c.state.buckets.iter().position(|b| b.members.iter().any(|x| x == m)).unwrap();
+    assert!(bucket_of("MLP/logits/weights/grad_mean") < bucket_of("MLP/fc1/weights/grad_mean"));
+    assert!(c.state.buckets.len() >= 3, "{:?}", c.state.buckets);
+    // Buckets are chained, so every rank issues them in the same order.
+    for (i, b) in c.state.buckets.iter().enumerate().skip(1) {
+        let id = g.get(&b.node).unwrap();
+        let prev = g.get(&c.state.buckets[i - 1].node).unwrap();
+        assert_eq!(g.control_inputs(id), vec![prev], "bucket {i}");
+    }
+    // The collective stream starts bucket 0's all-reduce before fc1's gradient
+    // is written: it overlaps the rest of the backward pass.
+    let collective = c.plan.streams.iter().find(|s| s.kind == towers_graph::StreamKind::Collective).unwrap();
+    let first = collective.steps.iter().position(|s| matches!(s, towers::codegen::Step::AllReduce { .. })).unwrap();
+    let fc1_grad_copy = collective.steps[..first].iter().any(|s| format!("{s:?}").contains("fc1/weights/grad_mean"));
+    assert!(!fc1_grad_copy, "bucket 0 waits for fc1's gradient: no overlap");
+}
+
+#[test]
+fn ranks_whose_variables_differ_all_stop_with_the_same_error() {
+    let model = small_model(ModelKind::Mlp, false, 11);
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
+    o.towers = towers(1);
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = LocalComm::group(2)
+            .into_iter()
+            .enumerate()
+            .map(|(r, comm)| {
+                let (model, mut o) = (&model, o.clone());
+                s.spawn(move || {
+                    o.process = ProcessGroup::new(r, 2).unwrap();
+                    let c = compile_train(&model.graph, &model.loss, &o).unwrap();
+                    // Rank 1 starts from another seed.
+                    let mut sess = Session::new(model.spec.seed + r as u64).with_comm(Arc::new(comm));
+                    sess.load("train", c.plan).unwrap();
+                    match sess.check_replicas("before the first step") {
+                        Err(e @ RuntimeError::ReplicasDiffer { .. }) => e.to_string(),
+                        other => panic!("rank {r}: expected ReplicasDiffer, got {other:?}"),
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(errors[0], errors[1]);
+    assert!(errors[0].contains("rank(s) [1] differ from rank 0's"), "{}", errors[0]);
+}
+
+#[test]
+fn one_towers_statistics_for_batch_norm_is_refused_with_several_processes() {
+    let model = small_model(ModelKind::Convnet, true, 3);
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
+    o.bn_updates = BnUpdates::Tower0;
+    o.process = ProcessGroup::new(0, 2).unwrap();
+    let e = compile_train(&model.graph, &model.loss, &o).unwrap_err().to_string();
+    assert!(e.contains("use BnUpdates::Mean"), "{e}");
+}
+
+#[test]
+fn a_weighted_split_names_every_tower_of_every_rank() {
+    let model = small_model(ModelKind::Mlp, false, 11);
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
+    o.towers = towers(2);
+    o.split = SplitPolicy::Weighted(vec![3, 1]);
+    o.process = ProcessGroup::new(0, 2).unwrap();
+    let e = compile_train(&model.graph, &model.loss, &o).unwrap_err().to_string();
+    assert!(e.contains("2 weights") && e.contains("4 towers"), "{e}");
+    // Rank 1's rows follow rank 0's: weights 1,1,1,3 of 24 give 4,4 | 4,12.
+    o.split = SplitPolicy::Weighted(vec![1, 1, 1, 3]);
+    assert_eq!(o.process_rows().unwrap(), 0..8);
+    o.process = ProcessGroup::new(1, 2).unwrap();
+    assert_eq!(o.process_rows().unwrap(), 8..24);
+}
