@@ -4,13 +4,16 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use towers::compiler::{compile_train, CompileOptions};
 use towers::data::DataSpec;
 use towers::models::{build, ModelKind, ModelSpec};
 use towers::passes::{BnUpdates, ProcessGroup, VarPlacement};
-use towers::train::{train, BackendChoice, LrScheduleKind, OptimizerKind, TrainConfig, TrainObserver};
+use towers::runtime::comm::{Comm, LocalComm};
+use towers::train::{train_in, BackendChoice, LrScheduleKind, OptimizerKind, TrainConfig, TrainObserver};
 use towers::watch::{Tee, Watch};
 
 #[derive(Parser)]
@@ -192,6 +195,10 @@ struct TrainArgs {
     /// Draw the loss and test-accuracy curves into this SVG file.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Under an MPI launcher: end every rank when a collective waits this
+    /// many seconds for another rank (a rank that hung or died).
+    #[arg(long, default_value_t = 300.0)]
+    comm_timeout: f64,
 }
 
 #[derive(Args)]
@@ -317,7 +324,49 @@ impl TrainObserver for Printer {
     }
 }
 
+/// Whether an MPI launcher started this process (Open MPI, MPICH/Hydra, PMIx).
+fn launched_by_mpi() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().and_then(|s| s.parse::<usize>().ok()))
+}
+
+/// The communicator of this run: MPI under a launcher, else this process alone.
+fn communicator(timeout_secs: f64) -> Result<Arc<dyn Comm>, String> {
+    if !(timeout_secs.is_finite() && timeout_secs > 0.0) {
+        return Err(format!("--comm-timeout {timeout_secs}: give a positive number of seconds"));
+    }
+    match launched_by_mpi() {
+        #[cfg(feature = "mpi")]
+        Some(_) => {
+            let timeout = std::time::Duration::from_secs_f64(timeout_secs);
+            let c = towers::runtime::comm::MpiComm::init_with_timeout(timeout).map_err(|e| e.to_string())?;
+            Ok(Arc::new(c))
+        }
+        #[cfg(not(feature = "mpi"))]
+        Some(n) if n > 1 => Err(format!(
+            "an MPI launcher started {n} processes, but this towers was built without MPI: build it with `cargo build --release --features mpi` (each process would otherwise train alone)"
+        )),
+        _ => Ok(Arc::new(LocalComm::single())),
+    }
+}
+
 fn run_train(a: TrainArgs) -> Result<(), String> {
+    let comm = communicator(a.comm_timeout)?;
+    let r = run_train_in(a, Arc::clone(&comm));
+    if let Err(e) = &r {
+        if comm.world_size() > 1 {
+            // Every rank sees a collective's failure; one that fails alone
+            // must not leave the others waiting for it.
+            eprintln!("error (rank {} of {}): {e}", comm.rank(), comm.world_size());
+            comm.abort(1);
+        }
+    }
+    r
+}
+
+fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
+    let lead = comm.rank() == 0;
     let mut cfg = config(&a.common)?;
     cfg.steps = a.steps;
     cfg.epochs = a.epochs;
@@ -338,10 +387,14 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
     cfg.scale_lr = a.scale_lr;
     let mut p = Printer { log_every: a.log_every, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {
-        Some(dir) => Watch::with_logdir(dir).map_err(|e| e.to_string())?,
-        None => Watch::new(),
+        Some(dir) if lead => Watch::with_logdir(dir).map_err(|e| e.to_string())?,
+        _ => Watch::new(),
     };
-    let r = train(&cfg, &mut Tee(&mut p, &mut watch)).map_err(|e| e.to_string())?;
+    let r = train_in(&cfg, Arc::clone(&comm), &mut Tee(&mut p, &mut watch)).map_err(|e| e.to_string())?;
+    if !lead {
+        // Rank 0 reports for the group.
+        return Ok(());
+    }
     if let Some(b) = &p.bar {
         b.finish_and_clear();
     }

@@ -36,7 +36,7 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
         let bytes = v.shape.iter().product::<usize>() * v.dtype.size_bytes();
         *var_bytes.entry(v.device).or_default() += bytes;
         let reason = g.get(&v.name).and_then(|id| g.node(id).placement_reason.clone()).unwrap_or_default();
-        let _ = writeln!(s, "  {:<48} {:<8} {:>12}  {}", v.name, v.device.to_string(), bytes, reason);
+        let _ = writeln!(s, "  {:<48} {:<8} {:>12}  {}", v.name, plan.device_name(v.device), bytes, reason);
     }
     let mut groups: BTreeMap<(String, Device, String), (usize, usize)> = BTreeMap::new();
     for id in g.node_ids() {
@@ -53,7 +53,7 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
     let _ = writeln!(s, "\nop groups ({}):", groups.len());
     let _ = writeln!(s, "  {:<40} {:<8} {:>6} {:>12}  reason", "group", "device", "ops", "out bytes");
     for ((grp, dev, reason), (count, bytes)) in &groups {
-        let _ = writeln!(s, "  {:<40} {:<8} {:>6} {:>12}  {}", grp, dev.to_string(), count, bytes, reason);
+        let _ = writeln!(s, "  {:<40} {:<8} {:>6} {:>12}  {}", grp, plan.device_name(*dev), count, bytes, reason);
     }
     let _ = writeln!(s, "\nplanned bytes per device:");
     let _ = writeln!(s, "  {:<8} {:>14} {:>14} {:>14}", "device", "variables", "arena", "total");
@@ -63,7 +63,7 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
     for d in devices {
         let v = var_bytes.get(&d).copied().unwrap_or(0);
         let a: usize = plan.devices.iter().filter(|p| p.device == d).map(|p| p.arena_bytes).sum();
-        let _ = writeln!(s, "  {:<8} {:>14} {:>14} {:>14}", d.to_string(), v, a, v + a);
+        let _ = writeln!(s, "  {:<8} {:>14} {:>14} {:>14}", plan.device_name(d), v, a, v + a);
     }
     let copies = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::Copy)).count();
     let reductions = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::TowerMean { .. })).count();

@@ -440,6 +440,7 @@ pub fn train_in(
         obs.learning_rate(step, lr);
         sess.feed_f32("train", &model.images, &images)?;
         sess.feed_i32("train", &model.labels, &labels)?;
+        comm.note_step(step as u64);
         sess.run("train")?;
         sess.fetch_f32_into("train", "loss", &mut loss)?;
         let loss = loss[0];

@@ -442,6 +442,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         tensors,
         streams,
         num_events: schedule.num_events,
+        task: program.task,
     };
     crate::verify::verify(&plan)?;
     Ok(plan)

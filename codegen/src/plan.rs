@@ -195,9 +195,24 @@ pub struct Plan {
     pub tensors: Vec<(String, BufRef)>,
     pub streams: Vec<StreamPlan>,
     pub num_events: usize,
+    /// With several processes: this process's rank (the graph's program
+    /// record), naming its devices `/job:worker/task:<rank>/device:...`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<usize>,
 }
 
 impl Plan {
+    /// A device's name in this plan: TF1's `/job:worker/task:i/device:GPU:j`
+    /// in a multi-process plan, else `gpu:j`.
+    pub fn device_name(&self, d: Device) -> String {
+        d.qualified(self.task)
+    }
+
+    /// A stream's name in this plan (`<device>/<kind>`).
+    pub fn stream_name(&self, s: &StreamPlan) -> String {
+        format!("{}/{}", self.device_name(s.device), s.kind.name())
+    }
+
     /// The buffer a reference names (None for variables).
     pub fn buffer(&self, r: &BufRef) -> Option<&Buffer> {
         match r {

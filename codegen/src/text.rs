@@ -174,9 +174,16 @@ impl Plan {
             crate::Mode::Train => "train",
             crate::Mode::Eval => "eval",
         };
-        let _ = writeln!(o, "program {} ({mode})", self.program);
+        match self.task {
+            Some(t) => {
+                let _ = writeln!(o, "program {} ({mode}) on /job:worker/task:{t}", self.program);
+            }
+            None => {
+                let _ = writeln!(o, "program {} ({mode})", self.program);
+            }
+        }
         for d in &self.devices {
-            let _ = writeln!(o, "device {}  arena {} B", d.device, d.arena_bytes);
+            let _ = writeln!(o, "device {}  arena {} B", self.device_name(d.device), d.arena_bytes);
             for b in &d.buffers {
                 let kind = b.kind.name();
                 let _ = writeln!(o, "  {} {}{} @{} {} B {kind}", b.name, b.dtype, dims(&b.shape), b.offset, b.bytes);
@@ -186,8 +193,15 @@ impl Plan {
             let _ = writeln!(o, "variables");
             for v in &self.variables {
                 let t = if v.trainable { " trainable" } else { "" };
-                let _ =
-                    writeln!(o, "  {} {}{} on {} init={}{t}", v.name, v.dtype, dims(&v.shape), v.device, init(&v.init));
+                let _ = writeln!(
+                    o,
+                    "  {} {}{} on {} init={}{t}",
+                    v.name,
+                    v.dtype,
+                    dims(&v.shape),
+                    self.device_name(v.device),
+                    init(&v.init)
+                );
             }
         }
         for c in &self.constants {
@@ -202,7 +216,7 @@ impl Plan {
             let _ = writeln!(o, "fetch {n} <- {}", self.ref_name(r));
         }
         for s in &self.streams {
-            let _ = writeln!(o, "stream {}", s.name());
+            let _ = writeln!(o, "stream {}", self.stream_name(s));
             for step in &s.steps {
                 match step {
                     Step::Launch { kernel, inputs, outputs, workspace, node } => {
@@ -222,7 +236,13 @@ impl Plan {
                             writeln!(o, "  copy {} -> {}  ; {node} {bytes} B", self.ref_name(from), self.ref_name(to));
                     }
                     Step::AllReduce { buffers, node } => {
-                        let _ = writeln!(o, "  all_reduce sum ({})  ; {node}", self.refs(buffers));
+                        let bytes: usize = buffers.iter().filter_map(|b| self.buffer(b)).map(|b| b.bytes).sum();
+                        let _ = writeln!(
+                            o,
+                            "  all_reduce sum over ranks {} tensors {bytes} B ({})  ; {node}",
+                            buffers.len(),
+                            self.refs(buffers)
+                        );
                     }
                     Step::Record(e) => {
                         let _ = writeln!(o, "  record e{e}");

@@ -108,6 +108,7 @@ fn base() -> Plan {
             ),
         ],
         num_events: 3,
+        task: None,
     }
 }
 

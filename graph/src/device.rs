@@ -55,6 +55,16 @@ impl Device {
     pub fn spec(self) -> DeviceSpec {
         DeviceSpec { kind: Some(self.kind), index: Some(self.index), ..Default::default() }
     }
+    /// The device's name as one process of several sees it: TF1's
+    /// `/job:worker/task:<task>/device:GPU:1` when `task` is given (the
+    /// device of rank `task`), else the local short form (`gpu:1`).
+    pub fn qualified(self, task: Option<usize>) -> String {
+        match task {
+            Some(t) => format!("/job:worker/task:{t}/device:{}:{}", self.kind.upper(), self.index),
+            None => self.to_string(),
+        }
+    }
+
     /// Parse a device string that must name one concrete device (`/gpu:1`).
     pub fn parse(s: &str) -> Result<Device, GraphError> {
         let spec = DeviceSpec::parse(s)?;

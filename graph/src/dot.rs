@@ -101,7 +101,7 @@ fn emit(g: &Graph, c: &Cluster, index: &BTreeMap<NodeId, usize>, s: &mut String,
             Op::ApplyGradient { .. } | Op::AssignMovingAverage { .. } | Op::IncrementStep => "hexagon",
             _ => "box",
         };
-        let dev = n.device.map(|d| format!("\\n@{d}")).unwrap_or_default();
+        let dev = n.device.map(|d| format!("\\n@{}", d.qualified(g.program().task))).unwrap_or_default();
         let _ = writeln!(
             s,
             "{pad}n{} [label=\"{}\\n{}{}\", shape={shape}, fillcolor=\"{fill}\", tooltip=\"{}\"];",

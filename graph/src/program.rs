@@ -122,6 +122,10 @@ pub struct Program {
     /// What runs on which stream, in order, with events (set by `schedule`).
     #[serde(default)]
     pub schedule: Option<Schedule>,
+    /// With several processes: this process's rank, so that dumps name its
+    /// devices `/job:worker/task:<rank>/device:GPU:j` (set by `all_reduce`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<usize>,
 }
 
 impl Program {

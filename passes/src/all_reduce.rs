@@ -191,6 +191,7 @@ impl Pass for AllReduceBuckets {
         if let Some(r) = st.loss.as_ref().and_then(rename) {
             st.loss = Some(r);
         }
+        g.program_mut().task = Some(self.group.rank);
         g.reinfer()?;
         Ok(())
     }

@@ -72,3 +72,22 @@ fn each_gradient_reduction_fuses_into_its_update_and_the_loss_mean_does_not() {
     assert_eq!(text.matches("mean_apply ").count(), vars, "{text}");
     assert_eq!(text.matches("weighted_sum ").count(), 1, "{text}");
 }
+
+/// Rank 1 of 2 processes with 2 towers each, buckets of 64 KiB: the plan
+/// names its devices `/job:worker/task:1/...`, feeds its 128 rows of the
+/// global batch of 256, and all-reduces the buckets on the collective stream
+/// in backward order (the logits layer's first), each right after its last
+/// gradient; the placement report and dot name the devices alike.
+#[test]
+fn a_multi_process_plan() {
+    let m = build(&ModelSpec::new(ModelKind::Mlp, [28, 28, 1], 10)).expect("model");
+    let mut o = CompileOptions::new(Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false }, 256);
+    o.towers = vec![Device::gpu(0), Device::gpu(1)];
+    o.process = towers_passes::ProcessGroup::new(1, 2).unwrap();
+    o.bucket_bytes = 64 * 1024;
+    let c = compile_train(&m.graph, &m.loss, &o).unwrap();
+    insta::assert_snapshot!("plan_mlp_rank1_of_2_x2_towers", c.plan.to_text());
+    insta::assert_snapshot!("placement_mlp_rank1_of_2_x2_towers", placement_report(&c.graph, &c.plan));
+    let dot = to_dot(&c.graph).unwrap();
+    assert!(dot.contains("@/job:worker/task:1/device:GPU:1"), "the dot names rank 1's devices");
+}

@@ -58,7 +58,7 @@ pub fn towers_pm(
 ) -> PassManager {
     PassManager::new()
         .verify(true)
-        .add(BindBatch { batch })
+        .add(BindBatch::new(batch))
         .add(Replicate { towers: towers.clone(), accumulate: k, bn_updates: bn })
         .add(SplitBatch::new(split))
         .add(GradMean)

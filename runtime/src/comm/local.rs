@@ -268,6 +268,12 @@ impl Comm for LocalComm {
     fn describe(&self) -> String {
         format!("in-process, rank {} of {}", self.rank, self.world_size())
     }
+
+    fn abort(&self, _code: i32) {
+        if let Some(g) = &self.group {
+            g.leave(self.rank);
+        }
+    }
 }
 
 impl Drop for LocalComm {

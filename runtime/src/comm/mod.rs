@@ -55,6 +55,14 @@ pub trait Comm: Send + Sync {
     fn barrier(&self) -> Result<(), CommError>;
     /// A short description for reports, e.g. "in-process, rank 0 of 2".
     fn describe(&self) -> String;
+    /// The training step this rank is about to run (named in timeout
+    /// reports). The default ignores it.
+    fn note_step(&self, _step: u64) {}
+    /// End the group after a failure on this rank, so the other ranks stop
+    /// instead of waiting for it: an MPI job is aborted (this process
+    /// included: the call does not return), in-process ranks see this rank
+    /// gone. The default does nothing (world size 1).
+    fn abort(&self, _code: i32) {}
 }
 
 /// What went wrong in a collective; each variant names the rank reporting it.

@@ -13,9 +13,21 @@
 //!   bucket sizes received per rank; a ring reduce-scatter in rank order
 //!   would need less, and can replace this behind the same trait.
 //! - **Errors, not hangs, on a mismatch.** Before each collective the ranks
-//!   all-gather their group's total length (8 bytes each); if the lengths
-//!   differ, every rank returns the same [`CommError::Mismatch`] instead of
-//!   posting mismatched messages.
+//!   exchange their group's total length (8 bytes to and from every other
+//!   rank, non-blocking); if the lengths differ, every rank returns the same
+//!   [`CommError::Mismatch`] instead of posting mismatched messages.
+//! - **No rank waits forever.** That exchange is also the arrival check: a
+//!   rank polls it until every other rank's length arrived or the timeout
+//!   passed ([`MpiComm::init_with_timeout`], default
+//!   [`super::local::DEFAULT_TIMEOUT`]). On a timeout it prints which rank(s)
+//!   never arrived, at which step ([`Comm::note_step`]) and in which
+//!   collective, and ends the whole job with `MPI_Abort`, so the launcher
+//!   stops every rank, the hung one included. (A rank that dies is seen by
+//!   the launcher itself: `mpirun` then ends the others.) MPI cannot take
+//!   back a posted message, so returning an error with the exchange still
+//!   pending would leave MPI writing into freed memory; aborting is the only
+//!   safe end. Checkpoints are written atomically (rename), so none is ever
+//!   left half-written.
 //! - **No allocation once warm.** The packing and gather buffers live in the
 //!   communicator and only grow.
 //! - **One collective at a time.** MPI is initialized with
@@ -29,9 +41,14 @@
 //! Without one, `MPI_Init` makes a singleton: world size 1, and every
 //! collective returns at once with the buffers unchanged.
 
+use std::os::raw::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use mpi::environment::Universe;
+use mpi::ffi;
+use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Threading;
@@ -45,6 +62,10 @@ struct Inner {
     _universe: Universe,
     /// Every rank's total group length (one per rank).
     lens: Vec<u64>,
+    /// The arrival exchange's requests: (peer, is a receive, done, handle).
+    reqs: Vec<(usize, bool, bool, ffi::MPI_Request)>,
+    /// Collectives issued so far (names the one that timed out).
+    issued: u64,
     /// This rank's group, packed.
     send: Vec<f32>,
     /// Every rank's packed group, rank after rank.
@@ -63,13 +84,28 @@ pub struct MpiComm {
     rank: usize,
     world: usize,
     threading: Threading,
+    timeout: Duration,
+    /// The training step in progress ([`Comm::note_step`]), for the timeout message.
+    step: AtomicU64,
 }
+
+/// The exit code of a job ended by a collective's timeout.
+pub const TIMEOUT_EXIT_CODE: i32 = 124;
+
+/// The tag of the arrival exchange's messages.
+const ARRIVAL_TAG: i32 = 0x7077;
 
 impl MpiComm {
     /// Initialize MPI (once per process) and take `MPI_COMM_WORLD`. An
     /// error when MPI was already initialized in this process or when the
     /// library cannot serve calls from several threads.
     pub fn init() -> Result<MpiComm, CommError> {
+        MpiComm::init_with_timeout(super::local::DEFAULT_TIMEOUT)
+    }
+
+    /// As [`MpiComm::init`], ending the job when a collective waits longer
+    /// than `timeout` for another rank (see the module docs).
+    pub fn init_with_timeout(timeout: Duration) -> Result<MpiComm, CommError> {
         let transport = |detail: String| CommError::Transport { op: "MPI_Init", rank: 0, detail };
         let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple).ok_or_else(|| {
             transport("MPI is already initialized in this process; create one MpiComm per process and share it".into())
@@ -81,8 +117,16 @@ impl MpiComm {
         }
         let world = universe.world();
         let (rank, size) = (world.rank() as usize, world.size() as usize);
-        let inner = Inner { world, _universe: universe, lens: Vec::new(), send: Vec::new(), recv: Vec::new() };
-        Ok(MpiComm { inner: Mutex::new(inner), rank, world: size, threading })
+        let inner = Inner {
+            world,
+            _universe: universe,
+            lens: vec![0; size],
+            reqs: Vec::with_capacity(2 * size),
+            issued: 0,
+            send: Vec::new(),
+            recv: Vec::new(),
+        };
+        Ok(MpiComm { inner: Mutex::new(inner), rank, world: size, threading, timeout, step: AtomicU64::new(0) })
     }
 
     /// The thread level MPI granted.
@@ -98,19 +142,73 @@ impl MpiComm {
         })
     }
 
-    /// All-gather every rank's group length; a mismatch is the same error on every rank.
+    /// Exchange every rank's group length (the arrival check, see the module
+    /// docs); a mismatch is the same error on every rank, a rank that does
+    /// not arrive within the timeout ends the job.
     fn check_lengths(&self, inner: &mut Inner, op: &'static str, group: &[&mut [f32]]) -> Result<(), CommError> {
         let mine: u64 = group.iter().map(|b| b.len() as u64).sum();
+        inner.issued += 1;
         inner.lens.resize(self.world, 0);
-        let Inner { world, lens, .. } = inner;
-        world.all_gather_into(&mine, &mut lens[..]);
-        if let Some(other) = lens.iter().position(|&l| l != mine) {
+        inner.lens[self.rank] = mine;
+        inner.reqs.clear();
+        let comm = inner.world.as_raw();
+        let dt = u64::equivalent_datatype().as_raw();
+        for peer in (0..self.world).filter(|&p| p != self.rank) {
+            // SAFETY: `lens` is not resized or read until every request
+            // completed (below) or the job is aborted; each receive writes
+            // only element `peer`, the sends read only element `rank`.
+            unsafe {
+                let base = inner.lens.as_mut_ptr();
+                let mut recv: ffi::MPI_Request = ffi::RSMPI_REQUEST_NULL;
+                ffi::MPI_Irecv(base.add(peer) as *mut c_void, 1, dt, peer as i32, ARRIVAL_TAG, comm, &mut recv);
+                inner.reqs.push((peer, true, false, recv));
+                let mut send: ffi::MPI_Request = ffi::RSMPI_REQUEST_NULL;
+                ffi::MPI_Isend(base.add(self.rank) as *const c_void, 1, dt, peer as i32, ARRIVAL_TAG, comm, &mut send);
+                inner.reqs.push((peer, false, false, send));
+            }
+        }
+        let deadline = Instant::now() + self.timeout;
+        let mut pause = Duration::from_micros(0);
+        loop {
+            let mut all = true;
+            for (_, _, done, req) in inner.reqs.iter_mut().filter(|r| !r.2) {
+                let mut flag = 0;
+                // SAFETY: `req` is an active request this loop posted.
+                unsafe { ffi::MPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+                *done = flag != 0;
+                all &= *done;
+            }
+            if all {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let missing: Vec<usize> = inner.reqs.iter().filter(|r| r.1 && !r.2).map(|r| r.0).collect();
+                let e = CommError::Timeout { op, rank: self.rank, waited: self.timeout, missing };
+                eprintln!(
+                    "error: rank {} of {}, step {}, collective {} of this run: {e}; ending every rank (MPI_Abort)",
+                    self.rank,
+                    self.world,
+                    self.step.load(Ordering::Relaxed),
+                    inner.issued
+                );
+                inner.world.abort(TIMEOUT_EXIT_CODE);
+            }
+            // Spin briefly (a collective's ranks usually arrive together), then back off.
+            if pause.is_zero() {
+                std::thread::yield_now();
+                pause = Duration::from_micros(20);
+            } else {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(1));
+            }
+        }
+        if let Some(other) = inner.lens.iter().position(|&l| l != mine) {
             return Err(CommError::Mismatch {
                 op,
                 rank: self.rank,
                 mine: vec![mine as usize],
                 other,
-                theirs: vec![lens[other] as usize],
+                theirs: vec![inner.lens[other] as usize],
             });
         }
         Ok(())
@@ -194,5 +292,18 @@ impl Comm for MpiComm {
 
     fn describe(&self) -> String {
         format!("MPI, rank {} of {}", self.rank, self.world)
+    }
+
+    fn note_step(&self, step: u64) {
+        self.step.store(step, Ordering::Relaxed);
+    }
+
+    fn abort(&self, code: i32) {
+        if self.world > 1 {
+            // Ends every process of the job, this one included.
+            if let Ok(inner) = self.inner.lock() {
+                inner.world.abort(code);
+            }
+        }
     }
 }

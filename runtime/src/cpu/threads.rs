@@ -96,6 +96,7 @@ mod tests {
                 .map(|(device, steps)| StreamPlan { device, kind: StreamKind::Compute, steps })
                 .collect(),
             num_events,
+            task: None,
         }
     }
 
