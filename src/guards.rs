@@ -15,7 +15,9 @@ fn bad(flag: &str, why: String) -> TrainError {
 }
 
 /// Check every option of a run; the first problem is an error naming its flag.
-pub fn validate(cfg: &TrainConfig) -> Result<(), TrainError> {
+/// `world` is the number of processes training together (1 alone): weights
+/// name every tower of every process.
+pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
     if !cfg.lr.is_finite() || cfg.lr <= 0.0 {
         return Err(bad("lr", format!("the learning rate must be a finite number above 0, got {}", cfg.lr)));
     }
@@ -48,10 +50,17 @@ pub fn validate(cfg: &TrainConfig) -> Result<(), TrainError> {
         if w.contains(&0) {
             return Err(bad("split-weights", format!("every tower needs a weight of at least 1, got {w:?}")));
         }
-        if w.len() != cfg.towers {
+        // With several processes each has at least one tower.
+        let all = if world > 1 { cfg.towers.max(1) * world } else { cfg.towers };
+        if w.len() != all {
+            let which = if world > 1 {
+                format!("{all} towers ({} per process x {world} processes, rank 0's first)", cfg.towers.max(1))
+            } else {
+                format!("{all} towers (--towers)")
+            };
             return Err(bad(
                 "split-weights",
-                format!("gives {} weights for {} towers (--towers); give one weight per tower", w.len(), cfg.towers),
+                format!("gives {} weights for {which}; give one weight per tower", w.len()),
             ));
         }
     }
@@ -136,12 +145,12 @@ mod tests {
     fn err(f: impl FnOnce(&mut TrainConfig)) -> String {
         let mut c = TrainConfig::default();
         f(&mut c);
-        validate(&c).expect_err("refused").to_string()
+        validate(&c, 1).expect_err("refused").to_string()
     }
 
     #[test]
     fn the_defaults_pass() {
-        validate(&TrainConfig::default()).expect("defaults are valid");
+        validate(&TrainConfig::default(), 1).expect("defaults are valid");
     }
 
     #[test]
@@ -186,6 +195,6 @@ mod tests {
     #[test]
     fn zero_epochs_are_fine_when_steps_are_given() {
         let c = TrainConfig { epochs: 0, steps: Some(3), ..TrainConfig::default() };
-        validate(&c).expect("--steps overrides --epochs");
+        validate(&c, 1).expect("--steps overrides --epochs");
     }
 }

@@ -363,7 +363,7 @@ pub fn train_in(
     let lead = process.rank == 0;
     let mut quiet = Quiet;
     let obs: &mut dyn TrainObserver = if lead { obs } else { &mut quiet };
-    crate::guards::validate(cfg)?;
+    crate::guards::validate(cfg, process.world)?;
     let (train_set, test_set) = cfg.data.load()?;
     let model = build(&cfg.model_spec(&train_set))?;
     let t0 = Instant::now();

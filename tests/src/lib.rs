@@ -107,3 +107,33 @@ pub fn max_rel_diff(a: &RunResult, b: &RunResult) -> (f32, String) {
     }
     worst
 }
+
+/// Run this test binary's test `test` as `np` MPI ranks (`mpirun -np np
+/// --oversubscribe`, allowed as root), with `env` set in every rank; the
+/// exit status and the ranks' stdout and stderr together. `None` when
+/// `mpirun` is missing outside CI (the caller prints SKIPPED); under CI (the
+/// variable `CI` set) a missing `mpirun` is a failure, since `.ci/run`
+/// installs Open MPI.
+pub fn mpirun_self(test: &str, np: usize, env: &[(&str, &str)]) -> Option<(bool, String)> {
+    use std::process::Command;
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "mpirun is missing under CI: .ci/run installs openmpi-bin");
+        return None;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["-np", &np.to_string(), "--oversubscribe"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    for (k, v) in env {
+        cmd.args(["-x", &format!("{k}={v}")]);
+    }
+    let out = cmd.arg(exe).args(["--exact", test, "--nocapture", "--test-threads=1"]).output().expect("mpirun starts");
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    Some((out.status.success(), text))
+}
+
+/// Whether this process is a rank started by an MPI launcher.
+pub fn under_mpirun() -> bool {
+    std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some()
+}

@@ -1,0 +1,103 @@
+//! `mpirun -np 2 towers train` (`--features mpi`): two processes of one
+//! tower train what one process trains on the whole batch, rank 0 alone
+//! prints and writes the checkpoint, and every rank resumes from it.
+//!
+//! Tolerance: the printed losses (6 decimals) agree within 1e-4 relative
+//! after 60 steps (the same float reassociation as the in-process towers,
+//! compounded over the steps); the test accuracy is printed once.
+
+mod cli_support;
+
+use std::process::Command;
+
+use cli_support::{accuracy, towers};
+
+/// `mpirun -np 2 towers ARGS`; None when mpirun is missing outside CI.
+fn mpirun_towers(args: &[&str]) -> Option<(bool, String, String)> {
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "mpirun is missing under CI: .ci/run installs openmpi-bin");
+        eprintln!("SKIPPED: mpirun not found (apt-get install libopenmpi-dev openmpi-bin)");
+        return None;
+    }
+    let out = Command::new("mpirun")
+        .args(["-np", "2", "--oversubscribe"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .arg(env!("CARGO_BIN_EXE_towers"))
+        .args(args)
+        .output()
+        .expect("mpirun starts");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    Some((out.status.success(), stdout, stderr))
+}
+
+fn losses(stdout: &str) -> Vec<f64> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("step ").and_then(|r| r.split_once(" loss ")).map(|(_, v)| v.parse().unwrap()))
+        .collect()
+}
+
+#[test]
+fn two_mpi_processes_train_what_one_process_trains() {
+    let common = ["train", "--steps", "60", "--log-every", "20", "--batch", "64", "--optimizer", "adam"];
+    let (single, _) = towers(&common);
+    let mut args = common.to_vec();
+    args.extend(["--towers", "1"]);
+    let Some((ok, stdout, stderr)) = mpirun_towers(&args) else { return };
+    assert!(ok, "mpirun towers failed:\n{stderr}\n{stdout}");
+    assert!(stderr.contains("MPI, rank 0 of 2"), "{stderr}");
+    let (a, b) = (losses(&stdout), losses(&single));
+    assert_eq!(a.len(), 3, "rank 0 alone logs: {stdout}");
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "loss {x} vs one process's {y}\n{stdout}");
+    }
+    assert_eq!(stdout.matches("test accuracy").count(), 1, "{stdout}");
+    assert!((accuracy(&stdout) - accuracy(&single)).abs() <= 0.01, "{stdout}\nvs\n{single}");
+}
+
+#[test]
+fn rank_zero_writes_the_checkpoint_and_every_rank_resumes_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("model.safetensors");
+    let ckpt = ckpt.to_str().unwrap();
+    let first = ["train", "--steps", "20", "--batch", "32", "--towers", "1", "--checkpoint", ckpt, "--keep", "3"];
+    let Some((ok, stdout, stderr)) = mpirun_towers(&first) else { return };
+    assert!(ok, "{stderr}\n{stdout}");
+    let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    // One checkpoint and its step-stamped copy: written once, by rank 0.
+    assert_eq!(files.len(), 2, "{files:?}");
+    let resumed = [
+        "train",
+        "--steps",
+        "40",
+        "--batch",
+        "32",
+        "--towers",
+        "1",
+        "--checkpoint",
+        ckpt,
+        "--resume",
+        "--log-every",
+        "40",
+    ];
+    let (ok, stdout, stderr) = mpirun_towers(&resumed).unwrap();
+    assert!(ok, "{stderr}\n{stdout}");
+    // The same 40 steps in one process, without stopping.
+    let (straight, _) = towers(&["train", "--steps", "40", "--batch", "32", "--log-every", "40"]);
+    let (a, b) = (losses(&stdout), losses(&straight));
+    assert_eq!(a.len(), 1, "{stdout}");
+    assert!((a[0] - b[0]).abs() <= 1e-4 * b[0].abs().max(1.0), "resumed {a:?} vs straight {b:?}");
+}
+
+#[test]
+fn a_weighted_split_over_both_ranks_towers_and_a_wrong_one_is_an_error_on_every_rank() {
+    let args = ["train", "--steps", "5", "--batch", "32", "--towers", "1", "--split-weights", "3,1"];
+    let Some((ok, stdout, stderr)) = mpirun_towers(&args) else { return };
+    assert!(ok, "{stderr}\n{stdout}");
+    let bad = ["train", "--steps", "5", "--batch", "32", "--towers", "1", "--split-weights", "3,1,1"];
+    let (ok, _, stderr) = mpirun_towers(&bad).unwrap();
+    assert!(!ok);
+    assert!(stderr.contains("gives 3 weights for 2 towers (1 per process x 2 processes"), "{stderr}");
+}
