@@ -232,12 +232,13 @@ impl<'g> Lowerer<'g> {
             Lowering::CopyOut | Lowering::CopyAndOnes | Lowering::Launch { .. } => {
                 self.alloc_outputs(id, BufferKind::Tensor)?;
                 let ws = match &low {
-                    Lowering::Launch { kernel, .. } => match kernel {
-                        crate::Kernel::Conv2D { workspace_len, .. }
-                        | crate::Kernel::Conv2DBackpropInput { workspace_len, .. }
-                        | crate::Kernel::Conv2DBackpropFilter { workspace_len, .. } => *workspace_len,
-                        _ => 0,
-                    },
+                    Lowering::Launch {
+                        kernel:
+                            crate::Kernel::Conv2D { workspace_len, .. }
+                            | crate::Kernel::Conv2DBackpropInput { workspace_len, .. }
+                            | crate::Kernel::Conv2DBackpropFilter { workspace_len, .. },
+                        ..
+                    } => *workspace_len,
                     _ => 0,
                 };
                 if ws > 0 {

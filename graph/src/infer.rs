@@ -56,10 +56,10 @@ fn merge_dim(a: Option<usize>, b: Option<usize>) -> Result<Option<usize>, ()> {
 pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Option<Shape> {
     let r = a.rank().max(b.rank());
     let mut out = vec![None; r];
-    for i in 0..r {
+    for (i, o) in out.iter_mut().enumerate() {
         let da = if i < r - a.rank() { Some(1) } else { a.0[i - (r - a.rank())] };
         let db = if i < r - b.rank() { Some(1) } else { b.0[i - (r - b.rank())] };
-        out[i] = match (da, db) {
+        *o = match (da, db) {
             (Some(1), d) | (d, Some(1)) => d,
             (Some(x), Some(y)) if x == y => Some(x),
             (Some(_), Some(_)) => return None,

@@ -39,6 +39,7 @@ impl PassManager {
     pub fn new() -> PassManager {
         PassManager { verify: cfg!(debug_assertions), ..Default::default() }
     }
+    #[allow(clippy::should_implement_trait)] // a builder's `add`, not arithmetic
     pub fn add(mut self, p: impl Pass + 'static) -> Self {
         self.passes.push(Box::new(p));
         self

@@ -244,7 +244,7 @@ fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileO
             e.1 += 1;
         }
         let mut v: Vec<_> = by_kernel.into_iter().collect();
-        v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+        v.sort_by_key(|e| std::cmp::Reverse(e.1 .0));
         let top: Vec<String> =
             v.iter().take(6).map(|(k, (ns, n))| format!("{k} x{n}: {:.1} us", *ns as f64 / 20e3)).collect();
         eprintln!("PROFILE {label}, batch {batch}, per step, profiled: {}", top.join(", "));

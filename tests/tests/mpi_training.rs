@@ -101,7 +101,7 @@ fn a_rank_that_hangs_ends_every_rank_with_an_error_naming_it() {
             // Never arrives in time; the job must not wait for this sleep.
             std::thread::sleep(Duration::from_secs(60));
         }
-        let mut x = vec![1.0f32; 4];
+        let mut x = [1.0f32; 4];
         let _ = comm.all_reduce_sum(&mut [&mut x[..]]);
         println!("rank {} passed the collective", comm.rank());
         return;

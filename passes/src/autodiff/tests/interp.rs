@@ -129,8 +129,8 @@ fn log_softmax(x: &V) -> V {
         let row = &x.data[i * w..(i + 1) * w];
         let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let lse = m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
-        for j in 0..w {
-            out.data[i * w + j] = row[j] - lse;
+        for (o, v) in out.data[i * w..(i + 1) * w].iter_mut().zip(row) {
+            *o = v - lse;
         }
     }
     out

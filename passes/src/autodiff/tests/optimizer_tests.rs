@@ -154,9 +154,9 @@ fn one_and_two_steps_match_tf_formulas() {
                         }
                     }
                 }
-                for k in 0..w.len() {
-                    let lr_err = (got[name].data[k] - w[k]).abs();
-                    assert!(lr_err < 1e-6, "{opt:?} step {steps} {name}[{k}]: {} vs {}", got[name].data[k], w[k]);
+                for (k, (g, want)) in got[name].data.iter().zip(w.iter()).enumerate() {
+                    let lr_err = (g - want).abs();
+                    assert!(lr_err < 1e-6, "{opt:?} step {steps} {name}[{k}]: {g} vs {want}");
                 }
             }
             assert_eq!(got["global_step"].data, vec![steps as f64]);
