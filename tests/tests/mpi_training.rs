@@ -118,3 +118,31 @@ fn a_rank_that_hangs_ends_every_rank_with_an_error_naming_it() {
     assert!(!text.contains("passed the collective"), "{text}");
     assert!(took < Duration::from_secs(40), "the hung rank was not stopped: {took:?}\n{text}");
 }
+
+const DIES: &str = "a_rank_that_dies_ends_the_job_before_the_timeout";
+
+#[test]
+fn a_rank_that_dies_ends_the_job_before_the_timeout() {
+    if under_mpirun() {
+        let comm = MpiComm::init_with_timeout(Duration::from_secs(120)).expect("MPI initializes");
+        if comm.rank() == 1 {
+            eprintln!("rank 1 exits without finalizing MPI");
+            std::process::exit(3);
+        }
+        let mut x = vec![1.0f32; 4];
+        let _ = comm.all_reduce_sum(&mut [&mut x[..]]);
+        println!("rank 0 passed the collective");
+        return;
+    }
+    let started = Instant::now();
+    let Some((ok, text)) = mpirun_self(DIES, 2, &[]) else {
+        eprintln!("SKIPPED: mpirun not found (apt-get install libopenmpi-dev openmpi-bin)");
+        return;
+    };
+    let took = started.elapsed();
+    assert!(!ok, "the job must fail:\n{text}");
+    assert!(text.contains("rank 1 exits"), "{text}");
+    assert!(!text.contains("passed the collective"), "{text}");
+    // The launcher, not the 120 s timeout, ended rank 0.
+    assert!(took < Duration::from_secs(60), "rank 0 waited for the dead rank: {took:?}\n{text}");
+}
