@@ -13,7 +13,9 @@
 //! 3. scheduled nodes in topological order: kernel selection
 //!    ([`crate::select`]), output and workspace buffers (or an alias of the
 //!    input for Reshape/Identity/StopGradient, in-place variable updates
-//!    and the all-reduce of a bucket, which sums its inputs' buffers in place,
+//!    and the all-reduce of a bucket, which sums its inputs' buffers in place
+//!    (the bucket's members write views of one contiguous bucket buffer,
+//!    declared before any node is lowered, so the collective needs no packing),
 //!    or views into the input for a split along the leading axis: the batch
 //!    split costs no copy);
 //! 4. steps per stream, in the schedule's order;
@@ -48,6 +50,11 @@ struct Lowerer<'g> {
     fused: BTreeMap<NodeId, NodeId>,
     /// Launch inputs of fused applies (the towers' gradients, then the rest).
     fused_inputs: BTreeMap<NodeId, Vec<BufRef>>,
+    /// Members of an all-reduce bucket -> (device index, the bucket's
+    /// buffer, byte offset): their outputs are views of one contiguous buffer.
+    bucket_views: BTreeMap<NodeId, (usize, usize, usize)>,
+    /// All-reduce node -> its bucket buffer.
+    buckets: BTreeMap<NodeId, BufRef>,
 }
 
 /// TowerMean nodes that fuse into their consumer: (apply, mean) pairs. A
@@ -169,6 +176,44 @@ impl<'g> Lowerer<'g> {
         Ok(())
     }
 
+    /// One contiguous buffer for an all-reduce bucket whose members are all
+    /// single-output launches of f32 on its device (PyTorch DDP's gradients
+    /// as bucket views): each member writes its part of the bucket, and the
+    /// collective step sums the one buffer, with no packing. Otherwise the
+    /// step lists the members' own buffers.
+    fn declare_bucket(&mut self, id: NodeId) -> Result<(), CodegenError> {
+        let device = self.device_of(id)?;
+        let members: Vec<NodeId> = self.g.inputs(id).iter().map(|t| t.node).collect();
+        let viewable = self.g.inputs(id).iter().all(|t| {
+            let m = self.g.node(t.node);
+            t.slot == 0
+                && m.outputs.len() == 1
+                && matches!(m.op, Op::TowerMean { .. })
+                && m.device == Some(device)
+                && self.g.consumers(t.node).iter().all(|&(c, _, _)| c == id)
+        });
+        let distinct = members.iter().collect::<BTreeSet<_>>().len() == members.len();
+        if !viewable || !distinct {
+            return Ok(());
+        }
+        let tys = self.g.inputs(id).iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
+        if tys.iter().any(|t| t.dtype != towers_graph::DType::F32) {
+            return Ok(());
+        }
+        let total: usize = tys.iter().map(|t| t.dims.iter().product::<usize>()).sum();
+        let name = self.g.node(id).name.clone();
+        let ty = Ty { dtype: towers_graph::DType::F32, dims: vec![total] };
+        let bucket = self.alloc(device, name, &ty, BufferKind::Tensor);
+        let BufRef::Arena { device: di, buffer } = bucket.clone() else { return Ok(()) };
+        let mut at = 0;
+        for (m, t) in members.iter().zip(&tys) {
+            self.bucket_views.insert(*m, (di, buffer, at));
+            at += t.dims.iter().product::<usize>() * 4;
+        }
+        self.buckets.insert(id, bucket);
+        Ok(())
+    }
+
     fn lower_node(&mut self, id: NodeId, opts: &LowerOptions) -> Result<(), CodegenError> {
         let node = self.g.node(id);
         if self.fused.values().any(|&m| m == id) {
@@ -229,6 +274,14 @@ impl<'g> Lowerer<'g> {
                     self.bind.insert(Tensor::new(id, 0), r.clone());
                 }
             }
+            Lowering::Launch { outs: Outs::Own, .. } if self.bucket_views.contains_key(&id) => {
+                let (device, base, at) = self.bucket_views[&id];
+                let t = Tensor::new(id, 0);
+                let ty = self.ty(t)?;
+                let name = self.tensor_name(t);
+                let view = self.arenas[device].view(base, at, name, ty.dtype, ty.dims);
+                self.bind.insert(t, BufRef::Arena { device, buffer: view });
+            }
             Lowering::CopyOut | Lowering::CopyAndOnes | Lowering::Launch { .. } => {
                 self.alloc_outputs(id, BufferKind::Tensor)?;
                 let ws = match &low {
@@ -263,7 +316,11 @@ impl<'g> Lowerer<'g> {
         match low {
             Lowering::Nothing | Lowering::Alias | Lowering::Views => Vec::new(),
             Lowering::AllReduce => {
-                vec![Step::AllReduce { buffers: (0..inputs.len()).map(inb).collect(), node: name }]
+                let buffers = match self.buckets.get(&id) {
+                    Some(bucket) => vec![bucket.clone()],
+                    None => (0..inputs.len()).map(inb).collect(),
+                };
+                vec![Step::AllReduce { buffers, node: name }]
             }
             Lowering::CopyOut => vec![Step::Copy { from: inb(0), to: outb(0), bytes: bytes(0), node: name }],
             Lowering::CopyAndOnes => vec![
@@ -350,6 +407,8 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         lowered: BTreeMap::new(),
         fused: if opts.fuse_reductions { fusable_means(g) } else { BTreeMap::new() },
         fused_inputs: BTreeMap::new(),
+        bucket_views: BTreeMap::new(),
+        buckets: BTreeMap::new(),
     };
 
     let mut variables = Vec::new();
@@ -379,6 +438,11 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
                 constants.push(ConstantDecl { buffer, data: value.data.iter().map(|v| v.0).collect() });
             }
             _ => {}
+        }
+    }
+    for &id in &order {
+        if matches!(g.node(id).op, Op::AllReduce { .. }) {
+            lw.declare_bucket(id)?;
         }
     }
     for &id in &order {

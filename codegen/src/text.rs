@@ -163,6 +163,30 @@ impl Plan {
         }
     }
 
+    /// The tensors an all-reduce sums: each buffer's views (a bucket's
+    /// members), or the buffer itself when nothing views it.
+    fn members(&self, rs: &[BufRef]) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in rs {
+            let mut views: Vec<&crate::plan::Buffer> = match r {
+                BufRef::Arena { device, buffer } => self.devices[*device]
+                    .buffers
+                    .iter()
+                    .filter(|b| b.kind == crate::plan::BufferKind::View { of: *buffer })
+                    .collect(),
+                BufRef::Variable(_) => Vec::new(),
+            };
+            views.sort_by_key(|b| b.offset);
+            let views: Vec<String> = views.iter().map(|b| b.name.clone()).collect();
+            if views.is_empty() {
+                out.push(self.ref_name(r));
+            } else {
+                out.push(format!("{} = [{}]", self.ref_name(r), views.join(", ")));
+            }
+        }
+        out
+    }
+
     fn refs(&self, rs: &[BufRef]) -> String {
         rs.iter().map(|r| self.ref_name(r)).collect::<Vec<_>>().join(", ")
     }
@@ -239,9 +263,8 @@ impl Plan {
                         let bytes: usize = buffers.iter().filter_map(|b| self.buffer(b)).map(|b| b.bytes).sum();
                         let _ = writeln!(
                             o,
-                            "  all_reduce sum over ranks {} tensors {bytes} B ({})  ; {node}",
-                            buffers.len(),
-                            self.refs(buffers)
+                            "  all_reduce sum over ranks {bytes} B ({})  ; {node}",
+                            self.members(buffers).join(", ")
                         );
                     }
                     Step::Record(e) => {

@@ -241,15 +241,21 @@ impl Comm for MpiComm {
         let mut guard = self.lock(op)?;
         let inner = &mut *guard;
         self.check_lengths(inner, op, group)?;
-        Self::pack(inner, group);
-        let n = inner.send.len();
+        // One buffer (a bucket the plan laid out contiguously) is sent as
+        // it is; several are packed into one message first.
+        let single = group.len() == 1;
+        if !single {
+            Self::pack(inner, group);
+        }
+        let n = if single { group[0].len() } else { inner.send.len() };
         if self.world == 2 {
             // Two ranks: IEEE addition is commutative, so whatever algorithm
             // MPI picks, every element is v0 + v1 (= v1 + v0) bit for bit on
             // both ranks, the rank-order sum; half the traffic of a gather.
             inner.recv.resize(n, 0.0);
             let Inner { world, send, recv, .. } = inner;
-            world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+            let mine: &[f32] = if single { &group[0][..] } else { &send[..] };
+            world.all_reduce_into(mine, &mut recv[..], SystemOperation::sum());
             let mut at = 0;
             for b in group.iter_mut() {
                 let len = b.len();
@@ -257,6 +263,9 @@ impl Comm for MpiComm {
                 at += len;
             }
             return Ok(());
+        }
+        if single {
+            Self::pack(inner, group);
         }
         inner.recv.resize(n * self.world, 0.0);
         let Inner { world, send, recv, .. } = inner;
