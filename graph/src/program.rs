@@ -154,6 +154,9 @@ impl Program {
     /// ```
     pub fn to_text(&self) -> String {
         let mut s = String::new();
+        if let Some(t) = self.task {
+            let _ = writeln!(s, "task = /job:worker/task:{t}");
+        }
         for (name, t) in &self.fetches {
             let _ = writeln!(s, "fetch {name} = {t}");
         }
@@ -163,7 +166,7 @@ impl Program {
         if let Some(sched) = &self.schedule {
             let _ = writeln!(s, "schedule: {} streams, {} events", sched.streams.len(), sched.num_events);
             for st in &sched.streams {
-                let _ = writeln!(s, "stream {}", st.name());
+                let _ = writeln!(s, "stream {}/{}", st.device.qualified(self.task), st.kind.name());
                 for item in &st.items {
                     let _ = match item {
                         ScheduleItem::Run(n) => writeln!(s, "  run {n}"),

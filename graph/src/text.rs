@@ -47,7 +47,7 @@ pub fn to_text(g: &Graph) -> Result<String> {
             let _ = write!(s, " requested={}", n.requested_device);
         }
         if let Some(d) = n.device {
-            let _ = write!(s, " @{d}");
+            let _ = write!(s, " @{}", d.qualified(g.program().task));
             if let Some(r) = &n.placement_reason {
                 let _ = write!(s, " ({r})");
             }

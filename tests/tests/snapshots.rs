@@ -90,4 +90,6 @@ fn a_multi_process_plan() {
     insta::assert_snapshot!("placement_mlp_rank1_of_2_x2_towers", placement_report(&c.graph, &c.plan));
     let dot = to_dot(&c.graph).unwrap();
     assert!(dot.contains("@/job:worker/task:1/device:GPU:1"), "the dot names rank 1's devices");
+    let text = towers_graph::text::to_text(&c.graph).unwrap();
+    assert!(text.contains("@/job:worker/task:1/device:CPU:0") && text.contains("task = /job:worker/task:1"), "{text}");
 }
