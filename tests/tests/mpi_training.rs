@@ -146,3 +146,46 @@ fn a_rank_that_dies_ends_the_job_before_the_timeout() {
     // The launcher, not the 120 s timeout, ended rank 0.
     assert!(took < Duration::from_secs(60), "rank 0 waited for the dead rank: {took:?}\n{text}");
 }
+
+const THREE: &str = "three_mpi_processes_sum_in_rank_order_and_match_one_device";
+
+/// Three ranks take the gather path of `MpiComm` (two use MPI_Allreduce).
+#[test]
+fn three_mpi_processes_sum_in_rank_order_and_match_one_device() {
+    if under_mpirun() {
+        let comm: Arc<dyn Comm> = Arc::new(MpiComm::init().expect("MPI initializes"));
+        let model = small_model(ModelKind::Mlp, false, 11);
+        let data = batches(BATCH, 3, 5);
+        for opt in [
+            Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false },
+            Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
+        ] {
+            let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
+            let mut o = CompileOptions::new(opt.clone(), BATCH);
+            o.towers = vec![Device::gpu(0)];
+            o.split = SplitPolicy::Weighted(vec![1, 2, 3]);
+            let r = run_as(&model, &o, &data, Arc::clone(&comm));
+            let (d, var) = max_rel_diff(&r, &single);
+            assert!(d <= TOL, "rank {}: {opt:?}: {var} differs by {d}", comm.rank());
+            let bits: u64 =
+                r.variables.values().flatten().fold(0, |h, x| (h ^ x.to_bits() as u64).wrapping_mul(0x100_0000_01b3));
+            println!("rank {} digest {bits:016x}", comm.rank());
+        }
+        println!("rank {} of 3 ok", comm.rank());
+        return;
+    }
+    let Some((ok, text)) = mpirun_self(THREE, 3, &[]) else {
+        eprintln!("SKIPPED: mpirun not found (apt-get install libopenmpi-dev openmpi-bin)");
+        return;
+    };
+    assert!(ok, "mpirun failed:\n{text}");
+    for r in 0..3 {
+        assert!(text.contains(&format!("rank {r} of 3 ok")), "{text}");
+    }
+    let digests: Vec<&str> = text.lines().filter_map(|l| l.split_once(" digest ").map(|(_, d)| d)).collect();
+    assert_eq!(digests.len(), 6, "{text}");
+    let mut sorted = digests.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 2, "every rank ends with the same variables, per optimizer: {digests:?}");
+}
