@@ -173,16 +173,40 @@ fn cubin_cache() -> &'static Mutex<HashMap<u64, Arc<Vec<u8>>>> {
 }
 
 /// The cubin of a kernel family's source for `arch` (`sm_90`), from the
-/// process cache or compiled now. A failed compile names the family and
-/// carries NVRTC's log.
+/// process cache, the disk cache ([`super::disk_cache`]) or compiled now. A
+/// failed compile names the family and carries NVRTC's log.
 pub(crate) fn cubin(source: &towers_kernels::cuda::Source, arch: &str) -> Result<Arc<Vec<u8>>, String> {
     let key = towers_kernels::cuda::cache_key(source, arch, nvrtc_version());
     if let Some(c) = cubin_cache().lock().map_err(|e| e.to_string())?.get(&key) {
         return Ok(Arc::clone(c));
     }
-    let image = Arc::new(compile(source.path, source.code, arch)?);
+    let disk = super::disk_cache::CubinCache::from_env();
+    let (image, _) = cubin_on_disk(source, arch, disk.as_ref())?;
+    let image = Arc::new(image);
     cubin_cache().lock().map_err(|e| e.to_string())?.insert(key, Arc::clone(&image));
     Ok(image)
+}
+
+/// The cubin from `disk` when it holds a whole one for this source,
+/// architecture and NVRTC version, else compiled and stored there (a failed
+/// store is ignored); and whether it came from disk. NVRTC must
+/// be present (probed by the caller).
+pub(crate) fn cubin_on_disk(
+    source: &towers_kernels::cuda::Source,
+    arch: &str,
+    disk: Option<&super::disk_cache::CubinCache>,
+) -> Result<(Vec<u8>, bool), String> {
+    let key = towers_kernels::cuda::cache_key(source, arch, nvrtc_version());
+    if let Some(image) = disk.and_then(|d| d.get(key, arch)) {
+        return Ok((image, true));
+    }
+    let image = compile(source.path, source.code, arch)?;
+    if let Some(d) = disk {
+        // A cache, not a dependency: a failed store only means the next
+        // process compiles again.
+        let _ = d.put(key, arch, &image);
+    }
+    Ok((image, false))
 }
 
 /// NVRTC straight to a cubin for a real architecture (`nvrtcGetCUBIN`):

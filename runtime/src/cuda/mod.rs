@@ -16,9 +16,11 @@
 //!   allocation per plan device (`DevicePlan::arena_bytes`), every buffer
 //!   and view at its plan offset; constants uploaded; one CUDA stream per
 //!   plan stream, one CUDA event per plan event, one cuBLAS handle per
-//!   stream that runs GEMMs; each kernel family compiled once per process by
+//!   stream that runs GEMMs; each kernel family compiled once per machine by
 //!   NVRTC to a cubin for the device's own `sm_XY` (the PTX of a newer NVRTC
-//!   is refused by an older driver's JIT) and loaded once per context; every
+//!   is refused by an older driver's JIT), kept in memory for the process
+//!   and on disk across processes ([`disk_cache`]), and loaded once per
+//!   context; every
 //!   launch's argument list built ([`args`], [`lower`]); one im2col
 //!   workspace per stream, sized for whole convolutions rather than the
 //!   plan's cache-sized chunks; pointer and weight
@@ -36,6 +38,7 @@
 //!   between device memory and the caller's host slice.
 
 mod args;
+pub mod disk_cache;
 mod driver;
 pub mod libs;
 mod lower;
@@ -58,6 +61,20 @@ use driver::{derr, Blas, DevMem, Event, Stream};
 pub use libs::{CudaLibrary, CudaUnavailable};
 use lower::{lower_launch, Dev, Gemm, Modules, Op};
 pub use probe::{probe, CudaStatus};
+
+/// The cubin of a kernel family for `arch` (`sm_90`) through the disk cache
+/// `disk` (the backend uses [`disk_cache::CubinCache::from_env`]): read from
+/// it when it holds one for this source, architecture and NVRTC version,
+/// else compiled by NVRTC and stored; and whether it came from disk. Needs
+/// only NVRTC, no GPU (an error naming the library when it is missing).
+pub fn compile_cubin(
+    source: &towers_kernels::cuda::Source,
+    arch: &str,
+    disk: Option<&disk_cache::CubinCache>,
+) -> Result<(Vec<u8>, bool), String> {
+    libs::check(&[CudaLibrary::Nvrtc]).map_err(|e| e.to_string())?;
+    driver::cubin_on_disk(source, arch, disk)
+}
 
 /// Whether the CUDA backend can start here: a driver with a GPU, NVRTC and
 /// cuBLAS (what `--backend auto` asks).
