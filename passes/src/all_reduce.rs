@@ -109,6 +109,25 @@ impl Pass for AllReduceBuckets {
             return Err(PassError::Options("the gradient bucket size must be at least 1 byte".into()));
         }
         let order = g.topo_order()?;
+        // A device of another process cannot run here (each rank builds and
+        // compiles its own graph, as TF1's between-graph replication).
+        for &id in &order {
+            let n = g.node(id);
+            let spec = &n.requested_device;
+            let job_ok = spec.job.as_deref().is_none_or(|j| j == "worker" || j == "localhost");
+            if !job_ok || spec.task.is_some_and(|t| t as usize != self.group.rank) {
+                return Err(PassError::Options(format!(
+                    "'{}' (scope '{}') requests device '{}', which is not a device of this process ({}, rank {} of {}): leave the job and task out of the device string (each rank places its own towers), or use /job:worker/task:{}",
+                    n.name,
+                    n.scope,
+                    spec,
+                    self.group.task(),
+                    self.group.rank,
+                    self.group.world,
+                    self.group.rank
+                )));
+            }
+        }
         let pos: BTreeMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
         for &id in &order {
             let n = g.node(id);

@@ -230,3 +230,30 @@ fn a_weighted_split_names_every_tower_of_every_rank() {
     o.process = ProcessGroup::new(1, 2).unwrap();
     assert_eq!(o.process_rows().unwrap(), 8..24);
 }
+
+#[test]
+fn a_device_of_another_process_is_refused_and_this_processes_own_is_fine() {
+    use towers_graph::{layers, DType, GraphBuilder};
+    let build = |task: u32| {
+        let mut b = GraphBuilder::new();
+        let x = b.placeholder("x", DType::F32, [None, Some(4)]).unwrap();
+        let y = b.placeholder("y", DType::I32, [None]).unwrap();
+        let logits = b
+            .device(&format!("/job:worker/task:{task}/device:CPU:0"), |b| {
+                layers::dense(b, "fc", x, 3, layers::Activation::None)
+            })
+            .unwrap();
+        let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+        let loss = b.reduce_mean_all(xent).unwrap();
+        let g = b.finish();
+        let name = g.node(loss.node).name.clone();
+        (g, name)
+    };
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+    o.process = ProcessGroup::new(1, 2).unwrap();
+    let (g, loss) = build(0);
+    let e = compile_train(&g, &loss, &o).unwrap_err().to_string();
+    assert!(e.contains("/job:worker/task:0") && e.contains("not a device of this process"), "{e}");
+    let (g, loss) = build(1);
+    compile_train(&g, &loss, &o).expect("rank 1 may name its own task");
+}
