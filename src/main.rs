@@ -123,6 +123,10 @@ struct Common {
     /// Passes to dump after (default: all), comma separated.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     dump_after: Vec<String>,
+    /// Give every buffer arena bytes of its own for the whole step (by
+    /// default buffers of a device share bytes once their last reader ran).
+    #[arg(long)]
+    no_memory_reuse: bool,
 }
 
 #[derive(Args)]
@@ -156,7 +160,8 @@ struct TrainArgs {
     /// Print `step N test accuracy A` on the held-out split every N steps.
     #[arg(long)]
     eval_every: Option<usize>,
-    /// When the loss stops being finite, name the first node whose output is not finite.
+    /// When the loss stops being finite, name the first node whose output is not finite
+    /// (keeps every tensor readable after the step: implies --no-memory-reuse).
     #[arg(long)]
     check_numerics: bool,
     /// Learning-rate schedule: constant, step (x --lr-decay-rate every --lr-decay-steps) or cosine (to --lr-min).
@@ -245,6 +250,7 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
         },
         dump_dir: c.dump_dir.clone(),
         dump_after: c.dump_after.clone(),
+        memory_reuse: !c.no_memory_reuse,
         ..TrainConfig::default()
     })
 }

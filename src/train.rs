@@ -186,6 +186,9 @@ pub struct TrainConfig {
     pub warmup_steps: usize,
     /// The linear scaling rule: lr x global batch / 256.
     pub scale_lr: bool,
+    /// Let buffers share arena bytes by liveness (off with `check_numerics`,
+    /// which reads every tensor after a failed step).
+    pub memory_reuse: bool,
 }
 
 impl Default for TrainConfig {
@@ -226,6 +229,7 @@ impl Default for TrainConfig {
             lr_min: 0.0,
             warmup_steps: 0,
             scale_lr: false,
+            memory_reuse: true,
         }
     }
 }
@@ -282,6 +286,7 @@ impl TrainConfig {
         o.bn_updates = self.bn_updates;
         o.dump_dir = self.dump_dir.clone();
         o.dump_after = self.dump_after.clone();
+        o.reuse_memory = self.memory_reuse && !self.check_numerics;
         o
     }
 

@@ -37,6 +37,10 @@ pub struct CompileOptions {
     /// default; off keeps every reduction a separate launch, e.g. to time it).
     /// Read by lowering, not by the passes.
     pub fuse_reductions: bool,
+    /// Let buffers of one device share arena bytes by liveness (on by
+    /// default; off, every tensor keeps its bytes for the whole step and can
+    /// be read after it). Read by lowering, not by the passes.
+    pub reuse_memory: bool,
 }
 
 impl CompileOptions {
@@ -52,6 +56,7 @@ impl CompileOptions {
             dump_dir: None,
             dump_after: Vec::new(),
             fuse_reductions: true,
+            reuse_memory: true,
         }
     }
 }

@@ -33,7 +33,7 @@
 //! Modules: [`session`] (load, feed, run, fetch, variables,
 //! [`Session::backend_note`]), [`checkpoint`] (atomic safetensors save and
 //! checked restore), [`error`] ([`RuntimeError`]), [`backend`], [`cpu`],
-//! [`comm`], [`cuda`].
+//! [`comm`], [`cuda`], [`trace`] (a traced step's timeline, backend-neutral).
 
 pub mod backend;
 pub mod checkpoint;
@@ -42,6 +42,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod error;
 pub mod session;
+pub mod trace;
 mod variables;
 
 pub use backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
@@ -52,4 +53,5 @@ pub use cpu::CpuBackend;
 pub use cuda::{probe, CudaBackend, CudaStatus, CudaUnavailable};
 pub use error::RuntimeError;
 pub use session::Session;
+pub use trace::{Trace, TraceEvent};
 pub use variables::HostVec;

@@ -40,6 +40,7 @@ use towers_codegen::{BufRef, Plan, VariableDecl};
 
 use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
 use crate::comm::Comm;
+use crate::trace::{Trace, TraceEvent};
 use prepare::{prepare, resolve_aliased, Exec, Prepared};
 use sched::{Failure, Runner};
 use store::Store;
@@ -197,6 +198,24 @@ impl Backend for CpuBackend {
                 nanos: e.nanos,
             })
             .collect()
+    }
+
+    fn set_tracing(&mut self, id: ProgramId, on: bool) -> Result<(), BackendError> {
+        let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
+        p.runner.set_tracing(on);
+        Ok(())
+    }
+
+    fn trace(&self, id: ProgramId) -> Result<Trace, BackendError> {
+        let t = self.program(id)?.runner.trace().ok_or_else(|| {
+            BackendError::Access("no step has run with tracing on (turn it on before the run)".into())
+        })?;
+        let events = t
+            .items
+            .into_iter()
+            .map(|i| TraceEvent { stream: i.stream, kind: i.kind, node: i.node, start_ns: i.start_ns, dur_ns: i.dur_ns })
+            .collect();
+        Ok(Trace { step: t.step, start_ns: t.start_ns, dur_ns: t.dur_ns, events })
     }
 
     fn steps_run(&self, id: ProgramId) -> u64 {
