@@ -18,8 +18,9 @@
 /// One launch, copy, wait or collective of a traced step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceEvent {
-    /// Index of its stream in the plan.
+    /// Index of its stream in the plan, and of its step in that stream.
     pub stream: usize,
+    pub index: usize,
     /// The kernel's name (`gemm`, `weighted_sum`, ...), `copy`, `wait` or `all_reduce`.
     pub kind: &'static str,
     /// The plan step's node (`event N` for a wait).

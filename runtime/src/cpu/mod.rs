@@ -124,9 +124,9 @@ impl Backend for CpuBackend {
         let prepared = Prepared { arenas, vars, streams: Vec::new(), aliases };
         let threads = threads::thread_plans(plan).map_err(bad)?;
         let mut streams: Vec<Vec<Option<Exec>>> = streams;
-        let threads: Vec<Vec<(usize, Exec)>> = threads
+        let threads: Vec<Vec<(usize, usize, Exec)>> = threads
             .iter()
-            .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, x))).collect())
+            .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, k, x))).collect())
             .collect();
         let runner = Runner::new(threads, plan.num_events, name).map_err(bad)?;
         let stream_names = plan.streams.iter().map(|s| s.name()).collect();
@@ -213,7 +213,14 @@ impl Backend for CpuBackend {
         let events = t
             .items
             .into_iter()
-            .map(|i| TraceEvent { stream: i.stream, kind: i.kind, node: i.node, start_ns: i.start_ns, dur_ns: i.dur_ns })
+            .map(|i| TraceEvent {
+                stream: i.stream,
+                index: i.index,
+                kind: i.kind,
+                node: i.node,
+                start_ns: i.start_ns,
+                dur_ns: i.dur_ns,
+            })
             .collect();
         Ok(Trace { step: t.step, start_ns: t.start_ns, dur_ns: t.dur_ns, events })
     }

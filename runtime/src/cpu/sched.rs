@@ -77,8 +77,9 @@ struct Span {
 /// One item of a traced step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TracedItem {
-    /// The plan stream it belongs to.
+    /// The plan stream it belongs to, and its step's index there.
     pub stream: usize,
+    pub index: usize,
     pub kind: &'static str,
     pub node: String,
     /// Nanoseconds from the step's start.
@@ -112,6 +113,8 @@ pub struct ItemLabel {
     /// "gemm", "weighted_sum", ... for launches; "copy"; "wait".
     pub kind: &'static str,
     pub node: String,
+    /// Its index in its plan stream.
+    pub step: usize,
 }
 
 /// Total time spent in one stream item over the profiled steps.
@@ -123,14 +126,16 @@ pub struct ProfileEntry {
     pub nanos: u64,
 }
 
-fn label(x: &Exec) -> ItemLabel {
-    match x {
-        Exec::Launch(l) => ItemLabel { kind: l.kernel.name(), node: l.node.clone() },
-        Exec::AllReduce(a) => ItemLabel { kind: "all_reduce", node: a.node.clone() },
-        Exec::Wait(e) => ItemLabel { kind: "wait", node: format!("event {e}") },
-        Exec::Record(e) => ItemLabel { kind: "record", node: format!("event {e}") },
-        Exec::Copy(node) => ItemLabel { kind: "copy", node: node.clone() },
-    }
+/// The label of item `x`, step `step` of its plan stream.
+fn label(x: &Exec, step: usize) -> ItemLabel {
+    let (kind, node) = match x {
+        Exec::Launch(l) => (l.kernel.name(), l.node.clone()),
+        Exec::AllReduce(a) => ("all_reduce", a.node.clone()),
+        Exec::Wait(e) => ("wait", format!("event {e}")),
+        Exec::Record(e) => ("record", format!("event {e}")),
+        Exec::Copy(node) => ("copy", node.clone()),
+    };
+    ItemLabel { kind, node, step }
 }
 
 /// Nanoseconds from `epoch` to `t`, saturating.
@@ -228,10 +233,11 @@ pub struct Runner {
 
 impl Runner {
     /// Spawn one worker per thread after the first. Each item carries the
-    /// index of the plan stream it came from (for profiles).
+    /// index of the plan stream it came from and of its step there (for
+    /// profiles and traces).
     /// Fails (with the OS's reason) only if a worker thread cannot be spawned;
     /// the workers already started are stopped again.
-    pub fn new(threads: Vec<Vec<(usize, Exec)>>, num_events: usize, program: &str) -> Result<Runner, String> {
+    pub fn new(threads: Vec<Vec<(usize, usize, Exec)>>, num_events: usize, program: &str) -> Result<Runner, String> {
         let shared = Arc::new(Shared {
             start: Mutex::new((0, false)),
             start_cv: Condvar::new(),
@@ -246,9 +252,9 @@ impl Runner {
             epoch: Instant::now(),
         });
         let labels: Vec<Vec<(usize, ItemLabel)>> =
-            threads.iter().map(|t| t.iter().map(|(si, x)| (*si, label(x))).collect()).collect();
+            threads.iter().map(|t| t.iter().map(|(si, k, x)| (*si, label(x, *k))).collect()).collect();
         let mut streams: Vec<Vec<Exec>> =
-            threads.into_iter().map(|t| t.into_iter().map(|(_, x)| x).collect()).collect();
+            threads.into_iter().map(|t| t.into_iter().map(|(_, _, x)| x).collect()).collect();
         let clocks: Vec<Arc<Clocks>> = streams
             .iter()
             .map(|s| {
@@ -305,6 +311,7 @@ impl Runner {
                 let (a, b) = (span.start.load(Ordering::Relaxed), span.end.load(Ordering::Relaxed));
                 items.push(TracedItem {
                     stream: *s,
+                    index: l.step,
                     kind: l.kind,
                     node: l.node.clone(),
                     start_ns: a.saturating_sub(start),
