@@ -193,6 +193,14 @@ struct TrainArgs {
     /// Draw the loss and test-accuracy curves into this SVG file.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Write the last --trace-steps steps as a Chrome trace (JSON for
+    /// Perfetto or chrome://tracing): one lane per device stream, every
+    /// launch, copy, wait and all-reduce with its node and duration (cpu backend).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// How many steps --trace writes: the last N of the run.
+    #[arg(long, default_value_t = 1)]
+    trace_steps: usize,
 }
 
 #[derive(Args)]
@@ -321,6 +329,8 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
     cfg.lr_min = a.lr_min;
     cfg.warmup_steps = a.warmup_steps;
     cfg.scale_lr = a.scale_lr;
+    cfg.trace = a.trace;
+    cfg.trace_steps = a.trace_steps;
     let mut p = Printer { log_every: a.log_every, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {
         Some(dir) => Watch::with_logdir(dir).map_err(|e| e.to_string())?,

@@ -38,6 +38,8 @@ pub enum TrainError {
     Options(String),
     #[error("--backend cuda: {0}")]
     Cuda(#[from] CudaUnavailable),
+    #[error("--trace: {0}")]
+    Trace(#[from] crate::trace::TraceError),
     /// The loss left the finite numbers: the run stops, and nothing is
     /// checkpointed from the diverged state.
     #[error("the loss is {loss} at step {step}: training diverged (try a smaller --lr){}; no checkpoint was written from this state", origin.as_ref().map(|o| format!("; {o}")).unwrap_or_default())]
@@ -189,6 +191,10 @@ pub struct TrainConfig {
     /// Let buffers share arena bytes by liveness (off with `check_numerics`,
     /// which reads every tensor after a failed step).
     pub memory_reuse: bool,
+    /// Write the last `trace_steps` steps of the run here as a Chrome trace
+    /// ([`crate::trace`]).
+    pub trace: Option<PathBuf>,
+    pub trace_steps: usize,
 }
 
 impl Default for TrainConfig {
@@ -230,6 +236,8 @@ impl Default for TrainConfig {
             warmup_steps: 0,
             scale_lr: false,
             memory_reuse: true,
+            trace: None,
+            trace_steps: 1,
         }
     }
 }
@@ -391,8 +399,15 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     let mut losses = Vec::new();
     let mut evals = Vec::new();
     let mut loss = [0f32];
+    // Traced: the last `trace_steps` steps of the run (steady state: the
+    // first steps' one-time costs, such as waking the workers, stay out).
+    let first_traced = cfg.trace.as_ref().map(|_| total.saturating_sub(cfg.trace_steps.max(1)).max(done) + 1);
+    let mut traces = Vec::new();
     let started = Instant::now();
     for step in done + 1..=total {
+        if first_traced == Some(step) {
+            sess.set_tracing("train", true)?;
+        }
         batcher.next_batch(&mut images, &mut labels)?;
         // The schedule's rate of this update (0-based global step), into the
         // plan's learning_rate variable: no recompilation, no allocation.
@@ -402,6 +417,9 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         sess.feed_f32("train", &model.images, &images)?;
         sess.feed_i32("train", &model.labels, &labels)?;
         sess.run("train")?;
+        if first_traced.is_some_and(|f| step >= f) {
+            traces.push(sess.trace("train")?);
+        }
         sess.fetch_f32_into("train", "loss", &mut loss)?;
         let loss = loss[0];
         if !loss.is_finite() {
@@ -427,6 +445,10 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
         obs.step(step, loss, eps);
     }
     let examples_per_sec = (total.saturating_sub(done) * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    if let Some(path) = &cfg.trace {
+        sess.set_tracing("train", false)?;
+        crate::trace::write_chrome_trace(path, sess.plan("train")?, &traces, sess.backend_name())?;
+    }
     if let Some(saver) = saver.as_mut() {
         saver.save(&sess)?;
     }
