@@ -57,7 +57,10 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
     for ((grp, dev, reason), (count, bytes)) in &groups {
         let _ = writeln!(s, "  {:<40} {:<8} {:>6} {:>12}  {}", grp, dev.to_string(), count, bytes, reason);
     }
-    let _ = writeln!(s, "\nplanned bytes per device (arena: peak with memory reuse; no reuse: every buffer its own bytes):");
+    let _ = writeln!(
+        s,
+        "\nplanned bytes per device (arena: peak with memory reuse; no reuse: every buffer its own bytes):"
+    );
     let _ = writeln!(
         s,
         "  {:<8} {:>14} {:>14} {:>14} {:>7} {:>14}",

@@ -86,14 +86,18 @@ pub fn chrome_trace(plan: &Plan, traces: &[Trace], backend: &str) -> Result<Valu
     let device_of = |s: usize| plan.devices.iter().position(|d| d.device == plan.streams[s].device).unwrap_or(0);
     let mut events: Vec<Value> = Vec::new();
     for (pid, d) in plan.devices.iter().enumerate() {
-        events.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": d.device.to_string()}}));
-        events.push(json!({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}));
+        events.push(
+            json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": d.device.to_string()}}),
+        );
+        events
+            .push(json!({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}));
     }
     for (tid, s) in plan.streams.iter().enumerate() {
         let pid = device_of(tid);
         let lane = format!("{} {}", s.device, s.kind.name());
         events.push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": lane}}));
-        events.push(json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}}));
+        events
+            .push(json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}}));
     }
     let origin = traces.iter().map(|t| t.start_ns).min().unwrap_or(0);
     // (stream, start) of each complete event, to order them.

@@ -129,9 +129,8 @@ impl Arena {
         let mut free: Vec<usize> = own.iter().copied().filter(|&i| !pinned[i]).collect();
         free.sort_by_key(|&i| (Reverse(self.decls[i].bytes), i));
         order.extend(free);
-        let conflict = |a: usize, b: usize| {
-            pinned[a] || pinned[b] || !(live.before(device, a, b) || live.before(device, b, a))
-        };
+        let conflict =
+            |a: usize, b: usize| pinned[a] || pinned[b] || !(live.before(device, a, b) || live.before(device, b, a));
         let mut offsets = vec![0; self.decls.len()];
         // (buffer, start, aligned end) of every placed buffer with bytes.
         let mut placed: Vec<(usize, usize, usize)> = Vec::with_capacity(own.len());
@@ -246,7 +245,8 @@ mod tests {
         use towers_kernels::{Kernel, UnaryOp};
         let mut a = Arena::new();
         let x = a.declare("x".into(), DType::F32, vec![16], BufferKind::Feed);
-        let t: Vec<usize> = (1..4).map(|i| a.declare(format!("t{i}"), DType::F32, vec![64], BufferKind::Tensor)).collect();
+        let t: Vec<usize> =
+            (1..4).map(|i| a.declare(format!("t{i}"), DType::F32, vec![64], BufferKind::Tensor)).collect();
         let v = a.view(t[2], 128, "t3:1".into(), DType::F32, vec![32]);
         let out = a.declare("out".into(), DType::F32, vec![16], BufferKind::Tensor);
         let r = |b: usize| BufRef::Arena { device: 0, buffer: b };

@@ -56,14 +56,7 @@ fn pinned(plan: &Plan, folds: &Folds) -> BTreeMap<Key, String> {
 /// A step that touches buffer `key` and has fewer than `need` steps of
 /// stream `t` strictly before it: the witness that an access on `t` does
 /// not happen before it.
-fn access_before<'p>(
-    plan: &'p Plan,
-    order: &Order,
-    folds: &Folds,
-    key: Key,
-    t: usize,
-    need: u32,
-) -> Option<Site<'p>> {
+fn access_before<'p>(plan: &'p Plan, order: &Order, folds: &Folds, key: Key, t: usize, need: u32) -> Option<Site<'p>> {
     for (si, s) in plan.streams.iter().enumerate() {
         for (index, step) in s.steps.iter().enumerate() {
             let touches = step_refs(step)
