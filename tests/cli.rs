@@ -319,7 +319,8 @@ fn train_writes_a_chrome_trace_with_one_lane_per_stream() {
     }
     assert!(lanes.values().any(|l| *l == "gpu:1 compute"), "{lanes:?}");
     // Per (lane, step): the events' names in time order.
-    let mut got: BTreeMap<(u64, u64), Vec<(f64, f64, String)>> = BTreeMap::new();
+    type Lane = Vec<(f64, f64, String)>;
+    let mut got: BTreeMap<(u64, u64), Lane> = BTreeMap::new();
     for e in events.iter().filter(|e| e["ph"] == "X") {
         let name = e["name"].as_str().expect("every event has a name");
         assert!(!name.is_empty());
