@@ -402,6 +402,11 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
     // Traced: the last `trace_steps` steps of the run (steady state: the
     // first steps' one-time costs, such as waking the workers, stay out).
     let first_traced = cfg.trace.as_ref().map(|_| total.saturating_sub(cfg.trace_steps.max(1)).max(done) + 1);
+    if first_traced.is_some() {
+        // A backend that cannot trace says so now, not after the run.
+        sess.set_tracing("train", true)?;
+        sess.set_tracing("train", false)?;
+    }
     let mut traces = Vec::new();
     let started = Instant::now();
     for step in done + 1..=total {

@@ -98,8 +98,11 @@ impl Order {
                 if i > 0 {
                     clocks.copy_within((g - 1) * n..g * n, g * n);
                 }
-                if let Step::Wait(e) = step {
-                    let r = recorded[e];
+                // A wait runs only after its record (`done`), so the record is known.
+                if let Some(&r) = match step {
+                    Step::Wait(e) => recorded.get(e),
+                    _ => None,
+                } {
                     for t in 0..n {
                         clocks[g * n + t] = clocks[g * n + t].max(clocks[r * n + t]);
                     }
