@@ -146,3 +146,83 @@ pub fn write_chrome_trace(path: &Path, plan: &Plan, traces: &[Trace], backend: &
     let text = serde_json::to_string(&v).map_err(|e| write(std::io::Error::other(e)))?;
     std::fs::write(path, text).map_err(write)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiler::{compile_train, CompileOptions};
+    use crate::models::{build, ModelKind, ModelSpec};
+    use towers_graph::{Device, Optimizer, F32};
+    use towers_runtime::TraceEvent;
+
+    fn plan() -> Plan {
+        let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+        o.towers = vec![Device::gpu(0), Device::gpu(1)];
+        compile_train(&model.graph, &model.loss, &o).expect("compiles").plan
+    }
+
+    /// The first launch and the first wait of a stream, as (index, node).
+    fn first(plan: &Plan, stream: usize, launch: bool) -> (usize, String) {
+        plan.streams[stream]
+            .steps
+            .iter()
+            .enumerate()
+            .find_map(|(i, s)| match s {
+                Step::Launch { node, .. } if launch => Some((i, node.clone())),
+                Step::Wait(e) if !launch => Some((i, format!("event {e}"))),
+                _ => None,
+            })
+            .expect("a launch and a wait")
+    }
+
+    /// Two steps 1 ms apart: every stream gets a named lane of its device's
+    /// process; events take their node's name (waits `wait eN`) and their
+    /// step's time (µs, from the first step), sorted by time within a lane;
+    /// the kernel's parameters ride along.
+    #[test]
+    fn events_sit_on_their_streams_lane_at_their_steps_time() {
+        let plan = plan();
+        let s = plan.streams.iter().position(|s| s.name() == "gpu:1/compute").expect("gpu:1/compute");
+        let ((li, launch), (wi, _)) = (first(&plan, s, true), first(&plan, s, false));
+        let ev = |index, kind, node: &str, start_ns| TraceEvent {
+            stream: s,
+            index,
+            kind,
+            node: node.into(),
+            start_ns,
+            dur_ns: 250,
+        };
+        let trace = |step, start_ns| Trace {
+            step,
+            start_ns,
+            dur_ns: 900_000,
+            events: vec![ev(li, "gemm", &launch, 1500), ev(wi, "wait", "event", 1000)],
+        };
+        let v = chrome_trace(&plan, &[trace(4, 2_000_000), trace(5, 3_000_000)], "cpu").expect("trace");
+        let events = v["traceEvents"].as_array().expect("array");
+        let lanes: Vec<&Value> = events.iter().filter(|e| e["name"] == "thread_name").collect();
+        assert_eq!(lanes.len(), plan.streams.len());
+        let lane = lanes.iter().find(|e| e["tid"] == s).expect("the lane");
+        assert_eq!(lane["args"]["name"], "gpu:1 compute");
+        let gpu1 = plan.devices.iter().position(|d| d.device == Device::gpu(1)).expect("gpu:1");
+        assert_eq!(lane["pid"], gpu1);
+        let x: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(x.len(), 4);
+        assert!(x[0]["name"].as_str().is_some_and(|n| n.starts_with("wait e")), "{}", x[0]);
+        assert_eq!(x[1]["name"], launch.as_str());
+        assert_eq!(x[1]["args"]["kernel"], "gemm");
+        assert!(x[1]["args"]["params"].as_str().is_some_and(|p| p.starts_with("m=")), "{}", x[1]);
+        let times: Vec<(f64, f64, u64)> = x
+            .iter()
+            .map(|e| (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap(), e["args"]["step"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(times, [(1.0, 0.25, 4), (1.5, 0.25, 4), (1001.0, 0.25, 5), (1001.5, 0.25, 5)]);
+        let bad = Trace { events: vec![TraceEvent { stream: 99, ..ev(0, "copy", "c", 0) }], ..trace(0, 0) };
+        let e = chrome_trace(&plan, &[bad], "cpu").expect_err("stream 99");
+        assert_eq!(
+            e.to_string(),
+            format!("the trace names stream 99, but the plan has {} streams", plan.streams.len())
+        );
+    }
+}

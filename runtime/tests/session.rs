@@ -41,7 +41,9 @@ fn mlp_matches_hand_computed_values() {
 fn a_tensor_whose_bytes_are_reused_is_not_fetchable_after_the_step() {
     let mut s = setup();
     s.run("train").unwrap();
-    assert!(s.plan("train").unwrap().shares_bytes(s.plan("train").unwrap().lookup("MatMul").unwrap()));
+    let plan = s.plan("train").unwrap();
+    assert!(plan.shares_bytes(plan.lookup("MatMul").unwrap()));
+    assert!(!plan.shares_bytes(plan.lookup("Relu").unwrap()), "fetched as 'relu': its bytes are its own");
     let e = s.fetch_f32("train", "MatMul").unwrap_err();
     assert!(matches!(&e, RuntimeError::TensorReused { tensor, .. } if tensor == "MatMul"), "{e}");
     assert_eq!(
