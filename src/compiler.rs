@@ -44,7 +44,11 @@ pub struct Compiled {
 /// Compile the training program of `model` (whose scalar loss is the node `loss`).
 pub fn compile_train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     let PipelineOutput { graph, state, timings } = pipeline::train(model, loss, opts)?;
-    let lower_opts = LowerOptions { fuse_reductions: opts.fuse_reductions, ..LowerOptions::new(Mode::Train, "train") };
+    let lower_opts = LowerOptions {
+        fuse_reductions: opts.fuse_reductions,
+        reuse_memory: opts.reuse_memory,
+        ..LowerOptions::new(Mode::Train, "train")
+    };
     let plan = lower(&graph, &lower_opts)?;
     Ok(Compiled { graph, state, plan, timings })
 }

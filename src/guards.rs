@@ -64,6 +64,9 @@ pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
             ));
         }
     }
+    if cfg.trace.is_some() && cfg.trace_steps == 0 {
+        return Err(bad("trace-steps", "trace at least 1 step".into()));
+    }
     if cfg.checkpoint_every.is_some() && cfg.checkpoint.is_none() {
         return Err(bad("checkpoint-every", "needs --checkpoint FILE to know where to write".into()));
     }

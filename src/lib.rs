@@ -23,6 +23,7 @@ pub mod plot;
 pub mod report;
 pub mod saver;
 pub mod schedule;
+pub mod trace;
 pub mod train;
 pub mod watch;
 

@@ -130,6 +130,10 @@ struct Common {
     /// all-reduce in MiB (PyTorch DDP's bucket_cap_mb).
     #[arg(long, default_value_t = 25.0)]
     bucket_mb: f64,
+    /// Give every buffer arena bytes of its own for the whole step (by
+    /// default buffers of a device share bytes once their last reader ran).
+    #[arg(long)]
+    no_memory_reuse: bool,
 }
 
 #[derive(Args)]
@@ -163,7 +167,8 @@ struct TrainArgs {
     /// Print `step N test accuracy A` on the held-out split every N steps.
     #[arg(long)]
     eval_every: Option<usize>,
-    /// When the loss stops being finite, name the first node whose output is not finite.
+    /// When the loss stops being finite, name the first node whose output is not finite
+    /// (keeps every tensor readable after the step: implies --no-memory-reuse).
     #[arg(long)]
     check_numerics: bool,
     /// Learning-rate schedule: constant, step (x --lr-decay-rate every --lr-decay-steps) or cosine (to --lr-min).
@@ -199,6 +204,14 @@ struct TrainArgs {
     /// many seconds for another rank (a rank that hung or died).
     #[arg(long, default_value_t = 300.0)]
     comm_timeout: f64,
+    /// Write the last --trace-steps steps as a Chrome trace (JSON for
+    /// Perfetto or chrome://tracing): one lane per device stream, every
+    /// launch, copy, wait and all-reduce with its node and duration (cpu backend).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// How many steps --trace writes: the last N of the run.
+    #[arg(long, default_value_t = 1)]
+    trace_steps: usize,
 }
 
 #[derive(Args)]
@@ -273,6 +286,7 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
         dump_dir: c.dump_dir.clone(),
         dump_after: c.dump_after.clone(),
         bucket_bytes: bucket_bytes(c.bucket_mb)?,
+        memory_reuse: !c.no_memory_reuse,
         ..TrainConfig::default()
     })
 }
@@ -385,6 +399,8 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     cfg.lr_min = a.lr_min;
     cfg.warmup_steps = a.warmup_steps;
     cfg.scale_lr = a.scale_lr;
+    cfg.trace = a.trace;
+    cfg.trace_steps = a.trace_steps;
     let mut p = Printer { log_every: a.log_every, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {
         Some(dir) if lead => Watch::with_logdir(dir).map_err(|e| e.to_string())?,

@@ -2,8 +2,10 @@
 //! with its device, bytes and reason; every op group (nodes sharing a tower,
 //! a top-level scope, a device and a reason) with its size; and the planned
 //! bytes per device: variables and optimizer slots resident there plus the
-//! arena of activations, gradients and copies. This is where GPU 0's extra
-//! memory shows when it holds the variables.
+//! arena of activations, gradients and copies, planned with memory reuse
+//! (peak) beside the sum of all its buffers (what the arena would be with
+//! none) and their ratio. This is where GPU 0's extra memory shows when it
+//! holds the variables.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -55,15 +57,24 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
     for ((grp, dev, reason), (count, bytes)) in &groups {
         let _ = writeln!(s, "  {:<40} {:<8} {:>6} {:>12}  {}", grp, plan.device_name(*dev), count, bytes, reason);
     }
-    let _ = writeln!(s, "\nplanned bytes per device:");
-    let _ = writeln!(s, "  {:<8} {:>14} {:>14} {:>14}", "device", "variables", "arena", "total");
+    let _ = writeln!(
+        s,
+        "\nplanned bytes per device (arena: peak with memory reuse; no reuse: every buffer its own bytes):"
+    );
+    let _ = writeln!(
+        s,
+        "  {:<8} {:>14} {:>14} {:>14} {:>7} {:>14}",
+        "device", "variables", "no reuse", "arena", "ratio", "total"
+    );
     let mut devices: Vec<Device> = plan.devices.iter().map(|d| d.device).chain(var_bytes.keys().copied()).collect();
     devices.sort();
     devices.dedup();
     for d in devices {
         let v = var_bytes.get(&d).copied().unwrap_or(0);
         let a: usize = plan.devices.iter().filter(|p| p.device == d).map(|p| p.arena_bytes).sum();
-        let _ = writeln!(s, "  {:<8} {:>14} {:>14} {:>14}", plan.device_name(d), v, a, v + a);
+        let all: usize = plan.devices.iter().filter(|p| p.device == d).map(|p| p.bytes_without_reuse()).sum();
+        let ratio = if all == 0 { "-".to_string() } else { format!("{:.2}", a as f64 / all as f64) };
+        let _ = writeln!(s, "  {:<8} {:>14} {:>14} {:>14} {:>7} {:>14}", plan.device_name(d), v, all, a, ratio, v + a);
     }
     let copies = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::Copy)).count();
     let reductions = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::TowerMean { .. })).count();

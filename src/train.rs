@@ -40,6 +40,8 @@ pub enum TrainError {
     Options(String),
     #[error("--backend cuda: {0}")]
     Cuda(#[from] CudaUnavailable),
+    #[error("--trace: {0}")]
+    Trace(#[from] crate::trace::TraceError),
     /// The loss left the finite numbers: the run stops, and nothing is
     /// checkpointed from the diverged state.
     #[error("the loss is {loss} at step {step}: training diverged (try a smaller --lr){}; no checkpoint was written from this state", origin.as_ref().map(|o| format!("; {o}")).unwrap_or_default())]
@@ -190,6 +192,13 @@ pub struct TrainConfig {
     pub scale_lr: bool,
     /// Gradient bucket capacity of the cross-process all-reduce, in bytes.
     pub bucket_bytes: usize,
+    /// Let buffers share arena bytes by liveness (off with `check_numerics`,
+    /// which reads every tensor after a failed step).
+    pub memory_reuse: bool,
+    /// Write the last `trace_steps` steps of the run here as a Chrome trace
+    /// ([`crate::trace`]).
+    pub trace: Option<PathBuf>,
+    pub trace_steps: usize,
 }
 
 impl Default for TrainConfig {
@@ -231,6 +240,9 @@ impl Default for TrainConfig {
             warmup_steps: 0,
             scale_lr: false,
             bucket_bytes: towers_passes::DEFAULT_BUCKET_BYTES,
+            memory_reuse: true,
+            trace: None,
+            trace_steps: 1,
         }
     }
 }
@@ -295,6 +307,7 @@ impl TrainConfig {
         o.bn_updates = self.bn_updates;
         o.dump_dir = self.dump_dir.clone();
         o.dump_after = self.dump_after.clone();
+        o.reuse_memory = self.memory_reuse && !self.check_numerics;
         o
     }
 
@@ -430,8 +443,20 @@ pub fn train_in(
     let mut losses = Vec::new();
     let mut evals = Vec::new();
     let mut loss = [0f32];
+    // Traced: the last `trace_steps` steps of the run (steady state: the
+    // first steps' one-time costs, such as waking the workers, stay out).
+    let first_traced = cfg.trace.as_ref().map(|_| total.saturating_sub(cfg.trace_steps.max(1)).max(done) + 1);
+    if first_traced.is_some() {
+        // A backend that cannot trace says so now, not after the run.
+        sess.set_tracing("train", true)?;
+        sess.set_tracing("train", false)?;
+    }
+    let mut traces = Vec::new();
     let started = Instant::now();
     for step in done + 1..=total {
+        if first_traced == Some(step) {
+            sess.set_tracing("train", true)?;
+        }
         batcher.next_batch(&mut images, &mut labels)?;
         // The schedule's rate of this update (0-based global step), into the
         // plan's learning_rate variable: no recompilation, no allocation.
@@ -442,6 +467,9 @@ pub fn train_in(
         sess.feed_i32("train", &model.labels, &labels)?;
         comm.note_step(step as u64);
         sess.run("train")?;
+        if first_traced.is_some_and(|f| step >= f) {
+            traces.push(sess.trace("train")?);
+        }
         sess.fetch_f32_into("train", "loss", &mut loss)?;
         let loss = loss[0];
         if !loss.is_finite() {
@@ -467,6 +495,10 @@ pub fn train_in(
         obs.step(step, loss, eps);
     }
     let examples_per_sec = (total.saturating_sub(done) * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    if let Some(path) = &cfg.trace {
+        sess.set_tracing("train", false)?;
+        crate::trace::write_chrome_trace(path, sess.plan("train")?, &traces, sess.backend_name())?;
+    }
     sess.check_replicas("after the last step")?;
     if let Some(saver) = saver.as_mut() {
         saver.save(&sess)?;

@@ -283,3 +283,109 @@ fn resume_continues_exactly_as_if_the_run_had_not_stopped() {
         assert!(a == b, "{model} towers {towers_flag:?}: resumed variables differ from the straight run's");
     }
 }
+
+/// `--trace FILE --trace-steps 2` writes the last two steps as a Chrome
+/// trace: one named lane per stream of the plan (the plan `towers compile`
+/// writes for the same options), and on each lane, per traced step, one
+/// complete event per launch, copy, wait and all-reduce of that stream, in
+/// the plan's order, named after its node (`wait eN` for a wait), with a
+/// time, a duration >= 0, and no overlap with the lane's other events.
+#[test]
+fn train_writes_a_chrome_trace_with_one_lane_per_stream() {
+    use std::collections::BTreeMap;
+    use towers::codegen::{Plan, Step};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (trace, plan) = (dir.path().join("trace.json"), dir.path().join("plan.json"));
+    let common = ["--towers", "2", "--seed", "1"];
+    let mut train = vec!["train", "--steps", "3", "--trace", trace.to_str().unwrap(), "--trace-steps", "2"];
+    train.extend(common);
+    towers(&train);
+    let mut compile = vec!["compile", "--emit", "plan-json", "-o", plan.to_str().unwrap()];
+    compile.extend(common);
+    towers(&compile);
+    let plan: Plan = serde_json::from_str(&std::fs::read_to_string(&plan).expect("plan")).expect("plan json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("json");
+    let events = v["traceEvents"].as_array().expect("a traceEvents array");
+    let lanes: BTreeMap<u64, &str> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| (e["tid"].as_u64().expect("tid"), e["args"]["name"].as_str().expect("lane name")))
+        .collect();
+    let expected: BTreeMap<u64, String> =
+        plan.streams.iter().enumerate().map(|(i, s)| (i as u64, format!("{} {}", s.device, s.kind.name()))).collect();
+    assert_eq!(lanes.len(), plan.streams.len(), "{lanes:?}");
+    for (tid, name) in &lanes {
+        assert_eq!(*name, expected[tid]);
+    }
+    assert!(lanes.values().any(|l| *l == "gpu:1 compute"), "{lanes:?}");
+    // Per (lane, step): the events' names in time order.
+    type Lane = Vec<(f64, f64, String)>;
+    let mut got: BTreeMap<(u64, u64), Lane> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        let name = e["name"].as_str().expect("every event has a name");
+        assert!(!name.is_empty());
+        let (ts, dur) = (e["ts"].as_f64().expect("ts"), e["dur"].as_f64().expect("dur"));
+        assert!(ts >= 0.0 && dur >= 0.0, "{e}");
+        assert!(e["pid"].is_u64(), "{e}");
+        let tid = e["tid"].as_u64().expect("tid");
+        let step = e["args"]["step"].as_u64().expect("step");
+        got.entry((tid, step)).or_default().push((ts, dur, name.to_string()));
+    }
+    let steps: Vec<u64> = got.keys().map(|k| k.1).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    assert_eq!(steps, [1, 2], "the last two of steps 0..3");
+    for (tid, s) in plan.streams.iter().enumerate() {
+        let want: Vec<String> = s
+            .steps
+            .iter()
+            .filter_map(|st| match st {
+                Step::Launch { node, .. } | Step::Copy { node, .. } | Step::AllReduce { node, .. } => {
+                    Some(node.clone())
+                }
+                Step::Wait(e) => Some(format!("wait e{e}")),
+                Step::Record(_) => None,
+            })
+            .collect();
+        for &step in &steps {
+            let mut lane = got.remove(&(tid as u64, step)).unwrap_or_default();
+            lane.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for w in lane.windows(2) {
+                assert!(w[0].0 + w[0].1 <= w[1].0 + 1e-3, "lane {tid} step {step}: {w:?} overlap");
+            }
+            let names: Vec<String> = lane.into_iter().map(|(_, _, n)| n).collect();
+            assert_eq!(names, want, "lane {} step {step}", s.name());
+        }
+    }
+    assert!(got.is_empty(), "events on no lane of the plan: {got:?}");
+}
+
+/// `--emit placement` shows each device's arena with memory reuse beside
+/// the sum of its buffers; `--no-memory-reuse` makes them equal.
+#[test]
+fn the_placement_report_shows_the_arena_before_and_after_reuse() {
+    let arenas = |extra: &[&str]| -> Vec<(String, u64, u64)> {
+        let mut args = vec!["compile", "--towers", "2", "--emit", "placement", "--batch", "64"];
+        args.extend(extra);
+        let (out, _) = towers(&args);
+        let table = out.split("planned bytes per device").nth(1).expect("the per-device table").to_string();
+        table
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let dev = f.first()?;
+                (dev.starts_with("gpu:") || dev.starts_with("cpu:"))
+                    .then(|| (dev.to_string(), f[2].parse().expect("no reuse"), f[3].parse().expect("arena")))
+            })
+            .collect()
+    };
+    let reused = arenas(&[]);
+    assert_eq!(reused.len(), 3, "{reused:?}");
+    for (dev, all, arena) in &reused {
+        assert!(arena <= all, "{dev}: {arena} > {all}");
+        if dev.starts_with("gpu:") {
+            assert!(*arena * 2 <= *all, "{dev}: the arena {arena} is more than half of {all}");
+        }
+    }
+    for (dev, all, arena) in arenas(&["--no-memory-reuse"]) {
+        assert_eq!(all, arena, "{dev}");
+    }
+}

@@ -16,14 +16,16 @@
 //! - [`plan`]: the data types; the closed kernel enum [`Kernel`] and its
 //!   parameter blocks are the kernel ABI of `towers_kernels`, re-exported here;
 //! - [`lower`](mod@lower): the lowering; `select`: one op to its kernel;
-//! - [`arena`]: per-device buffer declaration and offset assignment (the
-//!   place a liveness-based memory planner plugs in);
+//! - [`arena`]: per-device buffer declaration and offset assignment,
+//!   sharing bytes by liveness; [`liveness`]: happens-before between steps
+//!   and buffers' live ranges (used by the arena and the verifier);
 //! - [`text`]: the text form; [`verify`](mod@verify): the plan verifier and
 //!   [`PlanError`], run at the end of [`lower`] and by backends on every plan they load;
 //! - [`CodegenError`], in [`error`].
 
 pub mod arena;
 pub mod error;
+pub mod liveness;
 pub mod lower;
 pub mod plan;
 mod select;

@@ -19,8 +19,9 @@
 //!    or views into the input for a split along the leading axis: the batch
 //!    split costs no copy);
 //! 4. steps per stream, in the schedule's order;
-//! 5. byte offsets, per device, by [`crate::arena`] (buffers are declared
-//!    in steps 2 and 3 and placed once, at the end).
+//! 5. byte offsets, per device, by [`crate::arena::place`] (buffers are
+//!    declared in steps 2 and 3 and placed once, at the end, sharing bytes
+//!    by liveness over the steps of 4 unless `opts.reuse_memory` is off).
 //!
 //! One fusion: a `TowerMean` whose only consumer is an `ApplyGradient` on
 //! its device (and that is not fetched) gets no buffer and no launch; the
@@ -486,14 +487,12 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
     feeds.sort();
     let mut tensors: Vec<(String, BufRef)> = lw.bind.iter().map(|(t, r)| (lw.tensor_name(*t), r.clone())).collect();
     tensors.sort();
+    let placed = crate::arena::place(lw.arenas, &streams, schedule.num_events, &fetches, opts.reuse_memory);
     let devices = lw
         .devices
         .iter()
-        .zip(lw.arenas)
-        .map(|(&device, arena)| {
-            let (buffers, arena_bytes) = arena.finish();
-            DevicePlan { device, buffers, arena_bytes }
-        })
+        .zip(placed)
+        .map(|(&device, (buffers, arena_bytes))| DevicePlan { device, buffers, arena_bytes })
         .collect();
 
     let plan = Plan {

@@ -2,8 +2,12 @@
 //!
 //! Invariants a backend may rely on:
 //! - every [`BufRef::Arena`] names an existing buffer of an existing device;
-//!   buffers of one device never overlap (no liveness reuse yet), except a
-//!   [`BufferKind::View`], which lies inside the buffer it views;
+//!   a [`BufferKind::View`] lies inside the buffer it views; two other
+//!   buffers of one device share bytes only when every access of one (its
+//!   views' included, and for a copy's source its destinations') happens
+//!   before every access of the other in the order of streams and events,
+//!   and neither is a feed, a constant or fetched (those keep their bytes
+//!   for the whole step; see [`crate::arena`] and [`crate::liveness`]);
 //! - a buffer's `bytes` are its shape's element count times its dtype's size,
 //!   and it lies inside its device's arena;
 //! - each launch's operands agree with its kernel's parameters (counts and
@@ -39,12 +43,16 @@ pub struct LowerOptions {
     /// consumer (`MeanApply`); off, every reduction is its own
     /// `weighted_sum` launch on the collective stream.
     pub fuse_reductions: bool,
+    /// Let buffers of one device share arena bytes by liveness
+    /// ([`crate::arena`]); off, every buffer has bytes of its own for the
+    /// whole step (any tensor can then be read after the step).
+    pub reuse_memory: bool,
 }
 
 impl LowerOptions {
-    /// A program named `program` in `mode`, with reductions fused.
+    /// A program named `program` in `mode`, with reductions fused and memory reused.
     pub fn new(mode: Mode, program: &str) -> LowerOptions {
-        LowerOptions { mode, program: program.to_string(), fuse_reductions: true }
+        LowerOptions { mode, program: program.to_string(), fuse_reductions: true, reuse_memory: true }
     }
 }
 
@@ -115,6 +123,20 @@ pub struct DevicePlan {
     pub device: Device,
     pub buffers: Vec<Buffer>,
     pub arena_bytes: usize,
+}
+
+impl DevicePlan {
+    /// The arena's size were every buffer given bytes of its own (the sum
+    /// of its buffers, views excluded, each rounded up to
+    /// [`crate::arena::ALIGN`]): what memory reuse is measured against.
+    pub fn bytes_without_reuse(&self) -> usize {
+        let align = crate::arena::ALIGN;
+        self.buffers
+            .iter()
+            .filter(|b| !matches!(b.kind, BufferKind::View { .. }))
+            .map(|b| b.bytes.div_ceil(align).saturating_mul(align))
+            .fold(0usize, |a, b| a.saturating_add(b))
+    }
 }
 
 /// A variable the program uses (stored by the backend, shared across programs).
@@ -240,6 +262,51 @@ impl Plan {
             v.iter().find(|(n, _)| n == name).map(|(_, r)| r)
         }
         find(&self.fetches, name).or_else(|| find(&self.tensors, name))
+    }
+
+    /// Whether what `r` names may hold another buffer's bytes once a step
+    /// is over: its buffer (or the base it views, or the buffer it is
+    /// copied from, which the CPU backend reads in its place) shares arena
+    /// bytes with another buffer of its device (memory reuse, see
+    /// [`crate::arena`]). A fetch never does; any other tensor may. Linear
+    /// in the plan's size and allocation-free.
+    pub fn shares_bytes(&self, r: &BufRef) -> bool {
+        let mut cur = r;
+        // A chain of copies is at most as long as the plan has copies.
+        for _ in 0..=self.streams.iter().map(|s| s.steps.len()).sum::<usize>() {
+            if self.overlaps_another(cur) {
+                return true;
+            }
+            let from = self.streams.iter().flat_map(|s| &s.steps).find_map(|st| match st {
+                Step::Copy { from, to, .. } if to == cur => Some(from),
+                _ => None,
+            });
+            match from {
+                Some(f) => cur = f,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    /// Whether the base buffer of `r` overlaps another buffer of its own on its device.
+    fn overlaps_another(&self, r: &BufRef) -> bool {
+        let BufRef::Arena { device, buffer } = r else { return false };
+        let Some(d) = self.devices.get(*device) else { return false };
+        let base = match d.buffers.get(*buffer).map(|b| b.kind) {
+            Some(BufferKind::View { of }) => of,
+            Some(_) => *buffer,
+            None => return false,
+        };
+        let Some(b) = d.buffers.get(base) else { return false };
+        d.buffers.iter().enumerate().any(|(i, o)| {
+            i != base
+                && !matches!(o.kind, BufferKind::View { .. })
+                && b.bytes > 0
+                && o.bytes > 0
+                && o.offset < b.offset.saturating_add(b.bytes)
+                && b.offset < o.offset.saturating_add(o.bytes)
+        })
     }
 
     /// JSON form.

@@ -22,10 +22,14 @@
 //!    overlap; an all-reduce sums a non-empty group of distinct f32 buffers;
 //! 5. events are in range, each recorded exactly once, and replaying the
 //!    streams (advance any stream whose next step is not a wait on an event
-//!    not yet recorded) runs every step: no wait is left stuck.
+//!    not yet recorded) runs every step: no wait is left stuck;
+//! 6. buffers of their own that share bytes are never live at once: neither
+//!    is a feed, a constant or fetched, and every access of one happens
+//!    before every access of the other (the `sharing` submodule).
 //!
-//! Cost: linear in the plan's size (name lookups through one sorted map), so
-//! a backend runs it on every plan it loads. All arithmetic on the plan's
+//! Cost: linear in the plan's size (name lookups through one sorted map),
+//! plus for rule 6 a sort of the buffers and O(steps x streams) live ranges
+//! when any buffers share bytes, so a backend runs it on every plan it loads. All arithmetic on the plan's
 //! numbers is checked: the verifier itself never panics.
 
 use std::collections::BTreeMap;
@@ -37,6 +41,7 @@ use towers_graph::{DType, Device};
 use crate::plan::{BufRef, BufferKind, Plan, Step, StreamPlan};
 
 mod kernel;
+mod sharing;
 use kernel::Check;
 
 /// The alignment of arena ends (and of buffer offsets from the allocator).
@@ -150,6 +155,12 @@ pub enum PlanError {
 
     #[error("the streams deadlock: stuck at {stuck}")]
     Deadlock { stuck: Text },
+
+    #[error("buffer '{buffer}' on {device} is {why} and keeps its bytes for the whole step, but shares bytes {start}..{end} with '{other}'")]
+    PinnedShared { device: Text, buffer: Text, why: Text, other: Text, start: usize, end: usize },
+
+    #[error("buffers '{a}' and '{b}' on {device} share bytes {start}..{end} but may be live at once: {ab}, and {ba}")]
+    LiveShared { device: Text, a: Text, b: Text, start: usize, end: usize, ab: Text, ba: Text },
 }
 
 /// Where something is, formatted only when an error is built.
@@ -244,7 +255,8 @@ pub fn verify(plan: &Plan) -> Result<(), PlanError> {
     v.variables()?;
     v.entries()?;
     v.streams()?;
-    events(plan)
+    events(plan)?;
+    sharing::sharing(plan)
 }
 
 impl<'p> Verifier<'p> {

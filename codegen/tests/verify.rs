@@ -513,3 +513,123 @@ fn mean_apply_fuses_only_optimizer_updates() {
         "gpu:0/compute step 1 'y': mean_apply parameters are invalid: l2_loss is not an optimizer update"
     );
 }
+
+// Buffers that share bytes (memory reuse): allowed only between buffers
+// whose uses are ordered by the streams and events, never for feeds,
+// constants or fetches.
+
+/// A gpu:0 tensor 'z' f32[2,2] at offset 0 (over 'x.gpu0'), filled by a
+/// launch inserted at step `index` of stream `stream`.
+fn with_z(stream: usize, index: usize) -> impl FnOnce(&mut Plan) {
+    move |p: &mut Plan| {
+        p.devices[1].buffers.push(buf("z", DType::F32, &[2, 2], BufferKind::Tensor, 0));
+        let fill = Step::Launch {
+            kernel: Kernel::Fill { value: 1.0 },
+            inputs: vec![],
+            outputs: vec![BufRef::Arena { device: 1, buffer: 2 }],
+            workspace: None,
+            node: "z".into(),
+        };
+        p.streams[stream].steps.insert(index, fill);
+    }
+}
+
+#[test]
+fn buffers_share_bytes_when_every_use_of_one_comes_before_the_other() {
+    // 'z' is filled on gpu:0/compute after the matmul, the last reader of 'x.gpu0'.
+    let mut p = base();
+    with_z(2, 2)(&mut p);
+    assert_eq!(verify(&p), Ok(()));
+}
+
+#[test]
+fn buffers_that_share_bytes_are_never_live_at_once() {
+    // 'z' is filled on gpu:0/copy right after 'x.gpu0' is copied in, while
+    // gpu:0/compute may still be reading 'x.gpu0' (and the copy stream has
+    // written it before): neither buffer's uses all come first.
+    assert_eq!(
+        err(with_z(1, 2)),
+        "buffers 'x.gpu0' and 'z' on gpu:0 share bytes 0..16 but may be live at once: \
+         gpu:0/compute step 1 'y' ('x.gpu0') is not before gpu:0/copy step 2 'z' ('z'), and \
+         gpu:0/copy step 2 'z' ('z') is not before gpu:0/copy step 1 'x.gpu0' ('x.gpu0')"
+    );
+}
+
+#[test]
+fn a_views_uses_are_uses_of_the_buffer_it_views() {
+    // 'z' is filled after the matmul, the last reader of 'x.gpu0' itself,
+    // but a launch after it reads a view of 'x.gpu0'.
+    let e = err(|p| {
+        with_z(2, 2)(p);
+        p.devices[1].buffers.push(buf("x.gpu0/row1", DType::F32, &[1, 3], BufferKind::View { of: 0 }, 12));
+        p.devices[1].buffers.push(buf("r", DType::F32, &[1, 3], BufferKind::Tensor, 96));
+        let relu = Step::Launch {
+            kernel: Kernel::Unary { op: UnaryOp::Relu },
+            inputs: vec![BufRef::Arena { device: 1, buffer: 3 }],
+            outputs: vec![BufRef::Arena { device: 1, buffer: 4 }],
+            workspace: None,
+            node: "r".into(),
+        };
+        p.streams[2].steps.insert(3, relu);
+    });
+    assert_eq!(
+        e,
+        "buffers 'x.gpu0' and 'z' on gpu:0 share bytes 0..16 but may be live at once: \
+         gpu:0/compute step 3 'r' ('x.gpu0') is not before gpu:0/compute step 2 'z' ('z'), and \
+         gpu:0/compute step 2 'z' ('z') is not before gpu:0/copy step 1 'x.gpu0' ('x.gpu0')"
+    );
+}
+
+#[test]
+fn fetched_buffers_keep_their_bytes_for_the_whole_step() {
+    // 'z' would be ordered after 'y' (filled after the all-reduce), but 'y'
+    // is fetched: it is read after the step.
+    assert_eq!(
+        err(|p| {
+            with_z(2, 3)(p);
+            p.devices[1].buffers[2].offset = 64;
+        }),
+        "buffer 'y' on gpu:0 is fetched as 'y' and keeps its bytes for the whole step, but shares bytes 64..80 with 'z'"
+    );
+}
+
+#[test]
+fn feeds_keep_their_bytes_for_the_whole_step() {
+    assert_eq!(
+        err(|p| p.devices[0].buffers.push(buf("t", DType::F32, &[2], BufferKind::Tensor, 16))),
+        "buffer 'x' on cpu:0 is a feed and keeps its bytes for the whole step, but shares bytes 16..24 with 't'"
+    );
+}
+
+#[test]
+fn a_copy_source_lives_until_its_destination_is_read() {
+    // gpu:0 copies a cpu:0 tensor 's' (instead of the feed) into 'x.gpu0'
+    // and records e3 after the copy; cpu:0 waits on e3 and fills 'u' in the
+    // bytes of 's'. The copy itself happens before 'u', but the matmul's
+    // read of 'x.gpu0' does not, and the CPU backend elides copies: that
+    // read is a read of 's'.
+    let e = err(|p| {
+        p.devices[0].buffers.push(buf("s", DType::F32, &[2, 3], BufferKind::Tensor, 128));
+        p.devices[0].buffers.push(buf("u", DType::F32, &[2, 2], BufferKind::Tensor, 128));
+        p.devices[0].arena_bytes = 192;
+        p.num_events = 4;
+        *copy(p).0 = BufRef::Arena { device: 0, buffer: 3 };
+        p.streams[1].steps.push(Step::Record(3));
+        let fill = |b: usize, node: &str| Step::Launch {
+            kernel: Kernel::Fill { value: 1.0 },
+            inputs: vec![],
+            outputs: vec![BufRef::Arena { device: 0, buffer: b }],
+            workspace: None,
+            node: node.into(),
+        };
+        p.streams[0].steps.insert(0, fill(3, "s"));
+        p.streams[0].steps.insert(2, Step::Wait(3));
+        p.streams[0].steps.insert(3, fill(4, "u"));
+    });
+    assert_eq!(
+        e,
+        "buffers 's' and 'u' on cpu:0 share bytes 128..144 but may be live at once: \
+         gpu:0/compute step 1 'y' ('s') is not before cpu:0/compute step 3 'u' ('u'), and \
+         cpu:0/compute step 3 'u' ('u') is not before cpu:0/compute step 0 's' ('s')"
+    );
+}

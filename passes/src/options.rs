@@ -49,6 +49,10 @@ pub struct CompileOptions {
     /// in the order the backward pass finishes them, into buckets of at most
     /// this many bytes (a larger gradient gets a bucket of its own).
     pub bucket_bytes: usize,
+    /// Let buffers of one device share arena bytes by liveness (on by
+    /// default; off, every tensor keeps its bytes for the whole step and can
+    /// be read after it). Read by lowering, not by the passes.
+    pub reuse_memory: bool,
 }
 
 /// The default gradient bucket capacity: 25 MiB, as PyTorch DDP's `bucket_cap_mb=25`.
@@ -109,6 +113,7 @@ impl CompileOptions {
             fuse_reductions: true,
             process: ProcessGroup::SINGLE,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
+            reuse_memory: true,
         }
     }
 }

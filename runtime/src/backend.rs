@@ -36,6 +36,7 @@ use thiserror::Error;
 use towers_codegen::{BufRef, Plan, VariableDecl};
 
 use crate::comm::{Comm, CommError};
+use crate::trace::Trace;
 
 /// A loaded program, as numbered by the backend that loaded it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -76,6 +77,9 @@ pub enum BackendError {
     /// The backend's device or driver failed (out of memory, a lost device, ...).
     #[error("{0}")]
     Device(String),
+    /// The backend does not offer what was asked (e.g. tracing on CUDA).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// An executor of plans; see the module docs.
@@ -110,6 +114,15 @@ pub trait Backend: Send {
 
     /// Time spent per item of a program while profiling was on.
     fn profile(&self, program: ProgramId) -> Vec<Profiled>;
+
+    /// Record, in every run of a program from now on (`on`) or no more,
+    /// when each launch, copy, wait and collective starts and ends, into
+    /// storage reserved at load: a traced run allocates nothing either.
+    /// [`BackendError::Unsupported`] where the backend cannot.
+    fn set_tracing(&mut self, program: ProgramId, on: bool) -> Result<(), BackendError>;
+
+    /// The timeline of the program's last run while tracing was on.
+    fn trace(&self, program: ProgramId) -> Result<Trace, BackendError>;
 
     /// Steps a program has run.
     fn steps_run(&self, program: ProgramId) -> u64;

@@ -23,6 +23,9 @@ pub enum RuntimeError {
     #[error("program '{program}' has no fetch or tensor named '{fetch}' (fetches: {fetches})")]
     UnknownFetch { program: String, fetch: String, fetches: String },
 
+    #[error("tensor '{tensor}' of program '{program}' cannot be read after a step: its arena bytes are reused by later steps (memory planning by liveness); fetch it through the program's fetches, or compile with memory reuse off (--no-memory-reuse)")]
+    TensorReused { program: String, tensor: String },
+
     #[error("fetch '{fetch}' of program '{program}' has {expected} elements, the output slice {got}")]
     FetchLength { program: String, fetch: String, expected: usize, got: usize },
 
@@ -58,6 +61,9 @@ pub enum RuntimeError {
     #[error("program '{program}': {detail}")]
     Backend { program: String, detail: String },
 
+    #[error("program '{program}': {detail}")]
+    Unsupported { program: String, detail: String },
+
     #[error("variable '{name}': {detail}")]
     VariableAccess { name: String, detail: String },
 
@@ -92,6 +98,7 @@ impl RuntimeError {
                 RuntimeError::Collective { program, node, source: Box::new(source) }
             }
             BackendError::Access(detail) | BackendError::Device(detail) => RuntimeError::Backend { program, detail },
+            BackendError::Unsupported(detail) => RuntimeError::Unsupported { program, detail },
         }
     }
 

@@ -33,7 +33,7 @@
 //! Modules: [`session`] (load, feed, run, fetch, variables,
 //! [`Session::backend_note`]), [`checkpoint`] (atomic safetensors save and
 //! checked restore), [`error`] ([`RuntimeError`]), [`backend`], [`cpu`],
-//! [`comm`], [`cuda`].
+//! [`comm`], [`cuda`], [`trace`] (a traced step's timeline, backend-neutral).
 
 pub mod backend;
 pub mod checkpoint;
@@ -43,6 +43,7 @@ pub mod cuda;
 pub mod error;
 mod replicas;
 pub mod session;
+pub mod trace;
 mod variables;
 
 pub use backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
@@ -53,4 +54,5 @@ pub use cpu::CpuBackend;
 pub use cuda::{probe, CudaBackend, CudaStatus, CudaUnavailable};
 pub use error::RuntimeError;
 pub use session::Session;
+pub use trace::{Trace, TraceEvent};
 pub use variables::HostVec;

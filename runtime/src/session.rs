@@ -22,6 +22,7 @@ use crate::error::RuntimeError;
 use crate::variables::{initial_host, HostVec, VarInfo, VarTable};
 
 pub use crate::backend::Profiled;
+use crate::trace::Trace;
 
 struct Program {
     id: ProgramId,
@@ -241,6 +242,19 @@ impl Session {
         Ok(self.backend.profile(self.program(program)?.id))
     }
 
+    /// Record the timeline of each run of `program` from now on (`on`), or
+    /// stop; a traced run still allocates nothing. The CUDA backend refuses
+    /// ([`RuntimeError::Unsupported`]).
+    pub fn set_tracing(&mut self, program: &str, on: bool) -> Result<(), RuntimeError> {
+        let id = self.program(program)?.id;
+        self.backend.set_tracing(id, on).map_err(|e| RuntimeError::from_backend(program, e))
+    }
+
+    /// The timeline of `program`'s last run while tracing was on.
+    pub fn trace(&self, program: &str) -> Result<Trace, RuntimeError> {
+        self.backend.trace(self.program(program)?.id).map_err(|e| RuntimeError::from_backend(program, e))
+    }
+
     /// How many steps `program` has run.
     pub fn steps_run(&self, program: &str) -> Result<u64, RuntimeError> {
         Ok(self.backend.steps_run(self.program(program)?.id))
@@ -263,6 +277,11 @@ impl Session {
             fetch: name.into(),
             fetches: list(p.plan.fetches.iter().map(|(n, _)| n.as_str())),
         })?;
+        // A tensor that is no fetch may share its bytes with later buffers
+        // of the step: its value after the step is not its own.
+        if !p.plan.fetches.iter().any(|(n, _)| n == name) && p.plan.shares_bytes(r) {
+            return Err(RuntimeError::TensorReused { program: program.into(), tensor: name.into() });
+        }
         let (len, actual) = Session::extent(&p.plan, r);
         if !compatible(actual, dtype) {
             return Err(RuntimeError::WrongDtype {
@@ -289,7 +308,9 @@ impl Session {
     }
 
     /// A fetch (e.g. "loss") or any tensor (`node` or `node:slot`) after
-    /// `run`, copied to the host.
+    /// `run`, copied to the host. A tensor whose bytes the plan reuses
+    /// within the step ([`towers_codegen::Plan::shares_bytes`]) is refused
+    /// ([`RuntimeError::TensorReused`]): fetch it, or lower without reuse.
     pub fn fetch_f32(&self, program: &str, name: &str) -> Result<Vec<f32>, RuntimeError> {
         let (_, _, len) = self.fetch_ref(program, name, DType::F32)?;
         let mut v = vec![0.0; len];

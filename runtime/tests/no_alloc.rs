@@ -32,6 +32,7 @@ static A: Counting = Counting;
 fn steps_allocate_nothing() {
     run_allocates_nothing();
     a_step_with_all_reduces_across_two_ranks_allocates_nothing();
+    a_traced_step_allocates_nothing();
 }
 
 fn run_allocates_nothing() {
@@ -90,4 +91,29 @@ fn a_step_with_all_reduces_across_two_ranks_allocates_nothing() {
         let (rank, n) = h.join().unwrap();
         assert_eq!(n, 0, "rank {rank}: the steps allocated {n} times");
     }
+}
+
+fn a_traced_step_allocates_nothing() {
+    let mut s = towers_runtime::Session::new(1);
+    s.load("train", common::mlp_plan()).unwrap();
+    s.load("two", common::two_device_plan()).unwrap();
+    s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    s.feed_i32("train", "labels", &[0, 1]).unwrap();
+    s.feed_f32("two", "x", &[1.0; 6]).unwrap();
+    s.set_tracing("train", true).unwrap();
+    s.set_tracing("two", true).unwrap();
+    s.set_profiling("two", true).unwrap();
+    s.run("train").unwrap();
+    s.run("two").unwrap();
+    let before = ALLOCS.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        s.run("train").unwrap();
+        s.run("two").unwrap();
+    }
+    let after = ALLOCS.load(Ordering::SeqCst);
+    assert_eq!(after - before, 0, "traced runs allocated {} times", after - before);
+    // The last run's timeline is there (reading it allocates, after the steps).
+    let t = s.trace("two").unwrap();
+    assert_eq!(t.step, 20);
+    assert_eq!(t.events.len(), 4, "{t:?}");
 }

@@ -34,6 +34,33 @@ fn mlp_matches_hand_computed_values() {
     assert_eq!(s.read_variable_i32("global_step").unwrap(), &[2]);
 }
 
+/// `MatMul`'s bytes are taken by a later tensor of the step (memory reuse):
+/// reading it after the step is refused, naming the way out; lowered
+/// without reuse, it reads back.
+#[test]
+fn a_tensor_whose_bytes_are_reused_is_not_fetchable_after_the_step() {
+    let mut s = setup();
+    s.run("train").unwrap();
+    let plan = s.plan("train").unwrap();
+    assert!(plan.shares_bytes(plan.lookup("MatMul").unwrap()));
+    assert!(!plan.shares_bytes(plan.lookup("Relu").unwrap()), "fetched as 'relu': its bytes are its own");
+    let e = s.fetch_f32("train", "MatMul").unwrap_err();
+    assert!(matches!(&e, RuntimeError::TensorReused { tensor, .. } if tensor == "MatMul"), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "tensor 'MatMul' of program 'train' cannot be read after a step: its arena bytes are reused by later steps \
+         (memory planning by liveness); fetch it through the program's fetches, or compile with memory reuse off \
+         (--no-memory-reuse)"
+    );
+    let mut plain = Session::new(42);
+    plain.load("train", common::mlp_plan_without_reuse()).unwrap();
+    plain.write_variable("fc/weights", &[1.0, 0.0, 0.0, -1.0]).unwrap();
+    plain.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    plain.run("train").unwrap();
+    // x·w = [[1,-2],[3,-4]].
+    assert_eq!(plain.fetch_f32("train", "MatMul").unwrap(), &[1.0, -2.0, 3.0, -4.0]);
+}
+
 #[test]
 fn initializers_depend_on_seed_and_name_only() {
     let mut a = Session::new(9);
@@ -63,6 +90,37 @@ fn two_streams_on_two_threads_with_an_event() {
         assert_eq!(s.fetch_f32("two", "out").unwrap(), want.as_slice());
     }
     assert!(s.backend_note().starts_with("gpu:0 runs as a CPU device"), "{}", s.backend_note());
+}
+
+/// A traced step of the two-device plan: cpu:0/compute runs relu;
+/// gpu:0/compute waits for it, copies (elided on the CPU backend: a
+/// zero-length item) and negates. Each stream's items come in step order,
+/// one after another, inside the step.
+#[test]
+fn a_traced_step_has_every_item_of_every_stream_in_order() {
+    let mut s = Session::new(0);
+    s.load("two", common::two_device_plan()).unwrap();
+    s.feed_f32("two", "x", &[1.0; 6]).unwrap();
+    let e = s.trace("two").unwrap_err();
+    assert!(e.to_string().contains("no step has run with tracing on"), "{e}");
+    s.set_tracing("two", true).unwrap();
+    s.run("two").unwrap();
+    s.set_tracing("two", false).unwrap();
+    s.run("two").unwrap();
+    let t = s.trace("two").unwrap();
+    assert_eq!(t.step, 0, "the last traced step, not the last step");
+    let items: Vec<(usize, usize, &str, &str)> =
+        t.events.iter().map(|e| (e.stream, e.index, e.kind, e.node.as_str())).collect();
+    assert_eq!(
+        items,
+        [(0, 0, "unary", "Relu"), (1, 0, "wait", "event 0"), (1, 1, "copy", "relu_gpu0"), (1, 2, "unary", "Neg")]
+    );
+    for w in t.events.windows(2).filter(|w| w[0].stream == w[1].stream) {
+        assert!(w[0].start_ns + w[0].dur_ns <= w[1].start_ns, "{t:?}");
+    }
+    for e in &t.events {
+        assert!(e.start_ns + e.dur_ns <= t.dur_ns, "{t:?}");
+    }
 }
 
 #[test]

@@ -40,6 +40,7 @@ use towers_codegen::{BufRef, Plan, VariableDecl};
 
 use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
 use crate::comm::Comm;
+use crate::trace::{Trace, TraceEvent};
 use prepare::{prepare, resolve_aliased, Exec, Prepared};
 use sched::{Failure, Runner};
 use store::Store;
@@ -123,9 +124,9 @@ impl Backend for CpuBackend {
         let prepared = Prepared { arenas, vars, streams: Vec::new(), aliases };
         let threads = threads::thread_plans(plan).map_err(bad)?;
         let mut streams: Vec<Vec<Option<Exec>>> = streams;
-        let threads: Vec<Vec<(usize, Exec)>> = threads
+        let threads: Vec<Vec<(usize, usize, Exec)>> = threads
             .iter()
-            .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, x))).collect())
+            .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, k, x))).collect())
             .collect();
         let runner = Runner::new(threads, plan.num_events, name).map_err(bad)?;
         let stream_names = plan.streams.iter().map(|s| s.name()).collect();
@@ -197,6 +198,31 @@ impl Backend for CpuBackend {
                 nanos: e.nanos,
             })
             .collect()
+    }
+
+    fn set_tracing(&mut self, id: ProgramId, on: bool) -> Result<(), BackendError> {
+        let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
+        p.runner.set_tracing(on);
+        Ok(())
+    }
+
+    fn trace(&self, id: ProgramId) -> Result<Trace, BackendError> {
+        let t = self.program(id)?.runner.trace().ok_or_else(|| {
+            BackendError::Access("no step has run with tracing on (turn it on before the run)".into())
+        })?;
+        let events = t
+            .items
+            .into_iter()
+            .map(|i| TraceEvent {
+                stream: i.stream,
+                index: i.index,
+                kind: i.kind,
+                node: i.node,
+                start_ns: i.start_ns,
+                dur_ns: i.dur_ns,
+            })
+            .collect();
+        Ok(Trace { step: t.step, start_ns: t.start_ns, dur_ns: t.dur_ns, events })
     }
 
     fn steps_run(&self, id: ProgramId) -> u64 {

@@ -26,6 +26,9 @@ pub enum Exec {
     AllReduce(Box<AllReduce>),
     Record(usize),
     Wait(usize),
+    /// An elided copy (see [`copy_aliases`]): it does nothing but keep its
+    /// place, for profiles and traces; named by its node.
+    Copy(String),
 }
 
 /// A kernel launch with resolved buffers and reserved scratch.
@@ -53,7 +56,7 @@ pub struct Prepared {
     pub arenas: Vec<Arc<Region>>,
     /// Keeps the variables' regions alive while slots point into them.
     pub vars: Vec<Arc<Region>>,
-    /// Per plan stream, one entry per plan step (`None`: an elided copy).
+    /// Per plan stream, one entry per plan step (taken by the threads at load).
     pub streams: Vec<Vec<Option<Exec>>>,
     /// Copy destination -> the buffer it reads instead (see [`copy_aliases`]).
     pub aliases: BTreeMap<BufRef, BufRef>,
@@ -63,10 +66,12 @@ pub struct Prepared {
 /// store are host memory, so a `Copy` step's destination is resolved to its
 /// source and the step does nothing but keep its place between the events.
 /// Sound because a copy's source is written at most once per step before the
-/// copy (activations are never reused within a step; a variable's writer runs
-/// after every reader of its copies: the `place` pass orders it so), and a
-/// copy's destination is only read. Chains of copies resolve to the first
-/// source.
+/// copy (a variable's writer runs after every reader of its copies: the
+/// `place` pass orders it so), its bytes are not reused by another buffer
+/// until every reader of the copy's destination has run (memory planning
+/// and the plan verifier count a destination's accesses as its source's:
+/// `towers_codegen::liveness`), and a copy's destination is only read.
+/// Chains of copies resolve to the first source.
 pub fn copy_aliases(plan: &Plan) -> BTreeMap<BufRef, BufRef> {
     let mut alias: BTreeMap<BufRef, BufRef> = BTreeMap::new();
     for s in &plan.streams {
@@ -176,8 +181,7 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
                     if f.slot.len() != t.slot.len() || f.slot.len() * 4 != *bytes || f.slot.overlaps(&t.slot) {
                         return Err(format!("copy '{node}' has mismatched or overlapping buffers"));
                     }
-                    execs.push(None);
-                    continue;
+                    Exec::Copy(node.clone())
                 }
                 Step::AllReduce { buffers, node } => {
                     let mut bufs: Vec<Slot> = Vec::with_capacity(buffers.len());

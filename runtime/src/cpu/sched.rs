@@ -21,7 +21,13 @@
 //!
 //! Profiling (off by default) adds the wall time of every launch, copy and
 //! wait to a counter preallocated per step item, so it allocates nothing
-//! either; [`Runner::profile`] reads the totals.
+//! either; [`Runner::profile`] reads the totals. Tracing (off by default)
+//! stores each item's start and end, in nanoseconds since the runner was
+//! created, into two more counters preallocated per item, and the step's
+//! own start and end in the runner: a traced step allocates nothing, and
+//! [`Runner::trace`] reads the last traced step's timeline. Elided copies
+//! (see `super::prepare`) keep their place as items that do nothing, so
+//! profiles and traces show them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -54,6 +60,42 @@ pub struct Shared {
     error: Mutex<Option<Failure>>,
     /// Whether streams time their items.
     profiling: AtomicBool,
+    /// Whether streams record when each item starts and ends.
+    tracing: AtomicBool,
+    /// The origin of traced times.
+    epoch: Instant,
+}
+
+/// When one item started and ended in the last traced step, in
+/// nanoseconds since [`Shared::epoch`].
+#[derive(Default)]
+struct Span {
+    start: AtomicU64,
+    end: AtomicU64,
+}
+
+/// One item of a traced step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracedItem {
+    /// The plan stream it belongs to, and its step's index there.
+    pub stream: usize,
+    pub index: usize,
+    pub kind: &'static str,
+    pub node: String,
+    /// Nanoseconds from the step's start.
+    pub start_ns: u64,
+    pub dur_ns: u64,
+}
+
+/// The timeline of the last traced step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepTimeline {
+    /// The step (0-based, as step-dependent kernels count it).
+    pub step: u64,
+    /// Nanoseconds from the runner's creation to the step's start.
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    pub items: Vec<TracedItem>,
 }
 
 /// The first failure of a step, by node.
@@ -71,6 +113,8 @@ pub struct ItemLabel {
     /// "gemm", "weighted_sum", ... for launches; "copy"; "wait".
     pub kind: &'static str,
     pub node: String,
+    /// Its index in its plan stream.
+    pub step: usize,
 }
 
 /// Total time spent in one stream item over the profiled steps.
@@ -82,13 +126,21 @@ pub struct ProfileEntry {
     pub nanos: u64,
 }
 
-fn label(x: &Exec) -> ItemLabel {
-    match x {
-        Exec::Launch(l) => ItemLabel { kind: l.kernel.name(), node: l.node.clone() },
-        Exec::AllReduce(a) => ItemLabel { kind: "all_reduce", node: a.node.clone() },
-        Exec::Wait(e) => ItemLabel { kind: "wait", node: format!("event {e}") },
-        Exec::Record(e) => ItemLabel { kind: "record", node: format!("event {e}") },
-    }
+/// The label of item `x`, step `step` of its plan stream.
+fn label(x: &Exec, step: usize) -> ItemLabel {
+    let (kind, node) = match x {
+        Exec::Launch(l) => (l.kernel.name(), l.node.clone()),
+        Exec::AllReduce(a) => ("all_reduce", a.node.clone()),
+        Exec::Wait(e) => ("wait", format!("event {e}")),
+        Exec::Record(e) => ("record", format!("event {e}")),
+        Exec::Copy(node) => ("copy", node.clone()),
+    };
+    ItemLabel { kind, node, step }
+}
+
+/// Nanoseconds from `epoch` to `t`, saturating.
+fn since(epoch: Instant, t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Shared {
@@ -112,13 +164,16 @@ impl Shared {
 }
 
 /// Run one stream's steps for step `gen` (1-based).
-fn run_stream(execs: &mut [Exec], times: &[AtomicU64], gen: u64, sh: &Shared) {
+fn run_stream(execs: &mut [Exec], clocks: &Clocks, gen: u64, sh: &Shared) {
     let mut failed = false;
     let profiling = sh.profiling.load(Ordering::Relaxed);
+    let tracing = sh.tracing.load(Ordering::Relaxed);
     for (i, x) in execs.iter_mut().enumerate() {
-        let t = profiling.then(Instant::now);
+        let t = (profiling || tracing).then(Instant::now);
         match x {
             Exec::Record(e) => sh.record(*e, gen),
+            // Elided: the destination is the source (module docs of `super`).
+            Exec::Copy(_) => {}
             Exec::Wait(e) => sh.wait(*e, gen),
             // A collective runs even after a failure: skipping it would
             // leave the other ranks waiting for this one until they time out.
@@ -145,9 +200,22 @@ fn run_stream(execs: &mut [Exec], times: &[AtomicU64], gen: u64, sh: &Shared) {
             }
         }
         if let Some(t) = t {
-            times[i].fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let end = Instant::now();
+            if profiling {
+                clocks.times[i].fetch_add(since(t, end), Ordering::Relaxed);
+            }
+            if tracing {
+                clocks.spans[i].start.store(since(sh.epoch, t), Ordering::Relaxed);
+                clocks.spans[i].end.store(since(sh.epoch, end), Ordering::Relaxed);
+            }
         }
     }
+}
+
+/// One thread's counters, one entry per item: profiled totals and the last traced span.
+struct Clocks {
+    times: Vec<AtomicU64>,
+    spans: Vec<Span>,
 }
 
 /// The threads of one program.
@@ -156,17 +224,20 @@ pub struct Runner {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     gen: u64,
-    /// Per thread: (plan stream, label) and a time counter per item.
+    /// Per thread: (plan stream, label) and the counters of each item.
     labels: Vec<Vec<(usize, ItemLabel)>>,
-    times: Vec<Arc<Vec<AtomicU64>>>,
+    clocks: Vec<Arc<Clocks>>,
+    /// The last traced step: (gen, start, end), nanoseconds since the epoch.
+    traced: Option<(u64, u64, u64)>,
 }
 
 impl Runner {
     /// Spawn one worker per thread after the first. Each item carries the
-    /// index of the plan stream it came from (for profiles).
+    /// index of the plan stream it came from and of its step there (for
+    /// profiles and traces).
     /// Fails (with the OS's reason) only if a worker thread cannot be spawned;
     /// the workers already started are stopped again.
-    pub fn new(threads: Vec<Vec<(usize, Exec)>>, num_events: usize, program: &str) -> Result<Runner, String> {
+    pub fn new(threads: Vec<Vec<(usize, usize, Exec)>>, num_events: usize, program: &str) -> Result<Runner, String> {
         let shared = Arc::new(Shared {
             start: Mutex::new((0, false)),
             start_cv: Condvar::new(),
@@ -177,18 +248,27 @@ impl Runner {
             ev_wake: (0..num_events).map(|_| (Mutex::new(()), Condvar::new())).collect(),
             error: Mutex::new(None),
             profiling: AtomicBool::new(false),
+            tracing: AtomicBool::new(false),
+            epoch: Instant::now(),
         });
         let labels: Vec<Vec<(usize, ItemLabel)>> =
-            threads.iter().map(|t| t.iter().map(|(si, x)| (*si, label(x))).collect()).collect();
+            threads.iter().map(|t| t.iter().map(|(si, k, x)| (*si, label(x, *k))).collect()).collect();
         let mut streams: Vec<Vec<Exec>> =
-            threads.into_iter().map(|t| t.into_iter().map(|(_, x)| x).collect()).collect();
-        let times: Vec<Arc<Vec<AtomicU64>>> =
-            streams.iter().map(|s| Arc::new(s.iter().map(|_| AtomicU64::new(0)).collect())).collect();
+            threads.into_iter().map(|t| t.into_iter().map(|(_, _, x)| x).collect()).collect();
+        let clocks: Vec<Arc<Clocks>> = streams
+            .iter()
+            .map(|s| {
+                Arc::new(Clocks {
+                    times: s.iter().map(|_| AtomicU64::new(0)).collect(),
+                    spans: s.iter().map(|_| Span::default()).collect(),
+                })
+            })
+            .collect();
         let first = if streams.is_empty() { Vec::new() } else { streams.remove(0) };
-        let mut runner = Runner { first, shared, workers: Vec::new(), gen: 0, labels, times };
+        let mut runner = Runner { first, shared, workers: Vec::new(), gen: 0, labels, clocks, traced: None };
         for (k, mut execs) in streams.into_iter().enumerate() {
             let sh = Arc::clone(&runner.shared);
-            let t = Arc::clone(&runner.times[k + 1]);
+            let t = Arc::clone(&runner.clocks[k + 1]);
             let handle = std::thread::Builder::new()
                 .name(format!("towers-{program}-thread{}", k + 1))
                 .spawn(move || {
@@ -204,8 +284,8 @@ impl Runner {
     /// Turn per-item timing on or off (totals restart when turned on).
     pub fn set_profiling(&mut self, on: bool) {
         if on {
-            for t in &self.times {
-                for c in t.iter() {
+            for t in &self.clocks {
+                for c in t.times.iter() {
                     c.store(0, Ordering::Relaxed);
                 }
             }
@@ -213,11 +293,41 @@ impl Runner {
         self.shared.profiling.store(on, Ordering::Relaxed);
     }
 
+    /// Turn tracing on or off (the last traced step stays readable).
+    pub fn set_tracing(&mut self, on: bool) {
+        self.shared.tracing.store(on, Ordering::Relaxed);
+    }
+
+    /// The timeline of the last step run while tracing was on, records
+    /// left out (they take no time); None before any.
+    pub fn trace(&self) -> Option<StepTimeline> {
+        let (gen, start, end) = self.traced?;
+        let mut items = Vec::new();
+        for (labels, clocks) in self.labels.iter().zip(&self.clocks) {
+            for ((s, l), span) in labels.iter().zip(clocks.spans.iter()) {
+                if l.kind == "record" {
+                    continue;
+                }
+                let (a, b) = (span.start.load(Ordering::Relaxed), span.end.load(Ordering::Relaxed));
+                items.push(TracedItem {
+                    stream: *s,
+                    index: l.step,
+                    kind: l.kind,
+                    node: l.node.clone(),
+                    start_ns: a.saturating_sub(start),
+                    dur_ns: b.saturating_sub(a),
+                });
+            }
+        }
+        let step = self.shared.step_base.load(Ordering::Relaxed).wrapping_add(gen - 1);
+        Some(StepTimeline { step, start_ns: start, dur_ns: end.saturating_sub(start), items })
+    }
+
     /// Time spent per stream item since profiling was turned on.
     pub fn profile(&self) -> Vec<ProfileEntry> {
         let mut v = Vec::new();
-        for (labels, times) in self.labels.iter().zip(&self.times) {
-            for ((s, l), t) in labels.iter().zip(times.iter()) {
+        for (labels, clocks) in self.labels.iter().zip(&self.clocks) {
+            for ((s, l), t) in labels.iter().zip(clocks.times.iter()) {
                 if l.kind != "record" {
                     v.push(ProfileEntry {
                         stream: *s,
@@ -236,6 +346,8 @@ impl Runner {
         self.gen += 1;
         let gen = self.gen;
         let sh = &*self.shared;
+        let tracing = sh.tracing.load(Ordering::Relaxed);
+        let started = Instant::now();
         if !self.workers.is_empty() {
             *sh.remaining.lock().unwrap_or_else(|p| p.into_inner()) = self.workers.len();
             let mut s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
@@ -243,7 +355,7 @@ impl Runner {
             sh.start_cv.notify_all();
         }
         let pin = (!self.workers.is_empty()).then(|| super::affinity::HostPin::new(self.workers.len()));
-        run_stream(&mut self.first, &self.times[0], gen, sh);
+        run_stream(&mut self.first, &self.clocks[0], gen, sh);
         if !self.workers.is_empty() {
             let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());
             while *r > 0 {
@@ -251,6 +363,9 @@ impl Runner {
             }
         }
         drop(pin);
+        if tracing {
+            self.traced = Some((gen, since(sh.epoch, started), since(sh.epoch, Instant::now())));
+        }
         match sh.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -270,7 +385,7 @@ impl Runner {
     }
 }
 
-fn worker(execs: &mut [Exec], times: &[AtomicU64], sh: &Shared) {
+fn worker(execs: &mut [Exec], clocks: &Clocks, sh: &Shared) {
     let mut seen = 0;
     loop {
         let gen = {
@@ -284,7 +399,7 @@ fn worker(execs: &mut [Exec], times: &[AtomicU64], sh: &Shared) {
             s.0
         };
         seen = gen;
-        run_stream(execs, times, gen, sh);
+        run_stream(execs, clocks, gen, sh);
         let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());
         *r -= 1;
         if *r == 0 {

@@ -56,6 +56,7 @@ use towers_kernels::Kernel;
 
 use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
 use crate::comm::Comm;
+use crate::trace::Trace;
 use args::Side;
 use driver::{derr, Blas, DevMem, Event, Stream};
 pub use libs::{CudaLibrary, CudaUnavailable};
@@ -330,6 +331,10 @@ impl CudaBackend {
         })
     }
 }
+
+/// Why tracing is refused.
+const TRACING_UNSUPPORTED: &str =
+    "the cuda backend does not trace steps yet (--trace); trace on the cpu backend (--backend cpu)";
 
 /// Largest im2col workspace a GPU stream gets (256 MiB): convolutions whose
 /// column matrix is larger run in chunks of this size.
@@ -619,6 +624,21 @@ impl Backend for CudaBackend {
                 Profiled { stream: p.streams[s].name.clone(), kernel: it.kernel, node: it.node.clone(), nanos }
             })
             .collect()
+    }
+
+    /// Not yet: timing every item on the GPU needs a pair of CUDA events
+    /// per item; turning tracing on is refused, turning it off is a no-op.
+    fn set_tracing(&mut self, id: ProgramId, on: bool) -> Result<(), BackendError> {
+        self.program(id)?;
+        if on {
+            return Err(BackendError::Unsupported(TRACING_UNSUPPORTED.into()));
+        }
+        Ok(())
+    }
+
+    fn trace(&self, id: ProgramId) -> Result<Trace, BackendError> {
+        self.program(id)?;
+        Err(BackendError::Unsupported(TRACING_UNSUPPORTED.into()))
     }
 
     fn steps_run(&self, id: ProgramId) -> u64 {

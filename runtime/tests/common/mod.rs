@@ -18,8 +18,19 @@ pub fn one_stream(g: &mut Graph) {
     });
 }
 
-/// relu(x[2,2] · w + b) → sparse softmax xent → mean; SGD on w with a fed gradient `g`.
+/// [`mlp_plan`] lowered with every buffer its own bytes (`reuse_memory` off).
+pub fn mlp_plan_without_reuse() -> Plan {
+    mlp_plan_with(false)
+}
+
+/// relu(x[2,2] · w + b) → sparse softmax xent → mean; SGD on w with a fed
+/// gradient `g`. Fetches `loss` and `relu`; the other tensors' bytes are
+/// reused within the step.
 pub fn mlp_plan() -> Plan {
+    mlp_plan_with(true)
+}
+
+fn mlp_plan_with(reuse_memory: bool) -> Plan {
     let mut b = GraphBuilder::with_seed(1);
     let x = b.placeholder("x", DType::F32, [2, 2]).unwrap();
     let y = b.placeholder("labels", DType::I32, [2]).unwrap();
@@ -29,6 +40,7 @@ pub fn mlp_plan() -> Plan {
     let h = b.matmul(x, w).unwrap();
     let h = b.bias_add(h, bias).unwrap();
     let h = b.relu(h).unwrap();
+    let relu = h;
     let xent = b.sparse_softmax_cross_entropy_with_logits(h, y).unwrap();
     let loss = b.reduce_mean_all(xent).unwrap();
     let step = b
@@ -56,7 +68,10 @@ pub fn mlp_plan() -> Plan {
     one_stream(&mut g);
     let loss = TensorRef::of(&g, loss);
     g.program_mut().fetches.insert("loss".into(), loss);
-    lower(&g, &LowerOptions::new(Mode::Train, "train")).unwrap()
+    // Fetched, so its bytes survive the step (the tests read it by its tensor name).
+    let relu = TensorRef::of(&g, relu);
+    g.program_mut().fetches.insert("relu".into(), relu);
+    lower(&g, &LowerOptions { reuse_memory, ..LowerOptions::new(Mode::Train, "train") }).unwrap()
 }
 
 /// x on cpu:0 → relu (cpu:0/compute) → record e0; gpu:0/compute waits e0,
