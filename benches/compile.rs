@@ -1,0 +1,68 @@
+//! What the compiler produces, counted (not a timed test): `cargo bench
+//! --bench compile`.
+//!
+//! For the MLP 784-256-256-10 and the anchor convnet at global batch 256,
+//! 1, 2, 4 and 8 towers, variables on the CPU: kernel launches, copies and
+//! events per step; the peak arena bytes summed over the devices with
+//! memory reuse against every buffer its own bytes; the time of the egg pass
+//! (`simplify`) and of the whole compilation (median of 5). Output: a
+//! markdown table on stdout and JSON lines in `target/bench-compile.jsonl`
+//! (or $TOWERS_BENCH_OUT).
+
+mod common;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use common::{anchor_convnet, mlp};
+use towers::codegen::Step;
+use towers::compiler::{compile_train, CompileOptions};
+use towers::graph::{Device, Optimizer, F32};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let out_path = std::env::var("TOWERS_BENCH_OUT").unwrap_or_else(|_| "target/bench-compile.jsonl".into());
+    let mut out = std::fs::File::create(&out_path).ok();
+    println!("| model | towers | launches/step | copies | events | peak arena B (reuse) | no reuse B | ratio | egg ms | compile ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for m in [mlp(&[256, 256], "mlp-784-256-256-10"), anchor_convnet()] {
+        for towers in [1u32, 2, 4, 8] {
+            let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 256);
+            o.towers = (0..towers).map(Device::gpu).collect();
+            let mut egg = Vec::new();
+            let mut total = Vec::new();
+            let mut last = None;
+            for _ in 0..5 {
+                let t = Instant::now();
+                let c = compile_train(&m.graph, "loss", &o).expect("compiles");
+                total.push(t.elapsed());
+                egg.push(c.timings.iter().filter(|t| t.pass == "simplify").map(|t| t.elapsed).sum());
+                last = Some(c);
+            }
+            let c = last.expect("compiled");
+            let steps = c.plan.streams.iter().flat_map(|s| &s.steps);
+            let launches = steps.clone().filter(|s| matches!(s, Step::Launch { .. })).count();
+            let copies = steps.filter(|s| matches!(s, Step::Copy { .. })).count();
+            let arena: usize = c.plan.devices.iter().map(|d| d.arena_bytes).sum();
+            let all: usize = c.plan.devices.iter().map(|d| d.bytes_without_reuse()).sum();
+            let (egg, total) = (median(egg).as_secs_f64() * 1e3, median(total).as_secs_f64() * 1e3);
+            println!(
+                "| {} | {towers} | {launches} | {copies} | {} | {arena} | {all} | {:.2} | {egg:.1} | {total:.1} |",
+                m.name,
+                c.plan.num_events,
+                arena as f64 / all as f64
+            );
+            if let Some(f) = out.as_mut() {
+                let _ = writeln!(
+                    f,
+                    "{{\"bench\":\"compile\",\"model\":\"{}\",\"towers\":{towers},\"launches\":{launches},\"copies\":{copies},\"events\":{},\"arena_bytes\":{arena},\"no_reuse_bytes\":{all},\"egg_ms\":{egg:.3},\"compile_ms\":{total:.3}}}",
+                    m.name, c.plan.num_events
+                );
+            }
+        }
+    }
+}
