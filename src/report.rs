@@ -79,5 +79,26 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
     let copies = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::Copy)).count();
     let reductions = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::TowerMean { .. })).count();
     let _ = writeln!(s, "\ncopies: {copies}, cross-tower reductions: {reductions}, events: {}", plan.num_events);
+    // Cross-process all-reduces, in the order they start (several processes only).
+    let mut buckets: Vec<(usize, String, usize, usize)> = g
+        .node_ids()
+        .into_iter()
+        .filter_map(|i| match g.node(i).op {
+            Op::AllReduce { bucket } => {
+                let n = g.node(i);
+                let bytes = n.outputs.iter().filter_map(|t| t.byte_size()).sum();
+                Some((bucket, n.name.clone(), n.outputs.len(), bytes))
+            }
+            _ => None,
+        })
+        .collect();
+    buckets.sort();
+    if !buckets.is_empty() {
+        let total: usize = buckets.iter().map(|b| b.3).sum();
+        let _ = writeln!(s, "all-reduce buckets across processes: {} ({total} B per step)", buckets.len());
+        for (_, name, tensors, bytes) in &buckets {
+            let _ = writeln!(s, "  {name}: {tensors} tensors, {bytes} B");
+        }
+    }
     s
 }
