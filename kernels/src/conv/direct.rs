@@ -18,7 +18,9 @@
 //! - filter gradient: for one image at a time, a group of up to
 //!   [`MAX_GROUP`] taps keeps one accumulator each in registers while every
 //!   output pixel of the image adds `x[pixel, tap] * dy[pixel, :]`; the
-//!   image's sums are then added to the running total. Summing per image
+//!   image's sums are then added to the running total. (The AVX-512 form
+//!   specializes common small filters, all taps in one group, so that tap
+//!   offsets are constants; see `direct_avx512.rs`.) Summing per image
 //!   first keeps the f32 sums short (576 terms for a 24x24 output, not
 //!   147456) and the order fixed: the result depends only on the inputs.
 //!

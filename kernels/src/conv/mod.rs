@@ -16,8 +16,8 @@
 //!   `direct_avx512.rs`); the input gradient still by im2col. Measured at
 //!   the seed's first layer (batch 256, 28x28x1, 5x5 -> 12 VALID, one
 //!   thread, `cargo bench -p towers-kernels --bench kernels`): forward
-//!   5.9 ms (15 GFLOP/s) by im2col -> 1.1 ms (81 GFLOP/s) direct; filter
-//!   gradient 7.0 ms -> 2.1 ms. At `c_in = 12` (the second layer, 3x3 -> 24)
+//!   5.9 ms (15 GFLOP/s) by im2col -> 1.0 ms (87 GFLOP/s) direct; filter
+//!   gradient 7.0 ms -> 0.93 ms (95 GFLOP/s). At `c_in = 12` (the second layer, 3x3 -> 24)
 //!   im2col + GEMM runs at 62-70 GFLOP/s and stays;
 //! - [`Algorithm::Im2col`] otherwise: im2col into the caller's workspace,
 //!   one chunk of output pixels at a time (`rows` output pixels -> a `[rows, K]` matrix), then GEMM:
