@@ -120,6 +120,9 @@ fn main() {
     conv(&filter, "conv_1 28x28x1 k5 ->12 VALID", conv_geom(28, 1, 5, 12, Padding::Valid));
     conv(&filter, "conv_2 12x12x12 k3 ->24 VALID", conv_geom(12, 12, 3, 24, Padding::Valid));
     conv(&filter, "same 28x28x1 k5 ->12 SAME", conv_geom(28, 1, 5, 12, Padding::Same));
+    // Where direct and im2col meet (the threshold `DIRECT_MAX_C_IN`).
+    conv(&filter, "edge 14x14x2 k3 ->32 SAME", conv_geom(14, 2, 3, 32, Padding::Same));
+    conv(&filter, "edge 14x14x4 k3 ->32 SAME", conv_geom(14, 4, 3, 32, Padding::Same));
     let pool_geom = |h, c| PoolGeom { n, h, w: h, c, kh: 2, kw: 2, stride_h: 2, stride_w: 2, padding: Padding::Valid };
     pool(&filter, "pool_1 24x24x12", pool_geom(24, 12));
     pool(&filter, "pool_2 10x10x24", pool_geom(10, 24));

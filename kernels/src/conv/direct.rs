@@ -393,9 +393,10 @@ mod tests {
     use crate::testutil::{assert_close, Lcg};
     use crate::window::Padding;
 
-    /// Random geometries the direct kernels take: SAME and VALID, strides
-    /// 1-3, odd sizes, filters wider than the input, 1-4 input channels and
-    /// 1-40 output channels (one, two and three vector blocks with tails).
+    /// Random geometries the direct kernels handle (whether or not the
+    /// dispatcher picks them): SAME and VALID, strides 1-3, odd sizes,
+    /// filters wider than the input, 1-4 input channels and 1-40 output
+    /// channels (one, two and three vector blocks with tails).
     fn geometries(r: &mut Lcg, count: usize) -> Vec<ConvGeom> {
         let mut v = Vec::new();
         while v.len() < count {
@@ -411,7 +412,7 @@ mod tests {
                 stride_w: 1 + r.below(3),
                 padding: if r.below(2) == 0 { Padding::Same } else { Padding::Valid },
             };
-            if p.algorithm() == Algorithm::Direct {
+            if fits(&p) && !p.is_pointwise() {
                 v.push(p);
             }
         }
@@ -442,10 +443,10 @@ mod tests {
             let f = r.vec(p.filter_len());
             let dy = r.vec(p.y_len());
             let mut y = vec![f32::NAN; p.y_len()];
-            conv2d_any(&p, &x, &f, &mut y, &mut vec![f32::NAN; p.workspace_len()]);
+            conv2d(&p, &x, &f, &mut y);
             assert_close(&y, &im2col_forward(&p, &x, &f), 1e-5, &format!("forward {p:?}"));
             let mut df = vec![f32::NAN; p.filter_len()];
-            filter_any(&p, &x, &dy, &mut df, &mut vec![f32::NAN; p.workspace_len()]);
+            conv2d_backprop_filter(&p, &x, &dy, &mut df);
             assert_close(&df, &im2col_filter(&p, &x, &dy), 1e-4, &format!("filter grad {p:?}"));
         }
     }

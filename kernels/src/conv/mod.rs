@@ -17,8 +17,12 @@
 //!   the seed's first layer (batch 256, 28x28x1, 5x5 -> 12 VALID, one
 //!   thread, `cargo bench -p towers-kernels --bench kernels`): forward
 //!   5.9 ms (15 GFLOP/s) by im2col -> 1.0 ms (87 GFLOP/s) direct; filter
-//!   gradient 7.0 ms -> 0.93 ms (95 GFLOP/s). At `c_in = 12` (the second layer, 3x3 -> 24)
-//!   im2col + GEMM runs at 62-70 GFLOP/s and stays;
+//!   gradient 7.0 ms -> 0.93 ms (95 GFLOP/s). Where they meet (batch 256,
+//!   14x14, 3x3 -> 32 SAME): at `c_in = 2` direct 1.17 / 1.08 ms (forward /
+//!   filter gradient) against im2col 1.52 / 1.51 ms; at `c_in = 4` direct
+//!   1.99 / 2.33 ms against im2col 1.82 / 1.88 ms; hence
+//!   `DIRECT_MAX_C_IN = 2` (3 unmeasured). At `c_in = 12` (the seed's second
+//!   layer, 3x3 -> 24) im2col + GEMM runs at 62-70 GFLOP/s, direct at 59;
 //! - [`Algorithm::Im2col`] otherwise: im2col into the caller's workspace,
 //!   one chunk of output pixels at a time (`rows` output pixels -> a `[rows, K]` matrix), then GEMM:
 //! - forward: `y[rows, c_out] = col[rows, K] * W[K, c_out]`;
@@ -49,7 +53,7 @@ pub const CHUNK_ELEMS: usize = 1 << 16;
 
 /// Input channels up to which the direct kernels beat im2col + GEMM (see
 /// the module docs for the measurements).
-pub const DIRECT_MAX_C_IN: usize = 4;
+pub const DIRECT_MAX_C_IN: usize = 2;
 
 /// How a convolution is computed; a function of the geometry only
 /// ([`ConvGeom::algorithm`]).
