@@ -85,7 +85,12 @@ fn pool(filter: &Option<String>, label: &str, p: PoolGeom) {
     let mut dx = vec![0.0f32; p.x_len()];
     let mut y2 = vec![0.0f32; p.y_len()];
     report(filter, &format!("{label} max_pool"), || time(|| max_pool(&p, &x, black_box(&mut y2))), 0.0);
-    report(filter, &format!("{label} max_pool_grad"), || time(|| max_pool_grad(&p, &x, &y, &dy, black_box(&mut dx))), 0.0);
+    report(
+        filter,
+        &format!("{label} max_pool_grad"),
+        || time(|| max_pool_grad(&p, &x, &y, &dy, black_box(&mut dx))),
+        0.0,
+    );
 }
 
 fn elementwise(filter: &Option<String>, label: &str, len: usize, c: usize) {
@@ -97,7 +102,12 @@ fn elementwise(filter: &Option<String>, label: &str, len: usize, c: usize) {
     report(filter, &format!("{label} bias_add"), || time(|| bias_add(&x, &b, black_box(&mut y))), 0.0);
     report(filter, &format!("{label} bias_add_grad"), || time(|| bias_add_grad(&dy, black_box(&mut db))), 0.0);
     report(filter, &format!("{label} relu"), || time(|| unary(UnaryOp::Relu, &x, black_box(&mut y))), 0.0);
-    report(filter, &format!("{label} relu_grad"), || time(|| unary_grad(UnaryOp::Relu, &dy, &x, black_box(&mut y))), 0.0);
+    report(
+        filter,
+        &format!("{label} relu_grad"),
+        || time(|| unary_grad(UnaryOp::Relu, &dy, &x, black_box(&mut y))),
+        0.0,
+    );
     // The bandwidth yardstick: one read stream and one write stream.
     report(filter, &format!("{label} copy (yardstick)"), || time(|| black_box(&mut y).copy_from_slice(&x)), 0.0);
 }
