@@ -145,8 +145,8 @@ pub fn max_pool_grad(p: &PoolGeom, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f
         && p.stride_w == p.kw
         && p.out_h() == (p.h / p.kh, 0)
         && p.out_w() == (p.w / p.kw, 0)
-        && p.h % p.kh == 0
-        && p.w % p.kw == 0;
+        && p.h.is_multiple_of(p.kh)
+        && p.w.is_multiple_of(p.kw);
     if !tiles {
         dx.fill(0.0);
     }
