@@ -20,8 +20,8 @@ pub fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], workspace:
     }
     match p.algorithm() {
         Algorithm::Pointwise => matmul(&MatMul::new(rows, k, co), x, filter, y),
-        Algorithm::Direct => direct::conv2d(p, x, filter, y),
-        Algorithm::Im2col => im2col_conv2d(p, x, filter, y, workspace),
+        Algorithm::Direct if direct::available() => direct::conv2d(p, x, filter, y),
+        Algorithm::Direct | Algorithm::Im2col => im2col_conv2d(p, x, filter, y, workspace),
     }
 }
 
@@ -91,8 +91,8 @@ pub fn conv2d_backprop_filter(p: &ConvGeom, x: &[f32], dy: &[f32], dfilter: &mut
     match p.algorithm() {
         // dW[c_in, c_out] = x^T dy, x stored [rows, c_in].
         Algorithm::Pointwise => matmul(&MatMul::new(k, rows, co).trans_a(true), x, dy, dfilter),
-        Algorithm::Direct => direct::conv2d_backprop_filter(p, x, dy, dfilter),
-        Algorithm::Im2col => im2col_conv2d_backprop_filter(p, x, dy, dfilter, workspace),
+        Algorithm::Direct if direct::available() => direct::conv2d_backprop_filter(p, x, dy, dfilter),
+        Algorithm::Direct | Algorithm::Im2col => im2col_conv2d_backprop_filter(p, x, dy, dfilter, workspace),
     }
 }
 

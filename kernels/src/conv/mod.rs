@@ -13,7 +13,9 @@
 //! - [`Algorithm::Direct`] (`1 <= c_in <= DIRECT_MAX_C_IN`, packed filter
 //!   fits): the forward pass and the filter gradient by direct loops over
 //!   output-channel vectors (`direct.rs`, AVX-512 form in
-//!   `direct_avx512.rs`); the input gradient still by im2col. Measured at
+//!   `direct_avx512.rs`) on CPUs with AVX-512 (elsewhere by im2col, which the
+//!   workspace still allows: the portable direct body is slower); the input
+//!   gradient by im2col. Measured at
 //!   the seed's first layer (batch 256, 28x28x1, 5x5 -> 12 VALID, one
 //!   thread, `cargo bench -p towers-kernels --bench kernels`): forward
 //!   5.9 ms (15 GFLOP/s) by im2col -> 1.0 ms (87 GFLOP/s) direct; filter
