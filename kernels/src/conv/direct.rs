@@ -14,7 +14,9 @@
 //!   per tap, one filter vector is loaded and each pixel adds
 //!   `x[tap] * w[tap]` (a broadcast and a fused multiply-add) to its
 //!   accumulator. Pixels whose window leaves the input (SAME padding) take a
-//!   checked path that skips the padded taps.
+//!   checked path that skips the padded taps, one pixel at a time: about 5x
+//!   slower per pixel, so a SAME 5x5 layer on 28x28 (27% border pixels)
+//!   takes 2.9 ms forward against 1.0 ms VALID (im2col: 8.6 ms).
 //! - filter gradient: for one image at a time, a group of up to
 //!   [`MAX_GROUP`] taps keeps one accumulator each in registers while every
 //!   output pixel of the image adds `x[pixel, tap] * dy[pixel, :]`; the
