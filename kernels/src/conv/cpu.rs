@@ -1,7 +1,7 @@
 //! CPU implementation of the convolution kernels: im2col/col2im and GEMM.
 //! See the parent module for layouts.
 
-use super::ConvGeom;
+use super::{direct, Algorithm, ConvGeom};
 use crate::gemm::{matmul, MatMul};
 use crate::window::window;
 
@@ -18,8 +18,17 @@ pub fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], workspace:
     if rows == 0 || co == 0 {
         return;
     }
-    if p.is_pointwise() {
-        matmul(&MatMul::new(rows, k, co), x, filter, y);
+    match p.algorithm() {
+        Algorithm::Pointwise => matmul(&MatMul::new(rows, k, co), x, filter, y),
+        Algorithm::Direct if direct::available() => direct::conv2d(p, x, filter, y),
+        Algorithm::Direct | Algorithm::Im2col => im2col_conv2d(p, x, filter, y, workspace),
+    }
+}
+
+/// [`conv2d`] by im2col + GEMM, whatever the geometry's [`Algorithm`].
+pub(super) fn im2col_conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], workspace: &mut [f32]) {
+    let (rows, k, co) = (p.rows(), p.k(), p.c_out);
+    if rows == 0 || co == 0 {
         return;
     }
     let step = p.chunk_rows();
@@ -79,9 +88,25 @@ pub fn conv2d_backprop_filter(p: &ConvGeom, x: &[f32], dy: &[f32], dfilter: &mut
         dfilter.fill(0.0);
         return;
     }
-    if p.is_pointwise() {
+    match p.algorithm() {
         // dW[c_in, c_out] = x^T dy, x stored [rows, c_in].
-        matmul(&MatMul::new(k, rows, co).trans_a(true), x, dy, dfilter);
+        Algorithm::Pointwise => matmul(&MatMul::new(k, rows, co).trans_a(true), x, dy, dfilter),
+        Algorithm::Direct if direct::available() => direct::conv2d_backprop_filter(p, x, dy, dfilter),
+        Algorithm::Direct | Algorithm::Im2col => im2col_conv2d_backprop_filter(p, x, dy, dfilter, workspace),
+    }
+}
+
+/// [`conv2d_backprop_filter`] by im2col + GEMM, whatever the geometry's [`Algorithm`].
+pub(super) fn im2col_conv2d_backprop_filter(
+    p: &ConvGeom,
+    x: &[f32],
+    dy: &[f32],
+    dfilter: &mut [f32],
+    workspace: &mut [f32],
+) {
+    let (rows, k, co) = (p.rows(), p.k(), p.c_out);
+    if rows == 0 {
+        dfilter.fill(0.0);
         return;
     }
     let step = p.chunk_rows();
@@ -270,12 +295,12 @@ mod tests {
 
     #[test]
     fn chunking_is_exercised() {
-        // K = 1 * 1 * ... is small, so make rows exceed one chunk.
+        // Rows exceed one chunk; 5 input channels take the im2col path.
         let p = ConvGeom {
             n: 3,
             h: 160,
             w: 200,
-            c_in: 1,
+            c_in: 5,
             kh: 3,
             kw: 3,
             c_out: 2,
@@ -284,6 +309,7 @@ mod tests {
             padding: Padding::Same,
         };
         assert!(p.chunk_rows() < p.rows());
+        assert_eq!(p.algorithm(), super::super::Algorithm::Im2col);
         let mut r = Lcg::new(13);
         let x = r.vec(p.x_len());
         let f = r.vec(p.filter_len());

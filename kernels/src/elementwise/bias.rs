@@ -16,7 +16,16 @@ pub fn bias_add(x: &[f32], bias: &[f32], y: &mut [f32]) {
     }
 }
 
+/// Floats in the tile [`bias_add_grad`] sums whole rows into.
+const TILE: usize = 64;
+
 /// `db[c] = sum_r dy[r, c]`; `dy: [rows, C]`, `db: [C]` (overwritten).
+///
+/// For `C <= TILE / 2`, `m = TILE / C` rows at a time are summed as one
+/// tile of `m * C` floats (a loop the compiler vectorizes; one row of 12
+/// channels is too short for that), then the tile's `m` partial sums are
+/// folded per channel: 482 -> 270 us for a `[256, 24, 24, 12]` gradient.
+/// The order depends only on `C` and the row count: deterministic.
 pub fn bias_add_grad(dy: &[f32], db: &mut [f32]) {
     let c = db.len();
     debug_assert_eq!(dy.len() % c.max(1), 0);
@@ -24,8 +33,29 @@ pub fn bias_add_grad(dy: &[f32], db: &mut [f32]) {
     if c == 0 {
         return;
     }
-    for row in dy.chunks_exact(c) {
-        for (o, v) in db.iter_mut().zip(row) {
+    let m = TILE / c;
+    if m < 2 {
+        for row in dy.chunks_exact(c) {
+            for (o, v) in db.iter_mut().zip(row) {
+                *o += *v;
+            }
+        }
+        return;
+    }
+    let mut acc = [0.0f32; TILE];
+    let acc = &mut acc[..m * c];
+    let tiles = dy.chunks_exact(m * c);
+    let rest = tiles.remainder();
+    for t in tiles {
+        for (a, v) in acc.iter_mut().zip(t) {
+            *a += *v;
+        }
+    }
+    for (a, v) in acc.iter_mut().zip(rest) {
+        *a += *v;
+    }
+    for part in acc.chunks_exact(c) {
+        for (o, v) in db.iter_mut().zip(part) {
             *o += *v;
         }
     }
@@ -35,6 +65,20 @@ pub fn bias_add_grad(dy: &[f32], db: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::testutil::{assert_close, Lcg};
+
+    /// Row counts around the tile (12 channels: 5 rows per tile) and
+    /// channel counts on both sides of the tiled path.
+    #[test]
+    fn bias_grad_tiled_and_plain() {
+        let mut r = Lcg::new(52);
+        for (rows, c) in [(1, 12), (4, 12), (5, 12), (6, 12), (23, 12), (7, 1), (9, 32), (9, 33), (3, 100)] {
+            let dy = r.vec(rows * c);
+            let mut db = vec![f32::NAN; c];
+            bias_add_grad(&dy, &mut db);
+            let want: Vec<f32> = (0..c).map(|j| (0..rows).map(|i| dy[i * c + j] as f64).sum::<f64>() as f32).collect();
+            assert_close(&db, &want, 1e-5, &format!("rows {rows} c {c}"));
+        }
+    }
 
     #[test]
     fn bias_add_and_grad() {
