@@ -27,8 +27,8 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn main() {
     let out_path = std::env::var("TOWERS_BENCH_OUT").unwrap_or_else(|_| "target/bench-compile.jsonl".into());
     let mut out = std::fs::File::create(&out_path).ok();
-    println!("| model | towers | launches/step | copies | events | peak arena B (reuse) | no reuse B | ratio | egg ms | compile ms |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| model | GFLOP/step (3x fwd) | towers | launches/step | copies | events | peak arena B (reuse) | no reuse B | ratio | egg ms | compile ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for m in [mlp(&[256, 256], "mlp-784-256-256-10"), anchor_convnet()] {
         for towers in [1u32, 2, 4, 8] {
             let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 256);
@@ -51,8 +51,9 @@ fn main() {
             let all: usize = c.plan.devices.iter().map(|d| d.bytes_without_reuse()).sum();
             let (egg, total) = (median(egg).as_secs_f64() * 1e3, median(total).as_secs_f64() * 1e3);
             println!(
-                "| {} | {towers} | {launches} | {copies} | {} | {arena} | {all} | {:.2} | {egg:.1} | {total:.1} |",
+                "| {} | {:.2} | {towers} | {launches} | {copies} | {} | {arena} | {all} | {:.2} | {egg:.1} | {total:.1} |",
                 m.name,
+                3.0 * m.fwd_flops * 256.0 / 1e9,
                 c.plan.num_events,
                 arena as f64 / all as f64
             );

@@ -129,7 +129,7 @@ fn a_rank_that_dies_ends_the_job_before_the_timeout() {
             eprintln!("rank 1 exits without finalizing MPI");
             std::process::exit(3);
         }
-        let mut x = vec![1.0f32; 4];
+        let mut x = [1.0f32; 4];
         let _ = comm.all_reduce_sum(&mut [&mut x[..]]);
         println!("rank 0 passed the collective");
         return;
