@@ -23,10 +23,12 @@
 //!    declared in steps 2 and 3 and placed once, at the end, sharing bytes
 //!    by liveness over the steps of 4 unless `opts.reuse_memory` is off).
 //!
-//! One fusion: a `TowerMean` whose only consumer is an `ApplyGradient` on
+//! Two fusions: a `TowerMean` whose only consumer is an `ApplyGradient` on
 //! its device (and that is not fetched) gets no buffer and no launch; the
 //! apply becomes one `MeanApply` launch that reads the towers' gradients
-//! directly (see [`fusable_means`]).
+//! directly (see [`fusable_means`]). A `BiasAdd` whose only consumer is an
+//! activation (`Unary`) likewise: the activation becomes one `BiasAddAct`
+//! launch (see [`fusable_bias_acts`]).
 //!
 //! Maps keyed by node are used for lookup only; every output order comes
 //! from the schedule or the topological order, never from map order.
@@ -56,6 +58,32 @@ struct Lowerer<'g> {
     bucket_views: BTreeMap<NodeId, (usize, usize, usize)>,
     /// All-reduce node -> its bucket buffer.
     buckets: BTreeMap<NodeId, BufRef>,
+    /// Activation -> the bias add fused into it.
+    bias_acts: BTreeMap<NodeId, NodeId>,
+}
+
+/// BiasAdd nodes that fuse into the activation after them: (activation,
+/// bias add) pairs. A bias add fuses when its only consumer (data or
+/// control) is one `Unary` on the same device reading it as input 0, and no
+/// fetch of the program record names it: the pair becomes one
+/// `BiasAddAct` launch, and the sum never gets a buffer.
+pub fn fusable_bias_acts(g: &Graph) -> BTreeMap<NodeId, NodeId> {
+    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
+    let mut out = BTreeMap::new();
+    for id in g.node_ids() {
+        let n = g.node(id);
+        if !matches!(n.op, Op::BiasAdd) || fetched.contains(n.name.as_str()) || !g.control_consumers(id).is_empty() {
+            continue;
+        }
+        if let [(u, 0, 0)] = g.consumers(id)[..] {
+            let act = g.node(u);
+            let f32_out = n.outputs.first().is_some_and(|t| t.dtype == towers_graph::DType::F32);
+            if matches!(act.op, Op::Unary(_)) && act.device == n.device && f32_out {
+                out.insert(u, id);
+            }
+        }
+    }
+    out
 }
 
 /// TowerMean nodes that fuse into their consumer: (apply, mean) pairs. A
@@ -217,8 +245,8 @@ impl<'g> Lowerer<'g> {
 
     fn lower_node(&mut self, id: NodeId, opts: &LowerOptions) -> Result<(), CodegenError> {
         let node = self.g.node(id);
-        if self.fused.values().any(|&m| m == id) {
-            // Fused into its apply: no buffer, no launch.
+        if self.fused.values().any(|&m| m == id) || self.bias_acts.values().any(|&b| b == id) {
+            // Fused into its apply or its activation: no buffer, no launch.
             self.lowered.insert(id, (Lowering::Nothing, None));
             return Ok(());
         }
@@ -228,7 +256,13 @@ impl<'g> Lowerer<'g> {
         let outs = (0..node.outputs.len()).map(|s| self.ty(Tensor::new(id, s))).collect::<Result<Vec<_>, _>>()?;
         let in_refs = inputs
             .iter()
-            .map(|&t| if Some(t.node) == mean { Ok(BufRef::Variable(String::new())) } else { self.input(id, t) })
+            .map(|&t| {
+                if Some(t.node) == mean || self.bias_acts.get(&id) == Some(&t.node) {
+                    Ok(BufRef::Variable(String::new()))
+                } else {
+                    self.input(id, t)
+                }
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut low = select(&node.op, &ins, &outs, opts.mode).map_err(|reason| CodegenError::Unsupported {
             node: node.name.clone(),
@@ -247,6 +281,14 @@ impl<'g> Lowerer<'g> {
             refs.extend(idx.iter().skip(1).map(|&i| in_refs[i].clone()));
             let apply = Box::new(kernel.clone());
             *kernel = crate::Kernel::MeanApply { weights: weights.iter().map(|w| w.0).collect(), apply };
+            self.fused_inputs.insert(id, refs);
+        }
+        if let (Some(&b), Lowering::Launch { kernel, .. }, Op::Unary(act)) =
+            (self.bias_acts.get(&id), &mut low, &node.op)
+        {
+            let refs = self.g.inputs(b).iter().map(|&t| self.input(b, t)).collect::<Result<Vec<_>, _>>()?;
+            let channels = self.ty(self.g.inputs(b)[1])?.dims.last().copied().unwrap_or(1);
+            *kernel = crate::Kernel::BiasAddAct { channels, act: *act };
             self.fused_inputs.insert(id, refs);
         }
         let mut workspace = None;
@@ -410,6 +452,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         fused_inputs: BTreeMap::new(),
         bucket_views: BTreeMap::new(),
         buckets: BTreeMap::new(),
+        bias_acts: fusable_bias_acts(g),
     };
 
     let mut variables = Vec::new();

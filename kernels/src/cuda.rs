@@ -169,6 +169,7 @@ pub const KERNELS: &[CudaKernel] = &[
        "op (i32: 0 Add, 1 Sub, 2 Mul, 3 Div), n = numel(out) (i64), a, b, out, od: Dims4 (output dims padded to rank 4), sa, sb: Dims4 (broadcast strides, Dims4::broadcast_strides)", EW),
     k!("add_n", "misc", ["towers_add_n_f32"], "n (i64), count (i32), xs (device array of count input pointers), out", EW),
     k!("bias_add", "elementwise", ["towers_bias_add_f32"], "n (i64), c = channels (i64), x, bias, y", EW),
+    k!("bias_add_act", "elementwise", ["towers_bias_add_act_f32"], "op (i32: the index in UnaryOp::ALL), n (i64), c = channels (i64), x, bias, y", EW),
     k!("bias_add_grad", "reduce", ["towers_reduce_f32"],
        "n_out = channels, dy, db, xd = Dims4([1, 1, rows, channels]), reduced = 0b0100, scale = 1.0", ROWS),
     k!("unary", "elementwise", ["towers_unary_f32"], "op (i32: the index in UnaryOp::ALL), n (i64), x, y", EW),
@@ -364,15 +365,16 @@ impl From<&ConvGeom> for ConvArgs {
 mod tests {
     use super::*;
 
-    /// The CUDA unary kernels switch on the op's index in `UnaryOp::ALL`:
-    /// each of the two switches has exactly one case per op, numbered in
+    /// The CUDA unary kernels switch on the op's index in `UnaryOp::ALL`
+    /// (the forward ones, `towers_unary_f32` and `towers_bias_add_act_f32`,
+    /// through `unary_op`): each of the two switches has exactly one case per op, numbered in
     /// order, so an op added to the Rust table without its CUDA case fails
     /// here (the CUDA default case writes NaN, never another op's value).
     #[test]
     fn the_cuda_unary_switches_cover_every_unary_op_in_order() {
         let code = source("elementwise").expect("elementwise source").code;
-        for entry in ["towers_unary_f32", "towers_unary_grad_f32"] {
-            let body = code.split(&format!("void {entry}(")).nth(1).expect("the entry point");
+        for entry in ["float unary_op(", "void towers_unary_grad_f32("] {
+            let body = code.split(entry).nth(1).expect("the entry point");
             let switch = body.split("switch (op)").nth(1).expect("a switch").split("default:").next().unwrap_or("");
             let cases: Vec<usize> =
                 switch.split("case ").skip(1).filter_map(|c| c.split(':').next()?.trim().parse().ok()).collect();
@@ -397,11 +399,11 @@ mod tests {
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 44);
+        assert_eq!(KERNELS.len(), 45);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 44);
+        assert_eq!(names.len(), 45);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 

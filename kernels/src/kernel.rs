@@ -40,6 +40,12 @@ pub enum Kernel {
     BiasAdd {
         channels: usize,
     },
+    /// in: x, bias. out: `act(x + bias)`: a `BiasAdd` and the activation
+    /// that is its only consumer, fused by lowering into one launch.
+    BiasAddAct {
+        channels: usize,
+        act: UnaryOp,
+    },
     /// in: dy. out: db.
     BiasAddGrad {
         channels: usize,
@@ -233,6 +239,7 @@ impl Kernel {
             Kernel::Binary { .. } => "binary",
             Kernel::AddN { .. } => "add_n",
             Kernel::BiasAdd { .. } => "bias_add",
+            Kernel::BiasAddAct { .. } => "bias_add_act",
             Kernel::BiasAddGrad { .. } => "bias_add_grad",
             Kernel::Unary { .. } => "unary",
             Kernel::UnaryGrad { .. } => "unary_grad",

@@ -184,7 +184,7 @@ impl Check<'_, '_> {
                 let len = self.outs[0].elems;
                 self.sizes(&(0..weights.len()).map(In).collect::<Vec<_>>(), len, "the output's length")
             }
-            Kernel::BiasAdd { channels } => {
+            Kernel::BiasAdd { channels } | Kernel::BiasAddAct { channels, .. } => {
                 self.args(2, 1)?;
                 self.all_f32()?;
                 self.rows(*channels, "channels")?;

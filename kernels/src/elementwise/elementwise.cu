@@ -66,25 +66,34 @@ __device__ __forceinline__ float sigmoid(float v) {
     return e / (1.0f + e);
 }
 
-extern "C" __global__ void towers_unary_f32(int op, i64 n, const float* __restrict__ x, float* __restrict__ y) {
-    GRID_STRIDE(i, n) {
-        float v = x[i];
-        float r;
-        switch (op) {
-        case 0: r = -v; break;
-        case 1: r = v > 0.0f ? v : 0.0f; break;
-        case 2: r = sigmoid(v); break;
-        case 3: r = tanhf(v); break;
-        case 4: r = expf(v); break;
-        case 5: r = logf(v); break;
-        case 6: r = __fsqrt_rn(v); break;
-        case 7: r = __fdiv_rn(1.0f, __fsqrt_rn(v)); break;
-        case 8: r = __fdiv_rn(1.0f, v); break;
-        case 9: r = v > 0.0f ? v : expm1f(v); break;
-        default: r = __int_as_float(0x7fc00000); break;  // an op this source lacks: NaN, never a wrong value
-        }
-        y[i] = r;
+// One op on one value (the forward twin of `UnaryOp::apply`).
+__device__ __forceinline__ float unary_op(int op, float v) {
+    float r;
+    switch (op) {
+    case 0: r = -v; break;
+    case 1: r = v > 0.0f ? v : 0.0f; break;
+    case 2: r = sigmoid(v); break;
+    case 3: r = tanhf(v); break;
+    case 4: r = expf(v); break;
+    case 5: r = logf(v); break;
+    case 6: r = __fsqrt_rn(v); break;
+    case 7: r = __fdiv_rn(1.0f, __fsqrt_rn(v)); break;
+    case 8: r = __fdiv_rn(1.0f, v); break;
+    case 9: r = v > 0.0f ? v : expm1f(v); break;
+    default: r = __int_as_float(0x7fc00000); break;  // an op this source lacks: NaN, never a wrong value
     }
+    return r;
+}
+
+extern "C" __global__ void towers_unary_f32(int op, i64 n, const float* __restrict__ x, float* __restrict__ y) {
+    GRID_STRIDE(i, n) { y[i] = unary_op(op, x[i]); }
+}
+
+// y = act(x + bias): a bias add and the activation after it in one launch
+// (lowering fuses the pair); the sum is rounded to f32 first, as the CPU twin.
+extern "C" __global__ void towers_bias_add_act_f32(int op, i64 n, i64 c, const float* __restrict__ x,
+                                                   const float* __restrict__ bias, float* __restrict__ y) {
+    GRID_STRIDE(i, n) { y[i] = unary_op(op, __fadd_rn(x[i], bias[i % c])); }
 }
 
 // dx from dy and the forward output y: Neg: -dy; Relu: dy where y > 0;

@@ -90,6 +90,16 @@ macro_rules! unary_ops {
             }
         }
 
+        /// `y[i] = op(y[i])`, in place (the epilogue of a fused launch).
+        pub fn unary_in_place(op: UnaryOp, y: &mut [f32]) {
+            match op {
+                $(UnaryOp::$v => {
+                    let f = $f;
+                    for o in y.iter_mut() { *o = f(*o); }
+                })*
+            }
+        }
+
         /// `dx[i] = grad_op(dy[i], y[i])` where `y = op(x)` (the graph's `UnaryGrad`).
         pub fn unary_grad(op: UnaryOp, dy: &[f32], y: &[f32], dx: &mut [f32]) {
             debug_assert!(dy.len() == y.len() && dy.len() == dx.len());

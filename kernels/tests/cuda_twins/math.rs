@@ -70,6 +70,23 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let mut want = vec![0f32; rows * c];
         cpu::bias_add(&x, &b, &mut want);
         r.f32("bias_add", format!("[{rows}, {c}]"), &g.down(&dy, rows * c), &want, None);
+        // The fused bias add + activation, for the ops defined on every real
+        // (log, sqrt, rsqrt and reciprocal of x + b in [-2, 2] are checked by `unary`).
+        for (op, act) in towers_kernels::UnaryOp::ALL.iter().enumerate() {
+            if ["log", "sqrt", "rsqrt", "reciprocal"].contains(&act.name()) {
+                continue;
+            }
+            let out = g.up(&vec![0f32; rows * c]);
+            g.ew(
+                EWF,
+                "towers_bias_add_act_f32",
+                rows * c,
+                &[A::I32(op as i32), n(rows * c), n(c), dx.a(), db.a(), out.a()],
+            );
+            let mut want = vec![0f32; rows * c];
+            towers_kernels::elementwise::bias_add_act(&x, &b, *act, &mut want);
+            r.f32("bias_add_act", format!("[{rows}, {c}] {}", act.name()), &g.down(&out, rows * c), &want, Some(1e-6));
+        }
         let dgb = g.up(&vec![0f32; c]);
         g.launch(
             "reduce",

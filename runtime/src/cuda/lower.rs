@@ -200,6 +200,13 @@ pub(crate) fn lower_launch(
             a.i64(y.len).i64(*channels).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(y.ptr);
             launch(ops, "elementwise", "towers_bias_add_f32", ew(y.len), BLOCK, a)?;
         }
+        Kernel::BiasAddAct { channels, act } => {
+            let y = o(0)?;
+            let code = UnaryOp::ALL.iter().position(|u| u == act).unwrap_or(0) as i32;
+            let mut a = ArgPack::new();
+            a.i32(code).i64(y.len).i64(*channels).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(y.ptr);
+            launch(ops, "elementwise", "towers_bias_add_act_f32", ew(y.len), BLOCK, a)?;
+        }
         Kernel::BiasAddGrad { channels } => {
             let dy = i(0)?;
             let rows = dy.len / (*channels).max(1);
