@@ -4,6 +4,12 @@
 //! `ptxas` is on PATH, assembles for `sm_80` and `sm_90` without error
 //! (`ptxas -v` prints registers, spills and shared memory per kernel).
 //!
+//! With ptxas, each function's registers, stack, spills and shared memory
+//! per architecture are kept in an insta snapshot
+//! (`snapshots/cuda_compile__ptxas_resources.snap`), so a change that makes
+//! a kernel spill or grow shows up in review (NVRTC and ptxas are pinned to
+//! 13.0.88 by .ci/run, so the figures are the same on every machine).
+//!
 //! Without NVRTC the test prints a loud SKIPPED message and passes, unless
 //! `CI` is set: then it fails. `.ci/run` installs NVRTC and ptxas from PyPI.
 
@@ -38,6 +44,8 @@ fn every_source_compiles_with_nvrtc_and_assembles_with_ptxas() {
     let dir = std::env::temp_dir().join(format!("towers-cuda-compile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = Vec::new();
+    // (arch, function, resources) of every function ptxas assembled.
+    let mut resources: Vec<(String, String, String)> = Vec::new();
     for src in SOURCES {
         for (virt, real) in ARCHS {
             let t = std::time::Instant::now();
@@ -97,8 +105,42 @@ fn every_source_compiles_with_nvrtc_and_assembles_with_ptxas() {
             if std::env::var_os("TOWERS_PTXAS_LOG").is_some() {
                 eprintln!("{log}");
             }
+            resources.extend(function_resources(&log, real));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n\n"));
+    if ptxas.is_some() {
+        resources.sort();
+        let table: String = resources.iter().map(|(arch, f, r)| format!("{arch} {f}: {r}\n")).collect();
+        insta::assert_snapshot!("ptxas_resources", table);
+    }
+}
+
+/// Per function of a `ptxas -v` log: "N registers, S B stack, spill stores
+/// A B, spill loads B B, smem C B" (shared memory only when used).
+fn function_resources(log: &str, arch: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    for line in log.lines() {
+        if let Some(rest) = line.split("Function properties for ").nth(1) {
+            current = Some((rest.trim().to_string(), String::new()));
+        } else if let (Some((_, props)), true) = (current.as_mut(), line.contains("bytes stack frame")) {
+            let nums: Vec<&str> = line.split_whitespace().filter(|w| w.parse::<u64>().is_ok()).collect();
+            if let [stack, stores, loads] = nums[..] {
+                *props = format!("{stack} B stack, spill stores {stores} B, spill loads {loads} B");
+            }
+        } else if let Some(used) = line.split("Used ").nth(1) {
+            if let Some((f, props)) = current.take() {
+                let regs = used.split(' ').next().unwrap_or("?");
+                let smem = used
+                    .split(", ")
+                    .find_map(|p| p.strip_suffix(" bytes smem"))
+                    .map(|b| format!(", smem {b} B"))
+                    .unwrap_or_default();
+                out.push((arch.to_string(), f, format!("{regs} registers, {props}{smem}")));
+            }
+        }
+    }
+    out
 }
