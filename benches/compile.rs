@@ -9,6 +9,7 @@
 //! markdown table on stdout and JSON lines in `target/bench-compile.jsonl`
 //! (or $TOWERS_BENCH_OUT).
 
+#[allow(dead_code)] // the step helpers of the shared module are not used here
 mod common;
 
 use std::io::Write;

@@ -23,9 +23,8 @@ mod common;
 use std::io::Write;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Instant;
 
-use common::{anchor_convnet, mlp, Model};
+use common::{anchor_convnet, mlp, timed_steps, Model};
 use towers::compiler::{compile_train, CompileOptions};
 use towers::data::Dataset;
 use towers::graph::{Device, Optimizer, F32};
@@ -52,16 +51,7 @@ fn time_steps(model: &Model, opts: &CompileOptions, comm: Arc<dyn Comm>, steps: 
     let img = 28 * 28;
     sess.feed_f32("train", "images", &data.images()[rows.start * img..rows.end * img]).expect("feed");
     sess.feed_i32("train", "labels", &data.labels()[rows]).expect("feed");
-    for _ in 0..10 {
-        sess.run("train").expect("step");
-    }
-    sess.set_profiling("train", true).expect("profiling");
-    let mut times = Vec::with_capacity(steps);
-    for _ in 0..steps {
-        let t = Instant::now();
-        sess.run("train").expect("step");
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
+    let mut times = timed_steps(&mut sess, steps);
     let total: f64 = times.iter().sum();
     let prof = sess.profile("train").expect("profile");
     if std::env::var("TOWERS_BENCH_PROFILE").is_ok_and(|v| v == "1") && opts.process.rank == 0 {

@@ -19,11 +19,10 @@
 //! both vCPUs on one physical core.
 
 use std::io::Write;
-use std::time::Instant;
 
 mod common;
 
-use common::{anchor_convnet, mlp, Model};
+use common::{anchor_convnet, mlp, timed_steps, Model};
 use towers::compiler::{compile_train, CompileOptions};
 use towers::data::Dataset;
 use towers::graph::{Device, Optimizer, F32};
@@ -44,16 +43,7 @@ fn time_steps(model: &Model, opts: &CompileOptions, steps: usize) -> Stats {
     let data = Dataset::synthetic(opts.batch, 28, 28, 1, 10, 1).expect("data");
     sess.feed_f32("train", "images", data.images()).expect("feed");
     sess.feed_i32("train", "labels", data.labels()).expect("feed");
-    for _ in 0..10 {
-        sess.run("train").expect("step");
-    }
-    sess.set_profiling("train", true).expect("profiling");
-    let mut times = Vec::with_capacity(steps);
-    for _ in 0..steps {
-        let t = Instant::now();
-        sess.run("train").expect("step");
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
+    let mut times = timed_steps(&mut sess, steps);
     let prof = sess.profile("train").expect("profile");
     if std::env::var("TOWERS_BENCH_PROFILE").is_ok_and(|v| v == "1") {
         let mut top: Vec<_> = prof.iter().collect();

@@ -6,6 +6,7 @@
 use towers::graph::layers::{self, Activation};
 use towers::graph::{DType, Graph, GraphBuilder, Padding, Reuse, Shape};
 use towers::models::{build, ModelKind, ModelSpec};
+use towers::runtime::Session;
 
 pub struct Model {
     pub graph: Graph,
@@ -48,4 +49,20 @@ pub fn anchor_convnet() -> Model {
     // conv1 24*24*12*25, conv2 10*10*24*108, fc 600*100, logits 100*10 MACs.
     let macs = 24.0 * 24.0 * 12.0 * 25.0 + 10.0 * 10.0 * 24.0 * 108.0 + 60000.0 + 1000.0;
     Model { graph: b.finish(), name: "conv", fwd_flops: 2.0 * macs }
+}
+
+/// Run the loaded, fed program "train" 10 times untimed, then `steps` times
+/// with profiling on: each step's wall time in ms, in run order.
+pub fn timed_steps(sess: &mut Session, steps: usize) -> Vec<f64> {
+    for _ in 0..10 {
+        sess.run("train").expect("step");
+    }
+    sess.set_profiling("train", true).expect("profiling");
+    let mut times = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let t = std::time::Instant::now();
+        sess.run("train").expect("step");
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use towers::compiler::{compile_train, CompileOptions};
 use towers::data::Dataset;
 use towers::models::{build, Model, ModelKind, ModelSpec};
+use towers_graph::{Device, Optimizer, F32};
 use towers_passes::ProcessGroup;
 use towers_runtime::comm::{Comm, LocalComm};
 use towers_runtime::Session;
@@ -136,4 +137,23 @@ pub fn mpirun_self(test: &str, np: usize, env: &[(&str, &str)]) -> Option<(bool,
 /// Whether this process is a rank started by an MPI launcher.
 pub fn under_mpirun() -> bool {
     std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some()
+}
+
+/// The tolerance of the equivalence tests: relative (|a-b| / max(1,|b|))
+/// after 3 steps (float reassociation of per-tower and per-rank sums).
+pub const TOL: f32 = 2e-5;
+
+/// SGD, Momentum (plain and Nesterov) and Adam, as the equivalence tests use them.
+pub fn optimizers() -> Vec<Optimizer> {
+    vec![
+        Optimizer::Sgd { lr: F32(0.1) },
+        Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false },
+        Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: true },
+        Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
+    ]
+}
+
+/// Tower devices `/gpu:0` .. `/gpu:n-1`.
+pub fn towers(n: u32) -> Vec<Device> {
+    (0..n).map(Device::gpu).collect()
 }

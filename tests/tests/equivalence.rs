@@ -12,26 +12,12 @@
 
 use towers::compiler::CompileOptions;
 use towers::models::ModelKind;
-use towers_graph::{Device, Optimizer, F32};
+use towers_graph::{Optimizer, F32};
 use towers_passes::{SplitPolicy, VarPlacement};
-use towers_tests::{batches, max_rel_diff, run, small_model};
+use towers_tests::{batches, max_rel_diff, optimizers, run, small_model, towers, TOL};
 
-const TOL: f32 = 2e-5;
 const BATCH: usize = 24;
 const STEPS: usize = 3;
-
-fn optimizers() -> Vec<Optimizer> {
-    vec![
-        Optimizer::Sgd { lr: F32(0.1) },
-        Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false },
-        Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: true },
-        Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
-    ]
-}
-
-fn towers(n: u32) -> Vec<Device> {
-    (0..n).map(Device::gpu).collect()
-}
 
 fn uneven(n: usize) -> Vec<u32> {
     // Shares of 24 that differ per tower: 3:1, 1:2:3, 1:1:1:3.

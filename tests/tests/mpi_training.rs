@@ -3,7 +3,7 @@
 //! Each test re-runs this binary under `mpirun -np 2` (each process runs
 //! only that test, as one rank) and checks the ranks' output; the ranks
 //! compare themselves with one device on the whole batch (computed in each
-//! rank process) at the tolerance of `processes.rs` (2e-5 relative after 3
+//! rank process) at the tolerance of `processes.rs` (`TOL`, 2e-5 relative after 3
 //! steps), and with each other bit for bit (the loss and every variable are
 //! printed as bits by both ranks and must agree). Without `mpirun` the tests
 //! say SKIPPED, except under CI, where they fail.
@@ -17,9 +17,8 @@ use towers::models::ModelKind;
 use towers_graph::{Device, Optimizer, F32};
 use towers_passes::SplitPolicy;
 use towers_runtime::comm::{Comm, MpiComm};
-use towers_tests::{batches, max_rel_diff, mpirun_self, run, run_as, small_model, under_mpirun};
+use towers_tests::{batches, max_rel_diff, mpirun_self, optimizers, run, run_as, small_model, under_mpirun, TOL};
 
-const TOL: f32 = 2e-5;
 const BATCH: usize = 24;
 const EQUIVALENCE: &str = "two_mpi_processes_match_one_device_for_every_optimizer_split_and_accumulation";
 const HANG: &str = "a_rank_that_hangs_ends_every_rank_with_an_error_naming_it";
@@ -32,11 +31,6 @@ fn equivalence_as_rank() {
     assert_eq!(comm.world_size(), 2, "run with mpirun -np 2");
     let model = small_model(ModelKind::Mlp, false, 11);
     let data = batches(BATCH, 3, 5);
-    let opts = [
-        Optimizer::Sgd { lr: F32(0.1) },
-        Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false },
-        Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
-    ];
     // (towers per process, split over all towers of both ranks, micro-batches)
     let cases = [
         (1, SplitPolicy::Even, 1),
@@ -46,7 +40,7 @@ fn equivalence_as_rank() {
         (1, SplitPolicy::Even, 3),
     ];
     let mut n = 0;
-    for opt in &opts {
+    for opt in &optimizers() {
         let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
         for (towers, split, k) in &cases {
             let mut o = CompileOptions::new(opt.clone(), BATCH);
@@ -82,8 +76,8 @@ fn two_mpi_processes_match_one_device_for_every_optimizer_split_and_accumulation
         return;
     };
     assert!(ok, "mpirun failed:\n{text}");
-    assert!(text.contains("rank 0 ok: 15 cases") && text.contains("rank 1 ok: 15 cases"), "{text}");
-    for case in 0..15 {
+    assert!(text.contains("rank 0 ok: 20 cases") && text.contains("rank 1 ok: 20 cases"), "{text}");
+    for case in 0..20 {
         // A rank's first line may follow the test harness's "test ... " on the same line.
         let tag = format!("case {case} digest ");
         let digests: Vec<&str> = text.lines().filter_map(|l| l.split_once(tag.as_str()).map(|(_, d)| d)).collect();

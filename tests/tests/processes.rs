@@ -17,27 +17,14 @@ use std::sync::Arc;
 
 use towers::compiler::{compile_train, CompileOptions};
 use towers::models::ModelKind;
-use towers_graph::{Device, Op, Optimizer, F32};
+use towers_graph::{Op, Optimizer, F32};
 use towers_passes::{BnUpdates, ProcessGroup, SplitPolicy, VarPlacement};
 use towers_runtime::comm::LocalComm;
 use towers_runtime::{RuntimeError, Session};
-use towers_tests::{batches, max_rel_diff, run, run_ranks, small_model, RunResult};
+use towers_tests::{batches, max_rel_diff, optimizers, run, run_ranks, small_model, towers, RunResult, TOL};
 
-const TOL: f32 = 2e-5;
 const BATCH: usize = 24;
 const STEPS: usize = 3;
-
-fn optimizers() -> Vec<Optimizer> {
-    vec![
-        Optimizer::Sgd { lr: F32(0.1) },
-        Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false },
-        Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
-    ]
-}
-
-fn towers(n: u32) -> Vec<Device> {
-    (0..n).map(Device::gpu).collect()
-}
 
 fn check(ranks: &[RunResult], single: &RunResult, what: &str) {
     for (r, got) in ranks.iter().enumerate() {
