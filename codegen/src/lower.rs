@@ -23,12 +23,14 @@
 //!    declared in steps 2 and 3 and placed once, at the end, sharing bytes
 //!    by liveness over the steps of 4 unless `opts.reuse_memory` is off).
 //!
-//! Two fusions: a `TowerMean` whose only consumer is an `ApplyGradient` on
+//! Three fusions: a `TowerMean` whose only consumer is an `ApplyGradient` on
 //! its device (and that is not fetched) gets no buffer and no launch; the
 //! apply becomes one `MeanApply` launch that reads the towers' gradients
 //! directly (see [`fusable_means`]). A `BiasAdd` whose only consumer is an
 //! activation (`Unary`) likewise: the activation becomes one `BiasAddAct`
-//! launch (see [`fusable_bias_acts`]).
+//! launch (see [`fusable_bias_acts`]); and a `BiasAddGrad` reading an
+//! activation gradient becomes part of it, one `UnaryGradBiasGrad` launch
+//! with both outputs (see [`fusable_grad_biases`]).
 //!
 //! Maps keyed by node are used for lookup only; every output order comes
 //! from the schedule or the topological order, never from map order.
@@ -60,6 +62,10 @@ struct Lowerer<'g> {
     buckets: BTreeMap<NodeId, BufRef>,
     /// Activation -> the bias add fused into it.
     bias_acts: BTreeMap<NodeId, NodeId>,
+    /// Activation gradient -> the bias gradient fused into it.
+    grad_biases: BTreeMap<NodeId, NodeId>,
+    /// Launch outputs of fused launches that write another node's output too.
+    fused_outputs: BTreeMap<NodeId, Vec<BufRef>>,
 }
 
 /// BiasAdd nodes that fuse into the activation after them: (activation,
@@ -81,6 +87,29 @@ pub fn fusable_bias_acts(g: &Graph) -> BTreeMap<NodeId, NodeId> {
             if matches!(act.op, Op::Unary(_)) && act.device == n.device && f32_out {
                 out.insert(u, id);
             }
+        }
+    }
+    out
+}
+
+/// BiasAddGrad nodes that fuse into the activation gradient they read:
+/// (activation gradient, bias gradient) pairs. A bias gradient fuses when its
+/// input is output 0 of a `UnaryGrad` on the same device; the pair becomes
+/// one `UnaryGradBiasGrad` launch writing both outputs (the activation
+/// gradient keeps its other readers). One bias gradient per activation
+/// gradient (the first by node order).
+pub fn fusable_grad_biases(g: &Graph) -> BTreeMap<NodeId, NodeId> {
+    let mut out = BTreeMap::new();
+    for id in g.node_ids() {
+        let n = g.node(id);
+        if !matches!(n.op, Op::BiasAddGrad) {
+            continue;
+        }
+        let Some(t) = g.inputs(id).first().copied() else { continue };
+        let u = g.node(t.node);
+        let f32_in = u.outputs.first().is_some_and(|o| o.dtype == towers_graph::DType::F32);
+        if t.slot == 0 && matches!(u.op, Op::UnaryGrad(_)) && u.device == n.device && f32_in {
+            out.entry(t.node).or_insert(id);
         }
     }
     out
@@ -245,7 +274,10 @@ impl<'g> Lowerer<'g> {
 
     fn lower_node(&mut self, id: NodeId, opts: &LowerOptions) -> Result<(), CodegenError> {
         let node = self.g.node(id);
-        if self.fused.values().any(|&m| m == id) || self.bias_acts.values().any(|&b| b == id) {
+        if self.fused.values().any(|&m| m == id)
+            || self.bias_acts.values().any(|&b| b == id)
+            || self.grad_biases.values().any(|&b| b == id)
+        {
             // Fused into its apply or its activation: no buffer, no launch.
             self.lowered.insert(id, (Lowering::Nothing, None));
             return Ok(());
@@ -290,6 +322,11 @@ impl<'g> Lowerer<'g> {
             let channels = self.ty(self.g.inputs(b)[1])?.dims.last().copied().unwrap_or(1);
             *kernel = crate::Kernel::BiasAddAct { channels, act: *act };
             self.fused_inputs.insert(id, refs);
+        }
+        let grad_bias = self.grad_biases.get(&id).copied();
+        if let (Some(b), Lowering::Launch { kernel, .. }, Op::UnaryGrad(act)) = (grad_bias, &mut low, &node.op) {
+            let channels = self.ty(Tensor::new(b, 0))?.dims.iter().product::<usize>();
+            *kernel = crate::Kernel::UnaryGradBiasGrad { channels, act: *act };
         }
         let mut workspace = None;
         match &low {
@@ -344,6 +381,20 @@ impl<'g> Lowerer<'g> {
                 }
             }
         }
+        if let Some(b) = grad_bias {
+            // The bias gradient's output, written by this launch.
+            self.alloc_outputs(b, BufferKind::Tensor)?;
+            let refs = [Tensor::new(id, 0), Tensor::new(b, 0)]
+                .iter()
+                .map(|t| {
+                    self.bind
+                        .get(t)
+                        .cloned()
+                        .ok_or_else(|| CodegenError::NotScheduled { node: node.name.clone(), by: node.name.clone() })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            self.fused_outputs.insert(id, refs);
+        }
         self.lowered.insert(id, (low, workspace));
         Ok(())
     }
@@ -377,9 +428,10 @@ impl<'g> Lowerer<'g> {
                 },
             ],
             Lowering::Launch { kernel, inputs: idx, outs } => {
-                let outputs = match outs {
-                    Outs::Own => (0..node.outputs.len()).map(outb).collect(),
-                    Outs::InPlace(v) => v.iter().map(|&i| inb(i)).collect(),
+                let outputs = match (outs, self.fused_outputs.get(&id)) {
+                    (Outs::Own, Some(refs)) => refs.clone(),
+                    (Outs::Own, None) => (0..node.outputs.len()).map(outb).collect(),
+                    (Outs::InPlace(v), _) => v.iter().map(|&i| inb(i)).collect(),
                 };
                 let inputs = match self.fused_inputs.get(&id) {
                     Some(refs) => refs.clone(),
@@ -453,6 +505,8 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         bucket_views: BTreeMap::new(),
         buckets: BTreeMap::new(),
         bias_acts: fusable_bias_acts(g),
+        grad_biases: fusable_grad_biases(g),
+        fused_outputs: BTreeMap::new(),
     };
 
     let mut variables = Vec::new();

@@ -98,7 +98,9 @@ pub fn kernel_params(k: &Kernel) -> String {
         }
         Kernel::AddN { n } => format!("n={n}"),
         Kernel::BiasAdd { channels } | Kernel::BiasAddGrad { channels } => format!("c={channels}"),
-        Kernel::BiasAddAct { channels, act } => format!("c={channels} {}", act.name()),
+        Kernel::BiasAddAct { channels, act } | Kernel::UnaryGradBiasGrad { channels, act } => {
+            format!("c={channels} {}", act.name())
+        }
         Kernel::Unary { op } | Kernel::UnaryGrad { op } => op.name().into(),
         Kernel::Conv2D { geom, .. }
         | Kernel::Conv2DBackpropInput { geom, .. }

@@ -170,6 +170,8 @@ pub const KERNELS: &[CudaKernel] = &[
     k!("add_n", "misc", ["towers_add_n_f32"], "n (i64), count (i32), xs (device array of count input pointers), out", EW),
     k!("bias_add", "elementwise", ["towers_bias_add_f32"], "n (i64), c = channels (i64), x, bias, y", EW),
     k!("bias_add_act", "elementwise", ["towers_bias_add_act_f32"], "op (i32: the index in UnaryOp::ALL), n (i64), c = channels (i64), x, bias, y", EW),
+    k!("unary_grad_bias_grad", "reduce", ["towers_unary_grad_bias_grad_f32"],
+       "op (i32: the index in UnaryOp::ALL), rows, c = channels (i64), dy, y, dx, db", "block BLOCK (power of two <= 1024), grid grid_rows(channels)"),
     k!("bias_add_grad", "reduce", ["towers_reduce_f32"],
        "n_out = channels, dy, db, xd = Dims4([1, 1, rows, channels]), reduced = 0b0100, scale = 1.0", ROWS),
     k!("unary", "elementwise", ["towers_unary_f32"], "op (i32: the index in UnaryOp::ALL), n (i64), x, y", EW),
@@ -373,7 +375,7 @@ mod tests {
     #[test]
     fn the_cuda_unary_switches_cover_every_unary_op_in_order() {
         let code = source("elementwise").expect("elementwise source").code;
-        for entry in ["float unary_op(", "void towers_unary_grad_f32("] {
+        for entry in ["float unary_op(", "float unary_grad_op("] {
             let body = code.split(entry).nth(1).expect("the entry point");
             let switch = body.split("switch (op)").nth(1).expect("a switch").split("default:").next().unwrap_or("");
             let cases: Vec<usize> =
@@ -399,11 +401,11 @@ mod tests {
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 45);
+        assert_eq!(KERNELS.len(), 46);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 45);
+        assert_eq!(names.len(), 46);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 

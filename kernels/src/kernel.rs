@@ -46,6 +46,13 @@ pub enum Kernel {
         channels: usize,
         act: UnaryOp,
     },
+    /// in: dy, y. out: dx = grad(dy, y) of `act` (as `UnaryGrad`) and db =
+    /// the bias gradient of dx (as `BiasAddGrad`): an activation's gradient
+    /// and the bias gradient reading it, fused by lowering into one launch.
+    UnaryGradBiasGrad {
+        channels: usize,
+        act: UnaryOp,
+    },
     /// in: dy. out: db.
     BiasAddGrad {
         channels: usize,
@@ -240,6 +247,7 @@ impl Kernel {
             Kernel::AddN { .. } => "add_n",
             Kernel::BiasAdd { .. } => "bias_add",
             Kernel::BiasAddAct { .. } => "bias_add_act",
+            Kernel::UnaryGradBiasGrad { .. } => "unary_grad_bias_grad",
             Kernel::BiasAddGrad { .. } => "bias_add_grad",
             Kernel::Unary { .. } => "unary",
             Kernel::UnaryGrad { .. } => "unary_grad",

@@ -191,6 +191,14 @@ impl Check<'_, '_> {
                 self.size(In(1), *channels, || "channels".into())?;
                 self.size(Out(0), self.ins[0].elems, || "input 0's length".into())
             }
+            Kernel::UnaryGradBiasGrad { channels, .. } => {
+                self.args(2, 2)?;
+                self.all_f32()?;
+                self.rows(*channels, "channels")?;
+                self.size(In(1), self.ins[0].elems, || "input 0's length".into())?;
+                self.size(Out(0), self.ins[0].elems, || "input 0's length".into())?;
+                self.size(Out(1), *channels, || "channels".into())
+            }
             Kernel::BiasAddGrad { channels } => {
                 self.args(1, 1)?;
                 self.all_f32()?;

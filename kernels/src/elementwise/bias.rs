@@ -38,6 +38,36 @@ pub fn bias_add_act(x: &[f32], bias: &[f32], act: super::UnaryOp, y: &mut [f32])
     }
 }
 
+/// Channels [`unary_grad_bias_grad`] keeps per-block partial sums of on the stack.
+const GRAD_MAX_CHANNELS: usize = 1024;
+
+/// `dx = unary_grad(act, dy, y)` and `db = bias_add_grad(dx)`: an
+/// activation's gradient and the bias gradient that reads it, fused by
+/// lowering into one launch. Per block of whole rows, the gradient then the
+/// block's column sums while the block is in L1 (one pass over `dx` fewer),
+/// the blocks' sums added in block order: deterministic, and equal to the
+/// two launches up to the reassociation of `db`'s sum. More than
+/// [`GRAD_MAX_CHANNELS`] channels run as the two kernels.
+pub fn unary_grad_bias_grad(act: super::UnaryOp, dy: &[f32], y: &[f32], dx: &mut [f32], db: &mut [f32]) {
+    let c = db.len();
+    debug_assert!(dy.len() == y.len() && dy.len() == dx.len());
+    if c == 0 || c > GRAD_MAX_CHANNELS {
+        super::unary::unary_grad(act, dy, y, dx);
+        bias_add_grad(dx, db);
+        return;
+    }
+    db.fill(0.0);
+    let mut part = [0f32; GRAD_MAX_CHANNELS];
+    let rows = (ACT_BLOCK / c).max(1) * c;
+    for ((xb, gb), yb) in dx.chunks_mut(rows).zip(dy.chunks(rows)).zip(y.chunks(rows)) {
+        super::unary::unary_grad(act, gb, yb, xb);
+        bias_add_grad(xb, &mut part[..c]);
+        for (d, p) in db.iter_mut().zip(&part[..c]) {
+            *d += *p;
+        }
+    }
+}
+
 /// Floats in the tile [`bias_add_grad`] sums whole rows into.
 const TILE: usize = 64;
 
@@ -141,6 +171,29 @@ mod fused_tests {
                 bias_add_act(&x, &b, act, &mut got);
                 let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
                 assert!(same, "{} on [{rows}, {c}]", act.name());
+            }
+        }
+    }
+
+    #[test]
+    fn unary_grad_bias_grad_is_the_gradient_then_its_column_sums() {
+        use crate::elementwise::unary_grad;
+        for (rows, c) in [(1usize, 1usize), (7, 12), (1000, 12), (700, 24), (3, 5000)] {
+            let dy: Vec<f32> = (0..rows * c).map(|i| ((i * 29 % 97) as f32 - 48.0) / 31.0).collect();
+            let y: Vec<f32> = (0..rows * c).map(|i| ((i * 13 % 89) as f32 - 30.0) / 40.0).collect();
+            for &act in UnaryOp::ALL {
+                let mut want_dx = vec![0f32; rows * c];
+                unary_grad(act, &dy, &y, &mut want_dx);
+                let mut want_db = vec![0f32; c];
+                bias_add_grad(&want_dx, &mut want_db);
+                let (mut dx, mut db) = (vec![0f32; rows * c], vec![7f32; c]);
+                unary_grad_bias_grad(act, &dy, &y, &mut dx, &mut db);
+                let same = dx.iter().zip(&want_dx).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{} dx on [{rows}, {c}]", act.name());
+                for (a, b) in db.iter().zip(&want_db) {
+                    let ok = a == b || (a - b).abs() <= 1e-4 * b.abs().max(1.0) || (a.is_nan() && b.is_nan());
+                    assert!(ok, "{} db on [{rows}, {c}]: {a} vs {b}", act.name());
+                }
             }
         }
     }

@@ -96,30 +96,9 @@ extern "C" __global__ void towers_bias_add_act_f32(int op, i64 n, i64 c, const f
     GRID_STRIDE(i, n) { y[i] = unary_op(op, __fadd_rn(x[i], bias[i % c])); }
 }
 
-// dx from dy and the forward output y: Neg: -dy; Relu: dy where y > 0;
-// Sigmoid: dy*y*(1-y); Tanh: dy*(1-y*y); Exp: dy*y; Log: dy*exp(-y);
-// Sqrt: dy*0.5/y; Rsqrt: -0.5*dy*y*y*y; Reciprocal: -dy*y*y; Elu: dy where y > 0, else
-// dy*(y+1). The case numbers are the indices of `UnaryOp::ALL` (a test checks
-// that every op has its case). Products are rounded one by one
-// (no fused multiply-add), as the CPU twin, so results match bit for bit.
+// The gradient from dy and the forward output y: `unary_grad_op` in the
+// prelude (shared with the fused ReLU-and-bias gradient of the reduce family).
 extern "C" __global__ void towers_unary_grad_f32(int op, i64 n, const float* __restrict__ dy,
                                                  const float* __restrict__ y, float* __restrict__ dx) {
-    GRID_STRIDE(i, n) {
-        float g = dy[i], v = y[i];
-        float r;
-        switch (op) {
-        case 0: r = __fmul_rn(g, -1.0f); break;
-        case 1: r = v > 0.0f ? g : 0.0f; break;
-        case 2: r = __fmul_rn(__fmul_rn(g, v), __fsub_rn(1.0f, v)); break;
-        case 3: r = __fmul_rn(g, __fsub_rn(1.0f, __fmul_rn(v, v))); break;
-        case 4: r = __fmul_rn(g, v); break;
-        case 5: r = __fmul_rn(g, expf(-v)); break;
-        case 6: r = __fdiv_rn(__fmul_rn(g, 0.5f), v); break;
-        case 7: r = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(-0.5f, g), v), v), v); break;
-        case 8: r = __fmul_rn(__fmul_rn(-g, v), v); break;
-        case 9: r = v > 0.0f ? g : __fmul_rn(g, __fadd_rn(v, 1.0f)); break;
-        default: r = __int_as_float(0x7fc00000); break;
-        }
-        dx[i] = r;
-    }
+    GRID_STRIDE(i, n) { dx[i] = unary_grad_op(op, dy[i], y[i]); }
 }

@@ -134,3 +134,29 @@ extern "C" __global__ void towers_cast_i32_bool(i64 n, const int* __restrict__ x
 extern "C" __global__ void towers_copy_u32(i64 n, const u32* __restrict__ x, u32* __restrict__ y) {
     GRID_STRIDE(i, n) { y[i] = x[i]; }
 }
+
+// The fused gradient of an activation and the bias add before it:
+// dx = grad(dy, y) (as towers_unary_grad_f32) and db[c] = the sum of dx over
+// the rows of channel c, one block per channel (a strided column, like
+// bias_add_grad through towers_reduce_f32), each thread summing its rows in
+// order and the block's partial sums folded by block_sum's fixed tree:
+// deterministic.
+extern "C" __global__ void towers_unary_grad_bias_grad_f32(int op, i64 rows, i64 c, const float* __restrict__ dy,
+                                                           const float* __restrict__ y, float* __restrict__ dx,
+                                                           float* __restrict__ db) {
+    __shared__ float sh[1024];
+    for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        float acc = 0.0f;
+        for (i64 r = threadIdx.x; r < rows; r += blockDim.x) {
+            i64 i = r * c + ch;
+            float g = unary_grad_op(op, dy[i], y[i]);
+            dx[i] = g;
+            acc = __fadd_rn(acc, g);
+        }
+        float s = block_sum(acc, sh);
+        if (threadIdx.x == 0) {
+            db[ch] = s;
+        }
+        __syncthreads();
+    }
+}

@@ -70,6 +70,37 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let mut want = vec![0f32; rows * c];
         cpu::bias_add(&x, &b, &mut want);
         r.f32("bias_add", format!("[{rows}, {c}]"), &g.down(&dy, rows * c), &want, None);
+        // The fused activation gradient + bias gradient (dy in [-1, 1], y = x + b as the forward output).
+        for (op, act) in towers_kernels::UnaryOp::ALL.iter().enumerate() {
+            if ["log", "sqrt", "rsqrt", "reciprocal"].contains(&act.name()) {
+                continue;
+            }
+            let yv: Vec<f32> = x.iter().zip(b.iter().cycle()).map(|(v, bb)| v + bb).collect();
+            let (gy, gdx, gdb) = (g.up(&yv), g.up(&vec![0f32; rows * c]), g.up(&vec![0f32; c]));
+            g.launch(
+                "reduce",
+                "towers_unary_grad_bias_grad_f32",
+                grid_rows(c),
+                BLOCK,
+                &[A::I32(op as i32), n(rows), n(c), dx.a(), gy.a(), gdx.a(), gdb.a()],
+            );
+            let (mut want_dx, mut want_db) = (vec![0f32; rows * c], vec![0f32; c]);
+            towers_kernels::elementwise::unary_grad_bias_grad(*act, &x, &yv, &mut want_dx, &mut want_db);
+            r.f32(
+                "unary_grad_bias_grad dx",
+                format!("[{rows}, {c}] {}", act.name()),
+                &g.down(&gdx, rows * c),
+                &want_dx,
+                None,
+            );
+            r.f32(
+                "unary_grad_bias_grad db",
+                format!("[{rows}, {c}] {}", act.name()),
+                &g.down(&gdb, c),
+                &want_db,
+                Some(1e-4),
+            );
+        }
         // The fused bias add + activation, for the ops defined on every real
         // (log, sqrt, rsqrt and reciprocal of x + b in [-2, 2] are checked by `unary`).
         for (op, act) in towers_kernels::UnaryOp::ALL.iter().enumerate() {

@@ -58,6 +58,7 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         }
         Kernel::BiasAdd { .. } => ew::bias_add(i(0), i(1), o(0)),
         Kernel::BiasAddAct { act, .. } => ew::bias_add_act(i(0), i(1), *act, o(0)),
+        Kernel::UnaryGradBiasGrad { act, .. } => ew::unary_grad_bias_grad(*act, i(0), i(1), o(0), o(1)),
         Kernel::BiasAddGrad { .. } => ew::bias_add_grad(i(0), o(0)),
         Kernel::Unary { op } => ew::unary(*op, i(0), o(0)),
         Kernel::UnaryGrad { op } => ew::unary_grad(*op, i(0), i(1), o(0)),

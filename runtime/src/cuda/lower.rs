@@ -207,6 +207,14 @@ pub(crate) fn lower_launch(
             a.i32(code).i64(y.len).i64(*channels).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(y.ptr);
             launch(ops, "elementwise", "towers_bias_add_act_f32", ew(y.len), BLOCK, a)?;
         }
+        Kernel::UnaryGradBiasGrad { channels, act } => {
+            let dy = i(0)?;
+            let code = UnaryOp::ALL.iter().position(|u| u == act).unwrap_or(0) as i32;
+            let rows = dy.len / (*channels).max(1);
+            let mut a = ArgPack::new();
+            a.i32(code).i64(rows).i64(*channels).ptr(dy.ptr).ptr(i(1)?.ptr).ptr(o(0)?.ptr).ptr(o(1)?.ptr);
+            launch(ops, "reduce", "towers_unary_grad_bias_grad_f32", grid_rows(*channels), BLOCK, a)?;
+        }
         Kernel::BiasAddGrad { channels } => {
             let dy = i(0)?;
             let rows = dy.len / (*channels).max(1);
