@@ -1,6 +1,7 @@
-//! Microbenchmarks of the convnet's hot CPU kernels at the seed model's
-//! geometry (batch 256, 28x28x1 -> conv 5x5x12 VALID -> pool 2x2 -> conv
-//! 3x3x24 VALID -> pool 2x2), one thread. Not a test: prints the best of 5
+//! Microbenchmarks of the hot CPU kernels: the MLP's GEMMs (784-256-256-10
+//! at batch 256, each transpose) and the convnet's kernels at the seed
+//! model's geometry (batch 256, 28x28x1 -> conv 5x5x12 VALID -> pool 2x2 ->
+//! conv 3x3x24 VALID -> pool 2x2), one thread. Not a test: prints the best of 5
 //! runs of ~0.1 s each, in microseconds per call:
 //! `cargo bench -p towers-kernels --bench kernels [-- FILTER]`.
 //! Repeat runs and compare ratios from the same run: the host is shared.
@@ -10,6 +11,7 @@ use std::time::Instant;
 
 use towers_kernels::conv::{conv2d, conv2d_backprop_filter, conv2d_backprop_input, ConvGeom};
 use towers_kernels::elementwise::{bias_add, bias_add_grad, unary, unary_grad, UnaryOp};
+use towers_kernels::gemm::{matmul, MatMul};
 use towers_kernels::pool::{max_pool, max_pool_grad, PoolGeom};
 use towers_kernels::window::Padding;
 
@@ -112,8 +114,25 @@ fn elementwise(filter: &Option<String>, label: &str, len: usize, c: usize) {
     report(filter, &format!("{label} copy (yardstick)"), || time(|| black_box(&mut y).copy_from_slice(&x)), 0.0);
 }
 
+fn gemm(filter: &Option<String>, m: usize, k: usize, n: usize, ta: bool, tb: bool) {
+    let p = MatMul::new(m, k, n).trans_a(ta).trans_b(tb);
+    let (a, b) = (data(m * k, 6), data(k * n, 7));
+    let mut c = vec![0.0f32; m * n];
+    let name = format!("gemm {m}x{k} * {k}x{n} ta={ta} tb={tb}");
+    report(filter, &name, || time(|| matmul(&p, &a, &b, black_box(&mut c))), 2.0 * (m * k * n) as f64);
+}
+
 fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    for (m, k, n, ta, tb) in [
+        (256, 784, 256, false, false),
+        (256, 784, 256, true, false),
+        (256, 784, 256, false, true),
+        (256, 256, 10, false, false),
+        (512, 512, 512, false, false),
+    ] {
+        gemm(&filter, m, k, n, ta, tb);
+    }
     let n = 256;
     let conv_geom = |h, c_in, k, c_out, padding| ConvGeom {
         n,

@@ -35,13 +35,19 @@ fn steps_allocate_nothing() {
     a_traced_step_allocates_nothing();
 }
 
-fn run_allocates_nothing() {
+/// A session with the one-device "train" and the two-device "two" programs, fed.
+fn fed_session() -> towers_runtime::Session {
     let mut s = towers_runtime::Session::new(1);
     s.load("train", common::mlp_plan()).unwrap();
     s.load("two", common::two_device_plan()).unwrap();
     s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
     s.feed_i32("train", "labels", &[0, 1]).unwrap();
     s.feed_f32("two", "x", &[1.0; 6]).unwrap();
+    s
+}
+
+fn run_allocates_nothing() {
+    let mut s = fed_session();
     // Warm up (thread-locals of the GEMM, first wake of the workers).
     s.run("train").unwrap();
     s.run("two").unwrap();
@@ -94,12 +100,7 @@ fn a_step_with_all_reduces_across_two_ranks_allocates_nothing() {
 }
 
 fn a_traced_step_allocates_nothing() {
-    let mut s = towers_runtime::Session::new(1);
-    s.load("train", common::mlp_plan()).unwrap();
-    s.load("two", common::two_device_plan()).unwrap();
-    s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
-    s.feed_i32("train", "labels", &[0, 1]).unwrap();
-    s.feed_f32("two", "x", &[1.0; 6]).unwrap();
+    let mut s = fed_session();
     s.set_tracing("train", true).unwrap();
     s.set_tracing("two", true).unwrap();
     s.set_profiling("two", true).unwrap();

@@ -247,36 +247,27 @@ impl Comm for MpiComm {
         if !single {
             Self::pack(inner, group);
         }
-        let n = if single { group[0].len() } else { inner.send.len() };
-        if self.world == 2 {
-            // Two ranks: IEEE addition is commutative, so whatever algorithm
-            // MPI picks, every element is v0 + v1 (= v1 + v0) bit for bit on
-            // both ranks, the rank-order sum; half the traffic of a gather.
-            inner.recv.resize(n, 0.0);
-            let Inner { world, send, recv, .. } = inner;
-            let mine: &[f32] = if single { &group[0][..] } else { &send[..] };
-            world.all_reduce_into(mine, &mut recv[..], SystemOperation::sum());
-            let mut at = 0;
-            for b in group.iter_mut() {
-                let len = b.len();
-                b.copy_from_slice(&recv[at..at + len]);
-                at += len;
-            }
-            return Ok(());
-        }
-        if single {
-            Self::pack(inner, group);
-        }
-        inner.recv.resize(n * self.world, 0.0);
+        let n: usize = group.iter().map(|b| b.len()).sum();
+        // Two ranks: IEEE addition is commutative, so whatever algorithm
+        // MPI_Allreduce picks, every element is v0 + v1 (= v1 + v0) bit for
+        // bit on both ranks, the rank-order sum, with half the traffic of a
+        // gather. More ranks: gather every rank's copy, then add in rank order.
+        let copies = if self.world == 2 { 1 } else { self.world };
+        inner.recv.resize(n * copies, 0.0);
         let Inner { world, send, recv, .. } = inner;
-        world.all_gather_into(&send[..], &mut recv[..]);
-        // Rank order: rank 0's values, plus rank 1's, plus ... (slice by
-        // slice, so the adds vectorize; the association is the same).
+        let mine: &[f32] = if single { &group[0][..] } else { &send[..] };
+        if copies == 1 {
+            world.all_reduce_into(mine, &mut recv[..], SystemOperation::sum());
+        } else {
+            world.all_gather_into(mine, &mut recv[..]);
+        }
+        // recv[..n] is the sum (two ranks) or rank 0's copy; later copies are
+        // added slice by slice, so the adds vectorize in the same association.
         let mut at = 0;
         for b in group.iter_mut() {
             let len = b.len();
             b.copy_from_slice(&recv[at..at + len]);
-            for r in 1..self.world {
+            for r in 1..copies {
                 let theirs = &recv[r * n + at..r * n + at + len];
                 for (x, y) in b.iter_mut().zip(theirs) {
                     *x += *y;

@@ -40,7 +40,7 @@ use towers_codegen::{BufRef, Plan, VariableDecl};
 
 use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
 use crate::comm::Comm;
-use crate::trace::{Trace, TraceEvent};
+use crate::trace::Trace;
 use prepare::{prepare, resolve_aliased, Exec, Prepared};
 use sched::{Failure, Runner};
 use store::Store;
@@ -207,22 +207,10 @@ impl Backend for CpuBackend {
     }
 
     fn trace(&self, id: ProgramId) -> Result<Trace, BackendError> {
-        let t = self.program(id)?.runner.trace().ok_or_else(|| {
-            BackendError::Access("no step has run with tracing on (turn it on before the run)".into())
-        })?;
-        let events = t
-            .items
-            .into_iter()
-            .map(|i| TraceEvent {
-                stream: i.stream,
-                index: i.index,
-                kind: i.kind,
-                node: i.node,
-                start_ns: i.start_ns,
-                dur_ns: i.dur_ns,
-            })
-            .collect();
-        Ok(Trace { step: t.step, start_ns: t.start_ns, dur_ns: t.dur_ns, events })
+        self.program(id)?
+            .runner
+            .trace()
+            .ok_or_else(|| BackendError::Access("no step has run with tracing on (turn it on before the run)".into()))
     }
 
     fn steps_run(&self, id: ProgramId) -> u64 {

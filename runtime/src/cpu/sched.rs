@@ -37,6 +37,7 @@ use std::time::Instant;
 use super::exec::dispatch;
 use super::prepare::Exec;
 use crate::comm::CommError;
+use crate::trace::{Trace, TraceEvent};
 
 /// State shared by the caller and the workers of one program.
 pub struct Shared {
@@ -72,30 +73,6 @@ pub struct Shared {
 struct Span {
     start: AtomicU64,
     end: AtomicU64,
-}
-
-/// One item of a traced step.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TracedItem {
-    /// The plan stream it belongs to, and its step's index there.
-    pub stream: usize,
-    pub index: usize,
-    pub kind: &'static str,
-    pub node: String,
-    /// Nanoseconds from the step's start.
-    pub start_ns: u64,
-    pub dur_ns: u64,
-}
-
-/// The timeline of the last traced step.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepTimeline {
-    /// The step (0-based, as step-dependent kernels count it).
-    pub step: u64,
-    /// Nanoseconds from the runner's creation to the step's start.
-    pub start_ns: u64,
-    pub dur_ns: u64,
-    pub items: Vec<TracedItem>,
 }
 
 /// The first failure of a step, by node.
@@ -300,7 +277,7 @@ impl Runner {
 
     /// The timeline of the last step run while tracing was on, records
     /// left out (they take no time); None before any.
-    pub fn trace(&self) -> Option<StepTimeline> {
+    pub fn trace(&self) -> Option<Trace> {
         let (gen, start, end) = self.traced?;
         let mut items = Vec::new();
         for (labels, clocks) in self.labels.iter().zip(&self.clocks) {
@@ -309,7 +286,7 @@ impl Runner {
                     continue;
                 }
                 let (a, b) = (span.start.load(Ordering::Relaxed), span.end.load(Ordering::Relaxed));
-                items.push(TracedItem {
+                items.push(TraceEvent {
                     stream: *s,
                     index: l.step,
                     kind: l.kind,
@@ -320,7 +297,7 @@ impl Runner {
             }
         }
         let step = self.shared.step_base.load(Ordering::Relaxed).wrapping_add(gen - 1);
-        Some(StepTimeline { step, start_ns: start, dur_ns: end.saturating_sub(start), items })
+        Some(Trace { step, start_ns: start, dur_ns: end.saturating_sub(start), events: items })
     }
 
     /// Time spent per stream item since profiling was turned on.
