@@ -9,6 +9,9 @@
 //! the share of rank 0's step spent in the all-reduce steps (which include
 //! waiting for the other rank), with the default 25 MiB bucket and with
 //! 64 KiB buckets (several all-reduces that overlap the backward pass).
+//! Both of `MpiComm`'s reduction paths: the shared-memory window (the
+//! default on one host) and the MPI library's `MPI_Allreduce` (25 MiB
+//! buckets).
 //!
 //! The run re-launches this binary under `mpirun` for the MPI rows (the
 //! ranks see `TOWERS_BENCH_RANKS`); rank 0 prints one JSON line that the
@@ -29,7 +32,7 @@ use towers::compiler::{compile_train, CompileOptions};
 use towers::data::Dataset;
 use towers::graph::{Device, Optimizer, F32};
 use towers::passes::ProcessGroup;
-use towers::runtime::comm::{Comm, LocalComm, MpiComm};
+use towers::runtime::comm::{Comm, LocalComm, MpiComm, MpiReduce};
 use towers::runtime::Session;
 
 const BATCH: usize = 256;
@@ -90,9 +93,14 @@ const BUCKETS: [(usize, &str); 2] = [(25 << 20, "25 MiB"), (64 << 10, "64 KiB")]
 
 /// As one MPI rank: every model and bucket size; rank 0 prints the results.
 fn as_rank() {
-    let comm: Arc<dyn Comm> = Arc::new(MpiComm::init().expect("MPI initializes"));
+    let library = std::env::var("TOWERS_BENCH_RANKS").is_ok_and(|v| v == "library");
+    let reduce = if library { MpiReduce::Library } else { MpiReduce::Auto };
+    let timeout = std::time::Duration::from_secs(300);
+    let comm: Arc<dyn Comm> = Arc::new(MpiComm::init_with(timeout, reduce).expect("MPI initializes"));
+    let buckets = if library { &BUCKETS[..1] } else { &BUCKETS[..] };
     for (m, steps) in models() {
-        for (bytes, label) in BUCKETS {
+        for &(bytes, label) in buckets {
+            let label = if library { format!("library {label}") } else { label.to_string() };
             let s = time_steps(&m, &options(1, bytes), Arc::clone(&comm), steps);
             if comm.rank() == 0 {
                 println!("RESULT {} {label}|{:.4}|{:.4}", m.name, s.median_ms, s.all_reduce_share);
@@ -115,23 +123,35 @@ fn main() {
         let gflops = 3.0 * m.fwd_flops * BATCH as f64 / (one.median_ms * 1e-3) / 1e9;
         rows.push((m.name, one.median_ms, two.median_ms, gflops));
     }
-    // The MPI rows: this binary again, as 2 ranks bound to a core each.
+    // The MPI rows: this binary again, as 2 ranks bound to a core each, on
+    // each reduction path.
     let exe = std::env::current_exe().expect("this binary");
-    let run = Command::new("mpirun")
-        .args(["-np", "2", "--bind-to", "core"])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .args(["-x", "TOWERS_BENCH_RANKS=1", "-x", "TOWERS_BENCH_PROFILE", "-x", "TOWERS_BENCH_VARS"])
-        .args(
-            std::env::var("TOWERS_BENCH_QUICK")
-                .map(|q| vec!["-x".to_string(), format!("TOWERS_BENCH_QUICK={q}")])
-                .unwrap_or_default(),
-        )
-        .arg(exe)
-        .output()
-        .expect("mpirun starts (apt-get install openmpi-bin)");
-    let text = String::from_utf8_lossy(&run.stdout).to_string();
-    assert!(run.status.success(), "the MPI ranks failed:\n{text}\n{}", String::from_utf8_lossy(&run.stderr));
+    let mut text = String::new();
+    for path in ["auto", "library"] {
+        let run = Command::new("mpirun")
+            .args(["-np", "2", "--bind-to", "core"])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .args([
+                "-x",
+                &format!("TOWERS_BENCH_RANKS={path}"),
+                "-x",
+                "TOWERS_BENCH_PROFILE",
+                "-x",
+                "TOWERS_BENCH_VARS",
+            ])
+            .args(
+                std::env::var("TOWERS_BENCH_QUICK")
+                    .map(|q| vec!["-x".to_string(), format!("TOWERS_BENCH_QUICK={q}")])
+                    .unwrap_or_default(),
+            )
+            .arg(&exe)
+            .output()
+            .expect("mpirun starts (apt-get install openmpi-bin)");
+        let out = String::from_utf8_lossy(&run.stdout).to_string();
+        assert!(run.status.success(), "the MPI ranks failed:\n{out}\n{}", String::from_utf8_lossy(&run.stderr));
+        text += &out;
+    }
     let mpi = |name: &str, bucket: &str| -> (f64, f64) {
         let tag = format!("RESULT {name} {bucket}|");
         let line = text.lines().find_map(|l| l.strip_prefix(tag.as_str())).expect("a result line");
@@ -139,23 +159,27 @@ fn main() {
         (f.next().unwrap_or(0.0), f.next().unwrap_or(0.0))
     };
     println!("## Two MPI processes vs one process, global batch {BATCH} (SGD)\n");
-    println!("| model | 1 device ms (GFLOP/s, 3x fwd) | 1 process x 2 towers ms (x) | 2 MPI x 1 tower, 25 MiB buckets ms (x) | all-reduce share | 2 MPI x 1 tower, 64 KiB buckets ms (x) | all-reduce share |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("2 MPI x 1 tower: shared-memory all-reduce (the default on one host) with 25 MiB and 64 KiB buckets; MPI_Allreduce with 25 MiB buckets.\n");
+    println!("| model | 1 device ms (GFLOP/s, 3x fwd) | 1 process x 2 towers ms (x) | 2 MPI, 25 MiB ms (x) | all-reduce share | 2 MPI, 64 KiB ms (x) | all-reduce share | 2 MPI, MPI_Allreduce ms (x) | all-reduce share |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for (name, one, two, gflops) in rows {
         let (big, big_share) = mpi(name, "25 MiB");
         let (small, small_share) = mpi(name, "64 KiB");
+        let (lib, lib_share) = mpi(name, "library 25 MiB");
         println!(
-            "| {name} | {one:.3} ({gflops:.0}) | {two:.3} ({:.2}x) | {big:.3} ({:.2}x) | {:.1}% | {small:.3} ({:.2}x) | {:.1}% |",
+            "| {name} | {one:.3} ({gflops:.0}) | {two:.3} ({:.2}x) | {big:.3} ({:.2}x) | {:.1}% | {small:.3} ({:.2}x) | {:.1}% | {lib:.3} ({:.2}x) | {:.1}% |",
             one / two,
             one / big,
             100.0 * big_share,
             one / small,
-            100.0 * small_share
+            100.0 * small_share,
+            one / lib,
+            100.0 * lib_share
         );
         if let Some(f) = out.as_mut() {
             let _ = writeln!(
                 f,
-                "{{\"bench\":\"processes\",\"model\":\"{name}\",\"batch\":{BATCH},\"single_ms\":{one:.4},\"towers2_ms\":{two:.4},\"mpi2_ms\":{big:.4},\"mpi2_all_reduce_share\":{big_share:.4},\"mpi2_64k_ms\":{small:.4},\"mpi2_64k_all_reduce_share\":{small_share:.4}}}"
+                "{{\"bench\":\"processes\",\"model\":\"{name}\",\"batch\":{BATCH},\"single_ms\":{one:.4},\"towers2_ms\":{two:.4},\"mpi2_ms\":{big:.4},\"mpi2_all_reduce_share\":{big_share:.4},\"mpi2_64k_ms\":{small:.4},\"mpi2_64k_all_reduce_share\":{small_share:.4},\"mpi2_library_ms\":{lib:.4},\"mpi2_library_all_reduce_share\":{lib_share:.4}}}"
             );
         }
     }

@@ -235,20 +235,22 @@ impl<'g> Lowerer<'g> {
     }
 
     /// One contiguous buffer for an all-reduce bucket whose members are all
-    /// single-output launches of f32 on its device (PyTorch DDP's gradients
+    /// single-output launches of f32 on its device that write a buffer of
+    /// their own (a tower mean, a gradient's kernel, or a bias gradient
+    /// fused into its activation gradient's launch: PyTorch DDP's gradients
     /// as bucket views): each member writes its part of the bucket, and the
     /// collective step sums the one buffer, with no packing. Otherwise the
     /// step lists the members' own buffers.
-    fn declare_bucket(&mut self, id: NodeId) -> Result<(), CodegenError> {
+    fn declare_bucket(&mut self, id: NodeId, opts: &LowerOptions) -> Result<(), CodegenError> {
         let device = self.device_of(id)?;
         let members: Vec<NodeId> = self.g.inputs(id).iter().map(|t| t.node).collect();
         let viewable = self.g.inputs(id).iter().all(|t| {
             let m = self.g.node(t.node);
             t.slot == 0
                 && m.outputs.len() == 1
-                && matches!(m.op, Op::TowerMean { .. })
                 && m.device == Some(device)
                 && self.g.consumers(t.node).iter().all(|&(c, _, _)| c == id)
+                && self.writes_own_buffer(t.node, opts)
         });
         let distinct = members.iter().collect::<BTreeSet<_>>().len() == members.len();
         if !viewable || !distinct {
@@ -269,6 +271,37 @@ impl<'g> Lowerer<'g> {
             at += t.dims.iter().product::<usize>() * 4;
         }
         self.buckets.insert(id, bucket);
+        Ok(())
+    }
+
+    /// Whether `id` is lowered to a launch that writes an output buffer of
+    /// its own (so that buffer can be a view of a bucket): not fused away
+    /// into another launch's inputs, not an alias or a view, not in place.
+    /// A bias gradient fused into its activation gradient's launch writes
+    /// its own output (the launch's second).
+    fn writes_own_buffer(&self, id: NodeId, opts: &LowerOptions) -> bool {
+        if self.grad_biases.values().any(|&b| b == id) {
+            return true;
+        }
+        if self.fused.values().any(|&m| m == id) || self.bias_acts.values().any(|&b| b == id) {
+            return false;
+        }
+        let node = self.g.node(id);
+        let ins = self.g.inputs(id).iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>();
+        let outs = (0..node.outputs.len()).map(|s| self.ty(Tensor::new(id, s))).collect::<Result<Vec<_>, _>>();
+        let (Ok(ins), Ok(outs)) = (ins, outs) else { return false };
+        let fused_act = self.bias_acts.contains_key(&id);
+        matches!(select(&node.op, &ins, &outs, opts.mode), Ok(Lowering::Launch { outs: Outs::Own, .. })) || fused_act
+    }
+
+    /// Bind `id`'s single output to its bucket view (see `declare_bucket`).
+    fn bind_bucket_view(&mut self, id: NodeId) -> Result<(), CodegenError> {
+        let (device, base, at) = self.bucket_views[&id];
+        let t = Tensor::new(id, 0);
+        let ty = self.ty(t)?;
+        let name = self.tensor_name(t);
+        let view = self.arenas[device].view(base, at, name, ty.dtype, ty.dims);
+        self.bind.insert(t, BufRef::Arena { device, buffer: view });
         Ok(())
     }
 
@@ -354,16 +387,12 @@ impl<'g> Lowerer<'g> {
                     self.bind.insert(Tensor::new(id, 0), r.clone());
                 }
             }
-            Lowering::Launch { outs: Outs::Own, .. } if self.bucket_views.contains_key(&id) => {
-                let (device, base, at) = self.bucket_views[&id];
-                let t = Tensor::new(id, 0);
-                let ty = self.ty(t)?;
-                let name = self.tensor_name(t);
-                let view = self.arenas[device].view(base, at, name, ty.dtype, ty.dims);
-                self.bind.insert(t, BufRef::Arena { device, buffer: view });
-            }
             Lowering::CopyOut | Lowering::CopyAndOnes | Lowering::Launch { .. } => {
-                self.alloc_outputs(id, BufferKind::Tensor)?;
+                if matches!(low, Lowering::Launch { outs: Outs::Own, .. }) && self.bucket_views.contains_key(&id) {
+                    self.bind_bucket_view(id)?;
+                } else {
+                    self.alloc_outputs(id, BufferKind::Tensor)?;
+                }
                 let ws = match &low {
                     Lowering::Launch {
                         kernel:
@@ -383,7 +412,11 @@ impl<'g> Lowerer<'g> {
         }
         if let Some(b) = grad_bias {
             // The bias gradient's output, written by this launch.
-            self.alloc_outputs(b, BufferKind::Tensor)?;
+            if self.bucket_views.contains_key(&b) {
+                self.bind_bucket_view(b)?;
+            } else {
+                self.alloc_outputs(b, BufferKind::Tensor)?;
+            }
             let refs = [Tensor::new(id, 0), Tensor::new(b, 0)]
                 .iter()
                 .map(|t| {
@@ -540,7 +573,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
     }
     for &id in &order {
         if matches!(g.node(id).op, Op::AllReduce { .. }) {
-            lw.declare_bucket(id)?;
+            lw.declare_bucket(id, opts)?;
         }
     }
     for &id in &order {

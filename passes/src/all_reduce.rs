@@ -26,6 +26,19 @@
 //!   contract: same collectives, same order, on every rank);
 //! - `st.buckets` lists the buckets in that order.
 //!
+//! **Scale folded past the sum.** When every replica of every rank has the
+//! same share of the global batch (`uniform`) and a mean has a single
+//! replica (one tower, no accumulation), `mean = w * g` with the same `w` on
+//! every rank, so `sum_r w * g_r = w * sum_r g_r`: the bucket then holds the
+//! replica's gradient `g` itself, on the tower's device (the producer writes
+//! its bucket view, no scaling pass before the collective), and the mean
+//! stays where it was, after the all-reduce (and after the copy to the
+//! variables' device, if any), where lowering fuses it into the apply as
+//! one `MeanApply` with weight `w`. Every reader of the mean is unchanged.
+//! The result differs from scaling first only by float reassociation (not
+//! at all for `w` a power of two). A gradient that feeds anything but its
+//! mean (through copies) is not folded.
+//!
 //! The result depends only on the graph and the options, never on the rank,
 //! so every rank builds the same buckets. `schedule` runs each all-reduce on
 //! its device's collective stream right after its last member is written
@@ -51,12 +64,20 @@ pub struct AllReduceBuckets {
     pub group: ProcessGroup,
     /// Bucket capacity in bytes.
     pub bucket_bytes: usize,
+    /// Every replica of every rank has the same share of the global batch
+    /// (the scale fold of the module docs applies).
+    pub uniform: bool,
 }
 
-/// A mean to reduce: its node, device, size and when the backward pass finishes it.
+/// A tensor to reduce: its node (a mean, or the single replica's gradient
+/// of a folded mean, output `slot`), device, size and when the backward
+/// pass finishes it.
 #[derive(Debug, Clone)]
 struct Member {
     id: NodeId,
+    slot: usize,
+    /// A folded mean's gradient (its readers keep their names).
+    folded: bool,
     name: String,
     device: Device,
     bytes: usize,
@@ -97,6 +118,26 @@ fn producer(g: &Graph, mut id: NodeId) -> NodeId {
         }
     }
     id
+}
+
+/// For a mean of one replica (`g` through copies and identities), the
+/// gradient `g` when it feeds nothing but this mean: each node of the chain
+/// from `g` to the mean has one data consumer, no control consumer and no
+/// fetch.
+fn single_replica_gradient(g: &Graph, mean: NodeId, fetched: &[NodeId]) -> Option<Tensor> {
+    let inputs = g.inputs(mean);
+    let [mut t] = inputs[..] else { return None };
+    loop {
+        let n = g.node(t.node);
+        let sole = g.consumers(t.node).len() == 1 && g.control_consumers(t.node).is_empty();
+        if !sole || fetched.contains(&t.node) || n.outputs.len() != 1 {
+            return None;
+        }
+        match n.op {
+            Op::Copy | Op::Identity => t = *g.inputs(t.node).first()?,
+            _ => return Some(t),
+        }
+    }
 }
 
 impl Pass for AllReduceBuckets {
@@ -142,20 +183,24 @@ impl Pass for AllReduceBuckets {
                 }
             }
         }
+        let fetched: Vec<NodeId> = g.program().fetches.values().filter_map(|t| g.find(&t.node).ok()).collect();
         let mut members = Vec::new();
         for &id in &order {
             let n = g.node(id);
             if !matches!(n.op, Op::TowerMean { .. }) {
                 continue;
             }
+            let folded = if self.uniform { single_replica_gradient(g, id, &fetched) } else { None };
+            let (m, slot) = folded.map_or((id, 0), |t| (t.node, t.slot));
+            let n = g.node(m);
             let device = n.device.ok_or_else(|| PassError::MissingState {
                 pass: "all_reduce".into(),
                 what: format!("a device for '{}'", n.name),
                 after: "place".into(),
             })?;
-            let bytes = n.outputs[0].byte_size().unwrap_or(0);
+            let bytes = n.outputs[slot].byte_size().unwrap_or(0);
             let ready = g.inputs(id).iter().map(|t| pos[&producer(g, t.node)]).max().unwrap_or(0);
-            members.push(Member { id, name: n.name.clone(), device, bytes, ready });
+            members.push(Member { id: m, slot, folded: folded.is_some(), name: n.name.clone(), device, bytes, ready });
         }
         if members.is_empty() {
             return Err(PassError::MissingState {
@@ -168,11 +213,14 @@ impl Pass for AllReduceBuckets {
         let mut previous: Option<NodeId> = None;
         st.buckets.clear();
         for (i, bucket) in pack(members, self.bucket_bytes).into_iter().enumerate() {
-            let inputs: Vec<Tensor> = bucket.iter().map(|m| Tensor::new(m.id, 0)).collect();
-            // Readers of the means, taken before the all-reduce becomes one.
-            let readers: Vec<Vec<(NodeId, usize)>> =
-                bucket.iter().map(|m| g.consumers(m.id).into_iter().map(|(c, dst, _)| (c, dst)).collect()).collect();
-            let controls: Vec<Vec<NodeId>> = bucket.iter().map(|m| g.control_consumers(m.id)).collect();
+            let inputs: Vec<Tensor> = bucket.iter().map(|m| Tensor::new(m.id, m.slot)).collect();
+            // Readers of the members, taken before the all-reduce becomes one.
+            let readers: Vec<Vec<(NodeId, usize)>> = bucket
+                .iter()
+                .map(|m| g.consumers(m.id).into_iter().filter(|c| c.2 == m.slot).map(|(c, dst, _)| (c, dst)).collect())
+                .collect();
+            let controls: Vec<Vec<NodeId>> =
+                bucket.iter().map(|m| if m.folded { Vec::new() } else { g.control_consumers(m.id) }).collect();
             let name = g.unique_name(&format!("all_reduce/bucket_{i}"));
             let mut new = NewNode::new(name.clone(), Op::AllReduce { bucket: i }, inputs);
             new.control_inputs.extend(previous);
@@ -185,7 +233,9 @@ impl Pass for AllReduceBuckets {
                 for &c in &controls[slot] {
                     g.add_control(ar, c)?;
                 }
-                renamed.insert(m.name.clone(), TensorRef { node: name.clone(), slot });
+                if !m.folded {
+                    renamed.insert(m.name.clone(), TensorRef { node: name.clone(), slot });
+                }
             }
             st.buckets.push(Bucket {
                 node: name,
@@ -221,7 +271,7 @@ mod tests {
     use super::*;
 
     fn m(name: &str, device: Device, bytes: usize, ready: usize) -> Member {
-        Member { id: NodeId::new(0), name: name.into(), device, bytes, ready }
+        Member { id: NodeId::new(0), slot: 0, folded: false, name: name.into(), device, bytes, ready }
     }
 
     fn names(b: &[Vec<Member>]) -> Vec<Vec<&str>> {

@@ -81,6 +81,12 @@ impl Pipeline {
         // With several processes every process has at least one tower.
         let towers = if several && opts.towers.is_empty() { vec![Device::gpu(0)] } else { opts.towers.clone() };
         let share = opts.process_share();
+        // Every replica of every rank the same size: the means' scale folds
+        // past the all-reduce (see `all_reduce`).
+        let uniform = share
+            .as_ref()
+            .and_then(|s| s.global_sizes(opts.batch).ok())
+            .is_some_and(|v| v.windows(2).all(|w| w[0] == w[1]));
         let mut passes: Vec<Box<dyn Pass>> =
             vec![Box::new(Prune), Box::new(Autodiff), Box::new(BindBatch { batch: opts.batch, share: share.clone() })];
         if !towers.is_empty() {
@@ -96,7 +102,7 @@ impl Pipeline {
         passes.push(Box::new(ApplyOptimizer { optimizer: opts.optimizer.clone() }));
         passes.push(Box::new(Place { strategy: opts.variables, devices: towers }));
         if several {
-            passes.push(Box::new(AllReduceBuckets { group: opts.process, bucket_bytes: opts.bucket_bytes }));
+            passes.push(Box::new(AllReduceBuckets { group: opts.process, bucket_bytes: opts.bucket_bytes, uniform }));
         }
         passes.push(Box::new(ScheduleStreams));
         let dump = opts.dump_dir.clone().map(|d| (d, opts.dump_after.clone()));

@@ -47,9 +47,9 @@ pub mod trace;
 mod variables;
 
 pub use backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
-#[cfg(feature = "mpi")]
-pub use comm::MpiComm;
 pub use comm::{Comm, CommError, LocalComm};
+#[cfg(feature = "mpi")]
+pub use comm::{MpiComm, MpiReduce};
 pub use cpu::CpuBackend;
 pub use cuda::{probe, CudaBackend, CudaStatus, CudaUnavailable};
 pub use error::RuntimeError;

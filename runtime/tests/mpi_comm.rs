@@ -13,8 +13,9 @@ mod common;
 
 use std::process::Command;
 use std::sync::Arc;
+use std::time::Duration;
 
-use towers_runtime::{Comm, CommError, MpiComm, Session};
+use towers_runtime::{Comm, CommError, MpiComm, MpiReduce, Session};
 
 const RANKS_TEST: &str = "two_mpi_ranks_reduce_in_rank_order_and_run_a_plan";
 
@@ -28,7 +29,11 @@ fn relu(x: &[f32]) -> Vec<f32> {
 
 /// What one rank checks; panics (fails its process) on a wrong value.
 fn as_rank() {
-    let comm = Arc::new(MpiComm::init().expect("MPI initializes"));
+    let reduce = match std::env::var("TOWERS_TEST_MPI_REDUCE").as_deref() {
+        Ok("library") => MpiReduce::Library,
+        _ => MpiReduce::Auto,
+    };
+    let comm = Arc::new(MpiComm::init_with(Duration::from_secs(120), reduce).expect("MPI initializes"));
     let (rank, world) = (comm.rank(), comm.world_size());
     assert_eq!(world, 2, "run with mpirun -np 2");
 
@@ -39,6 +44,17 @@ fn as_rank() {
     comm.all_reduce_sum(&mut [&mut a[..], &mut b[..]]).expect("all-reduce");
     assert_eq!(a, vec![1e8 + 1.0, 2.0]);
     assert_eq!(b, vec![1.0; 3]);
+
+    // Buckets of odd lengths, larger ones after smaller (the shared window
+    // grows), each element the rank-order sum v0 + v1 of values whose sum
+    // rounds; consecutive buckets use alternate halves of the window.
+    let v = |r: usize, i: usize| ((i * 7 + r * 13) % 97) as f32 * 0.37 + if r == 0 { 3e7 } else { -1.25 };
+    for len in [1usize, 17, 1000, 4099, 333, 100_003] {
+        let mut x: Vec<f32> = (0..len).map(|i| v(rank, i)).collect();
+        comm.all_reduce_sum(&mut [&mut x[..]]).expect("all-reduce");
+        let want: Vec<f32> = (0..len).map(|i| v(0, i) + v(1, i)).collect();
+        assert!(x.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "rank {rank}, length {len}");
+    }
 
     let mut c = vec![rank as f32 * 10.0; 4];
     comm.broadcast(1, &mut [&mut c[..]]).expect("broadcast");
@@ -76,18 +92,23 @@ fn two_mpi_ranks_reduce_in_rank_order_and_run_a_plan() {
         return;
     }
     let exe = std::env::current_exe().expect("the test binary");
-    let out = Command::new("mpirun")
-        .args(["-np", "2", "--oversubscribe"])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .arg(exe)
-        .args(["--exact", RANKS_TEST, "--nocapture", "--test-threads=1"])
-        .output()
-        .expect("mpirun starts");
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "mpirun failed:\n{text}");
-    for rank in 0..2 {
-        assert!(text.contains(&format!("rank {rank} of 2 ok: MPI, rank {rank} of 2")), "{text}");
+    // Both reduction paths: the shared-memory window (the default on one
+    // host) and the MPI library's collectives.
+    for (reduce, path) in [("auto", ", shared memory"), ("library", "\n")] {
+        let out = Command::new("mpirun")
+            .args(["-np", "2", "--oversubscribe"])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("TOWERS_TEST_MPI_REDUCE", reduce)
+            .arg(&exe)
+            .args(["--exact", RANKS_TEST, "--nocapture", "--test-threads=1"])
+            .output()
+            .expect("mpirun starts");
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "mpirun ({reduce}) failed:\n{text}");
+        for rank in 0..2 {
+            assert!(text.contains(&format!("rank {rank} of 2 ok: MPI, rank {rank} of 2{path}")), "{reduce}: {text}");
+        }
     }
 }
 

@@ -162,6 +162,43 @@ fn small_buckets_split_the_gradients_in_backward_order_each_in_exactly_one_bucke
     assert!(!fc1_grad_copy, "bucket 0 waits for fc1's gradient: no overlap");
 }
 
+/// One tower per rank and an even split: every rank scales its gradient by
+/// the same share, so the scale folds past the all-reduce. The bucket holds
+/// the tower's gradients themselves (written by their kernels as views,
+/// summed on the tower's device), no scaling launch runs before the
+/// collective, and each apply scales as it updates (`mean_apply`). An uneven
+/// split cannot fold (the ranks' shares differ): the means stay in the
+/// bucket. Both are exact (the equivalence test above runs both).
+#[test]
+fn one_tower_per_rank_folds_the_share_into_the_update() {
+    let model = small_model(ModelKind::Mlp, false, 11);
+    for vars in [VarPlacement::Cpu, VarPlacement::Gpu0] {
+        let mut o = CompileOptions::new(
+            Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
+            BATCH,
+        );
+        o.towers = towers(1);
+        o.variables = vars;
+        o.process = ProcessGroup::new(0, 2).unwrap();
+        let c = compile_train(&model.graph, &model.loss, &o).unwrap();
+        let text = c.plan.to_text();
+        assert_eq!(c.state.buckets.len(), 1, "{vars:?}: {:?}", c.state.buckets);
+        let b = &c.state.buckets[0];
+        assert_eq!(b.device, towers_graph::Device::gpu(0), "{vars:?}: the bucket lives on the tower's device");
+        assert!(b.members.iter().all(|m| m.starts_with("tower_0/")), "{vars:?}: {:?}", b.members);
+        assert_eq!(b.members.len(), 5, "four gradients and the loss: {:?}", b.members);
+        assert!(text.contains("all_reduce/bucket_0 = ["), "{vars:?}: one contiguous bucket buffer:\n{text}");
+        assert_eq!(text.matches("mean_apply w=0.5 apply_adam").count(), 4, "{vars:?}:\n{text}");
+        assert_eq!(text.matches("weighted_sum").count(), 1, "{vars:?}: only the loss's mean scales:\n{text}");
+
+        o.split = SplitPolicy::Weighted(vec![3, 1]);
+        let c = compile_train(&model.graph, &model.loss, &o).unwrap();
+        let b = &c.state.buckets[0];
+        assert!(b.members.iter().all(|m| !m.starts_with("tower_0/")), "{vars:?} uneven: {:?}", b.members);
+        assert_eq!(c.plan.to_text().matches("weighted_sum").count(), 5, "{vars:?} uneven: every mean scales first");
+    }
+}
+
 #[test]
 fn ranks_whose_variables_differ_all_stop_with_the_same_error() {
     let model = small_model(ModelKind::Mlp, false, 11);

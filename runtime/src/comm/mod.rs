@@ -30,13 +30,15 @@
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "mpi")]
+mod mpi_shared;
 
 use std::time::Duration;
 
 use thiserror::Error;
 
 #[cfg(feature = "mpi")]
-pub use self::mpi::MpiComm;
+pub use self::mpi::{MpiComm, MpiReduce};
 pub use local::LocalComm;
 
 /// One rank of a communicator group. See the module docs for the contract.

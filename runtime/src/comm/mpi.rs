@@ -3,15 +3,22 @@
 //! an MPI library still builds and runs everything else.
 //!
 //! How each collective keeps the [`Comm`] contract:
-//! - **Deterministic sums in rank order.** `MPI_Allreduce` does not promise
-//!   an order of addition (it depends on the algorithm Open MPI picks for the
-//!   message size and the number of ranks), so the bucket is all-gathered
-//!   (`MPI_Allgather`, one call per bucket, the group packed into one
-//!   contiguous message) and every rank adds the ranks' copies in rank order
-//!   itself: bit-identical results on every rank, run after run. The price is
-//!   `world_size` copies of the bucket in scratch memory and `world_size - 1`
-//!   bucket sizes received per rank; a ring reduce-scatter in rank order
-//!   would need less, and can replace this behind the same trait.
+//! - **Deterministic sums in rank order**, on one of two paths
+//!   ([`MpiReduce`]):
+//!   - *shared memory* (the default when every rank runs on this host):
+//!     an MPI-3 shared-memory window, reduce-scatter then all-gather with
+//!     plain loads and stores and two node barriers per bucket
+//!     ([`mpi_shared`](super::mpi_shared)); each element is added by one
+//!     rank in rank order;
+//!   - *library* (ranks on several hosts, or asked for): two ranks use
+//!     `MPI_Allreduce` (whatever algorithm Open MPI picks, every element is
+//!     `v0 + v1`, which is `v1 + v0` bit for bit); more ranks all-gather the
+//!     bucket (`MPI_Allgather`, one call per bucket, the group packed into
+//!     one contiguous message) and every rank adds the copies in rank order
+//!     itself, since `MPI_Allreduce` promises no order of addition.
+//!
+//!   Both give bit-identical results on every rank, run after run, and the
+//!   same bits as each other.
 //! - **Errors, not hangs, on a mismatch.** Before each collective the ranks
 //!   exchange their group's total length (8 bytes to and from every other
 //!   rank, non-blocking); if the lengths differ, every rank returns the same
@@ -54,11 +61,23 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Threading;
 
+use super::mpi_shared::SharedWindow;
 use super::{Comm, CommError};
+
+/// How [`MpiComm`] all-reduces a bucket (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MpiReduce {
+    /// Shared memory when every rank runs on this host, else the library.
+    Auto,
+    /// Always the MPI library's collectives (`MPI_Allreduce` / `MPI_Allgather`).
+    Library,
+}
 
 /// The MPI state the mutex guards. Fields drop in order: the communicator
 /// first, then the universe, whose drop finalizes MPI.
 struct Inner {
+    /// The shared-memory path, when chosen (freed before the world).
+    shared: Option<SharedWindow>,
     world: SimpleCommunicator,
     _universe: Universe,
     /// Every rank's total group length (one per rank).
@@ -107,6 +126,12 @@ impl MpiComm {
     /// As [`MpiComm::init`], ending the job when a collective waits longer
     /// than `timeout` for another rank (see the module docs).
     pub fn init_with_timeout(timeout: Duration) -> Result<MpiComm, CommError> {
+        MpiComm::init_with(timeout, MpiReduce::Auto)
+    }
+
+    /// As [`MpiComm::init_with_timeout`], reducing buckets on the path
+    /// `reduce` picks. Collective: every rank must pass the same `reduce`.
+    pub fn init_with(timeout: Duration, reduce: MpiReduce) -> Result<MpiComm, CommError> {
         let transport = |detail: String| CommError::Transport { op: "MPI_Init", rank: 0, detail };
         let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple).ok_or_else(|| {
             transport("MPI is already initialized in this process; create one MpiComm per process and share it".into())
@@ -118,7 +143,12 @@ impl MpiComm {
         }
         let world = universe.world();
         let (rank, size) = (world.rank() as usize, world.size() as usize);
+        let shared = match reduce {
+            MpiReduce::Auto if size > 1 => SharedWindow::for_world(&world),
+            _ => None,
+        };
         let inner = Inner {
+            shared,
             world,
             _universe: universe,
             lens: vec![0; size],
@@ -248,6 +278,20 @@ impl Comm for MpiComm {
             Self::pack(inner, group);
         }
         let n: usize = group.iter().map(|b| b.len()).sum();
+        if let Some(shared) = inner.shared.as_mut() {
+            let transport = |detail| CommError::Transport { op, rank: self.rank, detail };
+            if single {
+                shared.all_reduce_sum(&mut group[0][..]).map_err(transport)?;
+            } else {
+                shared.all_reduce_sum(&mut inner.send[..]).map_err(transport)?;
+                let mut at = 0;
+                for b in group.iter_mut() {
+                    b.copy_from_slice(&inner.send[at..at + b.len()]);
+                    at += b.len();
+                }
+            }
+            return Ok(());
+        }
         // Two ranks: IEEE addition is commutative, so whatever algorithm
         // MPI_Allreduce picks, every element is v0 + v1 (= v1 + v0) bit for
         // bit on both ranks, the rank-order sum, with half the traffic of a
@@ -309,7 +353,11 @@ impl Comm for MpiComm {
     }
 
     fn describe(&self) -> String {
-        format!("MPI, rank {} of {}", self.rank, self.world)
+        let path = match self.inner.lock() {
+            Ok(inner) if inner.shared.is_some() => ", shared memory",
+            _ => "",
+        };
+        format!("MPI, rank {} of {}{path}", self.rank, self.world)
     }
 
     fn note_step(&self, step: u64) {

@@ -1,0 +1,220 @@
+//! [`SharedWindow`]: [`super::MpiComm`]'s all-reduce when every rank runs on
+//! one host, through an MPI-3 shared-memory window (`MPI_Win_allocate_shared`
+//! over the node communicator of `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`).
+//!
+//! Every rank maps every other rank's segment of the window, so a bucket is
+//! reduced with plain loads and stores, reduce-scatter then all-gather, and
+//! the only MPI calls per bucket are two `MPI_Barrier`s on the node
+//! communicator (each framed by `MPI_Win_sync`, MPI's memory model for
+//! shared windows). For a bucket of `n` floats over `W` ranks, with chunk
+//! `q` the `q`-th of `W` near-equal, 64-byte-aligned slices:
+//! 1. each rank `r` stores its values of every chunk `q != r` into its own
+//!    segment (its chunk `r` stays in its own buffer);
+//! 2. barrier;
+//! 3. rank `r` adds chunk `r` over all ranks **in rank order**
+//!    (`v0 + v1 + ... + v(W-1)`, reading the others' segments and its own
+//!    buffer), writes the sum into its buffer and into its segment's chunk
+//!    `r` (a slot step 1 left free);
+//! 4. barrier;
+//! 5. rank `r` copies every other chunk's sum from its owner's segment.
+//!
+//! Invariants:
+//! - **Rank-order sums, identical bits on every rank**: each element is
+//!   added by exactly one rank in rank order and copied to the others, so
+//!   the result equals the gather-and-add path of [`super::MpiComm`] (and
+//!   `MPI_Allreduce` for two ranks, where `a + b == b + a`) bit for bit.
+//! - **No race between consecutive collectives**: the window holds two
+//!   halves used alternately. Collective `k + 2` writes the half collective
+//!   `k` read in step 5 only after passing collective `k + 1`'s barriers,
+//!   which every rank reaches after finishing collective `k`.
+//! - **No allocation once warm**: the window grows (a collective free and
+//!   re-allocation, every rank at the same call because the lengths were
+//!   checked equal first) only when a larger bucket than any before comes;
+//!   a plan's buckets are fixed, so only the first step allocates.
+//! - Callers hold [`super::MpiComm`]'s mutex and have completed the arrival
+//!   exchange: every rank is inside this collective, so the barriers cannot
+//!   wait on a rank that never comes (a rank that dies is the launcher's to
+//!   report).
+
+use std::os::raw::{c_int, c_void};
+use std::ptr;
+
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::CommunicatorCollectives;
+
+/// Floats per cache line: chunk and segment bounds are multiples of it, so
+/// no two ranks write the same line.
+const LINE: usize = 16;
+
+/// A shared-memory window over the ranks of one host. See the module docs.
+pub(super) struct SharedWindow {
+    node: SimpleCommunicator,
+    /// This rank in `node` (the same as in the world: the split keeps order).
+    rank: usize,
+    win: ffi::MPI_Win,
+    /// Every rank's segment (`2 * cap` floats), by rank.
+    segs: Vec<*mut f32>,
+    /// Floats per half of a segment; 0 before the first collective.
+    cap: usize,
+    /// The half the next collective uses.
+    half: usize,
+}
+
+impl SharedWindow {
+    /// The window's node communicator, when every rank of `world` runs on
+    /// this host (collective over `world`); `None` when the job spans hosts.
+    pub(super) fn for_world(world: &SimpleCommunicator) -> Option<SharedWindow> {
+        let node = world.split_shared(world.rank());
+        if node.size() != world.size() {
+            return None;
+        }
+        let rank = node.rank() as usize;
+        // SAFETY: reading an MPI constant (a static of the library).
+        let win = unsafe { ffi::RSMPI_WIN_NULL };
+        Some(SharedWindow { node, rank, win, segs: Vec::new(), cap: 0, half: 0 })
+    }
+
+    /// Free the current window, if any (collective over the node).
+    fn free(&mut self) {
+        if self.cap > 0 {
+            // SAFETY: `win` is a window this value allocated and locked; every
+            // rank frees it at the same collective (see `reserve`) or at drop.
+            unsafe {
+                ffi::MPI_Win_unlock_all(self.win);
+                ffi::MPI_Win_free(&mut self.win);
+            }
+            self.cap = 0;
+            self.segs.clear();
+        }
+    }
+
+    /// Make each half of every segment hold at least `n` floats (collective:
+    /// every rank calls it with the same `n`).
+    fn reserve(&mut self, n: usize) -> Result<(), String> {
+        if n <= self.cap {
+            return Ok(());
+        }
+        self.free();
+        let cap = n.div_ceil(LINE) * LINE;
+        let world = self.node.size() as usize;
+        let bytes = (2 * cap * std::mem::size_of::<f32>()) as ffi::MPI_Aint;
+        let comm = self.node.as_raw();
+        let mut base: *mut c_void = ptr::null_mut();
+        let mut win: ffi::MPI_Win = self.win;
+        // SAFETY: plain MPI-3 calls with valid out-pointers; the window and
+        // the segment pointers it yields live until `free`.
+        unsafe {
+            let rc = ffi::MPI_Win_allocate_shared(
+                bytes,
+                std::mem::size_of::<f32>() as c_int,
+                ffi::RSMPI_INFO_NULL,
+                comm,
+                &mut base as *mut *mut c_void as *mut c_void,
+                &mut win,
+            );
+            if rc != 0 {
+                return Err(format!("MPI_Win_allocate_shared of {bytes} bytes per rank failed (error {rc})"));
+            }
+            self.win = win;
+            ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win);
+            self.segs.clear();
+            for r in 0..world {
+                let (mut size, mut unit): (ffi::MPI_Aint, c_int) = (0, 0);
+                let mut p: *mut c_void = ptr::null_mut();
+                ffi::MPI_Win_shared_query(
+                    win,
+                    r as c_int,
+                    &mut size,
+                    &mut unit,
+                    &mut p as *mut *mut c_void as *mut c_void,
+                );
+                if size < bytes || p.is_null() {
+                    return Err(format!("MPI_Win_shared_query: rank {r}'s segment has {size} bytes, {bytes} needed"));
+                }
+                self.segs.push(p as *mut f32);
+            }
+        }
+        self.cap = cap;
+        Ok(())
+    }
+
+    /// The range of chunk `q` of a bucket of `n` floats.
+    fn chunk(&self, q: usize, n: usize) -> std::ops::Range<usize> {
+        let world = self.segs.len();
+        let per = n.div_ceil(world).div_ceil(LINE) * LINE;
+        (q * per).min(n)..((q + 1) * per).min(n)
+    }
+
+    /// Rank `r`'s half in use, as a slice of `len` floats from `at`.
+    ///
+    /// # Safety
+    /// The caller must only read ranges that rank `r` finished writing
+    /// before the last barrier, and only write ranges of its own segment
+    /// that no rank reads before the next barrier (the protocol in the
+    /// module docs).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn seg(&self, r: usize, at: usize, len: usize) -> &mut [f32] {
+        std::slice::from_raw_parts_mut(self.segs[r].add(self.half * self.cap + at), len)
+    }
+
+    /// `MPI_Win_sync`, barrier, `MPI_Win_sync`: every rank's stores before
+    /// it are visible to every rank's loads after it.
+    fn fence(&self) {
+        // SAFETY: the window is allocated and locked (`reserve`).
+        unsafe { ffi::MPI_Win_sync(self.win) };
+        self.node.barrier();
+        // SAFETY: as above.
+        unsafe { ffi::MPI_Win_sync(self.win) };
+    }
+
+    /// Replace `buf` by its sum over all ranks, in rank order (see the
+    /// module docs). Every rank calls it with the same length.
+    pub(super) fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), String> {
+        let n = buf.len();
+        self.reserve(n)?;
+        let (me, world) = (self.rank, self.segs.len());
+        // SAFETY (every `seg` below): the steps follow the module docs'
+        // protocol: step 1 writes only this rank's segment outside chunk
+        // `me`; step 3 reads the others' step-1 data after the barrier and
+        // writes this rank's chunk `me`; step 5 reads the others' step-3
+        // sums after the second barrier. The other half is untouched.
+        for q in (0..world).filter(|&q| q != me) {
+            let c = self.chunk(q, n);
+            unsafe { self.seg(me, c.start, c.len()) }.copy_from_slice(&buf[c]);
+        }
+        self.fence();
+        let c = self.chunk(me, n);
+        let value = |r: usize| -> &[f32] {
+            if r == me {
+                &buf[c.clone()]
+            } else {
+                unsafe { self.seg(r, c.start, c.len()) }
+            }
+        };
+        let sum = unsafe { self.seg(me, c.start, c.len()) };
+        for ((s, a), b) in sum.iter_mut().zip(value(0)).zip(value(1)) {
+            *s = *a + *b;
+        }
+        for r in 2..world {
+            for (s, v) in sum.iter_mut().zip(value(r)) {
+                *s += *v;
+            }
+        }
+        buf[c.clone()].copy_from_slice(sum);
+        self.fence();
+        for q in (0..world).filter(|&q| q != me) {
+            let c = self.chunk(q, n);
+            buf[c.clone()].copy_from_slice(unsafe { self.seg(q, c.start, c.len()) });
+        }
+        self.half ^= 1;
+        Ok(())
+    }
+}
+
+impl Drop for SharedWindow {
+    fn drop(&mut self) {
+        self.free();
+    }
+}
