@@ -3,8 +3,9 @@
 //!
 //! For the MLP 784-256-256-10 and the anchor convnet at global batch 256,
 //! 1, 2, 4 and 8 towers, variables on the CPU: kernel launches, copies and
-//! events per step; the peak arena bytes summed over the devices with
-//! memory reuse against every buffer its own bytes; the time of the egg pass
+//! events per step; the peak arena bytes summed over the devices against
+//! the sum of all intermediates (the unfused program with every tensor in
+//! bytes of its own); the time of the egg pass
 //! (`simplify`) and of the whole compilation (median of 5). Output: a
 //! markdown table on stdout and JSON lines in `target/bench-compile.jsonl`
 //! (or $TOWERS_BENCH_OUT).
@@ -28,7 +29,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn main() {
     let out_path = std::env::var("TOWERS_BENCH_OUT").unwrap_or_else(|_| "target/bench-compile.jsonl".into());
     let mut out = std::fs::File::create(&out_path).ok();
-    println!("| model | GFLOP/step (3x fwd) | towers | launches/step | copies | events | peak arena B (reuse) | no reuse B | ratio | egg ms | compile ms |");
+    println!("| model | GFLOP/step (3x fwd) | towers | launches/step | copies | events | peak arena B | all intermediates B (unfused, no reuse) | ratio | egg ms | compile ms |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for m in [mlp(&[256, 256], "mlp-784-256-256-10"), anchor_convnet()] {
         for towers in [1u32, 2, 4, 8] {
@@ -49,7 +50,11 @@ fn main() {
             let launches = steps.clone().filter(|s| matches!(s, Step::Launch { .. })).count();
             let copies = steps.filter(|s| matches!(s, Step::Copy { .. })).count();
             let arena: usize = c.plan.devices.iter().map(|d| d.arena_bytes).sum();
-            let all: usize = c.plan.devices.iter().map(|d| d.bytes_without_reuse()).sum();
+            // The sum of all intermediates: the unfused program, each tensor in bytes of its own.
+            let mut bare = o.clone();
+            (bare.fuse_kernels, bare.fuse_reductions, bare.reuse_memory) = (false, false, false);
+            let before = compile_train(&m.graph, "loss", &bare).expect("compiles").plan;
+            let all: usize = before.devices.iter().map(|d| d.bytes_without_reuse()).sum();
             let (egg, total) = (median(egg).as_secs_f64() * 1e3, median(total).as_secs_f64() * 1e3);
             println!(
                 "| {} | {:.2} | {towers} | {launches} | {copies} | {} | {arena} | {all} | {:.2} | {egg:.1} | {total:.1} |",

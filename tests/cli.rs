@@ -78,10 +78,13 @@ fn compile_emits_the_cuda_of_every_kernel_the_plan_launches() {
     }
     let index = std::fs::read_to_string(a.join("index.txt")).expect("index");
     assert!(index.contains("gemm: cuBLAS sgemm"), "{index}");
-    let conv = std::fs::read_to_string(a.join("conv2d.cu")).expect("conv2d.cu");
-    assert!(conv.starts_with("// kernel conv2d: entry points towers_im2col_f32"), "{conv}");
+    let conv = std::fs::read_to_string(a.join("conv2d_bias_act.cu")).expect("conv2d_bias_act.cu");
+    assert!(
+        conv.starts_with("// kernel conv2d_bias_act: entry points towers_im2col_f32, towers_conv_bias_act_f32"),
+        "{conv}"
+    );
     assert!(conv.contains("extern \"C\" __global__"), "the family source follows");
-    for name in ["index.txt", "conv2d.cu", "mean_apply.cu", "dropout.cu"] {
+    for name in ["index.txt", "conv2d_bias_act.cu", "mean_apply.cu", "dropout.cu"] {
         assert_eq!(
             std::fs::read(a.join(name)).unwrap(),
             std::fs::read(b.join(name)).unwrap(),

@@ -93,6 +93,12 @@ impl Arena {
         self.decls.len() - 1
     }
 
+    /// Whether buffer `i` is an intermediate tensor with space of its own
+    /// (not a view, feed, constant or workspace).
+    pub fn is_own_tensor(&self, i: usize) -> bool {
+        matches!((self.decls[i].layout, self.decls[i].kind), (Layout::Own, BufferKind::Tensor))
+    }
+
     /// The byte size of buffer `i`.
     pub fn bytes(&self, i: usize) -> usize {
         self.decls[i].bytes

@@ -30,7 +30,12 @@
 //! activation (`Unary`) likewise: the activation becomes one `BiasAddAct`
 //! launch (see [`fusable_bias_acts`]); and a `BiasAddGrad` reading an
 //! activation gradient becomes part of it, one `UnaryGradBiasGrad` launch
-//! with both outputs (see [`fusable_grad_biases`]).
+//! with both outputs (see [`fusable_grad_biases`]). And a `Conv2D` whose only
+//! consumer is such a bias add joins the launch: one `Conv2DBiasAct` (see
+//! [`fusable_conv_bias_acts`]).
+//!
+//! In place: an activation gradient whose incoming gradient has no other
+//! reader writes over it (see `Lowerer::in_place_input`).
 //!
 //! Maps keyed by node are used for lookup only; every output order comes
 //! from the schedule or the topological order, never from map order.
@@ -62,6 +67,8 @@ struct Lowerer<'g> {
     buckets: BTreeMap<NodeId, BufRef>,
     /// Activation -> the bias add fused into it.
     bias_acts: BTreeMap<NodeId, NodeId>,
+    /// Activation -> the convolution fused into it (with its bias add).
+    conv_acts: BTreeMap<NodeId, NodeId>,
     /// Activation gradient -> the bias gradient fused into it.
     grad_biases: BTreeMap<NodeId, NodeId>,
     /// Launch outputs of fused launches that write another node's output too.
@@ -87,6 +94,31 @@ pub fn fusable_bias_acts(g: &Graph) -> BTreeMap<NodeId, NodeId> {
             if matches!(act.op, Op::Unary(_)) && act.device == n.device && f32_out {
                 out.insert(u, id);
             }
+        }
+    }
+    out
+}
+
+/// Conv2D nodes that fuse, with the bias add after them, into the
+/// activation after that: (activation, convolution) pairs, for activations
+/// of [`fusable_bias_acts`] whose bias add reads output 0 of a `Conv2D` on
+/// the same device that has no other consumer (data or control) and no
+/// fetch. The three become one `Conv2DBiasAct` launch: neither the
+/// convolution's output nor the sum gets a buffer.
+pub fn fusable_conv_bias_acts(g: &Graph, bias_acts: &BTreeMap<NodeId, NodeId>) -> BTreeMap<NodeId, NodeId> {
+    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
+    let mut out = BTreeMap::new();
+    for (&act, &b) in bias_acts {
+        let Some(t) = g.inputs(b).first().copied() else { continue };
+        let c = g.node(t.node);
+        let sole = matches!(g.consumers(t.node)[..], [(n, 0, 0)] if n == b) && g.control_consumers(t.node).is_empty();
+        if t.slot == 0
+            && matches!(c.op, Op::Conv2D { .. })
+            && sole
+            && c.device == g.node(b).device
+            && !fetched.contains(c.name.as_str())
+        {
+            out.insert(act, t.node);
         }
     }
     out
@@ -283,7 +315,10 @@ impl<'g> Lowerer<'g> {
         if self.grad_biases.values().any(|&b| b == id) {
             return true;
         }
-        if self.fused.values().any(|&m| m == id) || self.bias_acts.values().any(|&b| b == id) {
+        if self.fused.values().any(|&m| m == id)
+            || self.bias_acts.values().any(|&b| b == id)
+            || self.conv_acts.values().any(|&c| c == id)
+        {
             return false;
         }
         let node = self.g.node(id);
@@ -292,6 +327,29 @@ impl<'g> Lowerer<'g> {
         let (Ok(ins), Ok(outs)) = (ins, outs) else { return false };
         let fused_act = self.bias_acts.contains_key(&id);
         matches!(select(&node.op, &ins, &outs, opts.mode), Ok(Lowering::Launch { outs: Outs::Own, .. })) || fused_act
+    }
+
+    /// The buffer of `id`'s input 0 when `id` (a kernel that works in place,
+    /// `Kernel::in_place_ok`) may write its output 0 over it: the input is
+    /// an intermediate with a buffer of its own on this device (not a view,
+    /// a feed, a constant or a variable), written by a launch, of the same
+    /// type as the output, and this node is its only reader (no other data
+    /// consumer, no fetch, no alias). Its bytes are then dead once read, and
+    /// the activation gradient needs no buffer of its own: lowering's
+    /// in-place activation gradients.
+    fn in_place_input(&self, id: NodeId) -> Option<BufRef> {
+        let t = *self.g.inputs(id).first()?;
+        let only_reader = matches!(self.g.consumers(t.node).iter().filter(|c| c.2 == t.slot).collect::<Vec<_>>()[..], [&(c, 0, _)] if c == id);
+        let fetched = self.g.program().fetches.values().any(|f| f.node == self.g.node(t.node).name);
+        let (a, b) = (self.ty(t).ok()?, self.ty(Tensor::new(id, 0)).ok()?);
+        let by_launch = matches!(self.lowered.get(&t.node), Some((Lowering::Launch { .. }, _)));
+        if !only_reader || fetched || !by_launch || a.dtype != b.dtype || a.dims != b.dims {
+            return None;
+        }
+        let r = self.bind.get(&t)?.clone();
+        let BufRef::Arena { device, buffer } = r else { return None };
+        let here = self.devices.iter().position(|d| Some(*d) == self.g.node(id).device)?;
+        (device == here && self.arenas[device].is_own_tensor(buffer)).then_some(r)
     }
 
     /// Bind `id`'s single output to its bucket view (see `declare_bucket`).
@@ -309,6 +367,7 @@ impl<'g> Lowerer<'g> {
         let node = self.g.node(id);
         if self.fused.values().any(|&m| m == id)
             || self.bias_acts.values().any(|&b| b == id)
+            || self.conv_acts.values().any(|&c| c == id)
             || self.grad_biases.values().any(|&b| b == id)
         {
             // Fused into its apply or its activation: no buffer, no launch.
@@ -351,9 +410,37 @@ impl<'g> Lowerer<'g> {
         if let (Some(&b), Lowering::Launch { kernel, .. }, Op::Unary(act)) =
             (self.bias_acts.get(&id), &mut low, &node.op)
         {
-            let refs = self.g.inputs(b).iter().map(|&t| self.input(b, t)).collect::<Result<Vec<_>, _>>()?;
+            // With a fused convolution, the bias add's input 0 (the
+            // convolution's output) has no buffer: only its bias is read.
+            let skip = usize::from(self.conv_acts.contains_key(&id));
+            let mut refs =
+                self.g.inputs(b).iter().skip(skip).map(|&t| self.input(b, t)).collect::<Result<Vec<_>, _>>()?;
             let channels = self.ty(self.g.inputs(b)[1])?.dims.last().copied().unwrap_or(1);
             *kernel = crate::Kernel::BiasAddAct { channels, act: *act };
+            if let Some(&c) = self.conv_acts.get(&id) {
+                // The convolution too: inputs x, filter (the convolution's), bias.
+                let cn = self.g.node(c);
+                let cin = self.g.inputs(c).iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
+                let cout = vec![self.ty(Tensor::new(c, 0))?];
+                let conv = select(&cn.op, &cin, &cout, opts.mode).map_err(|reason| CodegenError::Unsupported {
+                    node: cn.name.clone(),
+                    op: cn.op.type_name().to_string(),
+                    reason,
+                })?;
+                let Lowering::Launch { kernel: crate::Kernel::Conv2D { geom, workspace_len }, .. } = conv else {
+                    return Err(CodegenError::Unsupported {
+                        node: cn.name.clone(),
+                        op: cn.op.type_name().to_string(),
+                        reason: "a convolution fused with its bias and activation must lower to a Conv2D launch".into(),
+                    });
+                };
+                let bias = refs
+                    .pop()
+                    .ok_or_else(|| CodegenError::NotScheduled { node: cn.name.clone(), by: node.name.clone() })?;
+                refs = self.g.inputs(c).iter().map(|&t| self.input(c, t)).collect::<Result<Vec<_>, _>>()?;
+                refs.push(bias);
+                *kernel = crate::Kernel::Conv2DBiasAct { geom, workspace_len, act: *act };
+            }
             self.fused_inputs.insert(id, refs);
         }
         let grad_bias = self.grad_biases.get(&id).copied();
@@ -388,8 +475,23 @@ impl<'g> Lowerer<'g> {
                 }
             }
             Lowering::CopyOut | Lowering::CopyAndOnes | Lowering::Launch { .. } => {
+                let in_place = match &low {
+                    Lowering::Launch { kernel, outs: Outs::Own, .. } if opts.fuse_kernels && kernel.in_place_ok() => {
+                        self.in_place_input(id)
+                    }
+                    _ => None,
+                };
                 if matches!(low, Lowering::Launch { outs: Outs::Own, .. }) && self.bucket_views.contains_key(&id) {
                     self.bind_bucket_view(id)?;
+                } else if let Some(r) = in_place {
+                    // Output 0 written over input 0 (see `in_place_input`).
+                    self.bind.insert(Tensor::new(id, 0), r);
+                    for slot in 1..node.outputs.len() {
+                        let t = Tensor::new(id, slot);
+                        let ty = self.ty(t)?;
+                        let r = self.alloc(self.device_of(id)?, self.tensor_name(t), &ty, BufferKind::Tensor);
+                        self.bind.insert(t, r);
+                    }
                 } else {
                     self.alloc_outputs(id, BufferKind::Tensor)?;
                 }
@@ -397,6 +499,7 @@ impl<'g> Lowerer<'g> {
                     Lowering::Launch {
                         kernel:
                             crate::Kernel::Conv2D { workspace_len, .. }
+                            | crate::Kernel::Conv2DBiasAct { workspace_len, .. }
                             | crate::Kernel::Conv2DBackpropInput { workspace_len, .. }
                             | crate::Kernel::Conv2DBackpropFilter { workspace_len, .. },
                         ..
@@ -537,10 +640,13 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         fused_inputs: BTreeMap::new(),
         bucket_views: BTreeMap::new(),
         buckets: BTreeMap::new(),
-        bias_acts: fusable_bias_acts(g),
-        grad_biases: fusable_grad_biases(g),
+        conv_acts: BTreeMap::new(),
+        bias_acts: if opts.fuse_kernels { fusable_bias_acts(g) } else { BTreeMap::new() },
+        grad_biases: if opts.fuse_kernels { fusable_grad_biases(g) } else { BTreeMap::new() },
         fused_outputs: BTreeMap::new(),
     };
+
+    lw.conv_acts = fusable_conv_bias_acts(g, &lw.bias_acts);
 
     let mut variables = Vec::new();
     let mut constants = Vec::new();

@@ -43,6 +43,12 @@ pub struct LowerOptions {
     /// consumer (`MeanApply`); off, every reduction is its own
     /// `weighted_sum` launch on the collective stream.
     pub fuse_reductions: bool,
+    /// Fuse elementwise neighbours into one launch and run activation
+    /// gradients in place (`BiasAddAct`, `Conv2DBiasAct`,
+    /// `UnaryGradBiasGrad`, see [`crate::lower`]); off, every graph op
+    /// that computes is its own launch with a buffer of its own (the
+    /// unfused program, e.g. to measure what fusion saves).
+    pub fuse_kernels: bool,
     /// Let buffers of one device share arena bytes by liveness
     /// ([`crate::arena`]); off, every buffer has bytes of its own for the
     /// whole step (any tensor can then be read after the step).
@@ -50,9 +56,15 @@ pub struct LowerOptions {
 }
 
 impl LowerOptions {
-    /// A program named `program` in `mode`, with reductions fused and memory reused.
+    /// A program named `program` in `mode`, with reductions and kernels fused and memory reused.
     pub fn new(mode: Mode, program: &str) -> LowerOptions {
-        LowerOptions { mode, program: program.to_string(), fuse_reductions: true, reuse_memory: true }
+        LowerOptions {
+            mode,
+            program: program.to_string(),
+            fuse_reductions: true,
+            fuse_kernels: true,
+            reuse_memory: true,
+        }
     }
 }
 

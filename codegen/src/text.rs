@@ -102,6 +102,7 @@ pub fn kernel_params(k: &Kernel) -> String {
             format!("c={channels} {}", act.name())
         }
         Kernel::Unary { op } | Kernel::UnaryGrad { op } => op.name().into(),
+        Kernel::Conv2DBiasAct { geom, act, .. } => format!("{} {}", conv(geom), act.name()),
         Kernel::Conv2D { geom, .. }
         | Kernel::Conv2DBackpropInput { geom, .. }
         | Kernel::Conv2DBackpropFilter { geom, .. } => conv(geom),

@@ -18,7 +18,8 @@
 //!    live in the store and are reachable from any device); its arity, the
 //!    element counts and dtypes of its operands agree with its kernel's
 //!    parameters (the `kernel` submodule), and no output overlaps another
-//!    operand; a copy has equal sizes and dtypes on both sides, which do not
+//!    operand, except output 0 being exactly input 0 of a kernel that works
+//!    in place (`Kernel::in_place_ok`); a copy has equal sizes and dtypes on both sides, which do not
 //!    overlap; an all-reduce sums a non-empty group of distinct f32 buffers;
 //! 5. events are in range, each recorded exactly once, and replaying the
 //!    streams (advance any stream whose next step is not a wait on an event
@@ -478,9 +479,13 @@ impl<'p> Verifier<'p> {
                 }
                 Check { at, kernel: kernel.name(), ins: &ins, outs: &outs }.kernel(kernel, ws.as_ref())?;
                 for (k, o) in outs.iter().enumerate() {
+                    // An in-place kernel's output 0 may be its input 0 exactly.
+                    let in_place = |j: usize, x: &Operand| k == 0 && j == 0 && kernel.in_place_ok() && x.loc == o.loc;
                     let others = ins
                         .iter()
-                        .map(|x| (x, "reads"))
+                        .enumerate()
+                        .filter(|&(j, x)| !in_place(j, x))
+                        .map(|(_, x)| (x, "reads"))
                         .chain(ws.iter().map(|x| (x, "uses as workspace")))
                         .chain(outs[..k].iter().map(|x| (x, "writes")));
                     for (x, role) in others {

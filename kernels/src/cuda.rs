@@ -155,7 +155,7 @@ macro_rules! k {
     };
 }
 
-/// Every kernel of the plan (the 44 variants of codegen's `Kernel`), in the
+/// Every kernel of the plan (the 45 variants of codegen's `Kernel`), in the
 /// enum's order.
 pub const KERNELS: &[CudaKernel] = &[
     CudaKernel {
@@ -179,6 +179,9 @@ pub const KERNELS: &[CudaKernel] = &[
     k!("conv2d", "conv", ["towers_im2col_f32"],
        "per chunk of rows [r0, r0 + r): im2col(g: ConvArgs, r0, r (i64), x, col = workspace), then GEMM y[r0..] = col * W; pointwise (1x1, stride 1): GEMM only",
        "block BLOCK, grid grid_1d(r * K)"),
+    k!("conv2d_bias_act", "conv", ["towers_im2col_f32", "towers_conv_bias_act_f32"],
+       "as conv2d, then one epilogue launch: op (i32: the index in UnaryOp::ALL), n = numel(y) (i64), c = c_out (i64), bias, y (in place)",
+       "block BLOCK, grid grid_1d(r * K); epilogue grid_1d(numel(y))"),
     k!("conv2d_backprop_input", "conv", ["towers_col2im_f32"],
        "per chunk: GEMM dcol = dy[r0..] * W^T, then col2im(g: ConvArgs, r0, r (i64), accumulate (i32: 0 on the first chunk), dcol = workspace, dx); pointwise: GEMM only",
        "block BLOCK, grid grid_1d(n * h * w * c_in)"),
@@ -401,11 +404,11 @@ mod tests {
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 46);
+        assert_eq!(KERNELS.len(), 47);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 46);
+        assert_eq!(names.len(), 47);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 

@@ -70,6 +70,16 @@ pub enum Kernel {
         geom: ConvGeom,
         workspace_len: usize,
     },
+    /// in: x, filter, bias. out: `act(conv(x, filter) + bias)`: a `Conv2D`,
+    /// the `BiasAdd` that is its only consumer and the activation that is
+    /// the bias add's, fused by lowering into one launch; the bias and the
+    /// activation run on each block of output right after the convolution
+    /// wrote it, while it is in cache. Workspace: `workspace_len` f32.
+    Conv2DBiasAct {
+        geom: ConvGeom,
+        workspace_len: usize,
+        act: UnaryOp,
+    },
     /// in: dy, filter. out: dx.
     Conv2DBackpropInput {
         geom: ConvGeom,
@@ -239,6 +249,14 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// Whether output 0 may be input 0 itself (the same buffer, written in
+    /// place): each element is read, then written, once. Lowering uses it
+    /// for activation gradients whose incoming gradient has no other
+    /// reader; the plan verifier allows exactly this overlap.
+    pub fn in_place_ok(&self) -> bool {
+        matches!(self, Kernel::UnaryGrad { .. } | Kernel::UnaryGradBiasGrad { .. })
+    }
+
     /// The kernel's name, as the CUDA twin would be called.
     pub fn name(&self) -> &'static str {
         match self {
@@ -252,6 +270,7 @@ impl Kernel {
             Kernel::Unary { .. } => "unary",
             Kernel::UnaryGrad { .. } => "unary_grad",
             Kernel::Conv2D { .. } => "conv2d",
+            Kernel::Conv2DBiasAct { .. } => "conv2d_bias_act",
             Kernel::Conv2DBackpropInput { .. } => "conv2d_backprop_input",
             Kernel::Conv2DBackpropFilter { .. } => "conv2d_backprop_filter",
             Kernel::MaxPool { .. } => "max_pool",

@@ -45,6 +45,36 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
 }
 
 
+// op: the index in UnaryOp::ALL: 0 Neg, 1 Relu, 2 Sigmoid, 3 Tanh, 4 Exp, 5 Log,
+// 6 Sqrt, 7 Rsqrt, 8 Reciprocal.
+__device__ __forceinline__ float sigmoid(float v) {
+    // Stable on both tails, as the CPU twin: exp of a non-positive argument only.
+    if (v >= 0.0f) {
+        return 1.0f / (1.0f + expf(-v));
+    }
+    float e = expf(v);
+    return e / (1.0f + e);
+}
+
+// One op on one value (the forward twin of `UnaryOp::apply`).
+__device__ __forceinline__ float unary_op(int op, float v) {
+    float r;
+    switch (op) {
+    case 0: r = -v; break;
+    case 1: r = v > 0.0f ? v : 0.0f; break;
+    case 2: r = sigmoid(v); break;
+    case 3: r = tanhf(v); break;
+    case 4: r = expf(v); break;
+    case 5: r = logf(v); break;
+    case 6: r = __fsqrt_rn(v); break;
+    case 7: r = __fdiv_rn(1.0f, __fsqrt_rn(v)); break;
+    case 8: r = __fdiv_rn(1.0f, v); break;
+    case 9: r = v > 0.0f ? v : expm1f(v); break;
+    default: r = __int_as_float(0x7fc00000); break;  // an op this source lacks: NaN, never a wrong value
+    }
+    return r;
+}
+
 // dx from dy and the forward output y: Neg: -dy; Relu: dy where y > 0;
 // Sigmoid: dy*y*(1-y); Tanh: dy*(1-y*y); Exp: dy*y; Log: dy*exp(-y);
 // Sqrt: dy*0.5/y; Rsqrt: -0.5*dy*y*y*y; Reciprocal: -dy*y*y; Elu: dy where y > 0, else

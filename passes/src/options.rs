@@ -37,6 +37,11 @@ pub struct CompileOptions {
     /// default; off keeps every reduction a separate launch, e.g. to time it).
     /// Read by lowering, not by the passes.
     pub fuse_reductions: bool,
+    /// Fuse elementwise neighbours into one launch (bias + activation, a
+    /// convolution with both, an activation gradient with its bias
+    /// gradient) and run activation gradients in place; on by default.
+    /// Read by lowering, not by the passes.
+    pub fuse_kernels: bool,
     /// This process's place among the processes training together (MPI
     /// ranks). World size 1 (the default) compiles exactly as a single
     /// process always did; above 1, `towers` are this process's local towers
@@ -111,6 +116,7 @@ impl CompileOptions {
             dump_dir: None,
             dump_after: Vec::new(),
             fuse_reductions: true,
+            fuse_kernels: true,
             process: ProcessGroup::SINGLE,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             reuse_memory: true,

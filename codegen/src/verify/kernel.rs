@@ -139,7 +139,10 @@ impl Check<'_, '_> {
         use Io::{In, Out};
         let conv_ws = matches!(
             k,
-            Kernel::Conv2D { .. } | Kernel::Conv2DBackpropInput { .. } | Kernel::Conv2DBackpropFilter { .. }
+            Kernel::Conv2D { .. }
+                | Kernel::Conv2DBiasAct { .. }
+                | Kernel::Conv2DBackpropInput { .. }
+                | Kernel::Conv2DBackpropFilter { .. }
         );
         if !conv_ws {
             if let Some(w) = ws {
@@ -221,6 +224,15 @@ impl Check<'_, '_> {
                 let c = self.conv(geom, *workspace_len, ws)?;
                 self.size(In(0), c.x, || "n*h*w*c_in".into())?;
                 self.size(In(1), c.filter, || "kh*kw*c_in*c_out".into())?;
+                self.size(Out(0), c.y, || "n*out_h*out_w*c_out".into())
+            }
+            Kernel::Conv2DBiasAct { geom, workspace_len, .. } => {
+                self.args(3, 1)?;
+                self.all_f32()?;
+                let c = self.conv(geom, *workspace_len, ws)?;
+                self.size(In(0), c.x, || "n*h*w*c_in".into())?;
+                self.size(In(1), c.filter, || "kh*kw*c_in*c_out".into())?;
+                self.size(In(2), geom.c_out, || "c_out (the bias)".into())?;
                 self.size(Out(0), c.y, || "n*out_h*out_w*c_out".into())
             }
             Kernel::Conv2DBackpropInput { geom, workspace_len } => {

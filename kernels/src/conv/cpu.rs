@@ -1,7 +1,8 @@
 //! CPU implementation of the convolution kernels: im2col/col2im and GEMM.
 //! See the parent module for layouts.
 
-use super::{direct, Algorithm, ConvGeom};
+use super::{direct, Algorithm, ConvGeom, CHUNK_ELEMS};
+use crate::elementwise::{bias_add_act_in_place, UnaryOp};
 use crate::gemm::{matmul, MatMul};
 use crate::window::window;
 
@@ -25,8 +26,78 @@ pub fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], workspace:
     }
 }
 
+/// Fused forward convolution, bias and activation:
+/// `y = act(conv(x, filter) + bias)`, `bias: [c_out]`, other arguments as
+/// [`conv2d`]. The convolution runs block by block (whole images for the
+/// direct kernels, the im2col chunks, row blocks of the pointwise GEMM),
+/// each block of output about [`CHUNK_ELEMS`] floats, and the bias and the
+/// activation run on each block right after it is written, while it is in
+/// cache: one pass over `y` instead of three. Every output element is
+/// computed as [`conv2d`] then `bias_add_act` compute it (each output sums
+/// its taps in the same order whatever the blocking).
+pub fn conv2d_bias_act(
+    p: &ConvGeom,
+    x: &[f32],
+    filter: &[f32],
+    bias: &[f32],
+    act: UnaryOp,
+    y: &mut [f32],
+    workspace: &mut [f32],
+) {
+    debug_assert_eq!(x.len(), p.x_len());
+    debug_assert_eq!(filter.len(), p.filter_len());
+    debug_assert_eq!(bias.len(), p.c_out);
+    debug_assert_eq!(y.len(), p.y_len());
+    debug_assert!(workspace.len() >= p.workspace_len());
+    let (rows, k, co) = (p.rows(), p.k(), p.c_out);
+    if rows == 0 || co == 0 {
+        return;
+    }
+    let epilogue = |yb: &mut [f32]| bias_add_act_in_place(yb, bias, act);
+    match p.algorithm() {
+        Algorithm::Pointwise => {
+            let step = (CHUNK_ELEMS / co).max(1);
+            let mut r0 = 0;
+            while r0 < rows {
+                let r = step.min(rows - r0);
+                let yb = &mut y[r0 * co..(r0 + r) * co];
+                matmul(&MatMul::new(r, k, co), &x[r0 * k..(r0 + r) * k], filter, yb);
+                epilogue(yb);
+                r0 += r;
+            }
+        }
+        Algorithm::Direct if direct::available() => {
+            let (x_img, y_img) = (p.h * p.w * p.c_in, p.y_len() / p.n);
+            let step = (CHUNK_ELEMS / y_img.max(1)).max(1);
+            let mut n0 = 0;
+            while n0 < p.n {
+                let n = step.min(p.n - n0);
+                let sub = ConvGeom { n, ..*p };
+                let yb = &mut y[n0 * y_img..(n0 + n) * y_img];
+                direct::conv2d(&sub, &x[n0 * x_img..(n0 + n) * x_img], filter, yb);
+                epilogue(yb);
+                n0 += n;
+            }
+        }
+        Algorithm::Direct | Algorithm::Im2col => im2col_conv2d_then(p, x, filter, y, workspace, epilogue),
+    }
+}
+
 /// [`conv2d`] by im2col + GEMM, whatever the geometry's [`Algorithm`].
 pub(super) fn im2col_conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], workspace: &mut [f32]) {
+    im2col_conv2d_then(p, x, filter, y, workspace, |_| {})
+}
+
+/// [`im2col_conv2d`], calling `then` on each chunk of output rows once the
+/// GEMM wrote it.
+fn im2col_conv2d_then(
+    p: &ConvGeom,
+    x: &[f32],
+    filter: &[f32],
+    y: &mut [f32],
+    workspace: &mut [f32],
+    then: impl Fn(&mut [f32]),
+) {
     let (rows, k, co) = (p.rows(), p.k(), p.c_out);
     if rows == 0 || co == 0 {
         return;
@@ -38,7 +109,9 @@ pub(super) fn im2col_conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f3
         let col = &mut workspace[..r * k];
         im2col(p, x, r0, r, col);
         let mm = MatMul::new(r, k, co);
-        matmul(&mm, col, filter, &mut y[r0 * co..(r0 + r) * co]);
+        let yb = &mut y[r0 * co..(r0 + r) * co];
+        matmul(&mm, col, filter, yb);
+        then(yb);
         r0 += r;
     }
 }
@@ -265,6 +338,46 @@ mod tests {
             let mut ws = vec![f32::NAN; p.workspace_len()];
             conv2d(&p, &x, &f, &mut y, &mut ws);
             assert_close(&y, &naive(&p, &x, &f), 1e-5, &format!("{p:?}"));
+        }
+    }
+
+    /// The fused forward equals `conv2d` then `bias_add_act` bit for bit, on
+    /// every path (direct, im2col, pointwise), including geometries whose
+    /// output spans several epilogue blocks.
+    #[test]
+    fn fused_bias_and_activation_equal_the_three_kernels() {
+        let mut r = Lcg::new(14);
+        let mut geoms = cases();
+        let big = |n, h, ci, k, co, padding| ConvGeom {
+            n,
+            h,
+            w: h,
+            c_in: ci,
+            kh: k,
+            kw: k,
+            c_out: co,
+            stride_h: 1,
+            stride_w: 1,
+            padding,
+        };
+        geoms.push(big(40, 28, 1, 5, 12, Padding::Valid)); // direct, 9 images per block
+        geoms.push(big(6, 14, 12, 3, 24, Padding::Same)); // im2col, several chunks
+        geoms.push(big(30, 16, 8, 1, 24, Padding::Same)); // pointwise, several row blocks
+        for p in geoms {
+            let x = r.vec(p.x_len());
+            let f = r.vec(p.filter_len());
+            let b = r.vec(p.c_out);
+            for act in [UnaryOp::Relu, UnaryOp::Tanh] {
+                let mut ws = vec![f32::NAN; p.workspace_len()];
+                let mut conv = vec![f32::NAN; p.y_len()];
+                conv2d(&p, &x, &f, &mut conv, &mut ws);
+                let mut want = vec![f32::NAN; p.y_len()];
+                crate::elementwise::bias_add_act(&conv, &b, act, &mut want);
+                let mut y = vec![f32::NAN; p.y_len()];
+                conv2d_bias_act(&p, &x, &f, &b, act, &mut y, &mut ws);
+                let same = y.iter().zip(&want).all(|(a, w)| a.to_bits() == w.to_bits());
+                assert!(same, "{p:?} {act:?} ({:?})", p.algorithm());
+            }
         }
     }
 

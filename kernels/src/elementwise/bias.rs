@@ -38,6 +38,27 @@ pub fn bias_add_act(x: &[f32], bias: &[f32], act: super::UnaryOp, y: &mut [f32])
     }
 }
 
+/// `y = act(y + bias)` in place, block by block as [`bias_add_act`]: the
+/// epilogue of a fused convolution (`conv2d_bias_act`), run on each block
+/// of output the convolution just wrote, while it is in cache. Bit for bit
+/// [`bias_add_act`] of the same values.
+pub fn bias_add_act_in_place(y: &mut [f32], bias: &[f32], act: super::UnaryOp) {
+    let c = bias.len();
+    debug_assert_eq!(y.len() % c.max(1), 0);
+    if c == 0 {
+        return;
+    }
+    let rows = (ACT_BLOCK / c).max(1) * c;
+    for yb in y.chunks_mut(rows) {
+        for row in yb.chunks_exact_mut(c) {
+            for (o, b) in row.iter_mut().zip(bias) {
+                *o += *b;
+            }
+        }
+        super::unary::unary_in_place(act, yb);
+    }
+}
+
 /// Channels [`unary_grad_bias_grad`] keeps per-block partial sums of on the stack.
 const GRAD_MAX_CHANNELS: usize = 1024;
 
@@ -61,6 +82,29 @@ pub fn unary_grad_bias_grad(act: super::UnaryOp, dy: &[f32], y: &[f32], dx: &mut
     let rows = (ACT_BLOCK / c).max(1) * c;
     for ((xb, gb), yb) in dx.chunks_mut(rows).zip(dy.chunks(rows)).zip(y.chunks(rows)) {
         super::unary::unary_grad(act, gb, yb, xb);
+        bias_add_grad(xb, &mut part[..c]);
+        for (d, p) in db.iter_mut().zip(&part[..c]) {
+            *d += *p;
+        }
+    }
+}
+
+/// [`unary_grad_bias_grad`] with `dx` written over `dy` (lowering's
+/// in-place activation gradient, when `dy` has no other reader): the same
+/// values, block by block in the same order.
+pub fn unary_grad_bias_grad_in_place(act: super::UnaryOp, dy_dx: &mut [f32], y: &[f32], db: &mut [f32]) {
+    let c = db.len();
+    debug_assert_eq!(dy_dx.len(), y.len());
+    if c == 0 || c > GRAD_MAX_CHANNELS {
+        super::unary::unary_grad_in_place(act, dy_dx, y);
+        bias_add_grad(dy_dx, db);
+        return;
+    }
+    db.fill(0.0);
+    let mut part = [0f32; GRAD_MAX_CHANNELS];
+    let rows = (ACT_BLOCK / c).max(1) * c;
+    for (xb, yb) in dy_dx.chunks_mut(rows).zip(y.chunks(rows)) {
+        super::unary::unary_grad_in_place(act, xb, yb);
         bias_add_grad(xb, &mut part[..c]);
         for (d, p) in db.iter_mut().zip(&part[..c]) {
             *d += *p;

@@ -55,36 +55,8 @@ extern "C" __global__ void towers_bias_add_f32(i64 n, i64 c, const float* __rest
     GRID_STRIDE(i, n) { y[i] = x[i] + bias[i % c]; }
 }
 
-// op: the index in UnaryOp::ALL: 0 Neg, 1 Relu, 2 Sigmoid, 3 Tanh, 4 Exp, 5 Log,
-// 6 Sqrt, 7 Rsqrt, 8 Reciprocal.
-__device__ __forceinline__ float sigmoid(float v) {
-    // Stable on both tails, as the CPU twin: exp of a non-positive argument only.
-    if (v >= 0.0f) {
-        return 1.0f / (1.0f + expf(-v));
-    }
-    float e = expf(v);
-    return e / (1.0f + e);
-}
-
-// One op on one value (the forward twin of `UnaryOp::apply`).
-__device__ __forceinline__ float unary_op(int op, float v) {
-    float r;
-    switch (op) {
-    case 0: r = -v; break;
-    case 1: r = v > 0.0f ? v : 0.0f; break;
-    case 2: r = sigmoid(v); break;
-    case 3: r = tanhf(v); break;
-    case 4: r = expf(v); break;
-    case 5: r = logf(v); break;
-    case 6: r = __fsqrt_rn(v); break;
-    case 7: r = __fdiv_rn(1.0f, __fsqrt_rn(v)); break;
-    case 8: r = __fdiv_rn(1.0f, v); break;
-    case 9: r = v > 0.0f ? v : expm1f(v); break;
-    default: r = __int_as_float(0x7fc00000); break;  // an op this source lacks: NaN, never a wrong value
-    }
-    return r;
-}
-
+// `unary_op` (one activation on one value) is in the prelude, shared with
+// the convolution family's fused epilogue.
 extern "C" __global__ void towers_unary_f32(int op, i64 n, const float* __restrict__ x, float* __restrict__ y) {
     GRID_STRIDE(i, n) { y[i] = unary_op(op, x[i]); }
 }
@@ -98,7 +70,9 @@ extern "C" __global__ void towers_bias_add_act_f32(int op, i64 n, i64 c, const f
 
 // The gradient from dy and the forward output y: `unary_grad_op` in the
 // prelude (shared with the fused ReLU-and-bias gradient of the reduce family).
-extern "C" __global__ void towers_unary_grad_f32(int op, i64 n, const float* __restrict__ dy,
-                                                 const float* __restrict__ y, float* __restrict__ dx) {
+// dx may be dy (lowering's in-place activation gradient): each element is
+// read, then written, by one thread, so neither pointer is __restrict__.
+extern "C" __global__ void towers_unary_grad_f32(int op, i64 n, const float* dy, const float* __restrict__ y,
+                                                 float* dx) {
     GRID_STRIDE(i, n) { dx[i] = unary_grad_op(op, dy[i], y[i]); }
 }

@@ -100,6 +100,18 @@ macro_rules! unary_ops {
             }
         }
 
+        /// [`unary_grad`] with `dx` written over `dy` (lowering's in-place
+        /// activation gradient, when `dy` has no other reader).
+        pub fn unary_grad_in_place(op: UnaryOp, dy_dx: &mut [f32], y: &[f32]) {
+            debug_assert_eq!(dy_dx.len(), y.len());
+            match op {
+                $(UnaryOp::$v => {
+                    let g = $g;
+                    for (o, v) in dy_dx.iter_mut().zip(y) { *o = g(*o, *v); }
+                })*
+            }
+        }
+
         /// `dx[i] = grad_op(dy[i], y[i])` where `y = op(x)` (the graph's `UnaryGrad`).
         pub fn unary_grad(op: UnaryOp, dy: &[f32], y: &[f32], dx: &mut [f32]) {
             debug_assert!(dy.len() == y.len() && dy.len() == dx.len());

@@ -141,8 +141,10 @@ extern "C" __global__ void towers_copy_u32(i64 n, const u32* __restrict__ x, u32
 // bias_add_grad through towers_reduce_f32), each thread summing its rows in
 // order and the block's partial sums folded by block_sum's fixed tree:
 // deterministic.
-extern "C" __global__ void towers_unary_grad_bias_grad_f32(int op, i64 rows, i64 c, const float* __restrict__ dy,
-                                                           const float* __restrict__ y, float* __restrict__ dx,
+// dx may be dy (lowering's in-place activation gradient): each element is
+// read, then written, by one thread, so neither pointer is __restrict__.
+extern "C" __global__ void towers_unary_grad_bias_grad_f32(int op, i64 rows, i64 c, const float* dy,
+                                                           const float* __restrict__ y, float* dx,
                                                            float* __restrict__ db) {
     __shared__ float sh[1024];
     for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {

@@ -58,11 +58,18 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         }
         Kernel::BiasAdd { .. } => ew::bias_add(i(0), i(1), o(0)),
         Kernel::BiasAddAct { act, .. } => ew::bias_add_act(i(0), i(1), *act, o(0)),
+        Kernel::UnaryGradBiasGrad { act, .. } if ins[0].slot.same(&outs[0].slot) => {
+            ew::unary_grad_bias_grad_in_place(*act, o(0), i(1), o(1))
+        }
         Kernel::UnaryGradBiasGrad { act, .. } => ew::unary_grad_bias_grad(*act, i(0), i(1), o(0), o(1)),
         Kernel::BiasAddGrad { .. } => ew::bias_add_grad(i(0), o(0)),
         Kernel::Unary { op } => ew::unary(*op, i(0), o(0)),
+        Kernel::UnaryGrad { op } if ins[0].slot.same(&outs[0].slot) => ew::unary_grad_in_place(*op, o(0), i(1)),
         Kernel::UnaryGrad { op } => ew::unary_grad(*op, i(0), i(1), o(0)),
         Kernel::Conv2D { geom, .. } => conv::conv2d(geom, i(0), i(1), o(0), ws_f32(ws)),
+        Kernel::Conv2DBiasAct { geom, act, .. } => {
+            conv::conv2d_bias_act(geom, i(0), i(1), i(2), *act, o(0), ws_f32(ws))
+        }
         Kernel::Conv2DBackpropInput { geom, .. } => conv::conv2d_backprop_input(geom, i(0), i(1), o(0), ws_f32(ws)),
         Kernel::Conv2DBackpropFilter { geom, .. } => conv::conv2d_backprop_filter(geom, i(0), i(1), o(0), ws_f32(ws)),
         Kernel::MaxPool { geom } => pool::max_pool(geom, i(0), o(0)),

@@ -13,7 +13,11 @@
 //!   backend) never race with kernels;
 //! - within one launch, an output never overlaps an input, and the buffers
 //!   of one all-reduce never overlap each other (checked at load by
-//!   [`Slot::overlaps`]), so a `&mut` view never aliases another view.
+//!   [`Slot::overlaps`]), so a `&mut` view never aliases another view. The
+//!   one exception, also checked at load: a kernel that works in place
+//!   (`Kernel::in_place_ok`) may have output 0 be exactly input 0
+//!   ([`Slot::same`]); it then runs its in-place form, which takes only the
+//!   `&mut` view.
 //!
 //! Regions are allocated once and never resized, so raw pointers into them
 //! stay valid as long as the `Arc<Region>` they came from is held.
@@ -65,6 +69,10 @@ unsafe impl Sync for Slot {}
 impl Slot {
     pub fn len(&self) -> usize {
         self.len
+    }
+    /// Whether two views are the same elements.
+    pub fn same(&self, o: &Slot) -> bool {
+        self.ptr == o.ptr && self.len == o.len
     }
     /// Whether two views share any element.
     pub fn overlaps(&self, o: &Slot) -> bool {

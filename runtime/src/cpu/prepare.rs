@@ -215,8 +215,11 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
                         outputs.iter().map(|r| resolve(plan, &arenas, store, r)).collect::<Result<Vec<_>, _>>()?;
                     let ws =
                         workspace.as_ref().map(|r| resolve(plan, &arenas, store, r).map(|b| b.slot)).transpose()?;
-                    for o in &outs {
-                        if ins.iter().any(|i| i.slot.overlaps(&o.slot)) || ws.is_some_and(|w| w.overlaps(&o.slot)) {
+                    for (k, o) in outs.iter().enumerate() {
+                        // Output 0 may be input 0 itself for a kernel that works in place.
+                        let aliased = |j: usize, i: &Buf| k == 0 && j == 0 && kernel.in_place_ok() && i.slot.same(&o.slot);
+                        let reads = ins.iter().enumerate().any(|(j, i)| !aliased(j, i) && i.slot.overlaps(&o.slot));
+                        if reads || ws.is_some_and(|w| w.overlaps(&o.slot)) {
                             return Err(format!("launch '{node}' writes a buffer it also reads"));
                         }
                     }

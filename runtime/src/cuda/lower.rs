@@ -238,16 +238,28 @@ pub(crate) fn lower_launch(
             launch(ops, "elementwise", "towers_unary_grad_f32", ew(dx.len), BLOCK, a)?;
         }
         Kernel::Conv2D { geom, .. }
+        | Kernel::Conv2DBiasAct { geom, .. }
         | Kernel::Conv2DBackpropInput { geom, .. }
         | Kernel::Conv2DBackpropFilter { geom, .. } => {
             let g = ConvArgs::from(geom);
             let (rows, k, co) = (geom.rows(), geom.k(), geom.c_out);
             let pointwise = geom.kh == 1 && geom.kw == 1 && geom.stride_h == 1 && geom.stride_w == 1;
             let (a0, a1, y) = (i(0)?, i(1)?, o(0)?);
+            // A fused convolution's bias and activation: one launch over the
+            // whole output once its last GEMM wrote it, in place.
+            let epilogue = match kernel {
+                Kernel::Conv2DBiasAct { act, .. } => {
+                    let code = UnaryOp::ALL.iter().position(|u| u == act).unwrap_or(0) as i32;
+                    let mut a = ArgPack::new();
+                    a.i32(code).i64(y.len).i64(co).ptr(i(2)?.ptr).ptr(y.ptr);
+                    Some(a)
+                }
+                _ => None,
+            };
             if pointwise || rows == 0 {
                 // x viewed as [rows, c_in] already is the column matrix.
                 let gm = match kernel {
-                    Kernel::Conv2D { .. } => {
+                    Kernel::Conv2D { .. } | Kernel::Conv2DBiasAct { .. } => {
                         Gemm { m: rows, n: co, k, ta: false, tb: false, a: a0.ptr, b: a1.ptr, c: y.ptr, beta: 0.0 }
                     }
                     Kernel::Conv2DBackpropInput { .. } => {
@@ -256,6 +268,9 @@ pub(crate) fn lower_launch(
                     _ => Gemm { m: k, n: co, k: rows, ta: true, tb: false, a: a0.ptr, b: a1.ptr, c: y.ptr, beta: 0.0 },
                 };
                 ops.push(Op::Gemm(gm));
+                if let Some(a) = epilogue {
+                    launch(ops, "conv", "towers_conv_bias_act_f32", ew(y.len), BLOCK, a)?;
+                }
                 return Ok(());
             }
             let ws = ws.ok_or_else(|| format!("{name}: no workspace"))?;
@@ -272,7 +287,7 @@ pub(crate) fn lower_launch(
                     a
                 };
                 match kernel {
-                    Kernel::Conv2D { .. } => {
+                    Kernel::Conv2D { .. } | Kernel::Conv2DBiasAct { .. } => {
                         launch(ops, "conv", "towers_im2col_f32", ew(r * k), BLOCK, im2col(a0.ptr))?;
                         let c = y.ptr + (r0 * co * 4) as u64;
                         ops.push(Op::Gemm(Gemm {
@@ -322,6 +337,9 @@ pub(crate) fn lower_launch(
                     }
                 }
                 r0 += r;
+            }
+            if let Some(a) = epilogue {
+                launch(ops, "conv", "towers_conv_bias_act_f32", ew(y.len), BLOCK, a)?;
             }
         }
         Kernel::MaxPool { geom } | Kernel::AvgPool { geom } => {

@@ -341,7 +341,13 @@ const TRACING_UNSUPPORTED: &str =
 const MAX_WORKSPACE_BYTES: usize = 256 << 20;
 
 fn is_conv(k: &Kernel) -> bool {
-    matches!(k, Kernel::Conv2D { .. } | Kernel::Conv2DBackpropInput { .. } | Kernel::Conv2DBackpropFilter { .. })
+    matches!(
+        k,
+        Kernel::Conv2D { .. }
+            | Kernel::Conv2DBiasAct { .. }
+            | Kernel::Conv2DBackpropInput { .. }
+            | Kernel::Conv2DBackpropFilter { .. }
+    )
 }
 
 /// The workspace one stream's convolutions share (they run one after the
@@ -356,6 +362,7 @@ fn stream_workspace_bytes(s: &towers_codegen::StreamPlan) -> usize {
         if let Step::Launch { kernel, .. } = step {
             let g = match kernel {
                 Kernel::Conv2D { geom, .. }
+                | Kernel::Conv2DBiasAct { geom, .. }
                 | Kernel::Conv2DBackpropInput { geom, .. }
                 | Kernel::Conv2DBackpropFilter { geom, .. } => geom,
                 _ => continue,
