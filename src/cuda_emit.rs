@@ -34,10 +34,22 @@ pub fn cuda_files(plan: &Plan) -> Result<Vec<(String, String)>, String> {
                 let file = format!("{name}.cu");
                 let mut text = String::new();
                 let _ = writeln!(text, "// kernel {name}: entry points {}", k.entries.join(", "));
+                for (f, e) in k.after {
+                    let _ = writeln!(text, "// then entry point {e} of family {f} (its source follows this one)");
+                }
                 let _ = writeln!(text, "// arguments: {}", k.args);
                 let _ = writeln!(text, "// launch: {}", k.launch);
                 let _ = writeln!(text, "// source: kernels/src/{} (fnv1a64 {:016x})\n", src.path, src.hash());
                 text.push_str(src.code);
+                let mut seen = vec![src.family];
+                for (f, _) in k.after {
+                    if let Some(other) = cuda::source(f).filter(|o| !seen.contains(&o.family)) {
+                        let _ =
+                            writeln!(text, "\n// source: kernels/src/{} (fnv1a64 {:016x})\n", other.path, other.hash());
+                        text.push_str(other.code);
+                        seen.push(other.family);
+                    }
+                }
                 let _ = writeln!(index, "{name}: {file} ({})", k.entries.join(", "));
                 files.push((file, text));
             }

@@ -32,7 +32,9 @@
 //! activation gradient becomes part of it, one `UnaryGradBiasGrad` launch
 //! with both outputs (see [`fusable_grad_biases`]). And a `Conv2D` whose only
 //! consumer is such a bias add joins the launch: one `Conv2DBiasAct` (see
-//! [`fusable_conv_bias_acts`]).
+//! [`fusable_conv_bias_acts`]). Backwards, a `MaxPoolGrad` read only by
+//! such an activation gradient joins it: one `MaxPoolGradActBiasGrad` (see
+//! [`fusable_pool_grads`]).
 //!
 //! In place: an activation gradient whose incoming gradient has no other
 //! reader writes over it (see `Lowerer::in_place_input`).
@@ -71,6 +73,9 @@ struct Lowerer<'g> {
     conv_acts: BTreeMap<NodeId, NodeId>,
     /// Activation gradient -> the bias gradient fused into it.
     grad_biases: BTreeMap<NodeId, NodeId>,
+    /// Activation gradient (with its bias gradient) -> the max-pool
+    /// gradient fused into it.
+    pool_grads: BTreeMap<NodeId, NodeId>,
     /// Launch outputs of fused launches that write another node's output too.
     fused_outputs: BTreeMap<NodeId, Vec<BufRef>>,
 }
@@ -142,6 +147,31 @@ pub fn fusable_grad_biases(g: &Graph) -> BTreeMap<NodeId, NodeId> {
         let f32_in = u.outputs.first().is_some_and(|o| o.dtype == towers_graph::DType::F32);
         if t.slot == 0 && matches!(u.op, Op::UnaryGrad(_)) && u.device == n.device && f32_in {
             out.entry(t.node).or_insert(id);
+        }
+    }
+    out
+}
+
+/// MaxPoolGrad nodes that fuse into the activation gradient reading them:
+/// (activation gradient, pool gradient) pairs, for activation gradients of
+/// `grad_biases` (fused with their bias gradient) whose input 0 is output 0
+/// of a `MaxPoolGrad` on the same device with no other consumer (data or
+/// control) and no fetch. The three become one `MaxPoolGradActBiasGrad`
+/// launch: the pool gradient never gets a buffer.
+pub fn fusable_pool_grads(g: &Graph, grad_biases: &BTreeMap<NodeId, NodeId>) -> BTreeMap<NodeId, NodeId> {
+    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
+    let mut out = BTreeMap::new();
+    for &u in grad_biases.keys() {
+        let Some(t) = g.inputs(u).first().copied() else { continue };
+        let p = g.node(t.node);
+        let sole = matches!(g.consumers(t.node)[..], [(n, 0, 0)] if n == u) && g.control_consumers(t.node).is_empty();
+        if t.slot == 0
+            && matches!(p.op, Op::MaxPoolGrad { .. })
+            && sole
+            && p.device == g.node(u).device
+            && !fetched.contains(p.name.as_str())
+        {
+            out.insert(u, t.node);
         }
     }
     out
@@ -318,6 +348,7 @@ impl<'g> Lowerer<'g> {
         if self.fused.values().any(|&m| m == id)
             || self.bias_acts.values().any(|&b| b == id)
             || self.conv_acts.values().any(|&c| c == id)
+            || self.pool_grads.values().any(|&p| p == id)
         {
             return false;
         }
@@ -368,6 +399,7 @@ impl<'g> Lowerer<'g> {
         if self.fused.values().any(|&m| m == id)
             || self.bias_acts.values().any(|&b| b == id)
             || self.conv_acts.values().any(|&c| c == id)
+            || self.pool_grads.values().any(|&p| p == id)
             || self.grad_biases.values().any(|&b| b == id)
         {
             // Fused into its apply or its activation: no buffer, no launch.
@@ -381,7 +413,8 @@ impl<'g> Lowerer<'g> {
         let in_refs = inputs
             .iter()
             .map(|&t| {
-                if Some(t.node) == mean || self.bias_acts.get(&id) == Some(&t.node) {
+                let fused_in = self.bias_acts.get(&id) == Some(&t.node) || self.pool_grads.get(&id) == Some(&t.node);
+                if Some(t.node) == mean || fused_in {
                     Ok(BufRef::Variable(String::new()))
                 } else {
                     self.input(id, t)
@@ -447,6 +480,26 @@ impl<'g> Lowerer<'g> {
         if let (Some(b), Lowering::Launch { kernel, .. }, Op::UnaryGrad(act)) = (grad_bias, &mut low, &node.op) {
             let channels = self.ty(Tensor::new(b, 0))?.dims.iter().product::<usize>();
             *kernel = crate::Kernel::UnaryGradBiasGrad { channels, act: *act };
+            if let Some(&p) = self.pool_grads.get(&id) {
+                // The pool gradient too: inputs x, y, dy (the pool
+                // gradient's), then the activation's output.
+                let pn = self.g.node(p);
+                let pin = self.g.inputs(p).iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
+                let pout = vec![self.ty(Tensor::new(p, 0))?];
+                let unsupported = |reason: String| CodegenError::Unsupported {
+                    node: pn.name.clone(),
+                    op: pn.op.type_name().to_string(),
+                    reason,
+                };
+                let pool = select(&pn.op, &pin, &pout, opts.mode).map_err(unsupported)?;
+                let Lowering::Launch { kernel: crate::Kernel::MaxPoolGrad { geom }, .. } = pool else {
+                    return Err(unsupported("a fused max-pool gradient must lower to a MaxPoolGrad launch".into()));
+                };
+                let mut refs = self.g.inputs(p).iter().map(|&t| self.input(p, t)).collect::<Result<Vec<_>, _>>()?;
+                refs.push(in_refs[1].clone());
+                *kernel = crate::Kernel::MaxPoolGradActBiasGrad { geom, act: *act };
+                self.fused_inputs.insert(id, refs);
+            }
         }
         let mut workspace = None;
         match &low {
@@ -641,12 +694,14 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         bucket_views: BTreeMap::new(),
         buckets: BTreeMap::new(),
         conv_acts: BTreeMap::new(),
+        pool_grads: BTreeMap::new(),
         bias_acts: if opts.fuse_kernels { fusable_bias_acts(g) } else { BTreeMap::new() },
         grad_biases: if opts.fuse_kernels { fusable_grad_biases(g) } else { BTreeMap::new() },
         fused_outputs: BTreeMap::new(),
     };
 
     lw.conv_acts = fusable_conv_bias_acts(g, &lw.bias_acts);
+    lw.pool_grads = fusable_pool_grads(g, &lw.grad_biases);
 
     let mut variables = Vec::new();
     let mut constants = Vec::new();

@@ -106,6 +106,7 @@ pub fn kernel_params(k: &Kernel) -> String {
         Kernel::Conv2D { geom, .. }
         | Kernel::Conv2DBackpropInput { geom, .. }
         | Kernel::Conv2DBackpropFilter { geom, .. } => conv(geom),
+        Kernel::MaxPoolGradActBiasGrad { geom, act } => format!("{} {}", pool(geom), act.name()),
         Kernel::MaxPool { geom }
         | Kernel::MaxPoolGrad { geom }
         | Kernel::AvgPool { geom }

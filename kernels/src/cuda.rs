@@ -133,6 +133,9 @@ pub struct CudaKernel {
     pub family: Option<&'static str>,
     /// Entry points, in launch order where the kernel takes several.
     pub entries: &'static [&'static str],
+    /// Entry points of other families launched after `entries`, as
+    /// (family, entry): a fused kernel made of launches of two families.
+    pub after: &'static [(&'static str, &'static str)],
     /// Arguments, in order, and how the plan's parameters map onto them.
     pub args: &'static str,
     /// Launch geometry.
@@ -151,17 +154,28 @@ const ROWS: &str = "block BLOCK (power of two <= 1024), grid grid_rows(outputs)"
 
 macro_rules! k {
     ($kernel:literal, $family:literal, [$($e:literal),+], $args:expr, $launch:expr) => {
-        CudaKernel { kernel: $kernel, family: Some($family), entries: &[$($e),+], args: $args, launch: $launch }
+        CudaKernel { kernel: $kernel, family: Some($family), entries: &[$($e),+], after: &[], args: $args, launch: $launch }
+    };
+    ($kernel:literal, $family:literal, [$($e:literal),+], then [$(($f:literal, $a:literal)),+], $args:expr, $launch:expr) => {
+        CudaKernel {
+            kernel: $kernel,
+            family: Some($family),
+            entries: &[$($e),+],
+            after: &[$(($f, $a)),+],
+            args: $args,
+            launch: $launch,
+        }
     };
 }
 
-/// Every kernel of the plan (the 45 variants of codegen's `Kernel`), in the
+/// Every kernel of the plan (the 46 variants of codegen's `Kernel`), in the
 /// enum's order.
 pub const KERNELS: &[CudaKernel] = &[
     CudaKernel {
         kernel: "gemm",
         family: None,
         entries: &[],
+        after: &[],
         args: "cuBLAS sgemm: row-major c[m,n] = op(a) op(b) computed as column-major c^T = op(b)^T op(a)^T, transposes as flags",
         launch: "cublasSgemm on the launch's stream",
     },
@@ -190,6 +204,9 @@ pub const KERNELS: &[CudaKernel] = &[
        "block BLOCK, grid grid_1d(r * K)"),
     k!("max_pool", "pool", ["towers_max_pool_f32"], "g: PoolArgs, x, y", "block BLOCK, grid grid_1d(numel(y))"),
     k!("max_pool_grad", "pool", ["towers_max_pool_grad_f32"], "g: PoolArgs, x, y, dy, dx", "block BLOCK, grid grid_1d(numel(x))"),
+    k!("max_pool_grad_act_bias_grad", "pool", ["towers_max_pool_grad_f32"], then [("reduce", "towers_unary_grad_bias_grad_f32")],
+       "max_pool_grad(g: PoolArgs, x, y, dy, dx), then the reduce family's unary_grad_bias_grad(op, rows, c, dy = dx, act_y, dx, db) in place on dx",
+       "block BLOCK, grid grid_1d(numel(x)); then block BLOCK, grid grid_rows(c)"),
     k!("avg_pool", "pool", ["towers_avg_pool_f32"], "g: PoolArgs, x, y", "block BLOCK, grid grid_1d(numel(y))"),
     k!("avg_pool_grad", "pool", ["towers_avg_pool_grad_f32"], "g: PoolArgs, dy, dx", "block BLOCK, grid grid_1d(numel(x))"),
     k!("concat", "layout", ["towers_concat_part_f32"],
@@ -399,16 +416,21 @@ mod tests {
                 let decl = format!("extern \"C\" __global__ void {e}(");
                 assert_eq!(src.code.matches(&decl).count(), 1, "{} in {}", e, src.path);
             }
+            for (f, e) in k.after {
+                let other = source(f).expect("a family of the registry");
+                let decl = format!("extern \"C\" __global__ void {e}(");
+                assert_eq!(other.code.matches(&decl).count(), 1, "{} in {}", e, other.path);
+            }
         }
     }
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 47);
+        assert_eq!(KERNELS.len(), 48);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 47);
+        assert_eq!(names.len(), 48);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 

@@ -98,6 +98,14 @@ pub enum Kernel {
     MaxPoolGrad {
         geom: PoolGeom,
     },
+    /// in: x, y, dy, act_y. out: dx, db: a `MaxPoolGrad`, the activation
+    /// gradient reading it (`act`, with `act_y` the activation's output) and
+    /// that gradient's bias gradient, fused by lowering into one launch
+    /// (the backward of conv -> bias -> activation -> max pool).
+    MaxPoolGradActBiasGrad {
+        geom: PoolGeom,
+        act: UnaryOp,
+    },
     /// in: x. out: y.
     AvgPool {
         geom: PoolGeom,
@@ -275,6 +283,7 @@ impl Kernel {
             Kernel::Conv2DBackpropFilter { .. } => "conv2d_backprop_filter",
             Kernel::MaxPool { .. } => "max_pool",
             Kernel::MaxPoolGrad { .. } => "max_pool_grad",
+            Kernel::MaxPoolGradActBiasGrad { .. } => "max_pool_grad_act_bias_grad",
             Kernel::AvgPool { .. } => "avg_pool",
             Kernel::AvgPoolGrad { .. } => "avg_pool_grad",
             Kernel::Concat { .. } => "concat",

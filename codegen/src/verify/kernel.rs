@@ -265,6 +265,14 @@ impl Check<'_, '_> {
                 self.sizes(&[In(0), Out(0)], x, "n*h*w*c")?;
                 self.sizes(&[In(1), In(2)], y, "n*out_h*out_w*c")
             }
+            Kernel::MaxPoolGradActBiasGrad { geom, .. } => {
+                self.args(4, 2)?;
+                self.all_f32()?;
+                let (x, y) = self.pool(geom)?;
+                self.sizes(&[In(0), In(3), Out(0)], x, "n*h*w*c")?;
+                self.sizes(&[In(1), In(2)], y, "n*out_h*out_w*c")?;
+                self.size(Out(1), geom.c, || "c (the bias gradient)".into())
+            }
             Kernel::AvgPoolGrad { geom } => {
                 self.args(1, 1)?;
                 self.all_f32()?;

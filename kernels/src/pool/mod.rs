@@ -15,6 +15,9 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod fused;
+
+pub use fused::max_pool_grad_act_bias_grad;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,7 +1,7 @@
 //! Pooling, the convolution's im2col/col2im (with the GEMM on the host),
 //! concat, split and slices.
 
-use towers_kernels::cuda::{ConvArgs, PoolArgs};
+use towers_kernels::cuda::{grid_rows, ConvArgs, PoolArgs, BLOCK};
 
 use crate::cpu;
 use crate::harness::{d4, n, numel, Gpu, Report, Rng, Val, A};
@@ -43,6 +43,23 @@ pub(crate) fn pools(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         g.ew("pool", "towers_max_pool_grad_f32", p.x_len(), &[ga2(), dx.a(), dyy.a(), ddy.a(), dxo.a()]);
         pool::max_pool_grad(&p, &x, &y, &dy, &mut gx);
         r.f32("max_pool_grad", format!("{name}, ties"), &g.down(&dxo, p.x_len()), &gx, None);
+        // The fused backward of activation -> pool: the pool gradient in dxo
+        // (above), then the reduce family's activation and bias gradients in
+        // place on it, as lowering launches them; x stands for the ReLU's output.
+        let gdb = g.up(&vec![0f32; p.c]);
+        let rows = p.x_len() / p.c;
+        g.launch(
+            "reduce",
+            "towers_unary_grad_bias_grad_f32",
+            grid_rows(p.c),
+            BLOCK,
+            &[A::I32(1), n(rows), n(p.c), dxo.a(), dx.a(), dxo.a(), gdb.a()],
+        );
+        let (mut fdx, mut fdb) = (vec![0f32; p.x_len()], vec![0f32; p.c]);
+        let relu = towers_kernels::UnaryOp::Relu;
+        pool::max_pool_grad_act_bias_grad(&p, &x, &y, &dy, relu, &x, &mut fdx, &mut fdb);
+        r.f32("max_pool_grad_act_bias_grad", format!("{name} dx"), &g.down(&dxo, p.x_len()), &fdx, None);
+        r.f32("max_pool_grad_act_bias_grad", format!("{name} db"), &g.down(&gdb, p.c), &fdb, Some(1e-5));
 
         g.ew("pool", "towers_avg_pool_f32", p.y_len(), &[ga2(), dx.a(), dyo.a()]);
         pool::avg_pool(&p, &x, &mut y);
@@ -124,6 +141,20 @@ pub(crate) fn convs(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let mut want = vec![0f32; p.y_len()];
         conv::conv2d(&p, &x, &f, &mut want, &mut ws);
         r.f32("conv2d", format!("{name}: im2col + GEMM"), &y, &want, Some(1e-5));
+        // conv2d_bias_act = the same, then the epilogue in place on y.
+        let b = rng.vec(co, -1.0, 1.0);
+        let (gy, gb) = (g.up(&y), g.up(&b));
+        let act = towers_kernels::UnaryOp::Relu;
+        g.ew("conv", "towers_conv_bias_act_f32", p.y_len(), &[A::I32(1), n(p.y_len()), n(co), gb.a(), gy.a()]);
+        let mut want = vec![0f32; p.y_len()];
+        conv::conv2d_bias_act(&p, &x, &f, &b, act, &mut want, &mut ws);
+        r.f32(
+            "conv2d_bias_act",
+            format!("{name}: im2col + GEMM + epilogue"),
+            &g.down(&gy, p.y_len()),
+            &want,
+            Some(1e-5),
+        );
         // conv2d_backprop_filter = im2col, then col^T dy.
         let mut dw = vec![0f32; p.filter_len()];
         cpu::matmul(k, rows, co, true, false, &cols, &dy, &mut dw);

@@ -74,6 +74,9 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         Kernel::Conv2DBackpropFilter { geom, .. } => conv::conv2d_backprop_filter(geom, i(0), i(1), o(0), ws_f32(ws)),
         Kernel::MaxPool { geom } => pool::max_pool(geom, i(0), o(0)),
         Kernel::MaxPoolGrad { geom } => pool::max_pool_grad(geom, i(0), i(1), i(2), o(0)),
+        Kernel::MaxPoolGradActBiasGrad { geom, act } => {
+            pool::max_pool_grad_act_bias_grad(geom, i(0), i(1), i(2), *act, i(3), o(0), o(1))
+        }
         Kernel::AvgPool { geom } => pool::avg_pool(geom, i(0), o(0)),
         Kernel::AvgPoolGrad { geom } => pool::avg_pool_grad(geom, i(0), o(0)),
         Kernel::Concat { axis, shapes: s } => {

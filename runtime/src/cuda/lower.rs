@@ -356,6 +356,20 @@ pub(crate) fn lower_launch(
             a.push(PoolArgs::from(geom)).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(i(2)?.ptr).ptr(dx.ptr);
             launch(ops, "pool", "towers_max_pool_grad_f32", ew(dx.len), BLOCK, a)?;
         }
+        Kernel::MaxPoolGradActBiasGrad { geom, act } => {
+            // The pool gradient into dx, then the activation and bias
+            // gradients in place on it (the reduce family's fused kernel
+            // with dy = dx).
+            let (dx, db) = (o(0)?, o(1)?);
+            let mut a = ArgPack::new();
+            a.push(PoolArgs::from(geom)).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(i(2)?.ptr).ptr(dx.ptr);
+            launch(ops, "pool", "towers_max_pool_grad_f32", ew(dx.len), BLOCK, a)?;
+            let code = UnaryOp::ALL.iter().position(|u| u == act).unwrap_or(0) as i32;
+            let rows = dx.len / geom.c.max(1);
+            let mut a = ArgPack::new();
+            a.i32(code).i64(rows).i64(geom.c).ptr(dx.ptr).ptr(i(3)?.ptr).ptr(dx.ptr).ptr(db.ptr);
+            launch(ops, "reduce", "towers_unary_grad_bias_grad_f32", grid_rows(geom.c), BLOCK, a)?;
+        }
         Kernel::AvgPoolGrad { geom } => {
             let dx = o(0)?;
             let mut a = ArgPack::new();

@@ -1,0 +1,101 @@
+//! `max_pool_grad_act_bias_grad`: a max pool's gradient, the gradient of
+//! the activation before the pool, and the bias gradient of that, in one
+//! launch (lowering fuses `MaxPoolGrad` -> `UnaryGrad` + `BiasAddGrad`, the
+//! backward of conv -> bias -> activation -> max pool).
+//!
+//! Method: the batch in groups of whole images, each group's `dx` about
+//! [`GROUP_ELEMS`] floats: the pool gradient of the group, then the
+//! activation gradient in place and the group's bias-gradient column sums
+//! while the group is in cache (one pass over `dx` instead of three), the
+//! groups' sums added in group order. `dx` equals the three kernels' bit for
+//! bit; `db` differs from them only by the association of its sum, and is
+//! deterministic (the groups depend on the geometry alone).
+
+use super::{max_pool_grad, PoolGeom};
+use crate::elementwise::{unary_grad_bias_grad_in_place, UnaryOp};
+
+/// Target floats of `dx` per group of images (256 KiB).
+const GROUP_ELEMS: usize = 1 << 16;
+
+/// Channels whose partial sums fit the stack buffer; more run ungrouped.
+const MAX_CHANNELS: usize = 1024;
+
+/// `dx = act_grad(max_pool_grad(x, y, dy), act_y)` and `db[c] = sum dx[.., c]`.
+///
+/// `x: [n, h, w, c]` (the pool's input), `y, dy: [n, out_h, out_w, c]` (its
+/// output and the output's gradient), `act_y: [n, h, w, c]` (the output of
+/// the activation `act` whose gradient this is; usually `x` itself),
+/// `dx: [n, h, w, c]`, `db: [c]` (both overwritten).
+#[allow(clippy::too_many_arguments)]
+pub fn max_pool_grad_act_bias_grad(
+    p: &PoolGeom,
+    x: &[f32],
+    y: &[f32],
+    dy: &[f32],
+    act: UnaryOp,
+    act_y: &[f32],
+    dx: &mut [f32],
+    db: &mut [f32],
+) {
+    debug_assert_eq!(act_y.len(), p.x_len());
+    debug_assert_eq!(db.len(), p.c);
+    let c = p.c;
+    if p.n == 0 || c > MAX_CHANNELS {
+        max_pool_grad(p, x, y, dy, dx);
+        unary_grad_bias_grad_in_place(act, dx, act_y, db);
+        return;
+    }
+    let (xi, yi) = (p.x_len() / p.n, p.y_len() / p.n);
+    let step = (GROUP_ELEMS / xi.max(1)).max(1);
+    db.fill(0.0);
+    let mut part = [0f32; MAX_CHANNELS];
+    let mut n0 = 0;
+    while n0 < p.n {
+        let n = step.min(p.n - n0);
+        let sub = PoolGeom { n, ..*p };
+        let (xs, ys) = (n0 * xi..(n0 + n) * xi, n0 * yi..(n0 + n) * yi);
+        let dxb = &mut dx[xs.clone()];
+        max_pool_grad(&sub, &x[xs.clone()], &y[ys.clone()], &dy[ys], dxb);
+        unary_grad_bias_grad_in_place(act, dxb, &act_y[xs], &mut part[..c]);
+        for (d, q) in db.iter_mut().zip(&part[..c]) {
+            *d += *q;
+        }
+        n0 += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elementwise::{bias_add_grad, unary_grad};
+    use crate::testutil::{assert_close, Lcg};
+    use crate::window::Padding;
+
+    /// Against the three kernels: `dx` bit for bit, `db` to rounding; with
+    /// several groups of images, and overlapping windows (zero-filled `dx`).
+    #[test]
+    fn equals_the_three_kernels() {
+        let mut r = Lcg::new(21);
+        let geoms = [
+            PoolGeom { n: 40, h: 24, w: 24, c: 12, kh: 2, kw: 2, stride_h: 2, stride_w: 2, padding: Padding::Valid },
+            PoolGeom { n: 3, h: 7, w: 6, c: 5, kh: 3, kw: 3, stride_h: 2, stride_w: 1, padding: Padding::Same },
+        ];
+        for p in geoms {
+            // x holds ReLU outputs: zeros and positives, and y its pool.
+            let x: Vec<f32> = r.vec(p.x_len()).iter().map(|v| v.max(0.0)).collect();
+            let mut y = vec![0.0; p.y_len()];
+            super::super::max_pool(&p, &x, &mut y);
+            let dy = r.vec(p.y_len());
+            let mut pooled = vec![f32::NAN; p.x_len()];
+            max_pool_grad(&p, &x, &y, &dy, &mut pooled);
+            let mut want = vec![f32::NAN; p.x_len()];
+            unary_grad(UnaryOp::Relu, &pooled, &x, &mut want);
+            let mut want_db = vec![f32::NAN; p.c];
+            bias_add_grad(&want, &mut want_db);
+            let (mut dx, mut db) = (vec![f32::NAN; p.x_len()], vec![f32::NAN; p.c]);
+            max_pool_grad_act_bias_grad(&p, &x, &y, &dy, UnaryOp::Relu, &x, &mut dx, &mut db);
+            assert!(dx.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{p:?}");
+            assert_close(&db, &want_db, 1e-5, &format!("{p:?}"));
+        }
+    }
+}
