@@ -32,7 +32,8 @@ pub fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], workspace:
 /// direct kernels, the im2col chunks, row blocks of the pointwise GEMM),
 /// each block of output about [`CHUNK_ELEMS`] floats, and the bias and the
 /// activation run on each block right after it is written, while it is in
-/// cache: one pass over `y` instead of three. Every output element is
+/// cache: one pass over `y` instead of three (the direct kernels add the
+/// bias and apply ReLU in registers, before the store). Every output element is
 /// computed as [`conv2d`] then `bias_add_act` compute it (each output sums
 /// its taps in the same order whatever the blocking).
 pub fn conv2d_bias_act(
@@ -67,16 +68,12 @@ pub fn conv2d_bias_act(
             }
         }
         Algorithm::Direct if direct::available() => {
-            let (x_img, y_img) = (p.h * p.w * p.c_in, p.y_len() / p.n);
-            let step = (CHUNK_ELEMS / y_img.max(1)).max(1);
-            let mut n0 = 0;
-            while n0 < p.n {
-                let n = step.min(p.n - n0);
-                let sub = ConvGeom { n, ..*p };
-                let yb = &mut y[n0 * y_img..(n0 + n) * y_img];
-                direct::conv2d(&sub, &x[n0 * x_img..(n0 + n) * x_img], filter, yb);
-                epilogue(yb);
-                n0 += n;
+            // Bias (and ReLU) in registers before each store; any other
+            // activation on the output afterwards.
+            let relu = act == UnaryOp::Relu;
+            direct::conv2d_bias_relu(p, x, filter, bias, relu, y);
+            if !relu {
+                crate::elementwise::unary::unary_in_place(act, y);
             }
         }
         Algorithm::Direct | Algorithm::Im2col => im2col_conv2d_then(p, x, filter, y, workspace, epilogue),

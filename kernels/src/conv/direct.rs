@@ -99,6 +99,30 @@ pub(crate) fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32]) {
     forward(p, x, filter, y)
 }
 
+/// `y = act(conv(x, filter) + bias)` with the bias, and ReLU when `relu`,
+/// applied to each output vector in registers before it is stored (other
+/// activations: the caller runs them after, on the block). Requires
+/// [`fits`] and [`available`]; `false` (nothing done) where not available.
+pub(crate) fn conv2d_bias_relu(
+    p: &ConvGeom,
+    x: &[f32],
+    filter: &[f32],
+    bias: &[f32],
+    relu: bool,
+    y: &mut [f32],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        let epi = super::direct_avx512::Epilogue::new(bias, relu);
+        // SAFETY: `available` detected AVX-512F and FMA on this CPU; the
+        // bias has c_out channels (the kernel's contract).
+        unsafe { super::direct_avx512::conv2d_then(p, x, filter, y, Some(&epi)) };
+        return true;
+    }
+    let _ = (p, x, filter, bias, relu, y);
+    false
+}
+
 /// `dfilter = x^T (windows) * dy` without workspace. Requires [`fits`];
 /// fast only where [`available`].
 pub(crate) fn conv2d_backprop_filter(p: &ConvGeom, x: &[f32], dy: &[f32], dfilter: &mut [f32]) {

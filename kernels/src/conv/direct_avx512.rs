@@ -19,12 +19,57 @@ fn mask(nb: usize) -> __mmask16 {
     ((1u32 << nb) - 1) as __mmask16
 }
 
+/// What the forward pass does to each output vector before storing it: add
+/// the bias (packed per block of [`LANES`] channels, zero-padded), then
+/// ReLU when `relu`. The sum and the maximum round exactly as `bias_add`
+/// then `unary(Relu)` do (`max(v, 0)` gives +0 for -0 and NaN, as `v > 0 ?
+/// v : 0`): the same bits as the separate kernels.
+pub(super) struct Epilogue {
+    pub bias: [V; MAX_PACKED],
+    pub relu: bool,
+}
+
+impl Epilogue {
+    /// The epilogue of `bias` (`c_out` floats).
+    pub(super) fn new(bias: &[f32], relu: bool) -> Epilogue {
+        let mut packed = [[0.0; LANES]; MAX_PACKED];
+        for (v, b) in packed.iter_mut().zip(bias.chunks(LANES)) {
+            v[..b.len()].copy_from_slice(b);
+        }
+        Epilogue { bias: packed, relu }
+    }
+
+    #[inline(always)]
+    unsafe fn apply(e: Option<&Epilogue>, blk: usize, a: __m512) -> __m512 {
+        match e {
+            None => a,
+            Some(e) => {
+                let v = _mm512_add_ps(a, _mm512_loadu_ps(e.bias[blk].as_ptr()));
+                if e.relu {
+                    _mm512_max_ps(v, _mm512_setzero_ps())
+                } else {
+                    v
+                }
+            }
+        }
+    }
+}
+
 /// `y = conv(x, filter)`; see [`super::direct`].
 ///
 /// # Safety
 /// The CPU supports AVX-512F and FMA.
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) unsafe fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32]) {
+    conv2d_then(p, x, filter, y, None)
+}
+
+/// [`conv2d`], each output vector through `epi` before it is stored.
+///
+/// # Safety
+/// As [`conv2d`]; `epi`'s bias has at least `c_out` channels.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) unsafe fn conv2d_then(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], epi: Option<&Epilogue>) {
     debug_assert!(fits(p));
     let g = Geo::new(p);
     let co = p.c_out;
@@ -42,7 +87,7 @@ pub(super) unsafe fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f3
             let row_inside = iy0 >= 0 && iy0 as usize + p.kh <= p.h;
             let (lo, hi) = if row_inside { (g.ox_lo, g.ox_hi) } else { (0, 0) };
             for ox in (0..lo).chain(hi..g.ow) {
-                forward_clipped(p, &g, &wp, xb, iy0, ox, yr);
+                forward_clipped(p, &g, &wp, xb, iy0, ox, yr, epi);
             }
             let mut ox = lo;
             if p.stride_w * p.c_in == 1 {
@@ -50,16 +95,16 @@ pub(super) unsafe fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f3
                 // offsets are constants, so a wider block costs no registers
                 // for addresses.
                 while ox + UNIT_PIXELS <= hi {
-                    forward_block::<UNIT_PIXELS, true>(p, &g, &wp, xb, iy0 as usize, ox, yr);
+                    forward_block::<UNIT_PIXELS, true>(p, &g, &wp, xb, iy0 as usize, ox, yr, epi);
                     ox += UNIT_PIXELS;
                 }
             }
             while ox + FWD_PIXELS <= hi {
-                forward_block::<FWD_PIXELS, false>(p, &g, &wp, xb, iy0 as usize, ox, yr);
+                forward_block::<FWD_PIXELS, false>(p, &g, &wp, xb, iy0 as usize, ox, yr, epi);
                 ox += FWD_PIXELS;
             }
             while ox < hi {
-                forward_block::<1, false>(p, &g, &wp, xb, iy0 as usize, ox, yr);
+                forward_block::<1, false>(p, &g, &wp, xb, iy0 as usize, ox, yr, epi);
                 ox += 1;
             }
         }
@@ -72,6 +117,7 @@ const UNIT_PIXELS: usize = 12;
 
 /// Output pixels `ox..ox+R` of one row, all windows inside the input;
 /// `UNIT`: `stride_w * c_in == 1`.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn forward_block<const R: usize, const UNIT: bool>(
     p: &ConvGeom,
@@ -81,6 +127,7 @@ unsafe fn forward_block<const R: usize, const UNIT: bool>(
     iy0: usize,
     ox: usize,
     yr: &mut [f32],
+    epi: Option<&Epilogue>,
 ) {
     let (ci, co, k) = (p.c_in, p.c_out, g.k);
     let step = if UNIT { 1 } else { p.stride_w * ci };
@@ -105,12 +152,13 @@ unsafe fn forward_block<const R: usize, const UNIT: bool>(
             let d = (ox + r) * co + c0;
             let dst = &mut yr[d..d + nb];
             // SAFETY: the mask writes the `nb` lanes of `dst` only.
-            _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask(nb), *a);
+            _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask(nb), Epilogue::apply(epi, blk, *a));
         }
     }
 }
 
 /// One output pixel whose window may leave the input: padded taps are skipped.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn forward_clipped(
     p: &ConvGeom,
@@ -120,6 +168,7 @@ unsafe fn forward_clipped(
     iy0: isize,
     ox: usize,
     yr: &mut [f32],
+    epi: Option<&Epilogue>,
 ) {
     let (ci, co, k) = (p.c_in, p.c_out, g.k);
     let ix0 = g.ix0(p, ox);
@@ -141,7 +190,7 @@ unsafe fn forward_clipped(
         let d = ox * co + c0;
         let dst = &mut yr[d..d + nb];
         // SAFETY: the mask writes the `nb` lanes of `dst` only.
-        _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask(nb), acc);
+        _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask(nb), Epilogue::apply(epi, blk, acc));
     }
 }
 

@@ -1,6 +1,25 @@
 //! `bias_add` over the last axis (NHWC `[N, H, W, C]` or `[N, C]`: any
 //! tensor viewed as `[rows, C]`) and its gradient.
 
+/// Floats the bias is repeated to, at least, for short rows: a row of 12
+/// channels is too short a loop to vectorize, 6 rows of it (72 floats) are
+/// not (conv_1's bias add and ReLU, [256, 24, 24, 12]: 830 -> ~250 us).
+const PATTERN: usize = 256;
+
+/// The bias repeated over whole rows to at least [`PATTERN`] floats (the
+/// bias itself for rows that long), in `buf`; the pattern's length.
+fn pattern<'a>(bias: &'a [f32], buf: &'a mut [f32; 2 * PATTERN]) -> &'a [f32] {
+    let c = bias.len();
+    if c >= PATTERN {
+        return bias;
+    }
+    let reps = PATTERN.div_ceil(c);
+    for chunk in buf.chunks_exact_mut(c).take(reps) {
+        chunk.copy_from_slice(bias);
+    }
+    &buf[..reps * c]
+}
+
 /// `y[r, c] = x[r, c] + bias[c]`; `x, y: [rows, C]` with `C = bias.len()`.
 pub fn bias_add(x: &[f32], bias: &[f32], y: &mut [f32]) {
     let c = bias.len();
@@ -9,9 +28,23 @@ pub fn bias_add(x: &[f32], bias: &[f32], y: &mut [f32]) {
     if c == 0 {
         return;
     }
-    for (orow, xrow) in y.chunks_exact_mut(c).zip(x.chunks_exact(c)) {
-        for ((o, v), b) in orow.iter_mut().zip(xrow).zip(bias) {
+    let mut buf = [0f32; 2 * PATTERN];
+    let pat = pattern(bias, &mut buf);
+    // Chunks of whole rows (the last may be shorter, still whole rows).
+    for (orow, xrow) in y.chunks_mut(pat.len()).zip(x.chunks(pat.len())) {
+        for ((o, v), b) in orow.iter_mut().zip(xrow).zip(pat) {
             *o = *v + *b;
+        }
+    }
+}
+
+/// `y[r, c] += bias[c]`, in place, as [`bias_add`].
+fn bias_add_in_place(y: &mut [f32], bias: &[f32]) {
+    let mut buf = [0f32; 2 * PATTERN];
+    let pat = pattern(bias, &mut buf);
+    for orow in y.chunks_mut(pat.len()) {
+        for (o, b) in orow.iter_mut().zip(pat) {
+            *o += *b;
         }
     }
 }
@@ -50,11 +83,7 @@ pub fn bias_add_act_in_place(y: &mut [f32], bias: &[f32], act: super::UnaryOp) {
     }
     let rows = (ACT_BLOCK / c).max(1) * c;
     for yb in y.chunks_mut(rows) {
-        for row in yb.chunks_exact_mut(c) {
-            for (o, b) in row.iter_mut().zip(bias) {
-                *o += *b;
-            }
-        }
+        bias_add_in_place(yb, bias);
         super::unary::unary_in_place(act, yb);
     }
 }
