@@ -34,7 +34,9 @@
 //! consumer is such a bias add joins the launch: one `Conv2DBiasAct` (see
 //! [`fusable_conv_bias_acts`]). Backwards, a `MaxPoolGrad` read only by
 //! such an activation gradient joins it: one `MaxPoolGradActBiasGrad` (see
-//! [`fusable_pool_grads`]).
+//! [`fusable_pool_grads`]). And a sparse cross-entropy takes in the mean of
+//! its loss, the scaling of its gradient and the logits' bias gradient: one
+//! `SparseSoftmaxXentMeanGrad` (see [`fusable_xents`]).
 //!
 //! In place: an activation gradient whose incoming gradient has no other
 //! reader writes over it (see `Lowerer::in_place_input`).
@@ -76,6 +78,8 @@ struct Lowerer<'g> {
     /// Activation gradient (with its bias gradient) -> the max-pool
     /// gradient fused into it.
     pool_grads: BTreeMap<NodeId, NodeId>,
+    /// Sparse cross-entropy -> its readers fused into it.
+    xents: BTreeMap<NodeId, XentFusion>,
     /// Launch outputs of fused launches that write another node's output too.
     fused_outputs: BTreeMap<NodeId, Vec<BufRef>>,
 }
@@ -172,6 +176,55 @@ pub fn fusable_pool_grads(g: &Graph, grad_biases: &BTreeMap<NodeId, NodeId>) -> 
             && !fetched.contains(p.name.as_str())
         {
             out.insert(u, t.node);
+        }
+    }
+    out
+}
+
+/// What fuses into a sparse cross-entropy (see [`fusable_xents`]).
+#[derive(Debug, Clone, Copy)]
+pub struct XentFusion {
+    /// The `ReduceMean` of the loss (output 0).
+    pub mean: NodeId,
+    /// The `Mul` scaling the backprop (output 1) by a scalar constant.
+    pub mul: NodeId,
+    /// The constant scale (the `Mul`'s other input).
+    pub scale: Tensor,
+    /// The `BiasAddGrad` reading the scaled backprop.
+    pub bias_grad: NodeId,
+}
+
+/// Sparse cross-entropies that fuse with their readers into one
+/// `SparseSoftmaxXentMeanGrad` launch: the loss (output 0) read only by a
+/// `ReduceMean` over all its axes, the backprop (output 1) read only by a
+/// `Mul` with a one-element f32 constant and not fetched, and exactly one
+/// `BiasAddGrad` reading that product; all on the cross-entropy's stream.
+/// The mean, the product and the bias gradient keep their buffers (outputs
+/// of the fused launch); the unscaled backprop gets none.
+pub fn fusable_xents(g: &Graph, stream_of: &BTreeMap<NodeId, usize>) -> BTreeMap<NodeId, XentFusion> {
+    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
+    let mut out = BTreeMap::new();
+    for id in g.node_ids() {
+        let x = g.node(id);
+        if !matches!(x.op, Op::SparseSoftmaxCrossEntropy) || fetched.contains(x.name.as_str()) {
+            continue;
+        }
+        let here = |n: NodeId| g.node(n).device == x.device && stream_of.get(&n) == stream_of.get(&id);
+        let cons = g.consumers(id);
+        let (loss, back): (Vec<_>, Vec<_>) = cons.iter().partition(|c| c.2 == 0);
+        let ([&(mean, 0, 0)], [&(mul, mslot, 1)]) = (&loss[..], &back[..]) else { continue };
+        let mean_all =
+            matches!(&g.node(mean).op, Op::ReduceMean { axes, .. } if axes.len() == x.outputs[0].shape.rank());
+        let Op::Binary(towers_graph::BinaryOp::Mul) = g.node(mul).op else { continue };
+        let Some(&scale) = g.inputs(mul).get(1 - mslot.min(1)) else { continue };
+        let sn = g.node(scale.node);
+        let scalar = matches!(&sn.op, Op::Const { value } if value.data.len() == 1)
+            && sn.outputs.first().is_some_and(|t| t.dtype == towers_graph::DType::F32);
+        let grads: Vec<NodeId> =
+            g.consumers(mul).iter().filter(|c| matches!(g.node(c.0).op, Op::BiasAddGrad)).map(|c| c.0).collect();
+        let [bias_grad] = grads[..] else { continue };
+        if mean_all && scalar && mslot <= 1 && here(mean) && here(mul) && here(bias_grad) {
+            out.insert(id, XentFusion { mean, mul, scale, bias_grad });
         }
     }
     out
@@ -352,6 +405,10 @@ impl<'g> Lowerer<'g> {
         {
             return false;
         }
+        if self.xents.values().any(|x| [x.mean, x.mul, x.bias_grad].contains(&id)) {
+            // Written by the fused cross-entropy's launch, into its own buffer.
+            return true;
+        }
         let node = self.g.node(id);
         let ins = self.g.inputs(id).iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>();
         let outs = (0..node.outputs.len()).map(|s| self.ty(Tensor::new(id, s))).collect::<Result<Vec<_>, _>>();
@@ -400,6 +457,7 @@ impl<'g> Lowerer<'g> {
             || self.bias_acts.values().any(|&b| b == id)
             || self.conv_acts.values().any(|&c| c == id)
             || self.pool_grads.values().any(|&p| p == id)
+            || self.xents.values().any(|x| [x.mean, x.mul, x.bias_grad].contains(&id))
             || self.grad_biases.values().any(|&b| b == id)
         {
             // Fused into its apply or its activation: no buffer, no launch.
@@ -501,6 +559,14 @@ impl<'g> Lowerer<'g> {
                 self.fused_inputs.insert(id, refs);
             }
         }
+        let xent = self.xents.get(&id).copied();
+        if let (Some(f), Lowering::Launch { kernel, .. }) = (xent, &mut low) {
+            let classes = self.ty(self.g.inputs(id)[0])?.dims.last().copied().unwrap_or(1);
+            *kernel = crate::Kernel::SparseSoftmaxXentMeanGrad { classes };
+            let mut refs = in_refs.clone();
+            refs.push(self.input(f.mul, f.scale)?);
+            self.fused_inputs.insert(id, refs);
+        }
         let mut workspace = None;
         match &low {
             Lowering::Nothing => {}
@@ -582,6 +648,24 @@ impl<'g> Lowerer<'g> {
                         .ok_or_else(|| CodegenError::NotScheduled { node: node.name.clone(), by: node.name.clone() })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            self.fused_outputs.insert(id, refs);
+        }
+        if let Some(f) = xent {
+            // Outputs: the loss (output 0, bound above), the mean, the scaled
+            // backprop and the bias gradient, each a buffer of its node.
+            let mut refs = vec![self
+                .bind
+                .get(&Tensor::new(id, 0))
+                .cloned()
+                .ok_or_else(|| CodegenError::NotScheduled { node: node.name.clone(), by: node.name.clone() })?];
+            for n in [f.mean, f.mul, f.bias_grad] {
+                if self.bucket_views.contains_key(&n) {
+                    self.bind_bucket_view(n)?;
+                } else {
+                    self.alloc_outputs(n, BufferKind::Tensor)?;
+                }
+                refs.push(self.bind[&Tensor::new(n, 0)].clone());
+            }
             self.fused_outputs.insert(id, refs);
         }
         self.lowered.insert(id, (low, workspace));
@@ -695,6 +779,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         buckets: BTreeMap::new(),
         conv_acts: BTreeMap::new(),
         pool_grads: BTreeMap::new(),
+        xents: BTreeMap::new(),
         bias_acts: if opts.fuse_kernels { fusable_bias_acts(g) } else { BTreeMap::new() },
         grad_biases: if opts.fuse_kernels { fusable_grad_biases(g) } else { BTreeMap::new() },
         fused_outputs: BTreeMap::new(),
@@ -702,6 +787,9 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
 
     lw.conv_acts = fusable_conv_bias_acts(g, &lw.bias_acts);
     lw.pool_grads = fusable_pool_grads(g, &lw.grad_biases);
+    if opts.fuse_kernels {
+        lw.xents = fusable_xents(g, &stream_of);
+    }
 
     let mut variables = Vec::new();
     let mut constants = Vec::new();

@@ -126,6 +126,7 @@ pub fn kernel_params(k: &Kernel) -> String {
         | Kernel::SoftmaxGrad { classes }
         | Kernel::LogSoftmaxGrad { classes }
         | Kernel::SparseSoftmaxXent { classes }
+        | Kernel::SparseSoftmaxXentMeanGrad { classes }
         | Kernel::SoftmaxXent { classes } => format!("classes={classes}"),
         Kernel::L2Loss | Kernel::IncrementStep => String::new(),
         Kernel::ReduceSum { shape, axes } | Kernel::ReduceMean { shape, axes } => {

@@ -153,9 +153,6 @@ const EW: &str = "block BLOCK, grid grid_1d(n)";
 const ROWS: &str = "block BLOCK (power of two <= 1024), grid grid_rows(outputs)";
 
 macro_rules! k {
-    ($kernel:literal, $family:literal, [$($e:literal),+], $args:expr, $launch:expr) => {
-        CudaKernel { kernel: $kernel, family: Some($family), entries: &[$($e),+], after: &[], args: $args, launch: $launch }
-    };
     ($kernel:literal, $family:literal, [$($e:literal),+], then [$(($f:literal, $a:literal)),+], $args:expr, $launch:expr) => {
         CudaKernel {
             kernel: $kernel,
@@ -166,9 +163,12 @@ macro_rules! k {
             launch: $launch,
         }
     };
+    ($kernel:literal, $family:literal, [$($e:literal),+], $args:expr, $launch:expr) => {
+        CudaKernel { kernel: $kernel, family: Some($family), entries: &[$($e),+], after: &[], args: $args, launch: $launch }
+    };
 }
 
-/// Every kernel of the plan (the 46 variants of codegen's `Kernel`), in the
+/// Every kernel of the plan (the 47 variants of codegen's `Kernel`), in the
 /// enum's order.
 pub const KERNELS: &[CudaKernel] = &[
     CudaKernel {
@@ -225,7 +225,10 @@ pub const KERNELS: &[CudaKernel] = &[
     k!("softmax_grad", "softmax", ["towers_softmax_grad_f32"], "rows (i64), c (i32), dy, y, dx", ROWS),
     k!("log_softmax_grad", "softmax", ["towers_log_softmax_grad_f32"], "rows (i64), c (i32), dy, y, dx", ROWS),
     k!("sparse_softmax_xent", "softmax", ["towers_sparse_softmax_xent_f32"],
-       "rows (i64), c (i32), logits, labels (i32, validated on the host), loss, backprop", ROWS),
+       "rows (i64), c (i32), logits, labels (i32, validated on the host), loss, backprop, scale (null: 1)", ROWS),
+    k!("sparse_softmax_xent_mean_grad", "softmax", ["towers_sparse_softmax_xent_f32"], then [("reduce", "towers_reduce_f32"), ("reduce", "towers_reduce_f32")],
+       "sparse_softmax_xent(rows, c, logits, labels, loss, dlogits, scale = the scalar input); then reduce(loss -> mean, scale 1/rows); then reduce(dlogits -> db over rows, as bias_add_grad)",
+       "as sparse_softmax_xent; then block BLOCK, grid grid_rows(1) and grid_rows(c)"),
     k!("softmax_xent", "softmax", ["towers_softmax_xent_f32"], "rows (i64), c (i32), logits, labels, loss, backprop", ROWS),
     k!("l2_loss", "reduce", ["towers_l2_loss_f32"], "n (i64), x, out (one f32)", "block BLOCK, grid 1"),
     k!("reduce_sum", "reduce", ["towers_reduce_f32"],
@@ -426,11 +429,11 @@ mod tests {
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 48);
+        assert_eq!(KERNELS.len(), 49);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 48);
+        assert_eq!(names.len(), 49);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 

@@ -161,6 +161,13 @@ pub enum Kernel {
     LogSoftmaxGrad {
         classes: usize,
     },
+    /// in: logits, labels (i32), scale (a scalar). out: loss, the loss's
+    /// mean, dlogits = scale * backprop, db (dlogits' column sums): a
+    /// `SparseSoftmaxXent`, the `ReduceMean` of its loss, the `Mul` scaling
+    /// its backprop and the `BiasAddGrad` reading that, fused by lowering.
+    SparseSoftmaxXentMeanGrad {
+        classes: usize,
+    },
     /// in: logits, labels (i32). out: loss, backprop.
     SparseSoftmaxXent {
         classes: usize,
@@ -297,6 +304,7 @@ impl Kernel {
             Kernel::SoftmaxGrad { .. } => "softmax_grad",
             Kernel::LogSoftmaxGrad { .. } => "log_softmax_grad",
             Kernel::SparseSoftmaxXent { .. } => "sparse_softmax_xent",
+            Kernel::SparseSoftmaxXentMeanGrad { .. } => "sparse_softmax_xent_mean_grad",
             Kernel::SoftmaxXent { .. } => "softmax_xent",
             Kernel::L2Loss => "l2_loss",
             Kernel::ReduceSum { .. } => "reduce_sum",

@@ -354,6 +354,20 @@ impl Check<'_, '_> {
                 self.rows(*classes, "classes")?;
                 self.sizes(&[In(1), Out(0)], self.ins[0].elems, "input 0's length")
             }
+            Kernel::SparseSoftmaxXentMeanGrad { classes } => {
+                self.args(3, 4)?;
+                for io in [In(0), In(2), Out(0), Out(1), Out(2), Out(3)] {
+                    self.dtype(io, DType::F32)?;
+                }
+                self.dtype(In(1), DType::I32)?;
+                let rows = self.rows(*classes, "classes")?;
+                self.size(In(1), rows, || "one label per row".into())?;
+                self.size(In(2), 1, || "a scalar scale".into())?;
+                self.size(Out(0), rows, || "one loss per row".into())?;
+                self.size(Out(1), 1, || "the loss's mean".into())?;
+                self.size(Out(2), self.ins[0].elems, || "the logits' length".into())?;
+                self.size(Out(3), *classes, || "classes (the bias gradient)".into())
+            }
             Kernel::SparseSoftmaxXent { classes } | Kernel::SoftmaxXent { classes } => {
                 self.args(2, 2)?;
                 let sparse = matches!(k, Kernel::SparseSoftmaxXent { .. });

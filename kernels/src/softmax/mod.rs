@@ -112,6 +112,32 @@ pub fn sparse_softmax_cross_entropy(
     Ok(())
 }
 
+/// The sparse cross-entropy with the readers of its outputs that lowering
+/// fuses into it: `loss` as [`sparse_softmax_cross_entropy`], `mean[0]`
+/// their mean (as `reduce_mean` computes it), `dlogits = scale * backprop`
+/// (the backward pass's scaling of the gradient) and `db` the column sums
+/// of `dlogits` (the logits' bias gradient, as `bias_add_grad`): one launch
+/// for four kernels, bit for bit their results.
+#[allow(clippy::too_many_arguments)]
+pub fn sparse_softmax_xent_mean_grad(
+    logits: &[f32],
+    labels: &[i32],
+    c: usize,
+    scale: f32,
+    loss: &mut [f32],
+    mean: &mut [f32],
+    dlogits: &mut [f32],
+    db: &mut [f32],
+) -> Result<(), KernelError> {
+    sparse_softmax_cross_entropy(logits, labels, c, loss, dlogits)?;
+    crate::reduce::reduce_mean(loss, &[loss.len()], &[0], mean)?;
+    for v in dlogits.iter_mut() {
+        *v *= scale;
+    }
+    crate::elementwise::bias_add_grad(dlogits, db);
+    Ok(())
+}
+
 /// Dense softmax cross-entropy. `logits, labels: [rows, c]` (each label
 /// row a distribution, e.g. one-hot), `loss: [rows]` with
 /// `loss[r] = -sum_j labels[r, j] * log_softmax(logits)[r, j]`,

@@ -88,12 +88,15 @@ extern "C" __global__ void towers_log_softmax_grad_f32(i64 rows, int c, const fl
     }
 }
 
-// loss[r] = lse - (x[label] - m); backprop = softmax - onehot(label).
-// Labels are validated on the host before upload (the CPU twin's error);
-// an out-of-range label here writes NaN to its row's loss and backprop.
+// loss[r] = lse - (x[label] - m); backprop = softmax - onehot(label), times
+// *scale when scale is not null (the fused kernel's scaled gradient, rounded
+// as the separate Mul: scale * g). Labels are validated on the host before
+// upload (the CPU twin's error); an out-of-range label here writes NaN to its
+// row's loss and backprop.
 extern "C" __global__ void towers_sparse_softmax_xent_f32(i64 rows, int c, const float* __restrict__ logits,
                                                           const int* __restrict__ labels, float* __restrict__ loss,
-                                                          float* __restrict__ backprop) {
+                                                          float* __restrict__ backprop,
+                                                          const float* __restrict__ scale) {
     __shared__ float sh[MAX_BLOCK];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* xr = logits + r * c;
@@ -103,7 +106,8 @@ extern "C" __global__ void towers_sparse_softmax_xent_f32(i64 rows, int c, const
         bool bad = k < 0 || k >= c;
         for (int j = threadIdx.x; j < c; j += blockDim.x) {
             float p = expf((xr[j] - m) - lse);
-            backprop[r * c + j] = bad ? __int_as_float(0x7fc00000) : (j == k ? p - 1.0f : p);
+            float g = j == k ? p - 1.0f : p;
+            backprop[r * c + j] = bad ? __int_as_float(0x7fc00000) : (scale ? __fmul_rn(*scale, g) : g);
         }
         if (threadIdx.x == 0) {
             loss[r] = bad ? __int_as_float(0x7fc00000) : lse - (xr[k] - m);

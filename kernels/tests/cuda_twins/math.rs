@@ -329,12 +329,42 @@ pub(crate) fn softmax(g: &Gpu, r: &mut Report, rng: &mut Rng) {
             "towers_sparse_softmax_xent_f32",
             geo.0,
             geo.1,
-            &[n(rows), A::I32(c as i32), dx.a(), dl.a(), loss.a(), bp.a()],
+            &[n(rows), A::I32(c as i32), dx.a(), dl.a(), loss.a(), bp.a(), A::U64(0)],
         );
         let (mut wl, mut wb) = (vec![0f32; rows], vec![0f32; len]);
         cpu::softmax::sparse_softmax_cross_entropy(&x, &labels, c, &mut wl, &mut wb).unwrap();
         r.f32("sparse_softmax_xent", format!("{case} loss"), &g.down(&loss, rows), &wl, Some(1e-5));
         r.f32("sparse_softmax_xent", format!("{case} backprop"), &g.down(&bp, len), &wb, Some(1e-5));
+        // Fused with its loss's mean, the gradient's scale and the bias
+        // gradient: the scaled xent, then two reductions, as lowering runs it.
+        let scale = 1.0 / rows as f32;
+        let (gs, gmean, gdb) = (g.up(&[scale]), g.up(&[0f32]), g.up(&vec![0f32; c]));
+        g.launch(
+            "softmax",
+            "towers_sparse_softmax_xent_f32",
+            geo.0,
+            geo.1,
+            &[n(rows), A::I32(c as i32), dx.a(), dl.a(), loss.a(), bp.a(), gs.a()],
+        );
+        g.launch(
+            "reduce",
+            "towers_reduce_f32",
+            grid_rows(1),
+            BLOCK,
+            &[n(1), loss.a(), gmean.a(), d4(&[rows], 1), A::I32(0b1000), A::F32(1.0 / rows as f32)],
+        );
+        g.launch(
+            "reduce",
+            "towers_reduce_f32",
+            grid_rows(c),
+            BLOCK,
+            &[n(c), bp.a(), gdb.a(), d4(&[rows, c], 1), A::I32(0b0100), A::F32(1.0)],
+        );
+        let (mut fl, mut fm, mut fd, mut fb) = (vec![0f32; rows], vec![0f32; 1], vec![0f32; len], vec![0f32; c]);
+        cpu::softmax::sparse_softmax_xent_mean_grad(&x, &labels, c, scale, &mut fl, &mut fm, &mut fd, &mut fb).unwrap();
+        r.f32("sparse_softmax_xent_mean_grad", format!("{case} mean"), &g.down(&gmean, 1), &fm, Some(1e-5));
+        r.f32("sparse_softmax_xent_mean_grad", format!("{case} dlogits"), &g.down(&bp, len), &fd, Some(1e-5));
+        r.f32("sparse_softmax_xent_mean_grad", format!("{case} db"), &g.down(&gdb, c), &fb, Some(1e-5));
         let mut soft = rng.vec(len, 0.0, 1.0);
         for row in soft.chunks_mut(c) {
             let s: f32 = row.iter().sum();

@@ -104,6 +104,10 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         Kernel::SparseSoftmaxXent { classes } => {
             softmax::sparse_softmax_cross_entropy(i(0), ii(1), *classes, o(0), o(1)).map_err(err)?
         }
+        Kernel::SparseSoftmaxXentMeanGrad { classes } => {
+            softmax::sparse_softmax_xent_mean_grad(i(0), ii(1), *classes, i(2)[0], o(0), o(1), o(2), o(3))
+                .map_err(err)?
+        }
         Kernel::SoftmaxXent { classes } => softmax::softmax_cross_entropy(i(0), i(1), *classes, o(0), o(1)),
         Kernel::L2Loss => o(0)[0] = misc::l2_loss(i(0)),
         Kernel::ReduceSum { shape, axes } => reduce::reduce_sum(i(0), shape, axes, o(0)).map_err(err)?,

@@ -464,12 +464,32 @@ pub(crate) fn lower_launch(
             let rows = logits.len / (*classes).max(1);
             let mut a = ArgPack::new();
             a.i64(rows).i32(*classes as i32).ptr(logits.ptr).ptr(i(1)?.ptr).ptr(o(0)?.ptr).ptr(o(1)?.ptr);
+            if matches!(kernel, Kernel::SparseSoftmaxXent { .. }) {
+                a.ptr(0); // no scale
+            }
             let e = if matches!(kernel, Kernel::SparseSoftmaxXent { .. }) {
                 "towers_sparse_softmax_xent_f32"
             } else {
                 "towers_softmax_xent_f32"
             };
             launch(ops, "softmax", e, grid_rows(rows), BLOCK, a)?;
+        }
+        Kernel::SparseSoftmaxXentMeanGrad { classes } => {
+            // The scaled cross-entropy, then the loss's mean and the bias
+            // gradient as the reduce family's kernels (ReduceMean and
+            // BiasAddGrad's launches).
+            let (logits, loss, mean, dlogits, db) = (i(0)?, o(0)?, o(1)?, o(2)?, o(3)?);
+            let (rows, c) = (logits.len / (*classes).max(1), *classes);
+            let mut a = ArgPack::new();
+            a.i64(rows).i32(c as i32).ptr(logits.ptr).ptr(i(1)?.ptr).ptr(loss.ptr).ptr(dlogits.ptr).ptr(i(2)?.ptr);
+            launch(ops, "softmax", "towers_sparse_softmax_xent_f32", grid_rows(rows), BLOCK, a)?;
+            let mut a = ArgPack::new();
+            a.i64(1).ptr(loss.ptr).ptr(mean.ptr).push(d4(&[rows], 1, name)?).i32(0b1000).f32(1.0 / rows.max(1) as f32);
+            launch(ops, "reduce", "towers_reduce_f32", grid_rows(1), BLOCK, a)?;
+            let mut a = ArgPack::new();
+            a.i64(c).ptr(dlogits.ptr).ptr(db.ptr).push(Dims4 { d: [1, 1, rows as i64, c as i64] });
+            a.i32(0b0100).f32(1.0);
+            launch(ops, "reduce", "towers_reduce_f32", grid_rows(c), BLOCK, a)?;
         }
         Kernel::L2Loss => {
             let x = i(0)?;

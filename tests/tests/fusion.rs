@@ -1,0 +1,47 @@
+//! Lowering's fusions change no number beyond reassociation: a run with
+//! fused kernels (bias + activation, convolution + bias + activation, max-pool
+//! gradient + activation gradient + bias gradient, activation gradient + bias
+//! gradient, the cross-entropy with its mean, scale and bias gradient, and
+//! activation gradients in place) against the same run with every op its own
+//! launch (`fuse_kernels` off). The MLP's fusions compute the same operations
+//! in the same order: bit for bit. The convnet's fused pool gradient sums the
+//! bias gradient per group of images: within `TOL`. Both plans also name what
+//! was fused, so a fusion that silently stops applying fails here.
+
+use towers::compiler::{compile_train, CompileOptions};
+use towers::models::ModelKind;
+use towers_graph::{Device, Optimizer, F32};
+use towers_passes::VarPlacement;
+use towers_tests::{batches, max_rel_diff, run, small_model, TOL};
+
+#[test]
+fn fused_and_unfused_runs_agree() {
+    let data = batches(24, 3, 9);
+    let adam = Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) };
+    for kind in [ModelKind::Mlp, ModelKind::Convnet] {
+        let model = small_model(kind, false, 5);
+        for towers in [0u32, 2] {
+            for vars in [VarPlacement::Cpu, VarPlacement::Gpu0] {
+                let mut o = CompileOptions::new(adam.clone(), 24);
+                o.towers = (0..towers).map(Device::gpu).collect();
+                o.variables = vars;
+                let text = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan.to_text();
+                let fused = run(&model, &o, &data);
+                o.fuse_kernels = false;
+                let plain_text = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan.to_text();
+                let plain = run(&model, &o, &data);
+                let what = format!("{kind:?} towers={towers} vars={vars:?}");
+                assert!(text.contains("sparse_softmax_xent_mean_grad"), "{what}: the cross-entropy is not fused");
+                assert!(!plain_text.contains("sparse_softmax_xent_mean_grad"), "{what}: fused with fusion off");
+                if kind == ModelKind::Convnet {
+                    assert!(text.contains("conv2d_bias_act") && text.contains("max_pool_grad_act_bias_grad"), "{what}");
+                    let (d, var) = max_rel_diff(&fused, &plain);
+                    assert!(d <= TOL, "{what}: {var} differs by {d}");
+                } else {
+                    assert_eq!(fused.losses, plain.losses, "{what}");
+                    assert_eq!(fused.variables, plain.variables, "{what}");
+                }
+            }
+        }
+    }
+}
