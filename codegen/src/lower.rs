@@ -36,7 +36,9 @@
 //! such an activation gradient joins it: one `MaxPoolGradActBiasGrad` (see
 //! [`fusable_pool_grads`]). And a sparse cross-entropy takes in the mean of
 //! its loss, the scaling of its gradient and the logits' bias gradient: one
-//! `SparseSoftmaxXentMeanGrad` (see [`fusable_xents`]).
+//! `SparseSoftmaxXentMeanGrad` (see [`fusable_xents`]). A `MatMul` read
+//! only by a bias add joins that launch (with its activation, if fused): one
+//! `MatMulBiasAct` (see [`fusable_matmul_biases`]).
 //!
 //! In place: an activation gradient whose incoming gradient has no other
 //! reader writes over it (see `Lowerer::in_place_input`).
@@ -80,6 +82,8 @@ struct Lowerer<'g> {
     pool_grads: BTreeMap<NodeId, NodeId>,
     /// Sparse cross-entropy -> its readers fused into it.
     xents: BTreeMap<NodeId, XentFusion>,
+    /// Bias add (or its fused activation) -> the matmul fused into it.
+    matmuls: BTreeMap<NodeId, NodeId>,
     /// Launch outputs of fused launches that write another node's output too.
     fused_outputs: BTreeMap<NodeId, Vec<BufRef>>,
 }
@@ -114,16 +118,22 @@ pub fn fusable_bias_acts(g: &Graph) -> BTreeMap<NodeId, NodeId> {
 /// the same device that has no other consumer (data or control) and no
 /// fetch. The three become one `Conv2DBiasAct` launch: neither the
 /// convolution's output nor the sum gets a buffer.
-pub fn fusable_conv_bias_acts(g: &Graph, bias_acts: &BTreeMap<NodeId, NodeId>) -> BTreeMap<NodeId, NodeId> {
+pub fn fusable_conv_bias_acts(
+    g: &Graph,
+    bias_acts: &BTreeMap<NodeId, NodeId>,
+    stream_of: &BTreeMap<NodeId, usize>,
+) -> BTreeMap<NodeId, NodeId> {
     let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
     let mut out = BTreeMap::new();
     for (&act, &b) in bias_acts {
         let Some(t) = g.inputs(b).first().copied() else { continue };
         let c = g.node(t.node);
         let sole = matches!(g.consumers(t.node)[..], [(n, 0, 0)] if n == b) && g.control_consumers(t.node).is_empty();
+        let same_stream = stream_of.get(&t.node).is_some() && stream_of.get(&t.node) == stream_of.get(&act);
         if t.slot == 0
             && matches!(c.op, Op::Conv2D { .. })
             && sole
+            && same_stream
             && c.device == g.node(b).device
             && !fetched.contains(c.name.as_str())
         {
@@ -162,20 +172,64 @@ pub fn fusable_grad_biases(g: &Graph) -> BTreeMap<NodeId, NodeId> {
 /// of a `MaxPoolGrad` on the same device with no other consumer (data or
 /// control) and no fetch. The three become one `MaxPoolGradActBiasGrad`
 /// launch: the pool gradient never gets a buffer.
-pub fn fusable_pool_grads(g: &Graph, grad_biases: &BTreeMap<NodeId, NodeId>) -> BTreeMap<NodeId, NodeId> {
+pub fn fusable_pool_grads(
+    g: &Graph,
+    grad_biases: &BTreeMap<NodeId, NodeId>,
+    stream_of: &BTreeMap<NodeId, usize>,
+) -> BTreeMap<NodeId, NodeId> {
     let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
     let mut out = BTreeMap::new();
     for &u in grad_biases.keys() {
         let Some(t) = g.inputs(u).first().copied() else { continue };
         let p = g.node(t.node);
         let sole = matches!(g.consumers(t.node)[..], [(n, 0, 0)] if n == u) && g.control_consumers(t.node).is_empty();
+        let same_stream = stream_of.get(&t.node).is_some() && stream_of.get(&t.node) == stream_of.get(&u);
         if t.slot == 0
             && matches!(p.op, Op::MaxPoolGrad { .. })
             && sole
+            && same_stream
             && p.device == g.node(u).device
             && !fetched.contains(p.name.as_str())
         {
             out.insert(u, t.node);
+        }
+    }
+    out
+}
+
+/// MatMul nodes that fuse with the bias add after them: (launch node,
+/// matmul) pairs, for bias adds reading output 0 of a `MatMul` on the same
+/// device that has no other consumer (data or control) and no fetch. The
+/// launch node is the bias add's activation when [`fusable_bias_acts`]
+/// fused the two, else the bias add itself: one `MatMulBiasAct` launch,
+/// and the product gets no buffer.
+pub fn fusable_matmul_biases(
+    g: &Graph,
+    bias_acts: &BTreeMap<NodeId, NodeId>,
+    stream_of: &BTreeMap<NodeId, usize>,
+) -> BTreeMap<NodeId, NodeId> {
+    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
+    let mut out = BTreeMap::new();
+    for b in g.node_ids() {
+        let bn = g.node(b);
+        if !matches!(bn.op, Op::BiasAdd) {
+            continue;
+        }
+        let Some(t) = g.inputs(b).first().copied() else { continue };
+        let mm = g.node(t.node);
+        let sole = matches!(g.consumers(t.node)[..], [(n, 0, 0)] if n == b) && g.control_consumers(t.node).is_empty();
+        let f32_out = mm.outputs.first().is_some_and(|o| o.dtype == towers_graph::DType::F32);
+        if t.slot == 0
+            && matches!(mm.op, Op::MatMul { .. })
+            && sole
+            && f32_out
+            && mm.device == bn.device
+            && !fetched.contains(mm.name.as_str())
+        {
+            let launch = bias_acts.iter().find(|&(_, &x)| x == b).map_or(b, |(&act, _)| act);
+            if stream_of.get(&t.node).is_some() && stream_of.get(&t.node) == stream_of.get(&launch) {
+                out.insert(launch, t.node);
+            }
         }
     }
     out
@@ -402,6 +456,7 @@ impl<'g> Lowerer<'g> {
             || self.bias_acts.values().any(|&b| b == id)
             || self.conv_acts.values().any(|&c| c == id)
             || self.pool_grads.values().any(|&p| p == id)
+            || self.matmuls.values().any(|&m| m == id)
         {
             return false;
         }
@@ -458,6 +513,7 @@ impl<'g> Lowerer<'g> {
             || self.conv_acts.values().any(|&c| c == id)
             || self.pool_grads.values().any(|&p| p == id)
             || self.xents.values().any(|x| [x.mean, x.mul, x.bias_grad].contains(&id))
+            || self.matmuls.values().any(|&m| m == id)
             || self.grad_biases.values().any(|&b| b == id)
         {
             // Fused into its apply or its activation: no buffer, no launch.
@@ -471,7 +527,9 @@ impl<'g> Lowerer<'g> {
         let in_refs = inputs
             .iter()
             .map(|&t| {
-                let fused_in = self.bias_acts.get(&id) == Some(&t.node) || self.pool_grads.get(&id) == Some(&t.node);
+                let fused_in = self.bias_acts.get(&id) == Some(&t.node)
+                    || self.pool_grads.get(&id) == Some(&t.node)
+                    || self.matmuls.get(&id) == Some(&t.node);
                 if Some(t.node) == mean || fused_in {
                     Ok(BufRef::Variable(String::new()))
                 } else {
@@ -503,7 +561,7 @@ impl<'g> Lowerer<'g> {
         {
             // With a fused convolution, the bias add's input 0 (the
             // convolution's output) has no buffer: only its bias is read.
-            let skip = usize::from(self.conv_acts.contains_key(&id));
+            let skip = usize::from(self.conv_acts.contains_key(&id) || self.matmuls.contains_key(&id));
             let mut refs =
                 self.g.inputs(b).iter().skip(skip).map(|&t| self.input(b, t)).collect::<Result<Vec<_>, _>>()?;
             let channels = self.ty(self.g.inputs(b)[1])?.dims.last().copied().unwrap_or(1);
@@ -532,6 +590,40 @@ impl<'g> Lowerer<'g> {
                 refs.push(bias);
                 *kernel = crate::Kernel::Conv2DBiasAct { geom, workspace_len, act: *act };
             }
+            self.fused_inputs.insert(id, refs);
+        }
+        if let (Some(&mm), Lowering::Launch { kernel, .. }) = (self.matmuls.get(&id), &mut low) {
+            // A matmul with its bias add (and activation): inputs a, b (the
+            // matmul's), bias.
+            let Op::MatMul { transpose_a, transpose_b } = self.g.node(mm).op else {
+                return Err(CodegenError::Unsupported {
+                    node: self.g.node(mm).name.clone(),
+                    op: "MatMul".into(),
+                    reason: "a fused matmul must be a MatMul".into(),
+                });
+            };
+            let act = match kernel {
+                crate::Kernel::BiasAddAct { act, .. } => Some(*act),
+                _ => None,
+            };
+            let mm_in = self.g.inputs(mm).iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
+            let mm_out = vec![self.ty(Tensor::new(mm, 0))?];
+            let mn = self.g.node(mm);
+            let unsupported = |reason: String| CodegenError::Unsupported {
+                node: mn.name.clone(),
+                op: mn.op.type_name().to_string(),
+                reason,
+            };
+            let Lowering::Launch { kernel: crate::Kernel::MatMul { m, n, k, .. }, .. } =
+                select(&mn.op, &mm_in, &mm_out, opts.mode).map_err(unsupported)?
+            else {
+                return Err(unsupported("a fused matmul must lower to a GEMM".into()));
+            };
+            let b = self.bias_acts.get(&id).copied().unwrap_or(id);
+            let bias = self.input(b, self.g.inputs(b)[1])?;
+            let mut refs = self.g.inputs(mm).iter().map(|&t| self.input(mm, t)).collect::<Result<Vec<_>, _>>()?;
+            refs.push(bias);
+            *kernel = crate::Kernel::MatMulBiasAct { m, n, k, trans_a: transpose_a, trans_b: transpose_b, act };
             self.fused_inputs.insert(id, refs);
         }
         let grad_bias = self.grad_biases.get(&id).copied();
@@ -780,15 +872,17 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         conv_acts: BTreeMap::new(),
         pool_grads: BTreeMap::new(),
         xents: BTreeMap::new(),
+        matmuls: BTreeMap::new(),
         bias_acts: if opts.fuse_kernels { fusable_bias_acts(g) } else { BTreeMap::new() },
         grad_biases: if opts.fuse_kernels { fusable_grad_biases(g) } else { BTreeMap::new() },
         fused_outputs: BTreeMap::new(),
     };
 
-    lw.conv_acts = fusable_conv_bias_acts(g, &lw.bias_acts);
-    lw.pool_grads = fusable_pool_grads(g, &lw.grad_biases);
+    lw.conv_acts = fusable_conv_bias_acts(g, &lw.bias_acts, &stream_of);
+    lw.pool_grads = fusable_pool_grads(g, &lw.grad_biases, &stream_of);
     if opts.fuse_kernels {
         lw.xents = fusable_xents(g, &stream_of);
+        lw.matmuls = fusable_matmul_biases(g, &lw.bias_acts, &stream_of);
     }
 
     let mut variables = Vec::new();

@@ -80,6 +80,12 @@ pub fn kernel_params(k: &Kernel) -> String {
             let tb = if *trans_b { " trans_b" } else { "" };
             format!("m={m} n={n} k={k}{ta}{tb}")
         }
+        Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
+            let ta = if *trans_a { " trans_a" } else { "" };
+            let tb = if *trans_b { " trans_b" } else { "" };
+            let act = act.map_or(String::new(), |a| format!(" {}", a.name()));
+            format!("m={m} n={n} k={k}{ta}{tb} +bias{act}")
+        }
         Kernel::Binary { op, a_shape, b_shape, out_shape } => {
             let sym = match op {
                 BinaryOp::Add => "+",

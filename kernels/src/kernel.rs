@@ -25,6 +25,19 @@ pub enum Kernel {
         trans_a: bool,
         trans_b: bool,
     },
+    /// in: a, b, bias. out: `act(op(a) op(b) + bias)` (`act` None: the sum
+    /// alone): a `MatMul`, the `BiasAdd` that is its only consumer and, when
+    /// that bias add is fused with its activation, the activation, fused by
+    /// lowering into one launch (the GEMM, then the bias and activation in
+    /// place on its output).
+    MatMulBiasAct {
+        m: usize,
+        n: usize,
+        k: usize,
+        trans_a: bool,
+        trans_b: bool,
+        act: Option<UnaryOp>,
+    },
     /// in: a, b. out: a op b, broadcast.
     Binary {
         op: BinaryOp,
@@ -276,6 +289,7 @@ impl Kernel {
     pub fn name(&self) -> &'static str {
         match self {
             Kernel::MatMul { .. } => "gemm",
+            Kernel::MatMulBiasAct { .. } => "gemm_bias_act",
             Kernel::Binary { .. } => "binary",
             Kernel::AddN { .. } => "add_n",
             Kernel::BiasAdd { .. } => "bias_add",

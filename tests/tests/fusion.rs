@@ -1,7 +1,8 @@
 //! Lowering's fusions change no number beyond reassociation: a run with
 //! fused kernels (bias + activation, convolution + bias + activation, max-pool
 //! gradient + activation gradient + bias gradient, activation gradient + bias
-//! gradient, the cross-entropy with its mean, scale and bias gradient, and
+//! gradient, matmul + bias (+ activation), the cross-entropy with its mean,
+//! scale and bias gradient, and
 //! activation gradients in place) against the same run with every op its own
 //! launch (`fuse_kernels` off). The MLP's fusions compute the same operations
 //! in the same order: bit for bit. The convnet's fused pool gradient sums the
@@ -32,6 +33,7 @@ fn fused_and_unfused_runs_agree() {
                 let plain = run(&model, &o, &data);
                 let what = format!("{kind:?} towers={towers} vars={vars:?}");
                 assert!(text.contains("sparse_softmax_xent_mean_grad"), "{what}: the cross-entropy is not fused");
+                assert!(text.contains("gemm_bias_act"), "{what}: no matmul is fused with its bias");
                 assert!(!plain_text.contains("sparse_softmax_xent_mean_grad"), "{what}: fused with fusion off");
                 if kind == ModelKind::Convnet {
                     assert!(text.contains("conv2d_bias_act") && text.contains("max_pool_grad_act_bias_grad"), "{what}");

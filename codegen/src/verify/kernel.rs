@@ -162,6 +162,14 @@ impl Check<'_, '_> {
                 self.size(In(1), self.count(k.checked_mul(*n), "k*n")?, || format!("k*n = {k}*{n}"))?;
                 self.size(Out(0), self.count(m.checked_mul(*n), "m*n")?, || format!("m*n = {m}*{n}"))
             }
+            Kernel::MatMulBiasAct { m, n, k, .. } => {
+                self.args(3, 1)?;
+                self.all_f32()?;
+                self.size(In(0), self.count(m.checked_mul(*k), "m*k")?, || format!("m*k = {m}*{k}"))?;
+                self.size(In(1), self.count(k.checked_mul(*n), "k*n")?, || format!("k*n = {k}*{n}"))?;
+                self.size(In(2), *n, || format!("n = {n} (the bias)"))?;
+                self.size(Out(0), self.count(m.checked_mul(*n), "m*n")?, || format!("m*n = {m}*{n}"))
+            }
             Kernel::Binary { a_shape, b_shape, out_shape, .. } => {
                 self.args(2, 1)?;
                 self.all_f32()?;

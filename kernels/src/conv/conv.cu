@@ -14,7 +14,8 @@
 // A 1x1 stride-1 convolution is a plain GEMM (no workspace, no launch here).
 //
 // Conv2DBiasAct: the forward chunks, then one epilogue launch over the whole
-// output, y = act(y + bias) in place (the sum rounded first, as the CPU twin).
+// output, y = act(y + bias) in place (the elementwise family's
+// towers_bias_act_in_place_f32).
 //
 // col2im gathers: one thread per dx element adds the column entries of the
 // chunk's rows that read it, in row order (the CPU's scatter order), onto the
@@ -85,9 +86,4 @@ extern "C" __global__ void towers_col2im_f32(ConvGeom g, i64 r0, i64 r, int accu
         }
         dx[i] = acc;
     }
-}
-
-// The epilogue of a fused Conv2DBiasAct: y = act(y + bias) in place, c = c_out.
-extern "C" __global__ void towers_conv_bias_act_f32(int op, i64 n, i64 c, const float* __restrict__ bias, float* y) {
-    GRID_STRIDE(i, n) { y[i] = unary_op(op, __fadd_rn(y[i], bias[i % c])); }
 }

@@ -88,6 +88,16 @@ pub fn bias_add_act_in_place(y: &mut [f32], bias: &[f32], act: super::UnaryOp) {
     }
 }
 
+/// `y = y + bias` then, when given, `act` in place: a GEMM's fused epilogue
+/// (`gemm_bias_act`), bit for bit `bias_add` (then the activation).
+pub fn bias_then_act_in_place(y: &mut [f32], bias: &[f32], act: Option<super::UnaryOp>) {
+    match act {
+        Some(act) => bias_add_act_in_place(y, bias, act),
+        None if !bias.is_empty() => bias_add_in_place(y, bias),
+        None => {}
+    }
+}
+
 /// Channels [`unary_grad_bias_grad`] keeps per-block partial sums of on the stack.
 const GRAD_MAX_CHANNELS: usize = 1024;
 

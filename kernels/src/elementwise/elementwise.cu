@@ -55,8 +55,17 @@ extern "C" __global__ void towers_bias_add_f32(i64 n, i64 c, const float* __rest
     GRID_STRIDE(i, n) { y[i] = x[i] + bias[i % c]; }
 }
 
-// `unary_op` (one activation on one value) is in the prelude, shared with
-// the convolution family's fused epilogue.
+// `unary_op` (one activation on one value) is in the prelude.
+
+// The epilogue of a fused GEMM or convolution (gemm_bias_act,
+// conv2d_bias_act): y = act(y + bias) in place, the sum rounded first as the
+// CPU twin; op < 0: the sum alone.
+extern "C" __global__ void towers_bias_act_in_place_f32(int op, i64 n, i64 c, const float* __restrict__ bias, float* y) {
+    GRID_STRIDE(i, n) {
+        float v = __fadd_rn(y[i], bias[i % c]);
+        y[i] = op < 0 ? v : unary_op(op, v);
+    }
+}
 extern "C" __global__ void towers_unary_f32(int op, i64 n, const float* __restrict__ x, float* __restrict__ y) {
     GRID_STRIDE(i, n) { y[i] = unary_op(op, x[i]); }
 }

@@ -145,7 +145,12 @@ pub(crate) fn convs(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let b = rng.vec(co, -1.0, 1.0);
         let (gy, gb) = (g.up(&y), g.up(&b));
         let act = towers_kernels::UnaryOp::Relu;
-        g.ew("conv", "towers_conv_bias_act_f32", p.y_len(), &[A::I32(1), n(p.y_len()), n(co), gb.a(), gy.a()]);
+        g.ew(
+            "elementwise",
+            "towers_bias_act_in_place_f32",
+            p.y_len(),
+            &[A::I32(1), n(p.y_len()), n(co), gb.a(), gy.a()],
+        );
         let mut want = vec![0f32; p.y_len()];
         conv::conv2d_bias_act(&p, &x, &f, &b, act, &mut want, &mut ws);
         r.f32(
@@ -155,6 +160,17 @@ pub(crate) fn convs(g: &Gpu, r: &mut Report, rng: &mut Rng) {
             &want,
             Some(1e-5),
         );
+        // The same epilogue without an activation (op -1), as gemm_bias_act's.
+        let gz = g.up(&y);
+        g.ew(
+            "elementwise",
+            "towers_bias_act_in_place_f32",
+            p.y_len(),
+            &[A::I32(-1), n(p.y_len()), n(co), gb.a(), gz.a()],
+        );
+        let mut want = y.clone();
+        towers_kernels::elementwise::bias_then_act_in_place(&mut want, &b, None);
+        r.f32("gemm_bias_act", format!("{name}: the bias epilogue alone"), &g.down(&gz, p.y_len()), &want, Some(1e-6));
         // conv2d_backprop_filter = im2col, then col^T dy.
         let mut dw = vec![0f32; p.filter_len()];
         cpu::matmul(k, rows, co, true, false, &cols, &dy, &mut dw);

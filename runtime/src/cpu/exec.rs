@@ -49,6 +49,12 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
             let p = gemm::MatMul::new(*m, *k, *n).trans_a(*trans_a).trans_b(*trans_b);
             gemm::matmul(&p, i(0), i(1), o(0));
         }
+        Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
+            let p = gemm::MatMul::new(*m, *k, *n).trans_a(*trans_a).trans_b(*trans_b);
+            let y = o(0);
+            gemm::matmul(&p, i(0), i(1), y);
+            ew::bias_then_act_in_place(y, i(2), *act);
+        }
         Kernel::Binary { op, a_shape, b_shape, .. } => {
             ew::binary(*op, i(0), a_shape, i(1), b_shape, o(0)).map_err(err)?
         }

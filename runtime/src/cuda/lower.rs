@@ -164,6 +164,25 @@ pub(crate) fn lower_launch(
             };
             ops.push(Op::Gemm(g));
         }
+        Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
+            let y = o(0)?;
+            let g = Gemm {
+                m: *m,
+                n: *n,
+                k: *k,
+                ta: *trans_a,
+                tb: *trans_b,
+                a: i(0)?.ptr,
+                b: i(1)?.ptr,
+                c: y.ptr,
+                beta: 0.0,
+            };
+            ops.push(Op::Gemm(g));
+            let code = act.map_or(-1, |act| UnaryOp::ALL.iter().position(|u| *u == act).unwrap_or(0) as i32);
+            let mut a = ArgPack::new();
+            a.i32(code).i64(y.len).i64(*n).ptr(i(2)?.ptr).ptr(y.ptr);
+            launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
+        }
         Kernel::Binary { op, a_shape, b_shape, out_shape } => {
             let y = o(0)?;
             let code = BinaryOp::ALL.iter().position(|b| b == op).unwrap_or(0) as i32;
@@ -269,7 +288,7 @@ pub(crate) fn lower_launch(
                 };
                 ops.push(Op::Gemm(gm));
                 if let Some(a) = epilogue {
-                    launch(ops, "conv", "towers_conv_bias_act_f32", ew(y.len), BLOCK, a)?;
+                    launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
                 }
                 return Ok(());
             }
@@ -339,7 +358,7 @@ pub(crate) fn lower_launch(
                 r0 += r;
             }
             if let Some(a) = epilogue {
-                launch(ops, "conv", "towers_conv_bias_act_f32", ew(y.len), BLOCK, a)?;
+                launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
             }
         }
         Kernel::MaxPool { geom } | Kernel::AvgPool { geom } => {

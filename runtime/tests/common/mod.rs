@@ -71,7 +71,8 @@ fn mlp_plan_with(reuse_memory: bool) -> Plan {
     // Fetched, so its bytes survive the step (the tests read it by its tensor name).
     let relu = TensorRef::of(&g, relu);
     g.program_mut().fetches.insert("relu".into(), relu);
-    lower(&g, &LowerOptions { reuse_memory, ..LowerOptions::new(Mode::Train, "train") }).unwrap()
+    // Unfused: these tests read intermediate tensors (MatMul) by name.
+    lower(&g, &LowerOptions { reuse_memory, fuse_kernels: false, ..LowerOptions::new(Mode::Train, "train") }).unwrap()
 }
 
 /// x on cpu:0 → relu (cpu:0/compute) → record e0; gpu:0/compute waits e0,
