@@ -40,6 +40,8 @@ pub enum TrainError {
     Options(String),
     #[error("--backend cuda: {0}")]
     Cuda(#[from] CudaUnavailable),
+    #[error("--backend cuda across processes: {0}")]
+    Nccl(String),
     #[error("--trace: {0}")]
     Trace(#[from] crate::trace::TraceError),
     /// The loss left the finite numbers: the run stops, and nothing is
@@ -75,23 +77,49 @@ impl std::str::FromStr for BackendChoice {
     }
 }
 
-/// A session on the chosen backend, and a line saying which one runs and why.
-pub fn open_session(choice: BackendChoice, seed: u64) -> Result<(Session, String), TrainError> {
-    let cuda_session = |why: &str| -> Result<(Session, String), CudaUnavailable> {
+/// A session on the chosen backend, and a line saying which one runs and
+/// why. With several processes the CUDA backend reduces its buckets over
+/// NCCL, set up over `comm` (feature `nccl`; without it, an error).
+pub fn open_session(choice: BackendChoice, seed: u64, comm: &Arc<dyn Comm>) -> Result<(Session, String), TrainError> {
+    let cuda_session = |why: &str| -> Result<(Session, String), TrainError> {
         let b = CudaBackend::new()?;
         let line = format!("backend: cuda on {}{why}", b.device());
+        let b = with_nccl(b, comm)?;
         Ok((Session::with_backend(seed, Box::new(b)), line))
     };
     match choice {
         BackendChoice::Cpu => Ok((Session::with_backend(seed, Box::new(CpuBackend::new())), "backend: cpu".into())),
         BackendChoice::Cuda => Ok(cuda_session("")?),
-        BackendChoice::Auto => match cuda::available().and_then(|_| cuda_session(" (auto)")) {
-            Ok(s) => Ok(s),
-            Err(e) => {
-                Ok((Session::with_backend(seed, Box::new(CpuBackend::new())), format!("backend: cpu (auto: {e})")))
+        BackendChoice::Auto => {
+            match cuda::available().map_err(TrainError::from).and_then(|_| cuda_session(" (auto)")) {
+                Ok(s) => Ok(s),
+                Err(e) => {
+                    Ok((Session::with_backend(seed, Box::new(CpuBackend::new())), format!("backend: cpu (auto: {e})")))
+                }
             }
-        },
+        }
     }
+}
+
+/// `b` with NCCL over `comm` when `comm` has several ranks.
+#[cfg(feature = "nccl")]
+fn with_nccl(b: CudaBackend, comm: &Arc<dyn Comm>) -> Result<CudaBackend, TrainError> {
+    if comm.world_size() == 1 {
+        return Ok(b);
+    }
+    b.with_nccl(&**comm).map_err(|e| TrainError::Nccl(e.to_string()))
+}
+
+/// `b`, when `comm` has one rank: this towers was built without NCCL.
+#[cfg(not(feature = "nccl"))]
+fn with_nccl(b: CudaBackend, comm: &Arc<dyn Comm>) -> Result<CudaBackend, TrainError> {
+    if comm.world_size() == 1 {
+        return Ok(b);
+    }
+    Err(TrainError::Nccl(format!(
+        "{} processes on the CUDA backend reduce over NCCL, and this towers was built without it: build with `cargo build --release --features mpi,nccl` (or train these processes with --backend cpu)",
+        comm.world_size()
+    )))
 }
 
 /// Which learning-rate schedule (`--lr-schedule`).
@@ -396,7 +424,7 @@ pub fn train_in(
     let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
 
-    let (sess, which) = open_session(cfg.backend, cfg.seed)?;
+    let (sess, which) = open_session(cfg.backend, cfg.seed, &comm)?;
     let mut sess = sess.with_comm(Arc::clone(&comm));
     let which = if process.is_single() { which } else { format!("{which}; {}", comm.describe()) };
     let memory = |e: RuntimeError| match e {

@@ -5,8 +5,9 @@
 //! The plan says *what* is reduced (`Step::AllReduce` over a group of
 //! buffers, a gradient bucket); the communicator says *how*: in process
 //! ([`LocalComm`], here), over MPI between CPU processes (`MpiComm`, behind
-//! the cargo feature `mpi`), over NCCL between GPUs (a later issue; it
-//! implements this trait and nothing else changes).
+//! the cargo feature `mpi`). Between GPUs the CUDA backend reduces device
+//! buffers through NCCL (`cuda::nccl`, feature `nccl`), whose communicator
+//! is set up over a `Comm` ([`nccl_id`]).
 //!
 //! Invariants every implementation keeps and every caller relies on:
 //! - **Collective order.** Every rank issues the same collectives, with
@@ -32,6 +33,7 @@ mod local;
 mod mpi;
 #[cfg(feature = "mpi")]
 mod mpi_shared;
+pub mod nccl_id;
 
 use std::time::Duration;
 

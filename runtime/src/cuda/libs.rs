@@ -23,6 +23,8 @@ pub enum CudaLibrary {
     Nvrtc,
     /// `libcublas.so.13` (and `libcublasLt.so.13` beside it).
     Cublas,
+    /// NCCL, for the all-reduce across processes (cargo feature `nccl`).
+    Nccl,
 }
 
 impl CudaLibrary {
@@ -32,6 +34,7 @@ impl CudaLibrary {
             CudaLibrary::Driver => "libcuda.so.1",
             CudaLibrary::Nvrtc => "libnvrtc.so.13",
             CudaLibrary::Cublas => "libcublas.so.13",
+            CudaLibrary::Nccl => "libnccl.so",
         }
     }
 
@@ -45,6 +48,9 @@ impl CudaLibrary {
             CudaLibrary::Cublas => {
                 "a CUDA toolkit's lib64, or `pip install nvidia-cublas` / a PyTorch install (site-packages/nvidia/cu13/lib)"
             }
+            CudaLibrary::Nccl => {
+                "`pip install nvidia-nccl-cu13` puts libnccl.so.2 in site-packages/nvidia/nccl/lib, a name cudarc does not try: `ln -s libnccl.so.2 libnccl.so` there; towers must also be built with `--features nccl`"
+            }
         }
     }
 
@@ -56,6 +62,10 @@ impl CudaLibrary {
                 CudaLibrary::Driver => cudarc::driver::sys::is_culib_present(),
                 CudaLibrary::Nvrtc => cudarc::nvrtc::sys::is_culib_present(),
                 CudaLibrary::Cublas => cudarc::cublas::sys::is_culib_present(),
+                #[cfg(feature = "nccl")]
+                CudaLibrary::Nccl => cudarc::nccl::sys::is_culib_present(),
+                #[cfg(not(feature = "nccl"))]
+                CudaLibrary::Nccl => false,
             }
         }
     }
@@ -67,6 +77,7 @@ impl fmt::Display for CudaLibrary {
             CudaLibrary::Driver => "the CUDA driver",
             CudaLibrary::Nvrtc => "NVRTC",
             CudaLibrary::Cublas => "cuBLAS",
+            CudaLibrary::Nccl => "NCCL",
         })
     }
 }

@@ -54,6 +54,12 @@ pub(crate) enum Op {
     /// `Step::AllReduce` with a world of one rank: the sum over one rank is
     /// the buffer itself, so nothing runs.
     Nothing,
+    /// `Step::AllReduce` over several processes: NCCL's in-place sum of the
+    /// `count` f32 at `ptr` (the backend's `NcclComm`).
+    AllReduce {
+        ptr: u64,
+        count: usize,
+    },
 }
 
 /// The compiled kernel families of one context.

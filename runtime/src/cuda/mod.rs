@@ -31,9 +31,14 @@
 //!   device-to-device `cuMemcpyAsync` copies, `cuEventRecord` /
 //!   `cuStreamWaitEvent`; dropout's step counter (the program's run count)
 //!   is patched into its argument list; then the context is synchronized,
-//!   so `run` returns with the step complete. `Step::AllReduce` runs only
-//!   with a communicator of world size 1 (the sum over one rank: nothing to
-//!   do); more ranks need NCCL, which this backend refuses at load.
+//!   so `run` returns with the step complete. `Step::AllReduce` with a
+//!   communicator of world size 1 and no NCCL does nothing (the sum over
+//!   one rank); with NCCL (any world size, 1 included, which is what a
+//!   one-GPU machine can run) and for more ranks, which need an NCCL
+//!   communicator of that size
+//!   ([`CudaBackend::with_nccl`], feature `nccl`): each bucket is then one
+//!   in-place `ncclAllReduce` on its stream ([`nccl`]); without one the plan
+//!   is refused at load.
 //! - **Reads and writes** of buffers and variables are synchronous copies
 //!   between device memory and the caller's host slice.
 
@@ -42,6 +47,8 @@ pub mod disk_cache;
 mod driver;
 pub mod libs;
 mod lower;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 mod probe;
 
 use std::collections::BTreeMap;
@@ -134,6 +141,9 @@ pub struct CudaBackend {
     programs: Vec<Program>,
     vars: BTreeMap<String, Var>,
     modules: Modules,
+    /// The all-reduce across processes ([`CudaBackend::with_nccl`]).
+    #[cfg(feature = "nccl")]
+    nccl: Option<nccl::NcclComm>,
     ctx: Arc<CudaContext>,
     gpu_name: String,
 }
@@ -159,9 +169,35 @@ impl CudaBackend {
             programs: Vec::new(),
             vars: BTreeMap::new(),
             modules: Modules::new(&ctx, arch),
+            #[cfg(feature = "nccl")]
+            nccl: None,
             ctx,
             gpu_name,
         })
+    }
+
+    /// This backend with an NCCL communicator for plans of several
+    /// processes: rank `comm.rank()` of `comm.world_size()` on this GPU,
+    /// set up over `comm` (collective: every rank calls it). See [`nccl`].
+    #[cfg(feature = "nccl")]
+    pub fn with_nccl(mut self, comm: &dyn Comm) -> Result<CudaBackend, nccl::NcclFailure> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| nccl::NcclFailure::Unavailable(CudaUnavailable::Driver(derr("cuCtxSetCurrent", e))))?;
+        self.nccl = Some(nccl::NcclComm::over(comm)?);
+        Ok(self)
+    }
+
+    /// The NCCL communicator's world size, when there is one.
+    fn nccl_world(&self) -> Option<usize> {
+        #[cfg(feature = "nccl")]
+        {
+            self.nccl.as_ref().map(|n| n.world_size())
+        }
+        #[cfg(not(feature = "nccl"))]
+        {
+            None
+        }
     }
 
     /// `NVIDIA H100 80GB HBM3 (sm_90)`.
@@ -260,15 +296,29 @@ impl CudaBackend {
                         let op = Op::Copy { dst: t.ptr, src: f.ptr, bytes: *bytes };
                         items.push(Item { op, kernel: "copy", node: node.clone() });
                     }
-                    Step::AllReduce { node, .. } => {
-                        if comm.world_size() != 1 {
+                    Step::AllReduce { node, buffers } => {
+                        if comm.world_size() == 1 && self.nccl_world().is_none() {
+                            items.push(Item { op: Op::Nothing, kernel: "all_reduce", node: node.clone() });
+                            continue;
+                        }
+                        if self.nccl_world() != Some(comm.world_size()) {
                             return Err(bad(format!(
-                                "all-reduce '{node}': the CUDA backend runs collectives with a world of one rank only ({} here: {}); NCCL is not wired in yet",
+                                "all-reduce '{node}': {} ranks ({}) need an NCCL communicator of as many ranks on the CUDA backend (build with --features nccl and set it up with CudaBackend::with_nccl over the same communicator)",
                                 comm.world_size(),
                                 comm.describe()
                             )));
                         }
-                        items.push(Item { op: Op::Nothing, kernel: "all_reduce", node: node.clone() });
+                        for r in buffers {
+                            let d = self.resolve(plan, &arenas, r).map_err(bad)?;
+                            if d.dtype != DType::F32 {
+                                return Err(bad(format!(
+                                    "all-reduce '{node}': buffer of {} (NCCL sums f32 here)",
+                                    d.dtype
+                                )));
+                            }
+                            let op = Op::AllReduce { ptr: d.ptr, count: d.len };
+                            items.push(Item { op, kernel: "all_reduce", node: node.clone() });
+                        }
                     }
                     Step::Launch { kernel, inputs, outputs, workspace, node } => {
                         let res = |v: &[BufRef]| {
@@ -485,6 +535,8 @@ impl Backend for CudaBackend {
     fn run(&mut self, id: ProgramId) -> Result<(), BackendError> {
         self.bind()?;
         let ctx = Arc::clone(&self.ctx);
+        #[cfg(feature = "nccl")]
+        let nccl = self.nccl.as_ref();
         let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
         let step = p.runs;
         for &(s, k) in &p.order {
@@ -515,6 +567,15 @@ impl Backend for CudaBackend {
                     )
                     .map_err(|e| derr("cuStreamWaitEvent", e)),
                     Op::Nothing => Ok(()),
+                    #[cfg(feature = "nccl")]
+                    Op::AllReduce { ptr, count } => match nccl {
+                        Some(n) => n.all_reduce_in_place(*ptr, *count, stream as *mut std::ffi::c_void),
+                        None => Err("no NCCL communicator".into()),
+                    },
+                    #[cfg(not(feature = "nccl"))]
+                    Op::AllReduce { ptr, count } => {
+                        Err(format!("the sum of {count} f32 at {ptr:#x} needs NCCL: build with --features nccl"))
+                    }
                 }
             };
             r.map_err(|detail| BackendError::Kernel { node: item.node.clone(), detail })?;
