@@ -59,11 +59,20 @@ pub(super) unsafe fn max_pool(p: &PoolGeom, x: &[f32], y: &mut [f32]) {
 
 /// See [`super::max_pool_grad`]; windows must be disjoint, and `dx` zero
 /// where no window reaches (the caller fills it unless the windows tile it).
+/// `relu`: route `y > 0 ? dy : 0` instead of `dy` (the gradient of a ReLU
+/// whose output is `x`, at the routed cell, whose value is `y`).
 ///
 /// # Safety
 /// The CPU supports AVX-512F.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn max_pool_grad_disjoint(p: &PoolGeom, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
+pub(super) unsafe fn max_pool_grad_disjoint(
+    p: &PoolGeom,
+    x: &[f32],
+    y: &[f32],
+    dy: &[f32],
+    dx: &mut [f32],
+    relu: bool,
+) {
     let (oh, pt) = p.out_h();
     let (ow, pl) = p.out_w();
     let c = p.c;
@@ -78,7 +87,12 @@ pub(super) unsafe fn max_pool_grad_disjoint(p: &PoolGeom, x: &[f32], y: &[f32], 
                     let m = mask(nb);
                     let (ys, gs) = (&y[o + c0..o + c0 + nb], &dy[o + c0..o + c0 + nb]);
                     // SAFETY: the mask reads the lanes of `ys` and `gs` only.
-                    let (ym, g) = (_mm512_maskz_loadu_ps(m, ys.as_ptr()), _mm512_maskz_loadu_ps(m, gs.as_ptr()));
+                    let (ym, mut g) = (_mm512_maskz_loadu_ps(m, ys.as_ptr()), _mm512_maskz_loadu_ps(m, gs.as_ptr()));
+                    if relu {
+                        // The ReLU's gradient at the routed cell, whose value
+                        // is the window's maximum: dy where it is above 0.
+                        g = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(ym, _mm512_setzero_ps()), g);
+                    }
                     // Set while the channel's gradient is not routed yet.
                     let mut open = m;
                     for iy in ylo..yhi {

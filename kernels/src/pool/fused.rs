@@ -9,9 +9,13 @@
 //! while the group is in cache (one pass over `dx` instead of three), the
 //! groups' sums added in group order. `dx` equals the three kernels' bit for
 //! bit; `db` differs from them only by the association of its sum, and is
-//! deterministic (the groups depend on the geometry alone).
+//! deterministic (the groups depend on the geometry alone). For a ReLU whose
+//! output is the pool's input (the usual conv -> ReLU -> pool) and disjoint
+//! windows, the ReLU's gradient is folded into the pool gradient's routing
+//! and the bias gradient summed over the pool's output instead (see
+//! `max_pool_grad_act_bias_grad`).
 
-use super::{max_pool_grad, PoolGeom};
+use super::{max_pool_grad, max_pool_grad_fast, PoolGeom};
 use crate::elementwise::{unary_grad_bias_grad_in_place, UnaryOp};
 
 /// Target floats of `dx` per group of images (256 KiB).
@@ -40,6 +44,16 @@ pub fn max_pool_grad_act_bias_grad(
     debug_assert_eq!(act_y.len(), p.x_len());
     debug_assert_eq!(db.len(), p.c);
     let c = p.c;
+    // ReLU whose output is the pool's input (conv -> bias -> ReLU -> pool):
+    // the routed cell holds the window's maximum y, so its ReLU gradient is
+    // `y > 0 ? dy : 0` and every other cell's is 0. The pool gradient routes
+    // that masked dy directly, and the bias gradient is the masked dy's
+    // column sums over the pool's output (each window routes to one cell):
+    // one pass over dx instead of two.
+    if act == UnaryOp::Relu && std::ptr::eq(x.as_ptr(), act_y.as_ptr()) && max_pool_grad_fast(p, x, y, dy, dx, true) {
+        masked_column_sums(dy, y, db);
+        return;
+    }
     if p.n == 0 || c > MAX_CHANNELS {
         max_pool_grad(p, x, y, dy, dx);
         unary_grad_bias_grad_in_place(act, dx, act_y, db);
@@ -61,6 +75,59 @@ pub fn max_pool_grad_act_bias_grad(
             *d += *q;
         }
         n0 += n;
+    }
+}
+
+/// `db[k] = sum over rows of (y > 0 ? dy : 0)[row, k]`, rows of `db.len()`
+/// channels, summed a tile of whole rows at a time (a multiple of 16
+/// floats, at least 64, so the loop vectorizes for short rows) and the
+/// tile's rows folded in order: deterministic.
+fn masked_column_sums(dy: &[f32], y: &[f32], db: &mut [f32]) {
+    let c = db.len();
+    db.fill(0.0);
+    if c == 0 {
+        return;
+    }
+    let lcm = c / gcd(c, 16) * 16;
+    let width = lcm * 64usize.div_ceil(lcm);
+    let mut acc = [0f32; TILE_MAX];
+    if width > TILE_MAX {
+        // Long rows vectorize as they are: row by row.
+        for (gd, gy) in dy.chunks_exact(c).zip(y.chunks_exact(c)) {
+            for ((d, g), v) in db.iter_mut().zip(gd).zip(gy) {
+                *d += if *v > 0.0 { *g } else { 0.0 };
+            }
+        }
+        return;
+    }
+    let acc = &mut acc[..width];
+    let (full, tail) = (dy.len() / width * width, dy.len() % width);
+    // `y > 0 ? dy : +0` as a bit mask (a branch-free select that vectorizes).
+    let masked = |g: f32, v: f32| f32::from_bits(g.to_bits() & u32::from(v > 0.0).wrapping_neg());
+    for (gd, gy) in dy[..full].chunks_exact(width).zip(y[..full].chunks_exact(width)) {
+        for ((a, g), v) in acc.iter_mut().zip(gd).zip(gy) {
+            *a += masked(*g, *v);
+        }
+    }
+    for ((a, g), v) in acc.iter_mut().zip(&dy[full..]).zip(&y[full..]) {
+        *a += masked(*g, *v);
+    }
+    let _ = tail;
+    for row in acc.chunks_exact(c) {
+        for (d, a) in db.iter_mut().zip(row) {
+            *d += *a;
+        }
+    }
+}
+
+/// Floats of [`masked_column_sums`]' tile at most.
+const TILE_MAX: usize = 1024;
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -92,10 +159,15 @@ mod tests {
             unary_grad(UnaryOp::Relu, &pooled, &x, &mut want);
             let mut want_db = vec![f32::NAN; p.c];
             bias_add_grad(&want, &mut want_db);
-            let (mut dx, mut db) = (vec![f32::NAN; p.x_len()], vec![f32::NAN; p.c]);
-            max_pool_grad_act_bias_grad(&p, &x, &y, &dy, UnaryOp::Relu, &x, &mut dx, &mut db);
-            assert!(dx.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{p:?}");
-            assert_close(&db, &want_db, 1e-5, &format!("{p:?}"));
+            // act_y is x itself (the fast path where AVX-512 runs it), then a
+            // copy of x (the general path): the same values.
+            let copy = x.clone();
+            for act_y in [&x, &copy] {
+                let (mut dx, mut db) = (vec![f32::NAN; p.x_len()], vec![f32::NAN; p.c]);
+                max_pool_grad_act_bias_grad(&p, &x, &y, &dy, UnaryOp::Relu, act_y, &mut dx, &mut db);
+                assert!(dx.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{p:?}");
+                assert_close(&db, &want_db, 1e-5, &format!("{p:?}"));
+            }
         }
     }
 }

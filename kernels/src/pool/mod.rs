@@ -142,24 +142,43 @@ pub fn max_pool_grad(p: &PoolGeom, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f
     // and added to. When they also cover the input exactly, no cell is left
     // for a zero fill either. With the AVX-512 form (`avx512.rs`): 1722 ->
     // ~740 us on a [256, 24, 24, 12] input, 2x2 stride 2 (portable: ~1300).
+    if max_pool_grad_fast(p, x, y, dy, dx, false) {
+        return;
+    }
     let disjoint = p.stride_h >= p.kh && p.stride_w >= p.kw;
-    let tiles = disjoint
-        && p.stride_h == p.kh
+    if !tiles(p) {
+        dx.fill(0.0);
+    }
+    max_pool_grad_portable(p, x, y, dy, dx, disjoint)
+}
+
+/// Whether the windows cover the input exactly, each cell in one window.
+fn tiles(p: &PoolGeom) -> bool {
+    p.stride_h == p.kh
         && p.stride_w == p.kw
         && p.out_h() == (p.h / p.kh, 0)
         && p.out_w() == (p.w / p.kw, 0)
         && p.h.is_multiple_of(p.kh)
-        && p.w.is_multiple_of(p.kw);
-    if !tiles {
-        dx.fill(0.0);
-    }
+        && p.w.is_multiple_of(p.kw)
+}
+
+/// [`max_pool_grad`] by the AVX-512 form for disjoint windows, routing
+/// `y > 0 ? dy : 0` when `relu` (see `avx512.rs`); false (nothing done)
+/// where that form does not apply.
+pub(crate) fn max_pool_grad_fast(p: &PoolGeom, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32], relu: bool) -> bool {
+    let disjoint = p.stride_h >= p.kh && p.stride_w >= p.kw;
     #[cfg(target_arch = "x86_64")]
     if disjoint && std::arch::is_x86_feature_detected!("avx512f") {
+        if !tiles(p) {
+            dx.fill(0.0);
+        }
         // SAFETY: detected just above; windows are disjoint and `dx` is
         // zero wherever they do not reach.
-        return unsafe { avx512::max_pool_grad_disjoint(p, x, y, dy, dx) };
+        unsafe { avx512::max_pool_grad_disjoint(p, x, y, dy, dx, relu) };
+        return true;
     }
-    max_pool_grad_portable(p, x, y, dy, dx, disjoint)
+    let _ = (p, x, y, dy, dx, relu, disjoint);
+    false
 }
 
 /// [`max_pool_grad`] after its zero fill, without SIMD intrinsics (the same bits).
