@@ -75,6 +75,8 @@ struct Lowerer<'g> {
     bias_acts: BTreeMap<NodeId, NodeId>,
     /// Activation -> the convolution fused into it (with its bias add).
     conv_acts: BTreeMap<NodeId, NodeId>,
+    /// Fused convolution's activation -> the max pool joining the launch.
+    conv_pools: BTreeMap<NodeId, NodeId>,
     /// Activation gradient -> the bias gradient fused into it.
     grad_biases: BTreeMap<NodeId, NodeId>,
     /// Activation gradient (with its bias gradient) -> the max-pool
@@ -138,6 +140,34 @@ pub fn fusable_conv_bias_acts(
             && !fetched.contains(c.name.as_str())
         {
             out.insert(act, t.node);
+        }
+    }
+    out
+}
+
+/// MaxPool nodes that join a fused convolution (see
+/// [`fusable_conv_bias_acts`]): (activation, pool) pairs, for the one
+/// `MaxPool` reading the activation's output on its stream (the activation
+/// keeps its buffer and its other readers, the backward pass's). The pool's
+/// output is then the launch's second output.
+pub fn fusable_conv_pools(
+    g: &Graph,
+    conv_acts: &BTreeMap<NodeId, NodeId>,
+    stream_of: &BTreeMap<NodeId, usize>,
+) -> BTreeMap<NodeId, NodeId> {
+    let mut out = BTreeMap::new();
+    for &act in conv_acts.keys() {
+        let pools: Vec<NodeId> = g
+            .consumers(act)
+            .into_iter()
+            .filter(|&(c, dst, src)| src == 0 && dst == 0 && matches!(g.node(c).op, Op::MaxPool { .. }))
+            .map(|(c, _, _)| c)
+            .collect();
+        if let [p] = pools[..] {
+            let here = g.node(p).device == g.node(act).device && stream_of.get(&p) == stream_of.get(&act);
+            if here && stream_of.contains_key(&p) {
+                out.insert(act, p);
+            }
         }
     }
     out
@@ -460,7 +490,9 @@ impl<'g> Lowerer<'g> {
         {
             return false;
         }
-        if self.xents.values().any(|x| [x.mean, x.mul, x.bias_grad].contains(&id)) {
+        if self.xents.values().any(|x| [x.mean, x.mul, x.bias_grad].contains(&id))
+            || self.conv_pools.values().any(|&p| p == id)
+        {
             // Written by the fused cross-entropy's launch, into its own buffer.
             return true;
         }
@@ -514,6 +546,7 @@ impl<'g> Lowerer<'g> {
             || self.pool_grads.values().any(|&p| p == id)
             || self.xents.values().any(|x| [x.mean, x.mul, x.bias_grad].contains(&id))
             || self.matmuls.values().any(|&m| m == id)
+            || self.conv_pools.values().any(|&p| p == id)
             || self.grad_biases.values().any(|&b| b == id)
         {
             // Fused into its apply or its activation: no buffer, no launch.
@@ -588,7 +621,24 @@ impl<'g> Lowerer<'g> {
                     .ok_or_else(|| CodegenError::NotScheduled { node: cn.name.clone(), by: node.name.clone() })?;
                 refs = self.g.inputs(c).iter().map(|&t| self.input(c, t)).collect::<Result<Vec<_>, _>>()?;
                 refs.push(bias);
-                *kernel = crate::Kernel::Conv2DBiasAct { geom, workspace_len, act: *act };
+                let pool = match self.conv_pools.get(&id) {
+                    Some(&pn) => {
+                        let pnode = self.g.node(pn);
+                        let unsupported = |reason: String| CodegenError::Unsupported {
+                            node: pnode.name.clone(),
+                            op: pnode.op.type_name().to_string(),
+                            reason,
+                        };
+                        let pin = vec![self.ty(Tensor::new(id, 0))?];
+                        let pout = vec![self.ty(Tensor::new(pn, 0))?];
+                        match select(&pnode.op, &pin, &pout, opts.mode).map_err(unsupported)? {
+                            Lowering::Launch { kernel: crate::Kernel::MaxPool { geom }, .. } => Some(geom),
+                            _ => return Err(unsupported("a fused max pool must lower to a MaxPool launch".into())),
+                        }
+                    }
+                    None => None,
+                };
+                *kernel = crate::Kernel::Conv2DBiasAct { geom, workspace_len, act: *act, pool };
             }
             self.fused_inputs.insert(id, refs);
         }
@@ -742,6 +792,20 @@ impl<'g> Lowerer<'g> {
                 .collect::<Result<Vec<_>, _>>()?;
             self.fused_outputs.insert(id, refs);
         }
+        if let Some(&pn) = self.conv_pools.get(&id) {
+            // Outputs: the activation (bound above), then the pool's.
+            self.alloc_outputs(pn, BufferKind::Tensor)?;
+            let refs = [Tensor::new(id, 0), Tensor::new(pn, 0)]
+                .iter()
+                .map(|t| {
+                    self.bind
+                        .get(t)
+                        .cloned()
+                        .ok_or_else(|| CodegenError::NotScheduled { node: node.name.clone(), by: node.name.clone() })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            self.fused_outputs.insert(id, refs);
+        }
         if let Some(f) = xent {
             // Outputs: the loss (output 0, bound above), the mean, the scaled
             // backprop and the bias gradient, each a buffer of its node.
@@ -870,6 +934,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         bucket_views: BTreeMap::new(),
         buckets: BTreeMap::new(),
         conv_acts: BTreeMap::new(),
+        conv_pools: BTreeMap::new(),
         pool_grads: BTreeMap::new(),
         xents: BTreeMap::new(),
         matmuls: BTreeMap::new(),
@@ -879,6 +944,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
     };
 
     lw.conv_acts = fusable_conv_bias_acts(g, &lw.bias_acts, &stream_of);
+    lw.conv_pools = fusable_conv_pools(g, &lw.conv_acts, &stream_of);
     lw.pool_grads = fusable_pool_grads(g, &lw.grad_biases, &stream_of);
     if opts.fuse_kernels {
         lw.xents = fusable_xents(g, &stream_of);

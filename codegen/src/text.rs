@@ -108,7 +108,10 @@ pub fn kernel_params(k: &Kernel) -> String {
             format!("c={channels} {}", act.name())
         }
         Kernel::Unary { op } | Kernel::UnaryGrad { op } => op.name().into(),
-        Kernel::Conv2DBiasAct { geom, act, .. } => format!("{} {}", conv(geom), act.name()),
+        Kernel::Conv2DBiasAct { geom, act, pool: None, .. } => format!("{} {}", conv(geom), act.name()),
+        Kernel::Conv2DBiasAct { geom, act, pool: Some(p), .. } => {
+            format!("{} {} +max_pool {}", conv(geom), act.name(), pool(p))
+        }
         Kernel::Conv2D { geom, .. }
         | Kernel::Conv2DBackpropInput { geom, .. }
         | Kernel::Conv2DBackpropFilter { geom, .. } => conv(geom),

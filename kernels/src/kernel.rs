@@ -87,11 +87,15 @@ pub enum Kernel {
     /// the `BiasAdd` that is its only consumer and the activation that is
     /// the bias add's, fused by lowering into one launch; the bias and the
     /// activation run on each block of output right after the convolution
-    /// wrote it, while it is in cache. Workspace: `workspace_len` f32.
+    /// wrote it, while it is in cache. With `pool`, a max pool reading the
+    /// activation joins too: out: y, then the pooled y (`pool` is its
+    /// geometry), each group of images pooled right after it is computed.
+    /// Workspace: `workspace_len` f32.
     Conv2DBiasAct {
         geom: ConvGeom,
         workspace_len: usize,
         act: UnaryOp,
+        pool: Option<PoolGeom>,
     },
     /// in: dy, filter. out: dx.
     Conv2DBackpropInput {

@@ -234,14 +234,22 @@ impl Check<'_, '_> {
                 self.size(In(1), c.filter, || "kh*kw*c_in*c_out".into())?;
                 self.size(Out(0), c.y, || "n*out_h*out_w*c_out".into())
             }
-            Kernel::Conv2DBiasAct { geom, workspace_len, .. } => {
-                self.args(3, 1)?;
+            Kernel::Conv2DBiasAct { geom, workspace_len, pool, .. } => {
+                self.args(3, 1 + usize::from(pool.is_some()))?;
                 self.all_f32()?;
                 let c = self.conv(geom, *workspace_len, ws)?;
                 self.size(In(0), c.x, || "n*h*w*c_in".into())?;
                 self.size(In(1), c.filter, || "kh*kw*c_in*c_out".into())?;
                 self.size(In(2), geom.c_out, || "c_out (the bias)".into())?;
-                self.size(Out(0), c.y, || "n*out_h*out_w*c_out".into())
+                self.size(Out(0), c.y, || "n*out_h*out_w*c_out".into())?;
+                if let Some(pg) = pool {
+                    let (px, py) = self.pool(pg)?;
+                    self.param(px == c.y && pg.n == geom.n && pg.c == geom.c_out, || {
+                        "the pool's input must be the convolution's output".into()
+                    })?;
+                    self.size(Out(1), py, || "the pool's n*out_h*out_w*c".into())?;
+                }
+                Ok(())
             }
             Kernel::Conv2DBackpropInput { geom, workspace_len } => {
                 self.args(2, 1)?;

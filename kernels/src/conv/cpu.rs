@@ -80,6 +80,47 @@ pub fn conv2d_bias_act(
     }
 }
 
+/// [`conv2d_bias_act`], then a max pool of its output: `pool` is the pool's
+/// geometry (input `y`: `pool.x_len() == y.len()`), `pooled` its output.
+/// On the direct path each group of whole images is pooled right after it
+/// is computed, while it is in cache; elsewhere the pool follows the whole
+/// output. The same values as the two kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_bias_act_max_pool(
+    p: &ConvGeom,
+    x: &[f32],
+    filter: &[f32],
+    bias: &[f32],
+    act: UnaryOp,
+    pool: &crate::pool::PoolGeom,
+    y: &mut [f32],
+    pooled: &mut [f32],
+    workspace: &mut [f32],
+) {
+    debug_assert_eq!(pool.x_len(), y.len());
+    debug_assert_eq!(pool.n, p.n);
+    if p.n == 0 || !(matches!(p.algorithm(), Algorithm::Direct) && direct::available()) {
+        conv2d_bias_act(p, x, filter, bias, act, y, workspace);
+        crate::pool::max_pool(pool, y, pooled);
+        return;
+    }
+    let (x_img, y_img, p_img) = (p.h * p.w * p.c_in, p.y_len() / p.n, pool.y_len() / p.n);
+    let step = (CHUNK_ELEMS / y_img.max(1)).max(1);
+    let relu = act == UnaryOp::Relu;
+    let mut n0 = 0;
+    while n0 < p.n {
+        let n = step.min(p.n - n0);
+        let (sub, sub_pool) = (ConvGeom { n, ..*p }, crate::pool::PoolGeom { n, ..*pool });
+        let yb = &mut y[n0 * y_img..(n0 + n) * y_img];
+        direct::conv2d_bias_relu(&sub, &x[n0 * x_img..(n0 + n) * x_img], filter, bias, relu, yb);
+        if !relu {
+            crate::elementwise::unary::unary_in_place(act, yb);
+        }
+        crate::pool::max_pool(&sub_pool, yb, &mut pooled[n0 * p_img..(n0 + n) * p_img]);
+        n0 += n;
+    }
+}
+
 /// [`conv2d`] by im2col + GEMM, whatever the geometry's [`Algorithm`].
 pub(super) fn im2col_conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], workspace: &mut [f32]) {
     im2col_conv2d_then(p, x, filter, y, workspace, |_| {})
@@ -375,6 +416,68 @@ mod tests {
                 let same = y.iter().zip(&want).all(|(a, w)| a.to_bits() == w.to_bits());
                 assert!(same, "{p:?} {act:?} ({:?})", p.algorithm());
             }
+        }
+    }
+
+    /// With a max pool after it: the same values as the separate kernels, on
+    /// the direct path (pooled per group of images) and on im2col.
+    #[test]
+    fn fused_max_pool_equals_the_kernels() {
+        let mut r = Lcg::new(15);
+        for (p, k) in [
+            (
+                ConvGeom {
+                    n: 20,
+                    h: 28,
+                    w: 28,
+                    c_in: 1,
+                    kh: 5,
+                    kw: 5,
+                    c_out: 12,
+                    stride_h: 1,
+                    stride_w: 1,
+                    padding: Padding::Valid,
+                },
+                2,
+            ),
+            (
+                ConvGeom {
+                    n: 3,
+                    h: 12,
+                    w: 12,
+                    c_in: 12,
+                    kh: 3,
+                    kw: 3,
+                    c_out: 24,
+                    stride_h: 1,
+                    stride_w: 1,
+                    padding: Padding::Valid,
+                },
+                2,
+            ),
+        ] {
+            let (oh, ow) = (p.out_h().0, p.out_w().0);
+            let pool = crate::pool::PoolGeom {
+                n: p.n,
+                h: oh,
+                w: ow,
+                c: p.c_out,
+                kh: k,
+                kw: k,
+                stride_h: k,
+                stride_w: k,
+                padding: Padding::Valid,
+            };
+            let (x, f, b) = (r.vec(p.x_len()), r.vec(p.filter_len()), r.vec(p.c_out));
+            let mut ws = vec![0.0; p.workspace_len()];
+            let mut want_y = vec![0.0; p.y_len()];
+            conv2d_bias_act(&p, &x, &f, &b, UnaryOp::Relu, &mut want_y, &mut ws);
+            let mut want_p = vec![0.0; pool.y_len()];
+            crate::pool::max_pool(&pool, &want_y, &mut want_p);
+            let (mut y, mut pooled) = (vec![f32::NAN; p.y_len()], vec![f32::NAN; pool.y_len()]);
+            conv2d_bias_act_max_pool(&p, &x, &f, &b, UnaryOp::Relu, &pool, &mut y, &mut pooled, &mut ws);
+            assert_eq!(y, want_y, "{p:?}");
+            assert_eq!(pooled, want_p, "{p:?}");
         }
     }
 

@@ -43,7 +43,7 @@ mod direct;
 #[cfg(target_arch = "x86_64")]
 mod direct_avx512;
 
-pub use cpu::{conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_bias_act};
+pub use cpu::{conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_bias_act, conv2d_bias_act_max_pool};
 
 use serde::{Deserialize, Serialize};
 

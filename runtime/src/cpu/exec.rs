@@ -73,8 +73,11 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         Kernel::UnaryGrad { op } if ins[0].slot.same(&outs[0].slot) => ew::unary_grad_in_place(*op, o(0), i(1)),
         Kernel::UnaryGrad { op } => ew::unary_grad(*op, i(0), i(1), o(0)),
         Kernel::Conv2D { geom, .. } => conv::conv2d(geom, i(0), i(1), o(0), ws_f32(ws)),
-        Kernel::Conv2DBiasAct { geom, act, .. } => {
+        Kernel::Conv2DBiasAct { geom, act, pool: None, .. } => {
             conv::conv2d_bias_act(geom, i(0), i(1), i(2), *act, o(0), ws_f32(ws))
+        }
+        Kernel::Conv2DBiasAct { geom, act, pool: Some(pool), .. } => {
+            conv::conv2d_bias_act_max_pool(geom, i(0), i(1), i(2), *act, pool, o(0), o(1), ws_f32(ws))
         }
         Kernel::Conv2DBackpropInput { geom, .. } => conv::conv2d_backprop_input(geom, i(0), i(1), o(0), ws_f32(ws)),
         Kernel::Conv2DBackpropFilter { geom, .. } => conv::conv2d_backprop_filter(geom, i(0), i(1), o(0), ws_f32(ws)),

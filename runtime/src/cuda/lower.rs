@@ -281,6 +281,15 @@ pub(crate) fn lower_launch(
                 }
                 _ => None,
             };
+            // A fused max pool of the output: one launch after the epilogue.
+            let (pooled, pool_grid) = match kernel {
+                Kernel::Conv2DBiasAct { pool: Some(pg), .. } => {
+                    let mut a = ArgPack::new();
+                    a.push(PoolArgs::from(pg)).ptr(y.ptr).ptr(o(1)?.ptr);
+                    (Some(a), ew(pg.y_len()))
+                }
+                _ => (None, 0),
+            };
             if pointwise || rows == 0 {
                 // x viewed as [rows, c_in] already is the column matrix.
                 let gm = match kernel {
@@ -295,6 +304,9 @@ pub(crate) fn lower_launch(
                 ops.push(Op::Gemm(gm));
                 if let Some(a) = epilogue {
                     launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
+                }
+                if let Some(a) = pooled {
+                    launch(ops, "pool", "towers_max_pool_f32", pool_grid, BLOCK, a)?;
                 }
                 return Ok(());
             }
@@ -365,6 +377,9 @@ pub(crate) fn lower_launch(
             }
             if let Some(a) = epilogue {
                 launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
+            }
+            if let Some(a) = pooled {
+                launch(ops, "pool", "towers_max_pool_f32", pool_grid, BLOCK, a)?;
             }
         }
         Kernel::MaxPool { geom } | Kernel::AvgPool { geom } => {
