@@ -56,6 +56,31 @@ fn as_rank() {
         assert!(x.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "rank {rank}, length {len}");
     }
 
+    // Buckets in lent shared memory (the CPU backend's bucket arenas): at
+    // the same offset on every rank, summed where they lie; at different
+    // offsets, through the copying path. Either way the rank-order sums, and
+    // nothing outside the bucket changes.
+    match (reduce, comm.shared_memory(4096)) {
+        (MpiReduce::Auto, Some(m)) => {
+            assert!(m.bytes >= 4096);
+            // SAFETY: the communicator lends `bytes` bytes to this rank alone.
+            let lent = unsafe { std::slice::from_raw_parts_mut(m.ptr as *mut f32, 1024) };
+            for (at, len) in [(100usize, 333usize), (64, 17), (8 + 4 * rank, 50)] {
+                lent.fill(-7.0);
+                for i in 0..len {
+                    lent[at + i] = v(rank, i);
+                }
+                comm.all_reduce_sum(&mut [&mut lent[at..at + len]]).expect("all-reduce in lent memory");
+                for i in 0..len {
+                    assert_eq!(lent[at + i].to_bits(), (v(0, i) + v(1, i)).to_bits(), "rank {rank}, at {at}, {i}");
+                }
+                assert!(lent[..at].iter().chain(&lent[at + len..]).all(|&x| x == -7.0), "outside the bucket");
+            }
+        }
+        (MpiReduce::Library, None) => {}
+        (r, m) => panic!("{r:?}: shared memory {:?}", m.map(|m| m.bytes)),
+    }
+
     let mut c = vec![rank as f32 * 10.0; 4];
     comm.broadcast(1, &mut [&mut c[..]]).expect("broadcast");
     assert_eq!(c, vec![10.0; 4]);

@@ -62,11 +62,28 @@ pub trait Comm: Send + Sync {
     /// The training step this rank is about to run (named in timeout
     /// reports). The default ignores it.
     fn note_step(&self, _step: u64) {}
+    /// `bytes` bytes that the other ranks of this host can address too (an
+    /// MPI shared-memory window), for a device arena that holds gradient
+    /// buckets: a bucket there is summed in place, with no copy into the
+    /// communicator (DDP's gradient-as-bucket-view, across processes).
+    /// Collective: every rank calls it in the same order (sizes may differ).
+    /// The memory lives as long as the communicator. `None` (the default)
+    /// where the communicator has none.
+    fn shared_memory(&self, _bytes: usize) -> Option<SharedMemory> {
+        None
+    }
     /// End the group after a failure on this rank, so the other ranks stop
     /// instead of waiting for it: an MPI job is aborted (this process
     /// included: the call does not return), in-process ranks see this rank
     /// gone. The default does nothing (world size 1).
     fn abort(&self, _code: i32) {}
+}
+
+/// Memory lent by [`Comm::shared_memory`].
+#[derive(Debug, Clone, Copy)]
+pub struct SharedMemory {
+    pub ptr: *mut u8,
+    pub bytes: usize,
 }
 
 /// What went wrong in a collective; each variant names the rank reporting it.

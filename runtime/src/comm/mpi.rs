@@ -81,7 +81,8 @@ struct Inner {
     world: SimpleCommunicator,
     _universe: Universe,
     /// Every rank's total group length (one per rank).
-    lens: Vec<u64>,
+    /// Every rank's (group length, lent arena + 1 or 0, offset in it).
+    lens: Vec<[u64; 3]>,
     /// The arrival exchange's requests: (peer, is a receive, done, handle).
     reqs: Vec<(usize, bool, bool, ffi::MPI_Request)>,
     /// Collectives issued so far (names the one that timed out).
@@ -151,7 +152,7 @@ impl MpiComm {
             shared,
             world,
             _universe: universe,
-            lens: vec![0; size],
+            lens: vec![[0; 3]; size],
             reqs: Vec::with_capacity(2 * size),
             issued: 0,
             send: Vec::new(),
@@ -178,9 +179,14 @@ impl MpiComm {
     /// not arrive within the timeout ends the job.
     fn check_lengths(&self, inner: &mut Inner, op: &'static str, group: &[&mut [f32]]) -> Result<(), CommError> {
         let mine: u64 = group.iter().map(|b| b.len() as u64).sum();
+        // Where a single buffer lies in lent shared memory: (arena + 1, offset).
+        let lent = match (&inner.shared, group) {
+            (Some(s), [b]) => s.locate(b.as_ptr()).map_or([0, 0], |(a, o)| [a as u64 + 1, o as u64]),
+            _ => [0, 0],
+        };
         inner.issued += 1;
-        inner.lens.resize(self.world, 0);
-        inner.lens[self.rank] = mine;
+        inner.lens.resize(self.world, [0; 3]);
+        inner.lens[self.rank] = [mine, lent[0], lent[1]];
         inner.reqs.clear();
         let comm = inner.world.as_raw();
         let dt = u64::equivalent_datatype().as_raw();
@@ -191,10 +197,10 @@ impl MpiComm {
             unsafe {
                 let base = inner.lens.as_mut_ptr();
                 let mut recv: ffi::MPI_Request = ffi::RSMPI_REQUEST_NULL;
-                ffi::MPI_Irecv(base.add(peer) as *mut c_void, 1, dt, peer as i32, ARRIVAL_TAG, comm, &mut recv);
+                ffi::MPI_Irecv(base.add(peer) as *mut c_void, 3, dt, peer as i32, ARRIVAL_TAG, comm, &mut recv);
                 inner.reqs.push((peer, true, false, recv));
                 let mut send: ffi::MPI_Request = ffi::RSMPI_REQUEST_NULL;
-                ffi::MPI_Isend(base.add(self.rank) as *const c_void, 1, dt, peer as i32, ARRIVAL_TAG, comm, &mut send);
+                ffi::MPI_Isend(base.add(self.rank) as *const c_void, 3, dt, peer as i32, ARRIVAL_TAG, comm, &mut send);
                 inner.reqs.push((peer, false, false, send));
             }
         }
@@ -233,13 +239,13 @@ impl MpiComm {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        if let Some(other) = inner.lens.iter().position(|&l| l != mine) {
+        if let Some(other) = inner.lens.iter().position(|l| l[0] != mine) {
             return Err(CommError::Mismatch {
                 op,
                 rank: self.rank,
                 mine: vec![mine as usize],
                 other,
-                theirs: vec![inner.lens[other] as usize],
+                theirs: vec![inner.lens[other][0] as usize],
             });
         }
         Ok(())
@@ -280,6 +286,13 @@ impl Comm for MpiComm {
         let n: usize = group.iter().map(|b| b.len()).sum();
         if let Some(shared) = inner.shared.as_mut() {
             let transport = |detail| CommError::Transport { op, rank: self.rank, detail };
+            let here = inner.lens[self.rank];
+            if single && here[1] > 0 && inner.lens.iter().all(|l| l[1..] == here[1..]) {
+                // Every rank's bucket sits at the same place of a lent arena:
+                // summed where it lies, no copy in.
+                shared.all_reduce_lent(here[1] as usize - 1, here[2] as usize, n).map_err(transport)?;
+                return Ok(());
+            }
             if single {
                 shared.all_reduce_sum(&mut group[0][..]).map_err(transport)?;
             } else {
@@ -358,6 +371,14 @@ impl Comm for MpiComm {
             _ => "",
         };
         format!("MPI, rank {} of {}{path}", self.rank, self.world)
+    }
+
+    fn shared_memory(&self, bytes: usize) -> Option<super::SharedMemory> {
+        if self.world == 1 {
+            return None;
+        }
+        let mut inner = self.inner.lock().ok()?;
+        inner.shared.as_mut()?.lend(bytes).ok()
     }
 
     fn note_step(&self, step: u64) {

@@ -48,8 +48,30 @@ use mpi::traits::CommunicatorCollectives;
 /// no two ranks write the same line.
 const LINE: usize = 16;
 
+/// Memory lent to the CPU backend for an arena holding gradient buckets
+/// ([`super::super::Comm::shared_memory`]): one segment per rank of one
+/// window, each rank's arena in its own segment.
+struct Lent {
+    win: ffi::MPI_Win,
+    /// Every rank's segment and its size in bytes, by rank.
+    segs: Vec<(*mut u8, usize)>,
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        // SAFETY: a window `lend` allocated and locked; every rank frees its
+        // lent windows when its communicator drops, in the same order.
+        unsafe {
+            ffi::MPI_Win_unlock_all(self.win);
+            ffi::MPI_Win_free(&mut self.win);
+        }
+    }
+}
+
 /// A shared-memory window over the ranks of one host. See the module docs.
 pub(super) struct SharedWindow {
+    /// Arenas lent to the backend (freed before the node communicator).
+    lent: Vec<Lent>,
     node: SimpleCommunicator,
     /// This rank in `node` (the same as in the world: the split keeps order).
     rank: usize,
@@ -73,7 +95,113 @@ impl SharedWindow {
         let rank = node.rank() as usize;
         // SAFETY: reading an MPI constant (a static of the library).
         let win = unsafe { ffi::RSMPI_WIN_NULL };
-        Some(SharedWindow { node, rank, win, segs: Vec::new(), cap: 0, half: 0 })
+        Some(SharedWindow { lent: Vec::new(), node, rank, win, segs: Vec::new(), cap: 0, half: 0 })
+    }
+
+    /// `bytes` bytes of a new window's segment of this rank, which every
+    /// rank of the host can address (collective over the node; sizes may
+    /// differ between ranks).
+    pub(super) fn lend(&mut self, bytes: usize) -> Result<super::SharedMemory, String> {
+        let size = bytes.max(1).div_ceil(64) * 64;
+        let comm = self.node.as_raw();
+        let mut base: *mut c_void = ptr::null_mut();
+        // SAFETY: reading an MPI constant.
+        let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
+        // SAFETY: plain MPI-3 calls with valid out-pointers; the window lives
+        // until the `Lent` holding it drops.
+        unsafe {
+            let rc = ffi::MPI_Win_allocate_shared(
+                size as ffi::MPI_Aint,
+                1,
+                ffi::RSMPI_INFO_NULL,
+                comm,
+                &mut base as *mut *mut c_void as *mut c_void,
+                &mut win,
+            );
+            if rc != 0 {
+                return Err(format!("MPI_Win_allocate_shared of {size} bytes failed (error {rc})"));
+            }
+            ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win);
+            let mut segs = Vec::with_capacity(self.node.size() as usize);
+            for r in 0..self.node.size() {
+                let (mut sz, mut unit): (ffi::MPI_Aint, c_int) = (0, 0);
+                let mut p: *mut c_void = ptr::null_mut();
+                ffi::MPI_Win_shared_query(win, r, &mut sz, &mut unit, &mut p as *mut *mut c_void as *mut c_void);
+                segs.push((p as *mut u8, sz as usize));
+            }
+            self.lent.push(Lent { win, segs });
+        }
+        let (ptr, _) = self.lent[self.lent.len() - 1].segs[self.rank];
+        Ok(super::SharedMemory { ptr, bytes: size })
+    }
+
+    /// The lent arena holding `ptr` on this rank, and the byte offset of
+    /// `ptr` in it.
+    pub(super) fn locate(&self, ptr: *const f32) -> Option<(usize, usize)> {
+        let p = ptr as usize;
+        self.lent.iter().enumerate().find_map(|(a, l)| {
+            let (base, size) = l.segs[self.rank];
+            let base = base as usize;
+            (p >= base && p < base + size).then(|| (a, p - base))
+        })
+    }
+
+    /// Sum the `n` f32 at byte `offset` of lent arena `arena` over all
+    /// ranks, in place on every rank: every rank's bucket lies at the same
+    /// offset of its own segment (the caller checked), so each rank adds its
+    /// chunk over all ranks' buckets where they lie, in rank order, into its
+    /// own bucket; then copies the other chunks' sums from their owners; a
+    /// barrier before, between and after (a rank's next step may write its
+    /// bucket again only once every rank has copied from it).
+    pub(super) fn all_reduce_lent(&mut self, arena: usize, offset: usize, n: usize) -> Result<(), String> {
+        let l = self.lent.get(arena).ok_or_else(|| format!("no lent arena {arena}"))?;
+        if l.segs.iter().any(|&(_, size)| offset + 4 * n > size) || !offset.is_multiple_of(4) {
+            return Err(format!("a bucket of {n} floats at byte {offset} does not fit every rank's arena"));
+        }
+        let world = l.segs.len();
+        let me = self.rank;
+        let win = l.win;
+        // SAFETY: each rank's bucket is `n` f32 at `offset` of its segment
+        // (checked above); the three phases below touch disjoint ranges as
+        // the doc says, separated by barriers with `MPI_Win_sync`.
+        let bucket = |r: usize| unsafe { (l.segs[r].0.add(offset)) as *mut f32 };
+        let fence = || {
+            // SAFETY: the lent window is allocated and locked.
+            unsafe { ffi::MPI_Win_sync(win) };
+            self.node.barrier();
+            // SAFETY: as above.
+            unsafe { ffi::MPI_Win_sync(win) };
+        };
+        let chunk = |q: usize| {
+            let per = n.div_ceil(world).div_ceil(LINE) * LINE;
+            (q * per).min(n)..((q + 1) * per).min(n)
+        };
+        fence();
+        let c = chunk(me);
+        // SAFETY: see above; only this rank writes its chunk `me`, which no
+        // other rank reads in this phase. Raw pointers: this rank's own
+        // bucket is both an addend and the destination (element by element).
+        unsafe {
+            let (s, a, b) = (bucket(me).add(c.start), bucket(0).add(c.start), bucket(1).add(c.start));
+            for i in 0..c.len() {
+                *s.add(i) = *a.add(i) + *b.add(i);
+            }
+            for r in 2..world {
+                let v = bucket(r).add(c.start);
+                for i in 0..c.len() {
+                    *s.add(i) += *v.add(i);
+                }
+            }
+        }
+        fence();
+        for q in (0..world).filter(|&q| q != me) {
+            let c = chunk(q);
+            // SAFETY: rank q's chunk q holds its sum (written before the
+            // barrier); this rank writes only its own chunk q.
+            unsafe { std::ptr::copy_nonoverlapping(bucket(q).add(c.start), bucket(me).add(c.start), c.len()) };
+        }
+        fence();
+        Ok(())
     }
 
     /// Free the current window, if any (collective over the node).

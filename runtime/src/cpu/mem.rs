@@ -26,9 +26,16 @@ use std::cell::UnsafeCell;
 
 use crate::backend::{HostSlice, HostSliceMut};
 
-/// A fixed-size, 4-byte-element memory region shared across threads.
+/// A fixed-size, 4-byte-element memory region shared across threads: its
+/// own allocation, or memory the communicator lends (shared with the other
+/// ranks of this host, [`crate::comm::SharedMemory`]).
 pub struct Region {
-    data: Box<[UnsafeCell<u32>]>,
+    base: *mut u32,
+    len: usize,
+    /// The allocation behind `base`, when the region owns it.
+    _owned: Option<Box<[UnsafeCell<u32>]>>,
+    /// The communicator lending the memory, kept alive with the region.
+    _lender: Option<std::sync::Arc<dyn crate::comm::Comm>>,
 }
 
 // SAFETY: access goes through `Slot`s whose use follows the module invariant.
@@ -38,20 +45,37 @@ unsafe impl Send for Region {}
 impl Region {
     /// A zeroed region of `len` 4-byte elements.
     pub fn new(len: usize) -> Region {
-        Region { data: (0..len).map(|_| UnsafeCell::new(0)).collect() }
+        let data: Box<[UnsafeCell<u32>]> = (0..len).map(|_| UnsafeCell::new(0)).collect();
+        let base = UnsafeCell::raw_get(data.as_ptr());
+        Region { base, len, _owned: Some(data), _lender: None }
+    }
+    /// The zeroed memory `lent` by `comm` (at least `len` elements), kept
+    /// alive by holding `comm`.
+    pub fn lent(
+        lent: crate::comm::SharedMemory,
+        len: usize,
+        comm: std::sync::Arc<dyn crate::comm::Comm>,
+    ) -> Option<Region> {
+        if lent.bytes < len * 4 || lent.ptr.is_null() || !(lent.ptr as usize).is_multiple_of(4) {
+            return None;
+        }
+        let base = lent.ptr as *mut u32;
+        // SAFETY: the lender guarantees `bytes` writable bytes at `ptr` for
+        // as long as it lives, used by this region alone on this rank.
+        unsafe { std::ptr::write_bytes(base, 0, len) };
+        Some(Region { base, len, _owned: None, _lender: Some(comm) })
     }
     /// A view of elements `offset..offset + len`, or None when out of range.
     pub fn slot(&self, offset: usize, len: usize) -> Option<Slot> {
-        if offset.checked_add(len)? > self.data.len() {
+        if offset.checked_add(len)? > self.len {
             return None;
         }
-        let base = UnsafeCell::raw_get(self.data.as_ptr());
         // SAFETY: offset + len is within the allocation.
-        Some(Slot { ptr: unsafe { base.add(offset) }, len })
+        Some(Slot { ptr: unsafe { self.base.add(offset) }, len })
     }
     /// The whole region.
     pub fn all(&self) -> Slot {
-        self.slot(0, self.data.len()).unwrap_or(Slot { ptr: std::ptr::NonNull::dangling().as_ptr(), len: 0 })
+        self.slot(0, self.len).unwrap_or(Slot { ptr: std::ptr::NonNull::dangling().as_ptr(), len: 0 })
     }
 }
 

@@ -3,7 +3,7 @@
 //! that running a step allocates nothing. A collective step keeps the
 //! communicator it runs through and a reserved list for its group's slices.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use towers_codegen::{BufRef, Kernel, Plan, Step};
@@ -137,8 +137,36 @@ pub fn resolve(plan: &Plan, arenas: &[Arc<Region>], store: &Store, r: &BufRef) -
 /// Build the arenas and executable streams of `plan`; the store must hold
 /// its variables. Collective steps run through `comm`.
 pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepared, String> {
-    let arenas: Vec<Arc<Region>> =
-        plan.devices.iter().map(|d| Arc::new(Region::new(d.arena_bytes.div_ceil(4)))).collect();
+    // The arenas holding gradient buckets live in memory the other ranks of
+    // this host can address, where the communicator lends it (collective:
+    // every rank asks for the same devices in the same order).
+    let bucket_devices: BTreeSet<usize> = plan
+        .streams
+        .iter()
+        .flat_map(|s| &s.steps)
+        .filter_map(|s| match s {
+            Step::AllReduce { buffers, .. } => Some(buffers),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|r| match r {
+            BufRef::Arena { device, .. } => Some(*device),
+            BufRef::Variable(_) => None,
+        })
+        .collect();
+    let arenas: Vec<Arc<Region>> = plan
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let len = d.arena_bytes.div_ceil(4);
+            let lent = (comm.world_size() > 1 && bucket_devices.contains(&i))
+                .then(|| comm.shared_memory(len * 4))
+                .flatten()
+                .and_then(|m| Region::lent(m, len, Arc::clone(comm)));
+            Arc::new(lent.unwrap_or_else(|| Region::new(len)))
+        })
+        .collect();
     let vars = plan.variables.iter().filter_map(|v| store.vars.get(&v.name).map(|x| Arc::clone(&x.region))).collect();
     for c in &plan.constants {
         let b = resolve(plan, &arenas, store, &c.buffer)?;
