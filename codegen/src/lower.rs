@@ -125,24 +125,30 @@ pub fn fusable_conv_bias_acts(
     bias_acts: &BTreeMap<NodeId, NodeId>,
     stream_of: &BTreeMap<NodeId, usize>,
 ) -> BTreeMap<NodeId, NodeId> {
-    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
-    let mut out = BTreeMap::new();
-    for (&act, &b) in bias_acts {
-        let Some(t) = g.inputs(b).first().copied() else { continue };
-        let c = g.node(t.node);
-        let sole = matches!(g.consumers(t.node)[..], [(n, 0, 0)] if n == b) && g.control_consumers(t.node).is_empty();
-        let same_stream = stream_of.get(&t.node).is_some() && stream_of.get(&t.node) == stream_of.get(&act);
-        if t.slot == 0
-            && matches!(c.op, Op::Conv2D { .. })
-            && sole
-            && same_stream
-            && c.device == g.node(b).device
-            && !fetched.contains(c.name.as_str())
-        {
-            out.insert(act, t.node);
-        }
-    }
-    out
+    let is_conv = |op: &Op| matches!(op, Op::Conv2D { .. });
+    bias_acts.iter().filter_map(|(&act, &b)| sole_producer(g, b, act, stream_of, is_conv).map(|c| (act, c))).collect()
+}
+
+/// The node computing `reader`'s input 0, when that input is its output 0,
+/// `op` accepts its op, nothing but `reader` reads it (no other data or
+/// control consumer), no fetch names it, and it runs on `reader`'s device
+/// and on `launch`'s stream (the fused launch runs where `launch` is
+/// scheduled, so an unscheduled producer is never fused away).
+fn sole_producer(
+    g: &Graph,
+    reader: NodeId,
+    launch: NodeId,
+    stream_of: &BTreeMap<NodeId, usize>,
+    op: impl Fn(&Op) -> bool,
+) -> Option<NodeId> {
+    let t = g.inputs(reader).first().copied()?;
+    let p = g.node(t.node);
+    let sole = matches!(g.consumers(t.node)[..], [(n, 0, 0)] if n == reader) && g.control_consumers(t.node).is_empty();
+    let same_stream = stream_of.get(&t.node).is_some() && stream_of.get(&t.node) == stream_of.get(&launch);
+    let fetched = g.program().fetches.values().any(|f| f.node == p.name);
+    let f32_out = p.outputs.first().is_some_and(|o| o.dtype == towers_graph::DType::F32);
+    (t.slot == 0 && op(&p.op) && sole && same_stream && f32_out && p.device == g.node(reader).device && !fetched)
+        .then_some(t.node)
 }
 
 /// MaxPool nodes that join a fused convolution (see
@@ -207,24 +213,8 @@ pub fn fusable_pool_grads(
     grad_biases: &BTreeMap<NodeId, NodeId>,
     stream_of: &BTreeMap<NodeId, usize>,
 ) -> BTreeMap<NodeId, NodeId> {
-    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
-    let mut out = BTreeMap::new();
-    for &u in grad_biases.keys() {
-        let Some(t) = g.inputs(u).first().copied() else { continue };
-        let p = g.node(t.node);
-        let sole = matches!(g.consumers(t.node)[..], [(n, 0, 0)] if n == u) && g.control_consumers(t.node).is_empty();
-        let same_stream = stream_of.get(&t.node).is_some() && stream_of.get(&t.node) == stream_of.get(&u);
-        if t.slot == 0
-            && matches!(p.op, Op::MaxPoolGrad { .. })
-            && sole
-            && same_stream
-            && p.device == g.node(u).device
-            && !fetched.contains(p.name.as_str())
-        {
-            out.insert(u, t.node);
-        }
-    }
-    out
+    let is_pool_grad = |op: &Op| matches!(op, Op::MaxPoolGrad { .. });
+    grad_biases.keys().filter_map(|&u| sole_producer(g, u, u, stream_of, is_pool_grad).map(|p| (u, p))).collect()
 }
 
 /// MatMul nodes that fuse with the bias add after them: (launch node,
@@ -238,31 +228,15 @@ pub fn fusable_matmul_biases(
     bias_acts: &BTreeMap<NodeId, NodeId>,
     stream_of: &BTreeMap<NodeId, usize>,
 ) -> BTreeMap<NodeId, NodeId> {
-    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
-    let mut out = BTreeMap::new();
-    for b in g.node_ids() {
-        let bn = g.node(b);
-        if !matches!(bn.op, Op::BiasAdd) {
-            continue;
-        }
-        let Some(t) = g.inputs(b).first().copied() else { continue };
-        let mm = g.node(t.node);
-        let sole = matches!(g.consumers(t.node)[..], [(n, 0, 0)] if n == b) && g.control_consumers(t.node).is_empty();
-        let f32_out = mm.outputs.first().is_some_and(|o| o.dtype == towers_graph::DType::F32);
-        if t.slot == 0
-            && matches!(mm.op, Op::MatMul { .. })
-            && sole
-            && f32_out
-            && mm.device == bn.device
-            && !fetched.contains(mm.name.as_str())
-        {
+    let is_matmul = |op: &Op| matches!(op, Op::MatMul { .. });
+    g.node_ids()
+        .into_iter()
+        .filter(|&b| matches!(g.node(b).op, Op::BiasAdd))
+        .filter_map(|b| {
             let launch = bias_acts.iter().find(|&(_, &x)| x == b).map_or(b, |(&act, _)| act);
-            if stream_of.get(&t.node).is_some() && stream_of.get(&t.node) == stream_of.get(&launch) {
-                out.insert(launch, t.node);
-            }
-        }
-    }
-    out
+            sole_producer(g, b, launch, stream_of, is_matmul).map(|m| (launch, m))
+        })
+        .collect()
 }
 
 /// What fuses into a sparse cross-entropy (see [`fusable_xents`]).
@@ -527,6 +501,58 @@ impl<'g> Lowerer<'g> {
         (device == here && self.arenas[device].is_own_tensor(buffer)).then_some(r)
     }
 
+    /// The kernel `select` gives node `id`, which a fused launch absorbs;
+    /// its input types are those of `inputs` (the node's own, unless a
+    /// fusion feeds it another tensor). An error naming the node when it
+    /// lowers to anything but a launch.
+    fn fused_kernel(&self, id: NodeId, inputs: &[Tensor], opts: &LowerOptions) -> Result<crate::Kernel, CodegenError> {
+        let n = self.g.node(id);
+        let unsupported = |reason: String| CodegenError::Unsupported {
+            node: n.name.clone(),
+            op: n.op.type_name().to_string(),
+            reason,
+        };
+        let ins = inputs.iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
+        let outs = (0..n.outputs.len()).map(|s| self.ty(Tensor::new(id, s))).collect::<Result<Vec<_>, _>>()?;
+        match select(&n.op, &ins, &outs, opts.mode).map_err(unsupported)? {
+            Lowering::Launch { kernel, .. } => Ok(kernel),
+            _ => Err(unsupported("a node fused into another launch must lower to a launch of its own".into())),
+        }
+    }
+
+    /// The error for a fused node whose kernel is not the one its fusion expects.
+    fn wrong_fused_kernel(&self, id: NodeId, expected: &str) -> CodegenError {
+        let n = self.g.node(id);
+        CodegenError::Unsupported {
+            node: n.name.clone(),
+            op: n.op.type_name().to_string(),
+            reason: format!("its fusion expects a {expected} launch"),
+        }
+    }
+
+    /// Give node `n`, whose output a fused launch writes, its buffer: its
+    /// bucket view when it is a member of a bucket, else a buffer of its own.
+    fn bind_fused_output(&mut self, n: NodeId) -> Result<(), CodegenError> {
+        if self.bucket_views.contains_key(&n) {
+            self.bind_bucket_view(n)
+        } else {
+            self.alloc_outputs(n, BufferKind::Tensor)
+        }
+    }
+
+    /// The buffers bound to `tensors`, outputs of `id`'s fused launch.
+    fn bound(&self, id: NodeId, tensors: &[Tensor]) -> Result<Vec<BufRef>, CodegenError> {
+        tensors
+            .iter()
+            .map(|t| {
+                self.bind.get(t).cloned().ok_or_else(|| CodegenError::NotScheduled {
+                    node: self.g.node(t.node).name.clone(),
+                    by: self.g.node(id).name.clone(),
+                })
+            })
+            .collect()
+    }
+
     /// Bind `id`'s single output to its bucket view (see `declare_bucket`).
     fn bind_bucket_view(&mut self, id: NodeId) -> Result<(), CodegenError> {
         let (device, base, at) = self.bucket_views[&id];
@@ -601,41 +627,21 @@ impl<'g> Lowerer<'g> {
             *kernel = crate::Kernel::BiasAddAct { channels, act: *act };
             if let Some(&c) = self.conv_acts.get(&id) {
                 // The convolution too: inputs x, filter (the convolution's), bias.
-                let cn = self.g.node(c);
-                let cin = self.g.inputs(c).iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
-                let cout = vec![self.ty(Tensor::new(c, 0))?];
-                let conv = select(&cn.op, &cin, &cout, opts.mode).map_err(|reason| CodegenError::Unsupported {
-                    node: cn.name.clone(),
-                    op: cn.op.type_name().to_string(),
-                    reason,
-                })?;
-                let Lowering::Launch { kernel: crate::Kernel::Conv2D { geom, workspace_len }, .. } = conv else {
-                    return Err(CodegenError::Unsupported {
-                        node: cn.name.clone(),
-                        op: cn.op.type_name().to_string(),
-                        reason: "a convolution fused with its bias and activation must lower to a Conv2D launch".into(),
-                    });
+                let crate::Kernel::Conv2D { geom, workspace_len } = self.fused_kernel(c, &self.g.inputs(c), opts)?
+                else {
+                    return Err(self.wrong_fused_kernel(c, "Conv2D"));
                 };
-                let bias = refs
-                    .pop()
-                    .ok_or_else(|| CodegenError::NotScheduled { node: cn.name.clone(), by: node.name.clone() })?;
+                let bias = refs.pop().ok_or_else(|| CodegenError::NotScheduled {
+                    node: self.g.node(c).name.clone(),
+                    by: node.name.clone(),
+                })?;
                 refs = self.g.inputs(c).iter().map(|&t| self.input(c, t)).collect::<Result<Vec<_>, _>>()?;
                 refs.push(bias);
                 let pool = match self.conv_pools.get(&id) {
-                    Some(&pn) => {
-                        let pnode = self.g.node(pn);
-                        let unsupported = |reason: String| CodegenError::Unsupported {
-                            node: pnode.name.clone(),
-                            op: pnode.op.type_name().to_string(),
-                            reason,
-                        };
-                        let pin = vec![self.ty(Tensor::new(id, 0))?];
-                        let pout = vec![self.ty(Tensor::new(pn, 0))?];
-                        match select(&pnode.op, &pin, &pout, opts.mode).map_err(unsupported)? {
-                            Lowering::Launch { kernel: crate::Kernel::MaxPool { geom }, .. } => Some(geom),
-                            _ => return Err(unsupported("a fused max pool must lower to a MaxPool launch".into())),
-                        }
-                    }
+                    Some(&pn) => match self.fused_kernel(pn, &[Tensor::new(id, 0)], opts)? {
+                        crate::Kernel::MaxPool { geom } => Some(geom),
+                        _ => return Err(self.wrong_fused_kernel(pn, "MaxPool")),
+                    },
                     None => None,
                 };
                 *kernel = crate::Kernel::Conv2DBiasAct { geom, workspace_len, act: *act, pool };
@@ -645,35 +651,20 @@ impl<'g> Lowerer<'g> {
         if let (Some(&mm), Lowering::Launch { kernel, .. }) = (self.matmuls.get(&id), &mut low) {
             // A matmul with its bias add (and activation): inputs a, b (the
             // matmul's), bias.
-            let Op::MatMul { transpose_a, transpose_b } = self.g.node(mm).op else {
-                return Err(CodegenError::Unsupported {
-                    node: self.g.node(mm).name.clone(),
-                    op: "MatMul".into(),
-                    reason: "a fused matmul must be a MatMul".into(),
-                });
-            };
             let act = match kernel {
                 crate::Kernel::BiasAddAct { act, .. } => Some(*act),
                 _ => None,
             };
-            let mm_in = self.g.inputs(mm).iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
-            let mm_out = vec![self.ty(Tensor::new(mm, 0))?];
-            let mn = self.g.node(mm);
-            let unsupported = |reason: String| CodegenError::Unsupported {
-                node: mn.name.clone(),
-                op: mn.op.type_name().to_string(),
-                reason,
-            };
-            let Lowering::Launch { kernel: crate::Kernel::MatMul { m, n, k, .. }, .. } =
-                select(&mn.op, &mm_in, &mm_out, opts.mode).map_err(unsupported)?
+            let crate::Kernel::MatMul { m, n, k, trans_a, trans_b } =
+                self.fused_kernel(mm, &self.g.inputs(mm), opts)?
             else {
-                return Err(unsupported("a fused matmul must lower to a GEMM".into()));
+                return Err(self.wrong_fused_kernel(mm, "GEMM"));
             };
             let b = self.bias_acts.get(&id).copied().unwrap_or(id);
             let bias = self.input(b, self.g.inputs(b)[1])?;
             let mut refs = self.g.inputs(mm).iter().map(|&t| self.input(mm, t)).collect::<Result<Vec<_>, _>>()?;
             refs.push(bias);
-            *kernel = crate::Kernel::MatMulBiasAct { m, n, k, trans_a: transpose_a, trans_b: transpose_b, act };
+            *kernel = crate::Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act };
             self.fused_inputs.insert(id, refs);
         }
         let grad_bias = self.grad_biases.get(&id).copied();
@@ -683,17 +674,8 @@ impl<'g> Lowerer<'g> {
             if let Some(&p) = self.pool_grads.get(&id) {
                 // The pool gradient too: inputs x, y, dy (the pool
                 // gradient's), then the activation's output.
-                let pn = self.g.node(p);
-                let pin = self.g.inputs(p).iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
-                let pout = vec![self.ty(Tensor::new(p, 0))?];
-                let unsupported = |reason: String| CodegenError::Unsupported {
-                    node: pn.name.clone(),
-                    op: pn.op.type_name().to_string(),
-                    reason,
-                };
-                let pool = select(&pn.op, &pin, &pout, opts.mode).map_err(unsupported)?;
-                let Lowering::Launch { kernel: crate::Kernel::MaxPoolGrad { geom }, .. } = pool else {
-                    return Err(unsupported("a fused max-pool gradient must lower to a MaxPoolGrad launch".into()));
+                let crate::Kernel::MaxPoolGrad { geom } = self.fused_kernel(p, &self.g.inputs(p), opts)? else {
+                    return Err(self.wrong_fused_kernel(p, "MaxPoolGrad"));
                 };
                 let mut refs = self.g.inputs(p).iter().map(|&t| self.input(p, t)).collect::<Result<Vec<_>, _>>()?;
                 refs.push(in_refs[1].clone());
@@ -776,52 +758,23 @@ impl<'g> Lowerer<'g> {
         }
         if let Some(b) = grad_bias {
             // The bias gradient's output, written by this launch.
-            if self.bucket_views.contains_key(&b) {
-                self.bind_bucket_view(b)?;
-            } else {
-                self.alloc_outputs(b, BufferKind::Tensor)?;
-            }
-            let refs = [Tensor::new(id, 0), Tensor::new(b, 0)]
-                .iter()
-                .map(|t| {
-                    self.bind
-                        .get(t)
-                        .cloned()
-                        .ok_or_else(|| CodegenError::NotScheduled { node: node.name.clone(), by: node.name.clone() })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+            self.bind_fused_output(b)?;
+            let refs = self.bound(id, &[Tensor::new(id, 0), Tensor::new(b, 0)])?;
             self.fused_outputs.insert(id, refs);
         }
         if let Some(&pn) = self.conv_pools.get(&id) {
             // Outputs: the activation (bound above), then the pool's.
-            self.alloc_outputs(pn, BufferKind::Tensor)?;
-            let refs = [Tensor::new(id, 0), Tensor::new(pn, 0)]
-                .iter()
-                .map(|t| {
-                    self.bind
-                        .get(t)
-                        .cloned()
-                        .ok_or_else(|| CodegenError::NotScheduled { node: node.name.clone(), by: node.name.clone() })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+            self.bind_fused_output(pn)?;
+            let refs = self.bound(id, &[Tensor::new(id, 0), Tensor::new(pn, 0)])?;
             self.fused_outputs.insert(id, refs);
         }
         if let Some(f) = xent {
             // Outputs: the loss (output 0, bound above), the mean, the scaled
             // backprop and the bias gradient, each a buffer of its node.
-            let mut refs = vec![self
-                .bind
-                .get(&Tensor::new(id, 0))
-                .cloned()
-                .ok_or_else(|| CodegenError::NotScheduled { node: node.name.clone(), by: node.name.clone() })?];
             for n in [f.mean, f.mul, f.bias_grad] {
-                if self.bucket_views.contains_key(&n) {
-                    self.bind_bucket_view(n)?;
-                } else {
-                    self.alloc_outputs(n, BufferKind::Tensor)?;
-                }
-                refs.push(self.bind[&Tensor::new(n, 0)].clone());
+                self.bind_fused_output(n)?;
             }
+            let refs = self.bound(id, &[id, f.mean, f.mul, f.bias_grad].map(|n| Tensor::new(n, 0)))?;
             self.fused_outputs.insert(id, refs);
         }
         self.lowered.insert(id, (low, workspace));

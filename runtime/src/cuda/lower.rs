@@ -156,21 +156,7 @@ pub(crate) fn lower_launch(
         };
     let ew = |n: usize| grid_1d(n);
     match kernel {
-        Kernel::MatMul { m, n, k, trans_a, trans_b } => {
-            let g = Gemm {
-                m: *m,
-                n: *n,
-                k: *k,
-                ta: *trans_a,
-                tb: *trans_b,
-                a: i(0)?.ptr,
-                b: i(1)?.ptr,
-                c: o(0)?.ptr,
-                beta: 0.0,
-            };
-            ops.push(Op::Gemm(g));
-        }
-        Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
+        Kernel::MatMul { m, n, k, trans_a, trans_b } | Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, .. } => {
             let y = o(0)?;
             let g = Gemm {
                 m: *m,
@@ -184,10 +170,13 @@ pub(crate) fn lower_launch(
                 beta: 0.0,
             };
             ops.push(Op::Gemm(g));
-            let code = act.map_or(-1, |act| UnaryOp::ALL.iter().position(|u| *u == act).unwrap_or(0) as i32);
-            let mut a = ArgPack::new();
-            a.i32(code).i64(y.len).i64(*n).ptr(i(2)?.ptr).ptr(y.ptr);
-            launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
+            if let Kernel::MatMulBiasAct { act, .. } = kernel {
+                // The fused bias (and activation), in place on the product.
+                let code = act.map_or(-1, |act| UnaryOp::ALL.iter().position(|u| *u == act).unwrap_or(0) as i32);
+                let mut a = ArgPack::new();
+                a.i32(code).i64(y.len).i64(*n).ptr(i(2)?.ptr).ptr(y.ptr);
+                launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
+            }
         }
         Kernel::Binary { op, a_shape, b_shape, out_shape } => {
             let y = o(0)?;
