@@ -48,13 +48,51 @@ use mpi::traits::CommunicatorCollectives;
 /// no two ranks write the same line.
 const LINE: usize = 16;
 
+/// Every rank's segment of a window: its address and size in bytes, by rank.
+type Segments = Vec<(*mut u8, usize)>;
+
+/// A new shared-memory window over `node` with `bytes` bytes in this rank's
+/// segment (collective; sizes may differ between ranks), locked for
+/// passive access: the window and every rank's segment (address, bytes).
+fn allocate_window(node: &SimpleCommunicator, bytes: usize) -> Result<(ffi::MPI_Win, Segments), String> {
+    let mut base: *mut c_void = ptr::null_mut();
+    // SAFETY: reading an MPI constant.
+    let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
+    // SAFETY: plain MPI-3 calls with valid out-pointers; the caller frees
+    // the window (unlock, free) when it is done with the segments.
+    unsafe {
+        let rc = ffi::MPI_Win_allocate_shared(
+            bytes as ffi::MPI_Aint,
+            1,
+            ffi::RSMPI_INFO_NULL,
+            node.as_raw(),
+            &mut base as *mut *mut c_void as *mut c_void,
+            &mut win,
+        );
+        if rc != 0 {
+            return Err(format!("MPI_Win_allocate_shared of {bytes} bytes failed (error {rc})"));
+        }
+        ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win);
+        let mut segs = Vec::with_capacity(node.size() as usize);
+        for r in 0..node.size() {
+            let (mut size, mut unit): (ffi::MPI_Aint, c_int) = (0, 0);
+            let mut p: *mut c_void = ptr::null_mut();
+            ffi::MPI_Win_shared_query(win, r, &mut size, &mut unit, &mut p as *mut *mut c_void as *mut c_void);
+            if p.is_null() && size > 0 {
+                return Err(format!("MPI_Win_shared_query: rank {r}'s segment of {size} bytes has no address"));
+            }
+            segs.push((p as *mut u8, size as usize));
+        }
+        Ok((win, segs))
+    }
+}
+
 /// Memory lent to the CPU backend for an arena holding gradient buckets
 /// ([`super::super::Comm::shared_memory`]): one segment per rank of one
 /// window, each rank's arena in its own segment.
 struct Lent {
     win: ffi::MPI_Win,
-    /// Every rank's segment and its size in bytes, by rank.
-    segs: Vec<(*mut u8, usize)>,
+    segs: Segments,
 }
 
 impl Drop for Lent {
@@ -103,35 +141,9 @@ impl SharedWindow {
     /// differ between ranks).
     pub(super) fn lend(&mut self, bytes: usize) -> Result<super::SharedMemory, String> {
         let size = bytes.max(1).div_ceil(64) * 64;
-        let comm = self.node.as_raw();
-        let mut base: *mut c_void = ptr::null_mut();
-        // SAFETY: reading an MPI constant.
-        let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
-        // SAFETY: plain MPI-3 calls with valid out-pointers; the window lives
-        // until the `Lent` holding it drops.
-        unsafe {
-            let rc = ffi::MPI_Win_allocate_shared(
-                size as ffi::MPI_Aint,
-                1,
-                ffi::RSMPI_INFO_NULL,
-                comm,
-                &mut base as *mut *mut c_void as *mut c_void,
-                &mut win,
-            );
-            if rc != 0 {
-                return Err(format!("MPI_Win_allocate_shared of {size} bytes failed (error {rc})"));
-            }
-            ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win);
-            let mut segs = Vec::with_capacity(self.node.size() as usize);
-            for r in 0..self.node.size() {
-                let (mut sz, mut unit): (ffi::MPI_Aint, c_int) = (0, 0);
-                let mut p: *mut c_void = ptr::null_mut();
-                ffi::MPI_Win_shared_query(win, r, &mut sz, &mut unit, &mut p as *mut *mut c_void as *mut c_void);
-                segs.push((p as *mut u8, sz as usize));
-            }
-            self.lent.push(Lent { win, segs });
-        }
-        let (ptr, _) = self.lent[self.lent.len() - 1].segs[self.rank];
+        let (win, segs) = allocate_window(&self.node, size)?;
+        let ptr = segs[self.rank].0;
+        self.lent.push(Lent { win, segs });
         Ok(super::SharedMemory { ptr, bytes: size })
     }
 
@@ -226,45 +238,14 @@ impl SharedWindow {
         }
         self.free();
         let cap = n.div_ceil(LINE) * LINE;
-        let world = self.node.size() as usize;
-        let bytes = (2 * cap * std::mem::size_of::<f32>()) as ffi::MPI_Aint;
-        let comm = self.node.as_raw();
-        let mut base: *mut c_void = ptr::null_mut();
-        let mut win: ffi::MPI_Win = self.win;
-        // SAFETY: plain MPI-3 calls with valid out-pointers; the window and
-        // the segment pointers it yields live until `free`.
-        unsafe {
-            let rc = ffi::MPI_Win_allocate_shared(
-                bytes,
-                std::mem::size_of::<f32>() as c_int,
-                ffi::RSMPI_INFO_NULL,
-                comm,
-                &mut base as *mut *mut c_void as *mut c_void,
-                &mut win,
-            );
-            if rc != 0 {
-                return Err(format!("MPI_Win_allocate_shared of {bytes} bytes per rank failed (error {rc})"));
-            }
-            self.win = win;
-            ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win);
-            self.segs.clear();
-            for r in 0..world {
-                let (mut size, mut unit): (ffi::MPI_Aint, c_int) = (0, 0);
-                let mut p: *mut c_void = ptr::null_mut();
-                ffi::MPI_Win_shared_query(
-                    win,
-                    r as c_int,
-                    &mut size,
-                    &mut unit,
-                    &mut p as *mut *mut c_void as *mut c_void,
-                );
-                if size < bytes || p.is_null() {
-                    return Err(format!("MPI_Win_shared_query: rank {r}'s segment has {size} bytes, {bytes} needed"));
-                }
-                self.segs.push(p as *mut f32);
-            }
+        let bytes = 2 * cap * std::mem::size_of::<f32>();
+        let (win, segs) = allocate_window(&self.node, bytes)?;
+        (self.win, self.cap) = (win, cap);
+        self.segs = segs.iter().map(|&(p, _)| p as *mut f32).collect();
+        if let Some((r, &(_, size))) = segs.iter().enumerate().find(|(_, s)| s.1 < bytes) {
+            self.free();
+            return Err(format!("MPI_Win_shared_query: rank {r}'s segment has {size} bytes, {bytes} needed"));
         }
-        self.cap = cap;
         Ok(())
     }
 
