@@ -9,7 +9,10 @@
 //!     an MPI-3 shared-memory window, reduce-scatter then all-gather with
 //!     plain loads and stores and two node barriers per bucket
 //!     ([`mpi_shared`](super::mpi_shared)); each element is added by one
-//!     rank in rank order;
+//!     rank in rank order. A bucket that lies in memory this communicator
+//!     lent ([`Comm::shared_memory`]: the CPU backend puts each arena holding
+//!     buckets there), at the same offset on every rank, is summed where it
+//!     lies, with no copy into the window;
 //!   - *library* (ranks on several hosts, or asked for): two ranks use
 //!     `MPI_Allreduce` (whatever algorithm Open MPI picks, every element is
 //!     `v0 + v1`, which is `v1 + v0` bit for bit); more ranks all-gather the
