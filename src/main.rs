@@ -134,6 +134,12 @@ struct Common {
     /// default buffers of a device share bytes once their last reader ran).
     #[arg(long)]
     no_memory_reuse: bool,
+    /// Every graph op its own launch with a buffer of its own: no kernel
+    /// fusion (bias + activation, convolution or matmul + bias + activation
+    /// + pool, the gradients' fusions, the cross-entropy's) and no in-place
+    /// gradients, e.g. to compare a fused run with the plain one.
+    #[arg(long)]
+    no_fusion: bool,
 }
 
 #[derive(Args)]
@@ -287,6 +293,7 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
         dump_after: c.dump_after.clone(),
         bucket_bytes: bucket_bytes(c.bucket_mb)?,
         memory_reuse: !c.no_memory_reuse,
+        fuse_kernels: !c.no_fusion,
         ..TrainConfig::default()
     })
 }

@@ -223,6 +223,8 @@ pub struct TrainConfig {
     /// Let buffers share arena bytes by liveness (off with `check_numerics`,
     /// which reads every tensor after a failed step).
     pub memory_reuse: bool,
+    /// Fuse kernels in lowering (`CompileOptions::fuse_kernels`).
+    pub fuse_kernels: bool,
     /// Write the last `trace_steps` steps of the run here as a Chrome trace
     /// ([`crate::trace`]).
     pub trace: Option<PathBuf>,
@@ -269,6 +271,7 @@ impl Default for TrainConfig {
             scale_lr: false,
             bucket_bytes: towers_passes::DEFAULT_BUCKET_BYTES,
             memory_reuse: true,
+            fuse_kernels: true,
             trace: None,
             trace_steps: 1,
         }
@@ -336,6 +339,7 @@ impl TrainConfig {
         o.dump_dir = self.dump_dir.clone();
         o.dump_after = self.dump_after.clone();
         o.reuse_memory = self.memory_reuse && !self.check_numerics;
+        o.fuse_kernels = self.fuse_kernels;
         o
     }
 

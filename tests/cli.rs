@@ -54,6 +54,33 @@ fn four_towers_print_the_losses_of_one_tower() {
     }
 }
 
+/// `--no-fusion` gives every op its own launch (the plan names no fused
+/// kernel) and trains to the same losses up to float reassociation (the
+/// fused bias gradients sum block by block).
+#[test]
+fn no_fusion_unfuses_the_plan_and_prints_the_same_losses() {
+    let plan = |extra: &[&'static str]| {
+        let mut a = vec!["compile", "--emit", "plan"];
+        a.extend_from_slice(extra);
+        towers(&a).0
+    };
+    assert!(plan(&[]).contains("gemm_bias_act"));
+    let plain = plan(&["--no-fusion"]);
+    for fused in ["gemm_bias_act", "bias_add_act", "unary_grad_bias_grad", "sparse_softmax_xent_mean_grad"] {
+        assert!(!plain.contains(fused), "{fused} with --no-fusion");
+    }
+    let run = |extra: &[&'static str]| {
+        let mut a = vec!["train", "--seed", "3", "--log-every", "1", "--steps", "6"];
+        a.extend_from_slice(extra);
+        losses(&towers(&a).0)
+    };
+    let (fused, unfused) = (run(&[]), run(&["--no-fusion"]));
+    assert_eq!(fused.len(), 6);
+    for ((s, a), (_, b)) in fused.iter().zip(&unfused) {
+        assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "step {s}: {a} fused vs {b}");
+    }
+}
+
 #[test]
 fn compile_emits_plan_dot_graph_and_placement() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -4,9 +4,10 @@
 //! gradient, matmul + bias (+ activation), the cross-entropy with its mean,
 //! scale and bias gradient, and
 //! activation gradients in place) against the same run with every op its own
-//! launch (`fuse_kernels` off). The MLP's fusions compute the same operations
-//! in the same order: bit for bit. The convnet's fused pool gradient sums the
-//! bias gradient per group of images: within `TOL`. Both plans also name what
+//! launch (`fuse_kernels` off). The fusions compute the same operations in
+//! the same order except the bias gradients' sums (block by block, per group
+//! of images): this small MLP's bias gradients fit one block, so it trains
+//! bit for bit; the convnet within `TOL`. Both plans also name what
 //! was fused, so a fusion that silently stops applying fails here.
 
 use towers::compiler::{compile_train, CompileOptions};
