@@ -89,7 +89,7 @@ mod tests {
     fn simplify(kind: ModelKind, towers: u32) -> (usize, usize, String) {
         let (mut g, mut st) = before_simplify(kind, towers);
         let before = g.len();
-        Simplify.run(&mut g, &mut st).expect("simplify");
+        Simplify::default().run(&mut g, &mut st).expect("simplify");
         verify(&g, "simplify", false).expect("the simplified graph verifies");
         assert!(st.diagnostics.is_empty(), "{:?}", st.diagnostics);
         (before, g.len(), to_text(&g).expect("text"))
@@ -124,9 +124,9 @@ mod tests {
     #[test]
     fn simplify_is_idempotent() {
         let (mut g, mut st) = before_simplify(ModelKind::Convnet, 2);
-        Simplify.run(&mut g, &mut st).expect("simplify");
+        Simplify::default().run(&mut g, &mut st).expect("simplify");
         let once = to_text(&g).expect("text");
-        Simplify.run(&mut g, &mut st).expect("simplify again");
+        Simplify::default().run(&mut g, &mut st).expect("simplify again");
         assert_eq!(once, to_text(&g).expect("text"));
     }
 

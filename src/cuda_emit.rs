@@ -1,29 +1,49 @@
 //! `towers compile --emit cuda -o DIR`: the CUDA C that a plan launches on
 //! the CUDA backend, one file per kernel the plan uses (`<kernel>.cu`: a
 //! header naming the entry points, their arguments and launch geometry,
-//! then the kernel family's source as NVRTC compiles it), plus `index.txt`
-//! listing every kernel in first-launch order (the GEMM is cuBLAS: no
-//! source). Deterministic: the same plan gives the same files, byte for byte.
+//! then the kernel family's source as NVRTC compiles it; a fused kernel
+//! generated from its expression is `fused_<hash>.cu`, one per distinct
+//! expression), plus `index.txt` listing every kernel in first-launch order
+//! (the GEMM is cuBLAS: no source). Deterministic: the same plan gives the
+//! same files, byte for byte.
 
 use std::fmt::Write;
 
 use towers_codegen::{Plan, Step};
-use towers_kernels::cuda;
+use towers_kernels::elementwise::FusedExpr;
+use towers_kernels::{cuda, Kernel};
 
 /// The files to write: (file name, contents), `index.txt` last.
 pub fn cuda_files(plan: &Plan) -> Result<Vec<(String, String)>, String> {
     let mut names: Vec<&'static str> = Vec::new();
+    let mut fused: Vec<FusedExpr> = Vec::new();
+    let mut files = Vec::new();
+    let mut index = format!("# CUDA kernels of program '{}', in first-launch order\n", plan.program);
     for s in &plan.streams {
         for step in &s.steps {
-            if let Step::Launch { kernel, .. } = step {
-                if !names.contains(&kernel.name()) {
-                    names.push(kernel.name());
+            match step {
+                Step::Launch { kernel: Kernel::Fused { expr, .. }, .. } if !fused.contains(expr) => {
+                    let g = cuda::fused_source(expr);
+                    let file = format!("{}.cu", g.source.family);
+                    let mut text = format!("// kernel fused_elementwise {}: entry point {}\n", expr, g.entry);
+                    let k = cuda::kernel("fused_elementwise").ok_or("fused_elementwise has no registry entry")?;
+                    let _ = writeln!(text, "// arguments: {}", k.args);
+                    let _ = writeln!(text, "// launch: {}", k.launch);
+                    let _ = writeln!(text, "// source: {} (fnv1a64 {:016x})\n", g.source.path, g.source.hash());
+                    text.push_str(g.source.code);
+                    let _ = writeln!(index, "fused_elementwise {}: {file} ({})", expr.tree(), g.entry);
+                    files.push((file, text));
+                    fused.push(expr.clone());
                 }
+                Step::Launch { kernel, .. } if !matches!(kernel, Kernel::Fused { .. }) => {
+                    if !names.contains(&kernel.name()) {
+                        names.push(kernel.name());
+                    }
+                }
+                _ => {}
             }
         }
     }
-    let mut files = Vec::new();
-    let mut index = format!("# CUDA kernels of program '{}', in first-launch order\n", plan.program);
     for name in names {
         let k = cuda::kernel(name).ok_or_else(|| format!("kernel '{name}' has no CUDA form in the registry"))?;
         match k.source() {

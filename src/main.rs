@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use towers::compiler::{compile_train, CompileOptions};
 use towers::data::DataSpec;
+use towers::graph::layers::Activation;
 use towers::models::{build, ModelKind, ModelSpec};
 use towers::passes::{BnUpdates, ProcessGroup, VarPlacement};
 use towers::runtime::comm::{Comm, LocalComm};
@@ -38,6 +39,14 @@ enum Cmd {
 enum Model {
     Mlp,
     Convnet,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Act {
+    Relu,
+    Sigmoid,
+    Tanh,
+    Swish,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -84,6 +93,10 @@ struct Common {
     /// Hidden widths of the MLP, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "256,256")]
     hidden: Vec<usize>,
+    /// Activation of the MLP's hidden layers (swish: x * sigmoid(x), built
+    /// from two ops that the compiler fuses with their gradients).
+    #[arg(long, value_enum, default_value = "relu")]
+    activation: Act,
     /// Optimizer.
     #[arg(long, value_enum, default_value = "momentum")]
     optimizer: Opt,
@@ -265,6 +278,12 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
             Model::Convnet => ModelKind::Convnet,
         },
         hidden: c.hidden.clone(),
+        activation: match c.activation {
+            Act::Relu => Activation::Relu,
+            Act::Sigmoid => Activation::Sigmoid,
+            Act::Tanh => Activation::Tanh,
+            Act::Swish => Activation::Swish,
+        },
         batch_norm: c.batch_norm,
         optimizer,
         lr,
@@ -458,6 +477,7 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
     };
     let mut spec = ModelSpec::new(cfg.model, input, classes);
     spec.hidden = cfg.hidden.clone();
+    spec.activation = cfg.activation;
     spec.batch_norm = cfg.batch_norm;
     spec.seed = cfg.seed;
     let model = build(&spec).map_err(|e| e.to_string())?;

@@ -38,6 +38,8 @@ pub struct ModelSpec {
     pub classes: usize,
     /// Hidden widths of the MLP.
     pub hidden: Vec<usize>,
+    /// The activation of the MLP's hidden layers.
+    pub activation: Activation,
     /// Batch norm after each convolution (convnet only).
     pub batch_norm: bool,
     /// Drop probability of the convnet's dropout.
@@ -48,7 +50,16 @@ pub struct ModelSpec {
 
 impl ModelSpec {
     pub fn new(kind: ModelKind, input: [usize; 3], classes: usize) -> ModelSpec {
-        ModelSpec { kind, input, classes, hidden: vec![256, 256], batch_norm: false, dropout: 0.25, seed: 0 }
+        ModelSpec {
+            kind,
+            input,
+            classes,
+            hidden: vec![256, 256],
+            activation: Activation::Relu,
+            batch_norm: false,
+            dropout: 0.25,
+            seed: 0,
+        }
     }
 }
 
@@ -96,7 +107,7 @@ fn mlp(b: &mut GraphBuilder, spec: &ModelSpec, images: Tensor) -> Result<Tensor,
     b.variable_scope("MLP", Reuse::No, |b| {
         let mut x = b.flatten(images)?;
         for (i, &units) in spec.hidden.iter().enumerate() {
-            x = layers::dense(b, &format!("fc{}", i + 1), x, units, Activation::Relu)?;
+            x = layers::dense(b, &format!("fc{}", i + 1), x, units, spec.activation)?;
         }
         layers::dense(b, "logits", x, spec.classes, Activation::None)
     })

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use thiserror::Error;
+use towers_graph::layers::Activation;
 use towers_graph::{Device, Optimizer, F32};
 use towers_passes::{BnUpdates, ProcessGroup, SplitPolicy, VarPlacement};
 use towers_runtime::comm::{Comm, LocalComm};
@@ -169,6 +170,8 @@ pub struct TrainConfig {
     pub data: DataSpec,
     pub model: ModelKind,
     pub hidden: Vec<usize>,
+    /// The MLP's hidden activation.
+    pub activation: Activation,
     pub batch_norm: bool,
     pub optimizer: OptimizerKind,
     pub lr: f32,
@@ -237,6 +240,7 @@ impl Default for TrainConfig {
             data: DataSpec::Digits,
             model: ModelKind::Mlp,
             hidden: vec![256, 256],
+            activation: Activation::Relu,
             batch_norm: false,
             optimizer: OptimizerKind::Momentum,
             lr: 0.05,
@@ -346,6 +350,7 @@ impl TrainConfig {
     pub fn model_spec(&self, data: &Dataset) -> ModelSpec {
         let mut s = ModelSpec::new(self.model, [data.height(), data.width(), data.channels()], data.num_classes());
         s.hidden = self.hidden.clone();
+        s.activation = self.activation;
         s.batch_norm = self.batch_norm;
         s.seed = self.seed;
         s

@@ -105,6 +105,14 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
             };
             launch(k, &[0, 1])
         }
+        Fused { expr } => {
+            let k = Kernel::Fused {
+                expr: expr.clone(),
+                in_shapes: ins.iter().map(|t| t.dims.clone()).collect(),
+                out_shape: outs[0].dims.clone(),
+            };
+            launch(k, &all)
+        }
         AddN => launch(Kernel::AddN { n: ins.len() }, &all),
         BiasAdd => launch(Kernel::BiasAdd { channels: last(&ins[1]) }, &[0, 1]),
         BiasAddGrad => launch(Kernel::BiasAddGrad { channels: last(&ins[0]) }, &[0]),

@@ -102,6 +102,10 @@ pub fn kernel_params(k: &Kernel) -> String {
             };
             format!("{name} {}{sym}{}{out}", dims(a_shape), dims(b_shape))
         }
+        Kernel::Fused { expr, in_shapes, out_shape } => {
+            let ins: Vec<String> = in_shapes.iter().map(|s| dims(s)).collect();
+            format!("{} ({}) -> {}", expr.tree(), ins.join(", "), dims(out_shape))
+        }
         Kernel::AddN { n } => format!("n={n}"),
         Kernel::BiasAdd { channels } | Kernel::BiasAddGrad { channels } => format!("c={channels}"),
         Kernel::BiasAddAct { channels, act } | Kernel::UnaryGradBiasGrad { channels, act } => {

@@ -171,6 +171,20 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
                 None => detail(format!("shapes {} and {} cannot be broadcast together", a.shape, b.shape)),
             }
         }
+        Fused { expr } => {
+            arity(inputs, expr.inputs())?;
+            let mut shape = Shape::scalar();
+            for (k, t) in inputs.iter().enumerate() {
+                if t.dtype != DType::F32 {
+                    return detail(format!("fused input {k} is {t}; fused kernels read f32 only"));
+                }
+                shape = match broadcast_shapes(&shape, &t.shape) {
+                    Some(s) => s,
+                    None => return detail(format!("fused input {k} ({}) does not broadcast with {shape}", t.shape)),
+                };
+            }
+            Ok(vec![TensorType { dtype: DType::F32, shape }])
+        }
         AddN | TowerMean { .. } => {
             if inputs.is_empty() {
                 return Err(InferError::Arity { expected: "at least 1".into(), got: 0 });

@@ -17,6 +17,10 @@ pub enum Activation {
     Relu,
     Sigmoid,
     Tanh,
+    /// `x * sigmoid(x)` (Ramachandran et al. 2017, TF's `tf.nn.swish`),
+    /// built from `Sigmoid` and `Mul`: no op of its own, so autodiff and
+    /// the compiler's elementwise fusion handle it like any user formula.
+    Swish,
 }
 
 fn activate(b: &mut GraphBuilder, x: Tensor, a: Activation) -> Result<Tensor> {
@@ -25,6 +29,10 @@ fn activate(b: &mut GraphBuilder, x: Tensor, a: Activation) -> Result<Tensor> {
         Activation::Relu => b.relu(x),
         Activation::Sigmoid => b.sigmoid(x),
         Activation::Tanh => b.tanh(x),
+        Activation::Swish => {
+            let s = b.sigmoid(x)?;
+            b.mul(x, s)
+        }
     }
 }
 

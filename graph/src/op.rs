@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::types::{DType, F32};
 
 /// The op vocabulary shared with the kernels: one definition, in `towers_kernels`.
+pub use towers_kernels::elementwise::FusedExpr;
 pub use towers_kernels::{BinaryOp, Padding, UnaryOp};
 
 /// How a variable gets its first value. Seeded initializers draw from a
@@ -117,6 +118,13 @@ pub enum Op {
     /// in: dy, y (the op's output). out: dx, the op's gradient from y
     /// (e.g. Relu: dy where y > 0; Tanh: dy*(1-y²)).
     UnaryGrad(UnaryOp),
+    /// in: `expr.inputs()` f32 tensors. out: `expr` of them, every input
+    /// broadcast to their common shape. Made by the compiler's equality
+    /// saturation from a chain of `Binary`/`Unary`/`UnaryGrad` nodes after
+    /// autodiff (never by the builder; it has no gradient).
+    Fused {
+        expr: FusedExpr,
+    },
 
     // ---- convolution and pooling (NHWC; filters HWIO) -------------------
     /// in: x [N,H,W,C], filter [KH,KW,C,O]. out: [N,OH,OW,O].
@@ -291,6 +299,7 @@ impl Op {
             Op::BiasAddGrad => "BiasAddGrad",
             Op::Unary(op) => op.tf_name(),
             Op::UnaryGrad(op) => op.tf_grad_name(),
+            Op::Fused { .. } => "_FusedElementwise",
             Op::Conv2D { .. } => "Conv2D",
             Op::Conv2DBackpropInput { .. } => "Conv2DBackpropInput",
             Op::Conv2DBackpropFilter { .. } => "Conv2DBackpropFilter",

@@ -35,7 +35,11 @@
 //! `nvidia/cu13/lib`). Load cubins compiled for the device's own `sm_XY`:
 //! the PTX of a newer NVRTC is refused by an older driver's JIT.
 
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+
 use crate::conv::ConvGeom;
+use crate::elementwise::FusedExpr;
 use crate::pool::PoolGeom;
 
 /// Threads per block for every launch.
@@ -119,9 +123,54 @@ pub const SOURCES: &[Source] = &[
     source!("optim", "optim.cu"),
 ];
 
-/// The source of a family.
+/// The source of a family, or of a generated fused kernel by its family
+/// name (`fused_<hash>`, once [`fused_source`] has made it).
 pub fn source(family: &str) -> Option<&'static Source> {
-    SOURCES.iter().find(|s| s.family == family)
+    SOURCES.iter().find(|s| s.family == family).or_else(|| {
+        let made = generated().lock().ok()?;
+        made.values().find(|g| g.source.family == family).map(|g| &g.source)
+    })
+}
+
+/// The CUDA form of a generated fused elementwise kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generated {
+    /// Family `fused_<hash>`, path `generated/fused_<hash>.cu`, code: the
+    /// elementwise family's source, then the generated entry point.
+    pub source: Source,
+    /// The entry point, [`FusedExpr::entry`].
+    pub entry: &'static str,
+}
+
+fn generated() -> &'static Mutex<BTreeMap<FusedExpr, &'static Generated>> {
+    static MADE: OnceLock<Mutex<BTreeMap<FusedExpr, &'static Generated>>> = OnceLock::new();
+    MADE.get_or_init(|| Mutex::new(BTreeMap::new()))
+}
+
+/// The CUDA source of the fused kernel of `expr`
+/// ([`crate::elementwise::fused::cuda_kernel`] after the elementwise
+/// family's source), made once per distinct expression and kept for the life
+/// of the process (interned, as the compiled modules that use it are), so
+/// it has the `'static` lifetime of the embedded sources and goes through
+/// the same NVRTC cache ([`cache_key`]: a hash of the text).
+pub fn fused_source(expr: &FusedExpr) -> &'static Generated {
+    let mut made = generated().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(g) = made.get(expr) {
+        return g;
+    }
+    let base = source("elementwise").map_or("", |s| s.code);
+    let name = format!("fused_{:016x}", expr.hash());
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let g: &'static Generated = Box::leak(Box::new(Generated {
+        source: Source {
+            family: leak(name.clone()),
+            path: leak(format!("generated/{name}.cu")),
+            code: leak(format!("{base}{}", crate::elementwise::fused::cuda_kernel(expr))),
+        },
+        entry: leak(expr.entry()),
+    }));
+    made.insert(expr.clone(), g);
+    g
 }
 
 /// How one plan kernel runs on a GPU.
@@ -168,7 +217,7 @@ macro_rules! k {
     };
 }
 
-/// Every kernel of the plan (the 48 variants of codegen's `Kernel`), in the
+/// Every kernel of the plan (the 51 variants of codegen's `Kernel`), in the
 /// enum's order.
 pub const KERNELS: &[CudaKernel] = &[
     CudaKernel {
@@ -189,6 +238,14 @@ pub const KERNELS: &[CudaKernel] = &[
     },
     k!("binary", "elementwise", ["towers_binary_f32"],
        "op (i32: 0 Add, 1 Sub, 2 Mul, 3 Div), n = numel(out) (i64), a, b, out, od: Dims4 (output dims padded to rank 4), sa, sb: Dims4 (broadcast strides, Dims4::broadcast_strides)", EW),
+    CudaKernel {
+        kernel: "fused_elementwise",
+        family: Some("elementwise"),
+        entries: &[],
+        after: &[],
+        args: "generated per expression (cuda::fused_source: the elementwise family's source, then towers_fused_<hash>): n = numel(out) (i64), od: Dims4 (output dims), then per input its pointer and its broadcast strides (Dims4), then out",
+        launch: EW,
+    },
     k!("add_n", "misc", ["towers_add_n_f32"], "n (i64), count (i32), xs (device array of count input pointers), out", EW),
     k!("bias_add", "elementwise", ["towers_bias_add_f32"], "n (i64), c = channels (i64), x, bias, y", EW),
     k!("bias_add_act", "elementwise", ["towers_bias_add_act_f32"], "op (i32: the index in UnaryOp::ALL), n (i64), c = channels (i64), x, bias, y", EW),
@@ -438,11 +495,11 @@ mod tests {
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 50);
+        assert_eq!(KERNELS.len(), 51);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 50);
+        assert_eq!(names.len(), 51);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 
@@ -456,6 +513,21 @@ mod tests {
         assert_ne!(a, cache_key(&SOURCES[0], "sm_80", (13, 0)));
         assert_ne!(a, cache_key(&SOURCES[0], "sm_90", (13, 1)));
         assert_ne!(a, cache_key(&SOURCES[1], "sm_90", (13, 0)));
+    }
+
+    /// A generated source is made once per expression, found by its family
+    /// name, holds its entry point once, and differs with the expression.
+    #[test]
+    fn fused_sources_are_interned_by_expression() {
+        let e: FusedExpr = "ew[$0;sigmoid:0;mul:0:1]".parse().unwrap();
+        let g = fused_source(&e);
+        assert!(std::ptr::eq(g, fused_source(&e)));
+        assert_eq!(source(g.source.family).map(|s| s.code), Some(g.source.code));
+        let decl = format!("extern \"C\" __global__ void {}(", g.entry);
+        assert_eq!(g.source.code.matches(&decl).count(), 1);
+        assert!(g.source.code.starts_with(source("elementwise").unwrap().code));
+        let other: FusedExpr = "ew[$0;sigmoid:0;add:0:1]".parse().unwrap();
+        assert_ne!(fused_source(&other).source.hash(), g.source.hash());
     }
 
     #[test]

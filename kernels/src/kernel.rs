@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::conv::ConvGeom;
 use crate::dtype::DType;
-use crate::elementwise::{BinaryOp, UnaryOp};
+use crate::elementwise::{BinaryOp, FusedExpr, UnaryOp};
 use crate::pool::PoolGeom;
 
 /// One kernel with its parameters.
@@ -43,6 +43,15 @@ pub enum Kernel {
         op: BinaryOp,
         a_shape: Vec<usize>,
         b_shape: Vec<usize>,
+        out_shape: Vec<usize>,
+    },
+    /// in: `expr.inputs()` tensors, each broadcast to `out_shape`. out:
+    /// `expr` of them: a chain of elementwise graph nodes fused by the
+    /// compiler's equality saturation into one kernel generated from its
+    /// expression (`elementwise::fused`).
+    Fused {
+        expr: FusedExpr,
+        in_shapes: Vec<Vec<usize>>,
         out_shape: Vec<usize>,
     },
     /// in: n tensors. out: their sum.
@@ -295,6 +304,7 @@ impl Kernel {
             Kernel::MatMul { .. } => "gemm",
             Kernel::MatMulBiasAct { .. } => "gemm_bias_act",
             Kernel::Binary { .. } => "binary",
+            Kernel::Fused { .. } => "fused_elementwise",
             Kernel::AddN { .. } => "add_n",
             Kernel::BiasAdd { .. } => "bias_add",
             Kernel::BiasAddAct { .. } => "bias_add_act",

@@ -98,7 +98,7 @@ impl Pipeline {
             passes.push(Box::new(SplitBatch { policy: opts.split.clone(), share }));
             passes.push(Box::new(GradMean));
         }
-        passes.push(Box::new(Simplify));
+        passes.push(Box::new(Simplify { fuse: opts.fuse_kernels }));
         passes.push(Box::new(ApplyOptimizer { optimizer: opts.optimizer.clone() }));
         passes.push(Box::new(Place { strategy: opts.variables, devices: towers }));
         if several {
@@ -115,7 +115,7 @@ impl Pipeline {
         let passes: Vec<Box<dyn Pass>> = vec![
             Box::new(Prune),
             Box::new(BindBatch::new(batch)),
-            Box::new(Simplify),
+            Box::new(Simplify::default()),
             Box::new(Place { strategy: VarPlacement::Cpu, devices: Vec::new() }),
             Box::new(ScheduleStreams),
         ];

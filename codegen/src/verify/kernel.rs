@@ -181,6 +181,25 @@ impl Check<'_, '_> {
                 self.size(In(1), self.prod(b_shape, "b_shape")?, || format!("b_shape {}", dims(b_shape)))?;
                 self.size(Out(0), self.prod(out_shape, "out_shape")?, || format!("out_shape {}", dims(out_shape)))
             }
+            Kernel::Fused { expr, in_shapes, out_shape } => {
+                self.param(in_shapes.len() == expr.inputs(), || {
+                    format!("{} input shapes for an expression of {} inputs", in_shapes.len(), expr.inputs())
+                })?;
+                self.args(expr.inputs(), 1)?;
+                self.all_f32()?;
+                let mut out: Option<Vec<usize>> = Some(Vec::new());
+                for s in in_shapes {
+                    out = out.and_then(|o| broadcast(&o, s));
+                }
+                self.param(out.as_deref() == Some(out_shape.as_slice()), || {
+                    let ins: Vec<String> = in_shapes.iter().map(|s| dims(s)).collect();
+                    format!("inputs {} do not broadcast to {}", ins.join(", "), dims(out_shape))
+                })?;
+                for (i, s) in in_shapes.iter().enumerate() {
+                    self.size(In(i), self.prod(s, "an input shape")?, || format!("input shape {}", dims(s)))?;
+                }
+                self.size(Out(0), self.prod(out_shape, "out_shape")?, || format!("out_shape {}", dims(out_shape)))
+            }
             Kernel::AddN { n } => {
                 self.param(*n >= 1, || "n is 0".into())?;
                 self.args(*n, 1)?;

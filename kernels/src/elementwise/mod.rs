@@ -6,12 +6,15 @@
 //! - [`unary`]: the unary ops ([`UnaryOp`]), each with its forward and its
 //!   gradient from the output, in one table.
 //! - [`bias`]: `bias_add` over the last axis and its gradient.
+//! - [`fused`]: a chain of the above generated into one kernel from its
+//!   expression ([`FusedExpr`]), CPU body and CUDA C.
 //!
 //! All outputs are dense row-major and fully overwritten; no kernel reads
 //! its output before writing it unless it says so.
 
 pub mod bias;
 pub mod broadcast;
+pub mod fused;
 pub mod unary;
 
 pub use bias::{
@@ -19,4 +22,5 @@ pub use bias::{
     unary_grad_bias_grad_in_place,
 };
 pub use broadcast::{binary, broadcast_to, sum_to_shape, BinaryOp};
+pub use fused::{fused, FusedExpr, FusedStep};
 pub use unary::{unary, unary_grad, unary_grad_in_place, UnaryOp};

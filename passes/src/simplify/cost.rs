@@ -5,7 +5,9 @@
 //! constant costs 1 plus its bytes, so a scalar beats a broadcast splat;
 //! leaves and attributes are free. `scalar` is a rule-only helper and costs
 //! [`FORBIDDEN`], a large *finite* constant (an infinite cost with saturating
-//! adds can make `find_best` loop: glenside's warning).
+//! adds can make `find_best` loop: glenside's warning). A fused kernel
+//! costs one launch plus the bytes of its output only (its inlined steps
+//! write nothing), plus one, so it never replaces a plain op of equal cost.
 //!
 //! Extraction is egg's tree-cost `Extractor`: a subterm used twice counts
 //! twice, so with heavy sharing it may pick a variant that duplicates work.
@@ -40,6 +42,9 @@ impl CostFunction<TensorLang> for KernelCost<'_> {
             TensorLang::Num(_) => 1 + bytes(),
             TensorLang::Identity(_) | TensorLang::Reshape(_) => 1,
             TensorLang::Scalar(_) => FORBIDDEN,
+            // One byte-equivalent more than a plain op: a fused node wins
+            // only when it replaces at least one launch, never on a tie.
+            TensorLang::Fused(_) => KERNEL + bytes() + 1,
             _ => KERNEL + bytes(),
         };
         enode.fold(own, |sum, id| sum.saturating_add(costs(id)))

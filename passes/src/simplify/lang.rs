@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 use egg::{define_language, Analysis, DidMerge, EGraph, Id, Symbol};
 use towers_graph::infer::infer;
-use towers_graph::{BinaryOp, DType, Op, Shape, TensorType, UnaryOp};
+use towers_graph::{BinaryOp, DType, FusedExpr, Op, Shape, TensorType, UnaryOp};
 
 /// A splat constant: dtype, shape and one value (as f64 bits, rounded to f32 once, when materialized).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,11 +72,13 @@ impl FromStr for Konst {
     }
 }
 
-/// The attribute of a reshape (`dims[..]`) or a reduce_sum (`axes[..]`, `axes[..]+keep`).
+/// The attribute of a reshape (`dims[..]`), a reduce_sum (`axes[..]`,
+/// `axes[..]+keep`) or a fused kernel (its expression, `ew[..]`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Attr {
     Dims(Vec<i64>),
     Axes { axes: Vec<usize>, keep: bool },
+    Expr(FusedExpr),
 }
 
 impl fmt::Display for Attr {
@@ -84,6 +86,7 @@ impl fmt::Display for Attr {
         match self {
             Attr::Dims(d) => write!(f, "dims[{}]", join(d)),
             Attr::Axes { axes, keep } => write!(f, "axes[{}]{}", join(axes), if *keep { "+keep" } else { "" }),
+            Attr::Expr(e) => write!(f, "{e}"),
         }
     }
 }
@@ -91,6 +94,9 @@ impl fmt::Display for Attr {
 impl FromStr for Attr {
     type Err = String;
     fn from_str(s: &str) -> Result<Attr, String> {
+        if s.starts_with("ew[") {
+            return s.parse::<FusedExpr>().map(Attr::Expr).map_err(|e| e.to_string());
+        }
         if let Some(r) = s.strip_prefix("dims[").and_then(|r| r.strip_suffix(']')) {
             return Ok(Attr::Dims(parse_list(r)?));
         }
@@ -168,6 +174,8 @@ define_language! {
         "reduce_sum" = ReduceSum([Id; 2]),
         // rules only: the rank-0 constant of a splat constant
         "scalar" = Scalar([Id; 1]),
+        // (fused ew[..] inputs...): a fused elementwise kernel (see `fuse`)
+        "fused" = Fused(Box<[Id]>),
         // (add ?a ?b), (relu ?x), (relu_grad ?dy ?y): before the leaves,
         // which parse from any string (leaf names contain a ':').
         Binary(Bin, [Id; 2]),
@@ -196,6 +204,10 @@ impl TensorLang {
                 Attr::Axes { axes, keep } => Op::ReduceSum { axes, keep_dims: keep },
                 _ => return None,
             },
+            TensorLang::Fused(ch) => match attr(*ch.first()?)? {
+                Attr::Expr(expr) => Op::Fused { expr },
+                _ => return None,
+            },
             _ => return None,
         })
     }
@@ -204,6 +216,7 @@ impl TensorLang {
     pub fn tensor_inputs(&self) -> Vec<Id> {
         match self {
             TensorLang::Reshape([_, x]) | TensorLang::ReduceSum([_, x]) => vec![*x],
+            TensorLang::Fused(ch) => ch.iter().skip(1).copied().collect(),
             TensorLang::Num(_) | TensorLang::Attr(_) | TensorLang::Leaf(_) => vec![],
             n => egg::Language::children(n).to_vec(),
         }

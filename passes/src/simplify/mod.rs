@@ -10,7 +10,7 @@
 //!
 //! What the e-graph sees, per partition of nodes with one tower and one
 //! requested device (so nothing moves between towers or devices):
-//! - terms ([`lang::TensorLang`]): nodes whose op is `Binary`, `Unary`,
+//! - terms ([`lang::TensorLang`]): nodes whose op is `Binary` (and `AddN` of two, as `add`), `Unary`,
 //!   `UnaryGrad` (any kernel op), `Identity`, `BroadcastLike`, `Reshape`,
 //!   `ReduceSum` or a splat f32 `Const`, with a fully known type, no placed device, no control
 //!   edges in or out, at least one consumer, and a name that no part of the
@@ -39,6 +39,7 @@
 //! types are re-inferred.
 
 pub mod cost;
+pub mod fuse;
 pub mod lang;
 pub mod rules;
 
@@ -59,8 +60,17 @@ pub const NODE_LIMIT: usize = 20_000;
 pub const TIME_LIMIT: Duration = Duration::from_secs(60);
 
 /// The equality-saturation simplification pass (see the module docs).
-#[derive(Debug, Clone, Default)]
-pub struct Simplify;
+#[derive(Debug, Clone)]
+pub struct Simplify {
+    /// Fuse chains of elementwise terms into generated kernels ([`fuse`]).
+    pub fuse: bool,
+}
+
+impl Default for Simplify {
+    fn default() -> Simplify {
+        Simplify { fuse: true }
+    }
+}
 
 impl Pass for Simplify {
     fn name(&self) -> &'static str {
@@ -84,7 +94,7 @@ impl Pass for Simplify {
                 })
                 .collect();
             if !nodes.is_empty() {
-                simplify_partition(g, st, &nodes, key.0, &key.1)?;
+                simplify_partition(g, st, &nodes, key.0, &key.1, self.fuse)?;
             }
         }
         g.reinfer()?;
@@ -121,6 +131,9 @@ fn is_term(g: &Graph, id: NodeId, protected: &BTreeSet<String>) -> bool {
     let n = g.node(id);
     let op_ok = match &n.op {
         Op::Const { value } => splat(value).is_some(),
+        // A sum of two (autodiff's gradient accumulation) is `add`: `add_n`
+        // computes `x0 + x1` in the same rounding.
+        Op::AddN => g.inputs(id).len() == 2,
         Op::Binary(_)
         | Op::Unary(_)
         | Op::UnaryGrad(_)
@@ -152,6 +165,7 @@ fn simplify_partition(
     nodes: &[NodeId],
     tower: Option<usize>,
     device: &DeviceSpec,
+    fusion: bool,
 ) -> Result<(), PassError> {
     let in_part: BTreeSet<NodeId> = nodes.iter().copied().collect();
     let mut eg = TEGraph::new(TypeAnalysis::default());
@@ -174,6 +188,7 @@ fn simplify_partition(
                 TensorLang::Num(Konst::new(DType::F32, value.shape.clone(), splat(value).unwrap_or_default()))
             }
             Op::Binary(b) => TensorLang::Binary(Bin(*b), [ins[0], ins[1]]),
+            Op::AddN => TensorLang::Binary(Bin(towers_graph::BinaryOp::Add), [ins[0], ins[1]]),
             Op::Unary(u) => TensorLang::Unary(Un(*u), [ins[0]]),
             Op::UnaryGrad(u) => TensorLang::UnaryGrad(UnGrad(*u), [ins[0], ins[1]]),
             Op::Identity => TensorLang::Identity([ins[0]]),
@@ -220,7 +235,30 @@ fn simplify_partition(
         ),
     }
 
-    let eg = &runner.egraph;
+    let mut eg = runner.egraph;
+    if fusion {
+        let root_classes: Vec<Id> = roots.iter().map(|(id, _)| class_of[id]).collect();
+        // Activation gradients read by a bias gradient: lowering's to fuse.
+        let keep: BTreeSet<Id> = roots
+            .iter()
+            .filter(|(id, outside)| {
+                matches!(g.node(*id).op, Op::UnaryGrad(_))
+                    && outside.iter().any(|(c, _)| matches!(g.node(*c).op, Op::BiasAddGrad))
+            })
+            .map(|(id, _)| eg.find(class_of[id]))
+            .collect();
+        let report = fuse::fuse(&mut eg, &root_classes, &keep);
+        if report.stop != fuse::FuseStop::Saturated {
+            st.warn(
+                "simplify",
+                format!(
+                    "fusion stopped before saturating ({:?}) after {} rounds, {} e-nodes added; fewer kernels are fused",
+                    report.stop, report.rounds, report.added
+                ),
+            );
+        }
+    }
+    let eg = &eg;
     let mut members: BTreeMap<Id, Vec<NodeId>> = BTreeMap::new();
     for &id in nodes {
         members.entry(eg.find(class_of[&id])).or_default().push(id);
@@ -296,7 +334,7 @@ impl Writer<'_> {
                 match reuse {
                     Some(n) => {
                         self.used.insert(n);
-                        if g.node(n).op != op {
+                        if g.node(n).op != op && g.node(n).op != Op::AddN {
                             g.node_mut(n).op = op;
                         }
                         let old = g.inputs(n);
@@ -308,7 +346,12 @@ impl Writer<'_> {
                         Tensor::new(n, 0)
                     }
                     None => {
-                        let mut nn = NewNode::new(g.unique_name(base), op, ins);
+                        // A fused kernel is named after the node of its class, if any.
+                        let name = match (&op, self.members.get(&c).and_then(|v| v.first())) {
+                            (Op::Fused { .. }, Some(&n)) => g.unique_name(&format!("{}/fused", g.node(n).name)),
+                            _ => g.unique_name(base),
+                        };
+                        let mut nn = NewNode::new(name, op, ins);
                         nn.requested_device = self.device.clone();
                         let id = g.add(nn)?;
                         g.node_mut(id).tower = self.tower;
@@ -327,6 +370,7 @@ impl Writer<'_> {
 fn same_kind(a: &Op, b: &Op) -> bool {
     match (a, b) {
         (Op::Binary(x), Op::Binary(y)) => x == y,
+        (Op::AddN, Op::Binary(y)) => *y == towers_graph::BinaryOp::Add,
         (Op::Unary(x), Op::Unary(y)) | (Op::UnaryGrad(x), Op::UnaryGrad(y)) => x == y,
         _ => std::mem::discriminant(a) == std::mem::discriminant(b),
     }
@@ -373,7 +417,7 @@ mod tests {
         let mut st = CompileState::default();
         g.program_mut().fetches.insert("f".into(), TensorRef::new("fetched", 0));
 
-        Simplify.run(&mut g, &mut st).expect("simplify");
+        Simplify::default().run(&mut g, &mut st).expect("simplify");
         verify(&g, "simplify", false).expect("verifies");
         assert_eq!(g.inputs(g.find("neg").unwrap())[0], Tensor::new(x, 0), "neg reads x directly");
         assert!(g.get("m").is_none() && g.get("id").is_none());

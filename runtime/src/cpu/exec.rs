@@ -58,6 +58,12 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         Kernel::Binary { op, a_shape, b_shape, .. } => {
             ew::binary(*op, i(0), a_shape, i(1), b_shape, o(0)).map_err(err)?
         }
+        Kernel::Fused { expr, in_shapes, out_shape } => {
+            let out = o(0);
+            slices
+                .with(ins.iter().map(|b| b.slot.f32()), |xs| ew::fused(expr, xs, in_shapes, out_shape, out))
+                .map_err(err)?
+        }
         Kernel::AddN { .. } => slices.with(ins.iter().map(|b| b.slot.f32()), |xs| misc::add_n(xs, o(0))),
         Kernel::WeightedSum { weights } => {
             slices.with(ins.iter().map(|b| b.slot.f32()), |xs| misc::weighted_sum(xs, weights, o(0)))

@@ -193,6 +193,18 @@ pub(crate) fn lower_launch(
             a.push(bstrides(&pad(a_shape), name)?).push(bstrides(&pad(b_shape), name)?);
             launch(ops, "elementwise", "towers_binary_f32", ew(y.len), BLOCK, a)?;
         }
+        Kernel::Fused { expr, in_shapes, out_shape } => {
+            // The generated kernel of this expression (its own module).
+            let g = towers_kernels::cuda::fused_source(expr);
+            let y = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(y.len).push(d4(out_shape, 1, name)?);
+            for (k, s) in in_shapes.iter().enumerate() {
+                a.ptr(i(k)?.ptr).push(bstrides(s, name)?);
+            }
+            a.ptr(y.ptr);
+            launch(ops, g.source.family, g.entry, ew(y.len), BLOCK, a)?;
+        }
         Kernel::AddN { .. } | Kernel::WeightedSum { .. } => {
             let y = o(0)?;
             let ptrs: Vec<u64> = ins.iter().map(|d| d.ptr).collect();

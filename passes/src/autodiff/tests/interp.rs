@@ -283,6 +283,31 @@ fn eval(
         Op::Binary(BinaryOp::Sub) => one(binary(&x[0], &x[1], |a, b| a - b)),
         Op::Binary(BinaryOp::Mul) => one(binary(&x[0], &x[1], |a, b| a * b)),
         Op::Binary(BinaryOp::Div) => one(binary(&x[0], &x[1], |a, b| a / b)),
+        Op::Fused { expr } => {
+            use towers_kernels::elementwise::FusedStep;
+            let mut v: Vec<V> = Vec::new();
+            for step in expr.steps() {
+                let r = match *step {
+                    FusedStep::Input(k) => x[k as usize].clone(),
+                    FusedStep::Const(b) => V::new(&[], vec![f32::from_bits(b) as f64]),
+                    FusedStep::Unary(u, a) => v[a as usize].map(|t| unary_f64(u, t)),
+                    FusedStep::UnaryGrad(u, a, b) => {
+                        binary(&v[a as usize], &v[b as usize], |d, y| unary_grad_f64(u, d, y))
+                    }
+                    FusedStep::Binary(op, a, b) => {
+                        let f = match op {
+                            BinaryOp::Add => |p: f64, q: f64| p + q,
+                            BinaryOp::Sub => |p: f64, q: f64| p - q,
+                            BinaryOp::Mul => |p: f64, q: f64| p * q,
+                            BinaryOp::Div => |p: f64, q: f64| p / q,
+                        };
+                        binary(&v[a as usize], &v[b as usize], f)
+                    }
+                };
+                v.push(r);
+            }
+            one(v.pop().expect("a fused expression has a step"))
+        }
         Op::AddN => one(x[1..].iter().fold(x[0].clone(), |acc, v| binary(&acc, v, |a, b| a + b))),
         Op::BiasAdd => one(binary(&x[0], &x[1], |a, b| a + b)),
         Op::BiasAddGrad => one(sum_to(&x[0], &x[0].shape[x[0].shape.len() - 1..])),
