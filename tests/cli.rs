@@ -122,6 +122,27 @@ fn compile_emits_the_cuda_of_every_kernel_the_plan_launches() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("give the folder with -o DIR"));
 }
 
+/// The swish MLP's fused backward kernel is written as its own generated
+/// source, named by the hash of its expression, the same on every run.
+#[test]
+fn compile_emits_generated_fused_kernels() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for d in [&a, &b] {
+        towers(&["compile", "--activation", "swish", "--emit", "cuda", "-o", d.to_str().unwrap()]);
+    }
+    let index = std::fs::read_to_string(a.join("index.txt")).expect("index");
+    let line = index.lines().find(|l| l.starts_with("fused_elementwise ")).unwrap_or_else(|| panic!("{index}"));
+    assert!(line.contains("(add (mul $0 $1) (sigmoid_grad (mul $2 $0) $1))"), "{line}");
+    let file = line.split(": ").nth(1).and_then(|r| r.split(' ').next()).expect("the file name");
+    assert!(file.starts_with("fused_") && file.ends_with(".cu"), "{file}");
+    let text = std::fs::read_to_string(a.join(file)).expect("the generated source");
+    let entry = format!("towers_fused_{}", &file["fused_".len()..file.len() - 3]);
+    assert!(text.contains(&format!("extern \"C\" __global__ void {entry}(i64 n, Dims4 od")), "{text}");
+    assert_eq!(std::fs::read(a.join(file)).unwrap(), std::fs::read(b.join(file)).unwrap());
+    assert_eq!(std::fs::read(a.join("index.txt")).unwrap(), std::fs::read(b.join("index.txt")).unwrap());
+}
+
 /// A learning-rate schedule is part of the plan (the learning_rate variable,
 /// written before each step): it changes the losses against a constant rate,
 /// and towers still print the losses of one device under it.

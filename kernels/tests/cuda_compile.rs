@@ -144,3 +144,94 @@ fn function_resources(log: &str, arch: &str) -> Vec<(String, String, String)> {
     }
     out
 }
+
+/// Kernels generated from fused expressions (`cuda::fused_source`): every
+/// unary op and its gradient, all four binary ops, constants and repeated
+/// inputs; each compiles with NVRTC to PTX and cubins for both
+/// architectures, defines its entry point, and assembles with ptxas without
+/// spilling.
+#[test]
+fn generated_fused_kernels_compile_and_assemble() {
+    if !common::nvrtc_present() {
+        common::skip(
+            "cuda_compile (fused)",
+            "libnvrtc (libnvrtc.so / libnvrtc.so.13) was not found on LD_LIBRARY_PATH.",
+        );
+        return;
+    }
+    use towers_kernels::elementwise::{FusedExpr, FusedStep};
+    use towers_kernels::{BinaryOp, UnaryOp};
+    let mut exprs: Vec<FusedExpr> = vec![
+        "ew[$0;$1;mul:0:1;$2;mul:0:3;sigmoid_grad:4:1;add:2:5]".parse().unwrap(),
+        "ew[$0;$1;add:0:1;$2;mul:2:3;$3;div:4:5;tanh:6;tanh_grad:0:7]".parse().unwrap(),
+        "ew[$0;c3f000000;mul:0:1;relu:2]".parse().unwrap(),
+    ];
+    let mut all = vec![FusedStep::Input(0), FusedStep::Input(1)];
+    for (i, op) in UnaryOp::ALL.iter().enumerate() {
+        let prev = all.len() as u8 - 1;
+        all.push(FusedStep::Unary(*op, prev));
+        all.push(FusedStep::UnaryGrad(*op, 1, prev + 1));
+        all.push(FusedStep::Binary(BinaryOp::ALL[i % 4], prev + 2, 0));
+        if all.len() > 18 {
+            exprs.push(
+                FusedExpr::new(std::mem::replace(&mut all, vec![FusedStep::Input(0), FusedStep::Input(1)])).unwrap(),
+            );
+        }
+    }
+    if all.len() > 2 {
+        exprs.push(FusedExpr::new(all).unwrap());
+    }
+    let ptxas = ptxas();
+    if ptxas.is_none() && common::in_ci() {
+        panic!("CI is set but ptxas is not on PATH (see .ci/run)");
+    }
+    let dir = std::env::temp_dir().join(format!("towers-cuda-fused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut failures = Vec::new();
+    for e in &exprs {
+        let g = towers_kernels::cuda::fused_source(e);
+        for (virt, real) in ARCHS {
+            let ptx = match common::compile(g.source.path, g.source.code, virt, &[]) {
+                Ok(c) => String::from_utf8_lossy(&c.image).trim_end_matches('\0').to_string(),
+                Err(err) => {
+                    failures.push(format!("{e}: {err}"));
+                    continue;
+                }
+            };
+            if !ptx.contains(&format!(".entry {}(", g.entry)) {
+                failures.push(format!("{e}: entry point {} missing from the PTX", g.entry));
+            }
+            match common::compile(g.source.path, g.source.code, real, &[]) {
+                Ok(c) if c.image.len() > 16 && c.image[..4] == [0x7f, b'E', b'L', b'F'] => {}
+                Ok(_) => failures.push(format!("{e}: NVRTC returned no ELF cubin for {real}")),
+                Err(err) => failures.push(format!("{e}: {err}")),
+            }
+            let Some(ptxas) = &ptxas else { continue };
+            let file = dir.join(format!("{}-{virt}.ptx", g.source.family));
+            std::fs::write(&file, &ptx).unwrap();
+            let out = Command::new(ptxas)
+                .arg(format!("-arch={real}"))
+                .arg("-v")
+                .arg(&file)
+                .arg("-o")
+                .arg(dir.join(format!("{}-{real}.cubin", g.source.family)))
+                .output()
+                .expect("run ptxas");
+            let log = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() {
+                failures.push(format!("ptxas -arch={real} failed on {e}:\n{log}"));
+                continue;
+            }
+            let mine = function_resources(&log, real).into_iter().find(|(_, f, _)| f == g.entry);
+            match mine {
+                Some((_, _, r)) if r.contains("spill stores 0 B, spill loads 0 B") => {
+                    eprintln!("{} {real}: {r} ({})", g.entry, e.tree());
+                }
+                Some((_, _, r)) => failures.push(format!("{e} spills on {real}: {r}")),
+                None => failures.push(format!("{e}: ptxas printed nothing for {}", g.entry)),
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n\n"));
+}

@@ -30,7 +30,7 @@ use cudarc::driver::CudaContext;
 use towers_kernels::cuda;
 
 use harness::{Gpu, Report, Rng};
-use math::{elementwise, reductions, softmax};
+use math::{elementwise, fused, reductions, softmax};
 use spatial::{convs, layout, pools};
 use training::{batchnorm, dropout, optim};
 
@@ -66,6 +66,7 @@ fn cuda_twins_match_cpu() {
     let mut r = Report::default();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     elementwise(&g, &mut r, &mut rng);
+    fused(&g, &mut r, &mut rng);
     reductions(&g, &mut r, &mut rng);
     softmax(&g, &mut r, &mut rng);
     pools(&g, &mut r, &mut rng);

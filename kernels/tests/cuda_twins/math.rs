@@ -383,3 +383,40 @@ pub(crate) fn softmax(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         r.f32("softmax_xent", format!("{case} backprop"), &g.down(&bp, len), &wb, Some(1e-5));
     }
 }
+
+/// Kernels generated from fused expressions (`cuda::fused_source`), with
+/// full, broadcast and scalar inputs: arithmetic only is bit for bit (every
+/// step rounded on its own, as the CPU), with transcendental functions
+/// within their rounding.
+pub(crate) fn fused(g: &Gpu, r: &mut Report, rng: &mut Rng) {
+    use towers_kernels::elementwise::{fused, FusedExpr};
+    let out_shape = vec![7usize, 33, 65];
+    let cases: [(&str, Vec<Vec<usize>>, Option<f64>); 3] = [
+        (
+            "ew[$0;$1;add:0:1;$2;mul:2:3;c3f000000;sub:4:5;relu:6]",
+            vec![out_shape.clone(), vec![65], vec![7, 1, 1]],
+            None,
+        ),
+        ("ew[$0;$1;mul:0:1;$2;mul:0:3;sigmoid_grad:4:1;add:2:5]", vec![out_shape.clone(); 3], Some(2e-6)),
+        ("ew[$0;$1;div:0:1;tanh:2;tanh_grad:0:3]", vec![out_shape.clone(), vec![]], Some(2e-6)),
+    ];
+    for (text, shapes, tol) in cases {
+        let e: FusedExpr = text.parse().unwrap();
+        let gen = towers_kernels::cuda::fused_source(&e);
+        let xs: Vec<Vec<f32>> = shapes.iter().map(|s| rng.vec(numel(s), 0.5, 2.0)).collect();
+        let ds: Vec<_> = xs.iter().map(|x| g.up(x)).collect();
+        let len = numel(&out_shape);
+        let dout = g.up(&vec![0f32; len]);
+        let mut args = vec![n(len), d4(&out_shape, 1)];
+        for (d, s) in ds.iter().zip(&shapes) {
+            args.push(d.a());
+            args.push(bs(s));
+        }
+        args.push(dout.a());
+        g.ew(gen.source.family, gen.entry, len, &args);
+        let mut want = vec![0f32; len];
+        let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
+        fused(&e, &refs, &shapes, &out_shape, &mut want).unwrap();
+        r.f32("fused_elementwise", e.tree(), &g.down(&dout, len), &want, tol);
+    }
+}
