@@ -1,9 +1,10 @@
 //! What the compiler produces, counted (not a timed test): `cargo bench
 //! --bench compile`.
 //!
-//! For the MLP 784-256-256-10 and the anchor convnet at global batch 256,
-//! 1, 2, 4 and 8 towers, variables on the CPU: kernel launches, copies and
-//! events per step; the peak arena bytes summed over the devices against
+//! For the MLP 784-256-256-10 (ReLU, and swish: `x * sigmoid(x)`, whose
+//! chains the e-graph fuses) and the anchor convnet at global batch 256,
+//! 1, 2, 4 and 8 towers, variables on the CPU: kernel launches per step
+//! with every fusion on and off (`fuse_kernels`), copies and events; the peak arena bytes summed over the devices against
 //! the sum of all intermediates (the unfused program with every tensor in
 //! bytes of its own); the time of the egg pass
 //! (`simplify`) and of the whole compilation (median of 5). Output: a
@@ -16,7 +17,7 @@ mod common;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::{anchor_convnet, mlp};
+use common::{anchor_convnet, mlp, mlp_with};
 use towers::codegen::Step;
 use towers::compiler::{compile_train, CompileOptions};
 use towers::graph::{Device, Optimizer, F32};
@@ -29,9 +30,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn main() {
     let out_path = std::env::var("TOWERS_BENCH_OUT").unwrap_or_else(|_| "target/bench-compile.jsonl".into());
     let mut out = std::fs::File::create(&out_path).ok();
-    println!("| model | GFLOP/step (3x fwd) | towers | launches/step | copies | events | peak arena B | all intermediates B (unfused, no reuse) | ratio | egg ms | compile ms |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for m in [mlp(&[256, 256], "mlp-784-256-256-10"), anchor_convnet()] {
+    println!("| model | GFLOP/step (3x fwd) | towers | launches/step | unfused | copies | events | peak arena B | all intermediates B (unfused, no reuse) | ratio | egg ms | compile ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let swish = mlp_with(&[256, 256], "mlp-swish-784-256-256-10", towers::graph::layers::Activation::Swish);
+    for m in [mlp(&[256, 256], "mlp-784-256-256-10"), swish, anchor_convnet()] {
         for towers in [1u32, 2, 4, 8] {
             let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 256);
             o.towers = (0..towers).map(Device::gpu).collect();
@@ -55,9 +57,11 @@ fn main() {
             (bare.fuse_kernels, bare.fuse_reductions, bare.reuse_memory) = (false, false, false);
             let before = compile_train(&m.graph, "loss", &bare).expect("compiles").plan;
             let all: usize = before.devices.iter().map(|d| d.bytes_without_reuse()).sum();
+            let unfused =
+                before.streams.iter().flat_map(|s| &s.steps).filter(|s| matches!(s, Step::Launch { .. })).count();
             let (egg, total) = (median(egg).as_secs_f64() * 1e3, median(total).as_secs_f64() * 1e3);
             println!(
-                "| {} | {:.2} | {towers} | {launches} | {copies} | {} | {arena} | {all} | {:.2} | {egg:.1} | {total:.1} |",
+                "| {} | {:.2} | {towers} | {launches} | {unfused} | {copies} | {} | {arena} | {all} | {:.2} | {egg:.1} | {total:.1} |",
                 m.name,
                 3.0 * m.fwd_flops * 256.0 / 1e9,
                 c.plan.num_events,
@@ -66,7 +70,7 @@ fn main() {
             if let Some(f) = out.as_mut() {
                 let _ = writeln!(
                     f,
-                    "{{\"bench\":\"compile\",\"model\":\"{}\",\"towers\":{towers},\"launches\":{launches},\"copies\":{copies},\"events\":{},\"arena_bytes\":{arena},\"no_reuse_bytes\":{all},\"egg_ms\":{egg:.3},\"compile_ms\":{total:.3}}}",
+                    "{{\"bench\":\"compile\",\"model\":\"{}\",\"towers\":{towers},\"launches\":{launches},\"unfused_launches\":{unfused},\"copies\":{copies},\"events\":{},\"arena_bytes\":{arena},\"no_reuse_bytes\":{all},\"egg_ms\":{egg:.3},\"compile_ms\":{total:.3}}}",
                     m.name, c.plan.num_events
                 );
             }

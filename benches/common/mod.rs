@@ -16,8 +16,14 @@ pub struct Model {
 }
 
 pub fn mlp(hidden: &[usize], name: &'static str) -> Model {
+    mlp_with(hidden, name, towers::graph::layers::Activation::Relu)
+}
+
+/// The MLP with another hidden activation (swish: the e-graph's fusion at work).
+pub fn mlp_with(hidden: &[usize], name: &'static str, act: towers::graph::layers::Activation) -> Model {
     let mut s = ModelSpec::new(ModelKind::Mlp, [28, 28, 1], 10);
     s.hidden = hidden.to_vec();
+    s.activation = act;
     let m = build(&s).expect("mlp builds");
     let mut dims = vec![784];
     dims.extend_from_slice(hidden);
