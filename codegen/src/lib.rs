@@ -16,6 +16,7 @@
 //! - [`plan`]: the data types; the closed kernel enum [`Kernel`] and its
 //!   parameter blocks are the kernel ABI of `towers_kernels`, re-exported here;
 //! - [`lower`](mod@lower): the lowering; `select`: one op to its kernel;
+//!   `multi_apply`: consecutive optimizer updates as one multi-tensor launch;
 //! - [`arena`]: per-device buffer declaration and offset assignment,
 //!   sharing bytes by liveness; [`liveness`]: happens-before between steps
 //!   and buffers' live ranges (used by the arena and the verifier);
@@ -27,6 +28,7 @@ pub mod arena;
 pub mod error;
 pub mod liveness;
 pub mod lower;
+mod multi_apply;
 pub mod plan;
 mod select;
 pub mod text;

@@ -961,6 +961,10 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         streams.push(StreamPlan { device: s.device, kind: s.kind, steps });
     }
 
+    if opts.fuse_kernels {
+        crate::multi_apply::merge_applies(&mut streams);
+    }
+
     let mut fetches = Vec::new();
     for (name, tr) in &program.fetches {
         let bad = || CodegenError::BadFetch { fetch: name.clone(), tensor: tr.to_string() };

@@ -170,6 +170,11 @@ pub fn kernel_params(k: &Kernel) -> String {
             let sep = if p.is_empty() { "" } else { " " };
             format!("w={} {}{sep}{p}", list(weights), apply.name())
         }
+        Kernel::MultiApply { apply, count } => {
+            let p = kernel_params(apply);
+            let sep = if p.is_empty() { "" } else { " " };
+            format!("n={count} {}{sep}{p}", apply.name())
+        }
     }
 }
 

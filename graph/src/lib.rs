@@ -28,6 +28,6 @@ pub use builder::{GraphBuilder, Reuse, VariableOptions};
 pub use device::{Device, DeviceKind, DeviceSpec};
 pub use error::GraphError;
 pub use graph::{keys, Edge, Graph, NewNode, Node, NodeId, Tensor};
-pub use op::{BinaryOp, ConstValue, FusedExpr, Initializer, Op, Optimizer, Padding, UnaryOp};
+pub use op::{BinaryOp, ConstValue, FusedExpr, FusedStep, Initializer, Op, Optimizer, Padding, UnaryOp};
 pub use program::{Program, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
 pub use types::{DType, Shape, TensorType, F32};

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::types::{DType, F32};
 
 /// The op vocabulary shared with the kernels: one definition, in `towers_kernels`.
-pub use towers_kernels::elementwise::FusedExpr;
+pub use towers_kernels::elementwise::{FusedExpr, FusedStep};
 pub use towers_kernels::{BinaryOp, Padding, UnaryOp};
 
 /// How a variable gets its first value. Seeded initializers draw from a

@@ -217,7 +217,7 @@ macro_rules! k {
     };
 }
 
-/// Every kernel of the plan (the 51 variants of codegen's `Kernel`), in the
+/// Every kernel of the plan (the 52 variants of codegen's `Kernel`), in the
 /// enum's order.
 pub const KERNELS: &[CudaKernel] = &[
     CudaKernel {
@@ -329,6 +329,10 @@ pub const KERNELS: &[CudaKernel] = &[
        ["towers_mean_apply_gradient_descent_f32", "towers_mean_apply_momentum_f32", "towers_mean_apply_adam_f32"],
        "n (i64), count (i32), grads (device array of pointers), weights (device f32[count]), then the fused update's scalars, (adam: global_step), and its in-place buffers; the entry by `apply`",
        EW),
+    k!("multi_apply", "optim",
+       ["towers_multi_apply_gradient_descent_f32", "towers_multi_apply_momentum_f32", "towers_multi_apply_adam_f32"],
+       "total (i64: the members' elements), count (i32), offsets (device i64[count + 1], prefix sums of the lengths), grads, ws (device arrays of pointers), then by `apply`: accums (momentum) or ms, vs (adam) arrays; lr (device f32[1]); momentum, nesterov (i32) or beta1, beta2, epsilon, global_step",
+       "block BLOCK, grid grid_1d(total)"),
     k!("increment_step", "optim", ["towers_increment_step_i32"], "step (i32 buffer, in place)", "block 1, grid 1"),
 ];
 
@@ -495,11 +499,11 @@ mod tests {
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 51);
+        assert_eq!(KERNELS.len(), 52);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 51);
+        assert_eq!(names.len(), 52);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 

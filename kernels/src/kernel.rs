@@ -285,6 +285,15 @@ pub enum Kernel {
         weights: Vec<f32>,
         apply: Box<Kernel>,
     },
+    /// `count` optimizer updates of one kind in one launch (multi-tensor
+    /// apply): in: the `count` gradients, then `apply`'s inputs after its
+    /// gradient, shared by every member (Adam's global_step, then the
+    /// learning rate). out: each member's variable and slots, member after
+    /// member. Each element is updated exactly as `apply` alone would.
+    MultiApply {
+        apply: Box<Kernel>,
+        count: usize,
+    },
     /// in: none. out: the i32 step variable, incremented in place.
     IncrementStep,
 }
@@ -351,6 +360,7 @@ impl Kernel {
             Kernel::ApplyAdam { .. } => "apply_adam",
             Kernel::WeightedSum { .. } => "weighted_sum",
             Kernel::MeanApply { .. } => "mean_apply",
+            Kernel::MultiApply { .. } => "multi_apply",
             Kernel::IncrementStep => "increment_step",
         }
     }

@@ -2,8 +2,9 @@
 //! fused kernels (bias + activation, convolution + bias + activation, max-pool
 //! gradient + activation gradient + bias gradient, activation gradient + bias
 //! gradient, matmul + bias (+ activation), the cross-entropy with its mean,
-//! scale and bias gradient, and
-//! activation gradients in place) against the same run with every op its own
+//! scale and bias gradient,
+//! activation gradients in place, and the optimizer updates of one device as
+//! one multi-tensor launch) against the same run with every op its own
 //! launch (`fuse_kernels` off). The fusions compute the same operations in
 //! the same order except the bias gradients' sums (block by block, per group
 //! of images): this small MLP's bias gradients fit one block, so it trains
@@ -36,6 +37,12 @@ fn fused_and_unfused_runs_agree() {
                 assert!(text.contains("sparse_softmax_xent_mean_grad"), "{what}: the cross-entropy is not fused");
                 assert!(text.contains("gemm_bias_act"), "{what}: no matmul is fused with its bias");
                 assert!(!plain_text.contains("sparse_softmax_xent_mean_grad"), "{what}: fused with fusion off");
+                // One device: every update runs after the last gradient, as one multi-tensor launch.
+                if towers == 0 {
+                    assert!(text.contains("multi_apply n="), "{what}: the updates are not one launch");
+                    assert_eq!(text.matches(" apply_adam ").count(), 1, "{what}");
+                }
+                assert!(!plain_text.contains("multi_apply"), "{what}: merged with fusion off");
                 if kind == ModelKind::Convnet {
                     assert!(text.contains("conv2d_bias_act") && text.contains("max_pool_grad_act_bias_grad"), "{what}");
                     let (d, var) = max_rel_diff(&fused, &plain);

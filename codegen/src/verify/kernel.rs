@@ -506,6 +506,33 @@ impl Check<'_, '_> {
                 )?;
                 self.apply(apply, weights.len())
             }
+            Kernel::MultiApply { apply, count } => {
+                self.param(*count >= 1, || "count is 0".into())?;
+                let (slots, shared) = match **apply {
+                    Kernel::ApplyGradientDescent { .. } => (1, 1),
+                    Kernel::ApplyMomentum { .. } => (2, 1),
+                    Kernel::ApplyAdam { .. } => (3, 2),
+                    _ => {
+                        return self.param(false, || format!("{} is not an optimizer update", apply.name()));
+                    }
+                };
+                self.args(count + shared, count * slots)?;
+                for m in 0..*count {
+                    let len = self.outs[m * slots].elems;
+                    self.dtype(In(m), DType::F32)?;
+                    self.size(In(m), len, || format!("member {m}'s variable length"))?;
+                    for s in 0..slots {
+                        self.dtype(Out(m * slots + s), DType::F32)?;
+                        self.size(Out(m * slots + s), len, || format!("member {m}'s variable length"))?;
+                    }
+                }
+                if shared == 2 {
+                    self.dtype(In(*count), DType::I32)?;
+                    self.size(In(*count), 1, || "a scalar global_step".into())?;
+                }
+                self.dtype(In(count + shared - 1), DType::F32)?;
+                self.size(In(count + shared - 1), 1, || "a scalar learning rate".into())
+            }
             Kernel::IncrementStep => {
                 self.args(0, 1)?;
                 self.dtype(Out(0), DType::I32)?;

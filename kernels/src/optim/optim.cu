@@ -124,6 +124,60 @@ extern "C" __global__ void towers_mean_apply_adam_f32(i64 n, int count, const fl
     }
 }
 
+// Multi-tensor updates (MultiApply): `count` variables of one optimizer in
+// one launch over their concatenated elements. offsets[t] (count + 1 prefix
+// sums of the lengths, in device memory) locates member t; the pointer
+// arrays hold each member's gradient, variable and slots. Each element is
+// updated by the same step function as the single-variable kernels.
+__device__ __forceinline__ int member_of(const i64* offsets, int count, i64 i) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (offsets[mid] <= i) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
+extern "C" __global__ void towers_multi_apply_gradient_descent_f32(i64 total, int count, const i64* offsets,
+                                                                   const float* const* grads, float* const* ws,
+                                                                   const float* __restrict__ lr_p) {
+    const float lr = *lr_p;
+    GRID_STRIDE(i, total) {
+        int t = member_of(offsets, count, i);
+        i64 j = i - offsets[t];
+        ws[t][j] = SUB(ws[t][j], MUL(lr, grads[t][j]));
+    }
+}
+
+extern "C" __global__ void towers_multi_apply_momentum_f32(i64 total, int count, const i64* offsets,
+                                                           const float* const* grads, float* const* ws,
+                                                           float* const* accums, const float* __restrict__ lr_p,
+                                                           float momentum, int nesterov) {
+    const float lr = *lr_p;
+    GRID_STRIDE(i, total) {
+        int t = member_of(offsets, count, i);
+        i64 j = i - offsets[t];
+        momentum_step(&ws[t][j], &accums[t][j], grads[t][j], lr, momentum, nesterov);
+    }
+}
+
+extern "C" __global__ void towers_multi_apply_adam_f32(i64 total, int count, const i64* offsets,
+                                                       const float* const* grads, float* const* ws, float* const* ms,
+                                                       float* const* vs, const float* __restrict__ lr_p, float beta1,
+                                                       float beta2, float epsilon,
+                                                       const int* __restrict__ global_step) {
+    float lr_t = adam_lr(*lr_p, beta1, beta2, global_step);
+    GRID_STRIDE(i, total) {
+        int t = member_of(offsets, count, i);
+        i64 j = i - offsets[t];
+        adam_step(&ws[t][j], &ms[t][j], &vs[t][j], grads[t][j], lr_t, beta1, beta2, epsilon);
+    }
+}
+
 // v = v * decay + x * (1 - decay)
 extern "C" __global__ void towers_assign_moving_average_f32(i64 n, float decay, const float* __restrict__ x,
                                                             float* __restrict__ v) {

@@ -212,6 +212,54 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         r.f32(kernel("apply_adam"), tag("adam step 5: v"), &g.down(&vv, len), &wv, None);
     }
 
+    // MultiApply: three variables of uneven lengths in one launch, each as its single update.
+    let lens = [1usize, 4097, 300];
+    let offsets: Vec<i64> = std::iter::once(0)
+        .chain(lens.iter().scan(0i64, |s, l| {
+            *s += *l as i64;
+            Some(*s)
+        }))
+        .collect();
+    let total = offsets[3] as usize;
+    let doff = g.up(&offsets);
+    let gs: Vec<Vec<f32>> = lens.iter().map(|&l| rng.vec(l, -1.0, 1.0)).collect();
+    let ws: Vec<Vec<f32>> = lens.iter().map(|&l| rng.vec(l, -1.0, 1.0)).collect();
+    let s1s: Vec<Vec<f32>> = lens.iter().map(|&l| rng.vec(l, -0.1, 0.1)).collect();
+    let s2s: Vec<Vec<f32>> = lens.iter().map(|&l| rng.vec(l, 0.0, 0.01)).collect();
+    let up_all = |v: &[Vec<f32>]| v.iter().map(|x| g.up(x)).collect::<Vec<_>>();
+    let dg = up_all(&gs);
+    let dgp = g.ptrs(&dg.iter().collect::<Vec<_>>());
+    for opt in ["gradient_descent", "momentum", "adam"] {
+        let (dw, d1, d2) = (up_all(&ws), up_all(&s1s), up_all(&s2s));
+        let (pw, p1, p2) = (
+            g.ptrs(&dw.iter().collect::<Vec<_>>()),
+            g.ptrs(&d1.iter().collect::<Vec<_>>()),
+            g.ptrs(&d2.iter().collect::<Vec<_>>()),
+        );
+        let mut a = vec![n(total), A::I32(3), doff.a(), dgp.a(), pw.a()];
+        match opt {
+            "gradient_descent" => a.push(lr_sgd.a()),
+            "momentum" => a.extend([p1.a(), lr_mom.a(), o(0.9), A::I32(1)]),
+            _ => a.extend([p1.a(), p2.a(), lr_adam.a(), o(0.9), o(0.999), o(1e-8), dstep.a()]),
+        }
+        g.ew("optim", &format!("towers_multi_apply_{opt}_f32"), total, &a);
+        for (t, &l) in lens.iter().enumerate() {
+            let (mut ww, mut w1, mut w2) = (ws[t].clone(), s1s[t].clone(), s2s[t].clone());
+            match opt {
+                "gradient_descent" => optim::apply_gradient_descent(&mut ww, &gs[t], 0.1),
+                "momentum" => optim::apply_momentum(&mut ww, &mut w1, &gs[t], 0.05, 0.9, true),
+                _ => optim::apply_adam(&mut ww, &mut w1, &mut w2, &gs[t], 0.001, 0.9, 0.999, 1e-8, step as u64 + 1),
+            }
+            r.f32("multi_apply", format!("{opt}, member {t} ({l}): w"), &g.down(&dw[t], l), &ww, None);
+            if opt != "gradient_descent" {
+                r.f32("multi_apply", format!("{opt}, member {t}: slot 1"), &g.down(&d1[t], l), &w1, None);
+            }
+            if opt == "adam" {
+                r.f32("multi_apply", format!("{opt}, member {t}: slot 2"), &g.down(&d2[t], l), &w2, None);
+            }
+        }
+    }
+
     // IncrementStep, wrapping.
     for s in [0i32, 41, i32::MAX] {
         let d = g.up(&[s]);

@@ -158,6 +158,31 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
                 })
                 .map_err(err)?
         }
+        Kernel::MultiApply { apply, count } => {
+            // Inputs: the members' gradients, then (Adam) global_step, then the learning rate.
+            let n = *count;
+            let lr = i(ins.len() - 1)[0];
+            for m in 0..n {
+                match apply.as_ref() {
+                    Kernel::ApplyGradientDescent {} => optim::apply_gradient_descent(o(m), i(m), lr),
+                    Kernel::ApplyMomentum { momentum, nesterov } => {
+                        optim::apply_momentum(o(2 * m), o(2 * m + 1), i(m), lr, *momentum, *nesterov)
+                    }
+                    Kernel::ApplyAdam { beta1, beta2, epsilon } => optim::apply_adam(
+                        o(3 * m),
+                        o(3 * m + 1),
+                        o(3 * m + 2),
+                        i(m),
+                        lr,
+                        *beta1,
+                        *beta2,
+                        *epsilon,
+                        optim::adam_step(ii(n)),
+                    ),
+                    other => return Err(format!("multi_apply cannot run {}", other.name())),
+                }
+            }
+        }
         Kernel::ApplyGradientDescent {} => optim::apply_gradient_descent(o(0), i(0), i(1)[0]),
         Kernel::ApplyMomentum { momentum, nesterov } => {
             optim::apply_momentum(o(0), o(1), i(0), i(1)[0], *momentum, *nesterov)

@@ -662,6 +662,39 @@ pub(crate) fn lower_launch(
             };
             launch(ops, "optim", e, ew(w.len), BLOCK, a)?;
         }
+        Kernel::MultiApply { apply, count } => {
+            let n = *count;
+            let slots = outs.len() / n.max(1);
+            let mut offsets: Vec<i64> = vec![0];
+            for m in 0..n {
+                offsets.push(offsets[m] + o(m * slots)?.len as i64);
+            }
+            let total = offsets[n] as usize;
+            let array =
+                |side: &mut Side, s: usize| side.push(&(0..n).map(|m| outs[m * slots + s].ptr).collect::<Vec<u64>>());
+            let grads: Vec<u64> = ins[..n.min(ins.len())].iter().map(|d| d.ptr).collect();
+            let mut a = ArgPack::new();
+            a.i64(total).i32(n as i32).side_ptr(side.push(&offsets)).side_ptr(side.push(&grads));
+            a.side_ptr(array(side, 0));
+            let lr = i(ins.len().saturating_sub(1))?.ptr;
+            let e = match apply.as_ref() {
+                Kernel::ApplyGradientDescent {} => {
+                    a.ptr(lr);
+                    "towers_multi_apply_gradient_descent_f32"
+                }
+                Kernel::ApplyMomentum { momentum, nesterov } => {
+                    a.side_ptr(array(side, 1)).ptr(lr).f32(*momentum).i32(*nesterov as i32);
+                    "towers_multi_apply_momentum_f32"
+                }
+                Kernel::ApplyAdam { beta1, beta2, epsilon } => {
+                    a.side_ptr(array(side, 1)).side_ptr(array(side, 2)).ptr(lr);
+                    a.f32(*beta1).f32(*beta2).f32(*epsilon).ptr(i(n)?.ptr);
+                    "towers_multi_apply_adam_f32"
+                }
+                other => return Err(format!("multi_apply cannot run {}", other.name())),
+            };
+            launch(ops, "optim", e, ew(total), BLOCK, a)?;
+        }
         Kernel::IncrementStep => {
             let mut a = ArgPack::new();
             a.ptr(o(0)?.ptr);
