@@ -10,9 +10,10 @@
 //!   stream, everything else on its device's compute stream;
 //! - items follow one global topological order (ties by creation order),
 //!   so each stream runs its nodes in that order; in a graph with
-//!   cross-process all-reduces the collective nodes (and the gradient copies
-//!   feeding them) are hoisted to right after their last producer, so a bucket's all-reduce starts while the
-//!   backward pass goes on;
+//!   with towers or cross-process all-reduces the collective nodes, the
+//!   gradient copies feeding them and the optimizer updates are hoisted to
+//!   right after their last producer, so a variable's reduction and update
+//!   (a bucket's all-reduce) start while the backward pass goes on;
 //! - an event exists only for a real cross-stream dependency (a data or
 //!   control edge, looking through unscheduled nodes, whose producer runs on
 //!   another stream): one `Record` right after the producer, and a `Wait`
@@ -82,14 +83,17 @@ fn scheduled_preds(g: &Graph, id: NodeId) -> BTreeSet<NodeId> {
     out
 }
 
-/// Move every collective node of a graph with cross-process all-reduces
-/// (its `TowerMean`s, `AllReduce`s and the copies that bring the towers'
-/// gradients to a mean) to right after its last scheduled producer: a topological order still (a node only moves earlier, and never
-/// before a producer), in which each bucket's all-reduce comes as soon as
-/// its last gradient is written instead of after the whole backward pass.
-/// Graphs without `AllReduce` keep their order.
+/// Move every collective node of a graph with towers or cross-process
+/// all-reduces (its `TowerMean`s, `AllReduce`s, the copies that bring the
+/// towers' gradients to a mean, and the optimizer updates) to right after
+/// its last scheduled producer: a topological order still (a node only
+/// moves earlier, and never before a producer), in which each variable's
+/// reduction and update (and each bucket's all-reduce) comes as soon as its
+/// last gradient is written instead of after the whole backward pass, so
+/// the devices that reduce and update start while the towers go on.
+/// Graphs without either (one device) keep their order.
 fn hoist_collectives(g: &Graph, order: Vec<NodeId>) -> Vec<NodeId> {
-    if !order.iter().any(|&id| matches!(g.node(id).op, Op::AllReduce { .. })) {
+    if !order.iter().any(|&id| matches!(g.node(id).op, Op::AllReduce { .. } | Op::TowerMean { .. })) {
         return order;
     }
     let feeds_a_mean = |id: NodeId| {
@@ -97,7 +101,7 @@ fn hoist_collectives(g: &Graph, order: Vec<NodeId>) -> Vec<NodeId> {
         !consumers.is_empty() && consumers.iter().all(|&(c, _, _)| matches!(g.node(c).op, Op::TowerMean { .. }))
     };
     let hoisted = |id: NodeId| match g.node(id).op {
-        Op::TowerMean { .. } | Op::AllReduce { .. } => true,
+        Op::TowerMean { .. } | Op::AllReduce { .. } | Op::ApplyGradient { .. } => true,
         Op::Copy => feeds_a_mean(id),
         _ => false,
     };

@@ -55,3 +55,32 @@ fn fused_and_unfused_runs_agree() {
         }
     }
 }
+
+/// A large fused reduction + update (`mean_apply` over at least
+/// `SPLIT_MIN` elements) runs as two halves on two threads when a tower's
+/// thread is idle; every element is computed by the same body either way,
+/// so the run matches the unfused reduction (`weighted_sum`, then the
+/// update) bit for bit, for every optimizer and placement.
+#[test]
+fn split_reductions_change_no_bit() {
+    use towers::models::{build, ModelSpec};
+    let mut spec = ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10);
+    spec.hidden = vec![1536];
+    spec.seed = 2;
+    let model = build(&spec).expect("builds");
+    let data = batches(16, 6, 4);
+    for opt in towers_tests::optimizers() {
+        for vars in [VarPlacement::Cpu, VarPlacement::Gpu0] {
+            let mut o = CompileOptions::new(opt.clone(), 16);
+            o.towers = vec![Device::gpu(0), Device::gpu(1)];
+            o.variables = vars;
+            let text = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan.to_text();
+            assert!(text.contains("mean_apply"), "{text}");
+            let fused = run(&model, &o, &data);
+            o.fuse_reductions = false;
+            let plain = run(&model, &o, &data);
+            assert_eq!(fused.losses, plain.losses, "{opt:?} {vars:?}");
+            assert_eq!(fused.variables, plain.variables, "{opt:?} {vars:?}");
+        }
+    }
+}

@@ -33,6 +33,50 @@ unsafe fn view_mut<'a>(b: &super::prepare::Buf) -> SliceMut<'a> {
     }
 }
 
+/// Elements below which a launch is never split across threads (a split
+/// costs a wake-up of tens of microseconds).
+pub const SPLIT_MIN: usize = 1 << 16;
+
+/// The element count of a launch that may run as two element ranges on two
+/// threads with the same bits as one (every element is computed on its own):
+/// a large `MeanApply` (the tower reduction fused into an update, at the
+/// end of a multi-tower step where the towers' threads are idle).
+pub fn splittable(l: &Launch) -> Option<usize> {
+    match &l.kernel {
+        Kernel::MeanApply { weights, .. } if weights.len() <= 16 => {
+            let n = l.outs.first()?.slot.len();
+            (n >= SPLIT_MIN).then_some(n)
+        }
+        _ => None,
+    }
+}
+
+/// Run elements `[lo, hi)` of a [`splittable`] launch. Allocates nothing.
+///
+/// # Safety
+/// As [`dispatch`]; the ranges of one launch run concurrently touch disjoint elements.
+pub unsafe fn dispatch_range(l: &Launch, lo: usize, hi: usize) -> Result<(), String> {
+    let Kernel::MeanApply { weights, apply } = &l.kernel else {
+        return Err(format!("{} cannot run in ranges", l.kernel.name()));
+    };
+    let n = weights.len();
+    let mut grads: [&[f32]; 16] = [&[]; 16];
+    for (g, b) in grads.iter_mut().zip(&l.ins[..n]) {
+        *g = b.slot.range(lo, hi).f32();
+    }
+    let t = match apply.as_ref() {
+        Kernel::ApplyAdam { .. } => optim::adam_step(l.ins[n].slot.i32()),
+        _ => 1,
+    };
+    let lr = l.ins[l.ins.len() - 1].slot.f32()[0];
+    let mut outs: [&mut [f32]; 3] = [&mut [], &mut [], &mut []];
+    for (o, b) in outs.iter_mut().zip(&l.outs) {
+        *o = b.slot.range(lo, hi).f32_mut();
+    }
+    let k = l.outs.len().min(3);
+    optim::mean_apply(&grads[..n], weights, apply, t, lr, &mut outs[..k]).map_err(|e| e.to_string())
+}
+
 /// Run one launch. `step` is the program's 0-based run count (dropout's stream).
 ///
 /// # Safety

@@ -94,6 +94,13 @@ impl Slot {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// The view of elements `[lo, hi)` of this one (clamped to it).
+    pub fn range(&self, lo: usize, hi: usize) -> Slot {
+        let hi = hi.min(self.len);
+        let lo = lo.min(hi);
+        // In bounds: lo <= len, so the pointer stays inside (or one past) the view.
+        Slot { ptr: self.ptr.wrapping_add(lo), len: hi - lo }
+    }
     /// Whether two views are the same elements.
     pub fn same(&self, o: &Slot) -> bool {
         self.ptr == o.ptr && self.len == o.len

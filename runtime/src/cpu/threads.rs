@@ -4,12 +4,20 @@
 //! CPU backend a separate thread per stream only adds context switches (the
 //! machine has as many cores as towers), so each device's streams are merged
 //! into one thread. The merge must not deadlock: steps are taken in the order
-//! of one simulated sequential execution of the whole plan (every stream
-//! advances until it reaches a `Wait` on an event not yet recorded), and each
+//! of one simulated sequential execution of the whole plan, and each
 //! device's thread runs its steps in that order. Any `Wait` then refers to an
 //! event recorded earlier in that order, by its own thread (already done) or
 //! by another thread whose earlier steps wait only on still earlier events,
 //! so by induction every thread makes progress.
+//!
+//! The simulation takes work one launch at a time: after each launch (or
+//! collective) it first takes every step that costs nothing and unblocks
+//! others, on every stream (records, copies, waits already satisfied), then
+//! the next launch of the ready stream that has run the fewest. So a device's
+//! copy and collective streams keep pace with its compute stream: a
+//! gradient's event is recorded right after the launch that wrote it, and
+//! the device that reduces and updates that variable can start while the
+//! towers go on, instead of after the last launch of the compute stream.
 
 use towers_codegen::{Plan, Step};
 use towers_graph::Device;
@@ -28,23 +36,44 @@ pub fn global_order(plan: &Plan) -> Result<Vec<(usize, usize)>, String> {
     let mut pos = vec![0usize; plan.streams.len()];
     let total: usize = plan.streams.iter().map(|s| s.steps.len()).sum();
     let mut order = Vec::with_capacity(total);
+    let is_work = |st: &Step| matches!(st, Step::Launch { .. } | Step::AllReduce { .. });
+    let mut launched = vec![0usize; plan.streams.len()];
     while order.len() < total {
         let mut progressed = false;
-        for (si, s) in plan.streams.iter().enumerate() {
-            while let Some(step) = s.steps.get(pos[si]) {
-                match step {
-                    Step::Wait(e) if !recorded.get(*e).copied().unwrap_or(false) => break,
-                    Step::Record(e) => {
-                        if let Some(r) = recorded.get_mut(*e) {
-                            *r = true;
+        // Every free step that is ready, on every stream, until none is.
+        let mut again = true;
+        while again {
+            again = false;
+            for (si, s) in plan.streams.iter().enumerate() {
+                while let Some(step) = s.steps.get(pos[si]) {
+                    match step {
+                        Step::Wait(e) if !recorded.get(*e).copied().unwrap_or(false) => break,
+                        st if is_work(st) => break,
+                        Step::Record(e) => {
+                            if let Some(r) = recorded.get_mut(*e) {
+                                *r = true;
+                            }
+                            again = true;
                         }
+                        _ => {}
                     }
-                    _ => {}
+                    order.push((si, pos[si]));
+                    pos[si] += 1;
+                    progressed = true;
                 }
-                order.push((si, pos[si]));
-                pos[si] += 1;
-                progressed = true;
             }
+        }
+        // Then one launch: of the ready stream that has run the fewest so
+        // far (streams advance side by side, as their threads do), ties to
+        // the first.
+        let next = (0..plan.streams.len())
+            .filter(|&si| plan.streams[si].steps.get(pos[si]).is_some_and(is_work))
+            .min_by_key(|&si| (launched[si], si));
+        if let Some(si) = next {
+            order.push((si, pos[si]));
+            pos[si] += 1;
+            launched[si] += 1;
+            progressed = true;
         }
         if !progressed {
             let stuck: Vec<String> = plan
