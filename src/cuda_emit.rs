@@ -35,10 +35,10 @@ pub fn cuda_files(plan: &Plan) -> Result<Vec<(String, String)>, String> {
                     files.push((file, text));
                     fused.push(expr.clone());
                 }
-                Step::Launch { kernel, .. } if !matches!(kernel, Kernel::Fused { .. }) => {
-                    if !names.contains(&kernel.name()) {
-                        names.push(kernel.name());
-                    }
+                Step::Launch { kernel, .. }
+                    if !matches!(kernel, Kernel::Fused { .. }) && !names.contains(&kernel.name()) =>
+                {
+                    names.push(kernel.name());
                 }
                 _ => {}
             }

@@ -148,9 +148,11 @@ struct Common {
     #[arg(long)]
     no_memory_reuse: bool,
     /// Every graph op its own launch with a buffer of its own: no kernel
-    /// fusion (bias and activation, a convolution or a matmul with its bias,
-    /// activation and pool, the gradients' fusions, the cross-entropy's) and
-    /// no in-place gradients, e.g. to compare a fused run with the plain one.
+    /// fusion (elementwise chains into generated kernels, bias and
+    /// activation, a convolution or a matmul with its bias, activation and
+    /// pool, the gradients' fusions, the cross-entropy's, the optimizer
+    /// updates of one device as one launch) and no in-place gradients, e.g.
+    /// to compare a fused run with the plain one.
     #[arg(long)]
     no_fusion: bool,
 }

@@ -391,7 +391,8 @@ pub(crate) fn softmax(g: &Gpu, r: &mut Report, rng: &mut Rng) {
 pub(crate) fn fused(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     use towers_kernels::elementwise::{fused, FusedExpr};
     let out_shape = vec![7usize, 33, 65];
-    let cases: [(&str, Vec<Vec<usize>>, Option<f64>); 3] = [
+    type Case = (&'static str, Vec<Vec<usize>>, Option<f64>);
+    let cases: [Case; 3] = [
         (
             "ew[$0;$1;add:0:1;$2;mul:2:3;c3f000000;sub:4:5;relu:6]",
             vec![out_shape.clone(), vec![65], vec![7, 1, 1]],

@@ -21,6 +21,13 @@
 //!   means, no-ops and everything above that is kept by name are never
 //!   merged, rewritten or removed (their inputs may be simplified).
 //!
+//! After saturation, [`fuse`] adds fused elementwise terms (chains of
+//! single-consumer elementwise terms as one `(fused ew[..] ..)` term whose
+//! kernel is generated from its expression) to the same e-graph, unless
+//! [`Simplify::fuse`] is off; extraction then picks them where they save
+//! launches, and they are written back as `Op::Fused` nodes named
+//! `<node>/fused`.
+//!
 //! The analysis ([`lang::TypeAnalysis`]) carries each class's type and, for
 //! splat constants, their value (folded in f64, rounded to f32 once when a
 //! constant is written back); its `merge` asserts (debug) that both sides
