@@ -633,3 +633,44 @@ fn a_copy_source_lives_until_its_destination_is_read() {
          cpu:0/compute step 3 'u' ('u') is not before cpu:0/compute step 0 's' ('s')"
     );
 }
+
+#[test]
+fn multi_apply_reads_one_gradient_per_member() {
+    let apply = Box::new(Kernel::ApplyMomentum { momentum: 0.9, nesterov: false });
+    let k = Kernel::MultiApply { apply, count: 2 };
+    // Two gradients and the learning rate; each member's variable and accumulator.
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU], vec![w(), v("w/m")])),
+        "gpu:0/compute step 1 'y': multi_apply takes 3 inputs, got 1"
+    );
+}
+
+#[test]
+fn multi_apply_members_match_their_variables() {
+    let apply = Box::new(Kernel::ApplyMomentum { momentum: 0.9, nesterov: false });
+    let k = Kernel::MultiApply { apply, count: 2 };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU, Y, Y], vec![w(), v("w/m"), w(), v("w/m")])),
+        "gpu:0/compute step 1 'y': multi_apply input 1 'y' has 4 elements, but the parameters need 6 (member 1's variable length)"
+    );
+    let k = Kernel::MultiApply { apply: Box::new(Kernel::L2Loss), count: 1 };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU], vec![w()])),
+        "gpu:0/compute step 1 'y': multi_apply parameters are invalid: l2_loss is not an optimizer update"
+    );
+}
+
+#[test]
+fn fused_inputs_broadcast_to_the_output() {
+    let expr: towers_graph::FusedExpr = "ew[$0;$1;add:0:1;relu:2]".parse().unwrap();
+    let k = Kernel::Fused { expr: expr.clone(), in_shapes: vec![vec![2, 3], vec![2, 2]], out_shape: vec![2, 3] };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU, Y], vec![X_GPU])),
+        "gpu:0/compute step 1 'y': fused_elementwise parameters are invalid: inputs [2,3], [2,2] do not broadcast to [2,3]"
+    );
+    let k = Kernel::Fused { expr, in_shapes: vec![vec![2, 3]], out_shape: vec![2, 3] };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU], vec![Y])),
+        "gpu:0/compute step 1 'y': fused_elementwise parameters are invalid: 1 input shapes for an expression of 2 inputs"
+    );
+}

@@ -84,8 +84,9 @@ fn scheduled_preds(g: &Graph, id: NodeId) -> BTreeSet<NodeId> {
 }
 
 /// Move every collective node of a graph with towers or cross-process
-/// all-reduces (its `TowerMean`s, `AllReduce`s, the copies that bring the
-/// towers' gradients to a mean, and the optimizer updates) to right after
+/// all-reduces (its `TowerMean`s, `AllReduce`s, the optimizer updates, and
+/// the copies read only by those: the towers' gradients on their way to a
+/// mean, the learning rate on its way to the updates) to right after
 /// its last scheduled producer: a topological order still (a node only
 /// moves earlier, and never before a producer), in which each variable's
 /// reduction and update (and each bucket's all-reduce) comes as soon as its
@@ -96,15 +97,15 @@ fn hoist_collectives(g: &Graph, order: Vec<NodeId>) -> Vec<NodeId> {
     if !order.iter().any(|&id| matches!(g.node(id).op, Op::AllReduce { .. } | Op::TowerMean { .. })) {
         return order;
     }
-    let feeds_a_mean = |id: NodeId| {
+    let collective =
+        |id: NodeId| matches!(g.node(id).op, Op::TowerMean { .. } | Op::AllReduce { .. } | Op::ApplyGradient { .. });
+    // A copy whose every reader is hoisted: a tower's gradient on its way to
+    // a mean, or the learning rate or step on their way to the updates.
+    let feeds_hoisted = |id: NodeId| {
         let consumers = g.consumers(id);
-        !consumers.is_empty() && consumers.iter().all(|&(c, _, _)| matches!(g.node(c).op, Op::TowerMean { .. }))
+        !consumers.is_empty() && consumers.iter().all(|&(c, _, _)| collective(c))
     };
-    let hoisted = |id: NodeId| match g.node(id).op {
-        Op::TowerMean { .. } | Op::AllReduce { .. } | Op::ApplyGradient { .. } => true,
-        Op::Copy => feeds_a_mean(id),
-        _ => false,
-    };
+    let hoisted = |id: NodeId| collective(id) || (matches!(g.node(id).op, Op::Copy) && feeds_hoisted(id));
     let preds: BTreeMap<NodeId, BTreeSet<NodeId>> =
         order.iter().filter(|&&id| hoisted(id)).map(|&id| (id, scheduled_preds(g, id))).collect();
     let mut out = Vec::with_capacity(order.len());

@@ -150,6 +150,42 @@ mod tests {
         assert_eq!(t[1].items, vec![(2, 0), (2, 1), (1, 0), (1, 1)]);
     }
 
+    /// A device's copy stream keeps pace with its compute stream: the copy
+    /// waiting for the first launch's event runs right after that launch,
+    /// before the device's next launch, and a launch of another device can
+    /// interleave.
+    #[test]
+    fn copies_run_as_soon_as_their_event_is_recorded() {
+        let launch = |node: &str| Step::Launch {
+            kernel: towers_codegen::Kernel::IncrementStep,
+            inputs: vec![],
+            outputs: vec![],
+            workspace: None,
+            node: node.into(),
+        };
+        let copy = || Step::Copy {
+            from: towers_codegen::BufRef::Variable("a".into()),
+            to: towers_codegen::BufRef::Variable("b".into()),
+            bytes: 4,
+            node: "copy".into(),
+        };
+        let g = Device::gpu(0);
+        let p = plan(
+            vec![
+                (Device::CPU0, vec![Step::Wait(1), launch("update")]),
+                (g, vec![launch("a"), Step::Record(0), launch("b"), launch("c")]),
+                (g, vec![Step::Wait(0), copy(), Step::Record(1)]),
+            ],
+            2,
+        );
+        let order = global_order(&p).unwrap();
+        let pos = |s: usize, k: usize| order.iter().position(|&x| x == (s, k)).unwrap();
+        assert!(pos(2, 1) < pos(1, 2), "the copy runs before the device's next launch: {order:?}");
+        assert!(pos(0, 1) < pos(1, 3), "the update is ready before the device's last launch: {order:?}");
+        let t = thread_plans(&p).unwrap();
+        assert_eq!(t[1].items, vec![(1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (1, 2), (1, 3)]);
+    }
+
     #[test]
     fn unsatisfiable_events_are_an_error() {
         let p = plan(vec![(Device::CPU0, vec![Step::Wait(0)])], 1);
