@@ -674,3 +674,17 @@ fn fused_inputs_broadcast_to_the_output() {
         "gpu:0/compute step 1 'y': fused_elementwise parameters are invalid: 1 input shapes for an expression of 2 inputs"
     );
 }
+
+/// An expression read from JSON is checked like one built in memory: a step
+/// that reads a later step is refused before any kernel runs it.
+#[test]
+fn fused_expressions_from_json_are_checked() {
+    let expr: towers_graph::FusedExpr = "ew[$0;$1;add:0:1]".parse().unwrap();
+    let k = Kernel::Fused { expr, in_shapes: vec![vec![2, 3], vec![2, 3]], out_shape: vec![2, 3] };
+    let json = serde_json::to_string(&k).unwrap().replace(r#"["Add",0,1]"#, r#"["Add",0,5]"#);
+    let bad: Kernel = serde_json::from_str(&json).expect("the JSON parses");
+    assert_eq!(
+        err(with_launch(bad, vec![X_GPU, X_GPU], vec![Y])),
+        "gpu:0/compute step 1 'y': fused_elementwise parameters are invalid: fused elementwise kernel: step 2 reads step 5, which is not an earlier step"
+    );
+}

@@ -1,4 +1,5 @@
-//! A short fuzz run over mutated plan JSON: the plans of the seed MLP and
+//! A short fuzz run over mutated plan JSON: the plans of the seed MLP (and its
+//! swish variant, with generated fused kernels and a multi-tensor update) and
 //! convnet at 1 and 2 towers (and the convnet with batch norm), each mutated a few hundred times in
 //! deterministic random ways, half of them in kernel parameters (numbers to 0 / huge / ±1, array elements
 //! deleted, duplicated or swapped, strings swapped for other strings of the
@@ -33,8 +34,20 @@ fn env(name: &str, default: u64) -> u64 {
 static PANICS: AtomicUsize = AtomicUsize::new(0);
 
 fn plan(kind: ModelKind, towers: u32, optimizer: Optimizer, vars: VarPlacement, batch_norm: bool) -> Plan {
+    plan_with(kind, towers, optimizer, vars, batch_norm, towers_graph::layers::Activation::Relu)
+}
+
+fn plan_with(
+    kind: ModelKind,
+    towers: u32,
+    optimizer: Optimizer,
+    vars: VarPlacement,
+    batch_norm: bool,
+    activation: towers_graph::layers::Activation,
+) -> Plan {
     let mut spec = ModelSpec::new(kind, [8, 8, 1], 10);
     spec.batch_norm = batch_norm;
+    spec.activation = activation;
     let model = build(&spec).expect("model");
     let mut o = CompileOptions::new(optimizer, 4);
     o.towers = (0..towers).map(Device::gpu).collect();
@@ -181,6 +194,15 @@ fn mutated_plans_are_rejected_or_run_without_panicking() {
     let seeds = [
         plan(ModelKind::Mlp, 1, momentum.clone(), VarPlacement::Cpu, false),
         plan(ModelKind::Mlp, 2, adam.clone(), VarPlacement::Gpu0, false),
+        // Swish: generated fused kernels (expressions, shapes) and one multi-tensor update.
+        plan_with(
+            ModelKind::Mlp,
+            0,
+            momentum.clone(),
+            VarPlacement::Cpu,
+            false,
+            towers_graph::layers::Activation::Swish,
+        ),
         plan(ModelKind::Convnet, 1, adam.clone(), VarPlacement::Cpu, false),
         plan(ModelKind::Convnet, 2, momentum, VarPlacement::Cpu, false),
         // Batch norm adds its kernels and the moving averages' updates.

@@ -182,6 +182,12 @@ impl Check<'_, '_> {
                 self.size(Out(0), self.prod(out_shape, "out_shape")?, || format!("out_shape {}", dims(out_shape)))
             }
             Kernel::Fused { expr, in_shapes, out_shape } => {
+                // A plan read from JSON carries the expression unchecked.
+                let checked = towers_kernels::elementwise::FusedExpr::new(expr.steps().to_vec());
+                self.param(checked.as_ref() == Ok(expr), || match checked {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "the expression's input count does not match its steps".into(),
+                })?;
                 self.param(in_shapes.len() == expr.inputs(), || {
                     format!("{} input shapes for an expression of {} inputs", in_shapes.len(), expr.inputs())
                 })?;
