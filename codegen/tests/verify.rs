@@ -688,3 +688,14 @@ fn fused_expressions_from_json_are_checked() {
         "gpu:0/compute step 1 'y': fused_elementwise parameters are invalid: fused elementwise kernel: step 2 reads step 5, which is not an earlier step"
     );
 }
+
+/// A count near `usize::MAX` (a mutated plan) is an error, not an overflow.
+#[test]
+fn multi_apply_counts_that_overflow_are_rejected() {
+    let apply = Box::new(Kernel::ApplyAdam { beta1: 0.9, beta2: 0.999, epsilon: 1e-8 });
+    let k = Kernel::MultiApply { apply, count: usize::MAX };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU], vec![w()])),
+        "gpu:0/compute step 1 'y': multi_apply parameters are invalid: count + shared inputs overflows"
+    );
+}

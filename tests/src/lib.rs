@@ -14,6 +14,23 @@ use towers_passes::ProcessGroup;
 use towers_runtime::comm::{Comm, LocalComm};
 use towers_runtime::Session;
 
+/// splitmix64: a deterministic generator for the randomized tests, no dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
 /// A small model on 8x8 inputs (MLP 64-16-10, or the seed convnet).
 pub fn small_model(kind: ModelKind, batch_norm: bool, seed: u64) -> Model {
     let mut s = ModelSpec::new(kind, [8, 8, 1], 10);

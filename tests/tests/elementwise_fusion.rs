@@ -15,23 +15,7 @@ use towers::compiler::{compile_train, CompileOptions};
 use towers::models::{build, Model, ModelKind, ModelSpec};
 use towers_graph::layers::{self, Activation};
 use towers_graph::{DType, Device, GraphBuilder, Initializer, Optimizer, Reuse, Shape, Tensor, F32};
-use towers_tests::{batches, run};
-
-/// splitmix64: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use towers_tests::{batches, run, Rng};
 
 /// A random model on 8x8 inputs: dense 64-16, `ops` random elementwise ops
 /// over the hidden activations, dense 16-10, cross-entropy.

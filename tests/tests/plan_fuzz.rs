@@ -21,6 +21,7 @@ use towers_codegen::{verify, Plan};
 use towers_graph::{DType, Device, Optimizer, F32};
 use towers_passes::VarPlacement;
 use towers_runtime::Session;
+use towers_tests::Rng;
 
 /// Mutants per seed plan; `TOWERS_FUZZ_MUTANTS` and `TOWERS_FUZZ_SEED` set
 /// a longer or different run.
@@ -53,22 +54,6 @@ fn plan_with(
     o.towers = (0..towers).map(Device::gpu).collect();
     o.variables = vars;
     compile_train(&model.graph, &model.loss, &o).expect("compiles").plan
-}
-
-/// splitmix64: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 #[derive(Clone)]

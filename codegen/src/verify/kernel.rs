@@ -522,7 +522,9 @@ impl Check<'_, '_> {
                         return self.param(false, || format!("{} is not an optimizer update", apply.name()));
                     }
                 };
-                self.args(count + shared, count * slots)?;
+                let n_in = self.count(count.checked_add(shared), "count + shared inputs")?;
+                let n_out = self.count(count.checked_mul(slots), "count * slots")?;
+                self.args(n_in, n_out)?;
                 for m in 0..*count {
                     let len = self.outs[m * slots].elems;
                     self.dtype(In(m), DType::F32)?;
@@ -536,8 +538,8 @@ impl Check<'_, '_> {
                     self.dtype(In(*count), DType::I32)?;
                     self.size(In(*count), 1, || "a scalar global_step".into())?;
                 }
-                self.dtype(In(count + shared - 1), DType::F32)?;
-                self.size(In(count + shared - 1), 1, || "a scalar learning rate".into())
+                self.dtype(In(n_in - 1), DType::F32)?;
+                self.size(In(n_in - 1), 1, || "a scalar learning rate".into())
             }
             Kernel::IncrementStep => {
                 self.args(0, 1)?;
