@@ -19,10 +19,14 @@ fn mpirun_towers(args: &[&str]) -> Option<(bool, String, String)> {
         eprintln!("SKIPPED: mpirun not found (apt-get install libopenmpi-dev openmpi-bin)");
         return None;
     }
+    // A session folder of its own: the tests' launchers start at once and
+    // would otherwise race on Open MPI's shared one under /tmp.
+    let session = tempfile::tempdir().expect("a session folder");
     let out = Command::new("mpirun")
         .args(["-np", "2", "--oversubscribe"])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_orte_tmpdir_base", session.path())
         .arg(env!("CARGO_BIN_EXE_towers"))
         .args(args)
         .output()

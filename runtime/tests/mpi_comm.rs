@@ -120,10 +120,14 @@ fn two_mpi_ranks_reduce_in_rank_order_and_run_a_plan() {
     // Both reduction paths: the shared-memory window (the default on one
     // host) and the MPI library's collectives.
     for (reduce, path) in [("auto", ", shared memory"), ("library", "\n")] {
+        // Open MPI's session folder, of this launcher's own (no race with
+        // launchers of other tests started at the same time).
+        let session = tempfile::tempdir().expect("a session folder");
         let out = Command::new("mpirun")
             .args(["-np", "2", "--oversubscribe"])
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("OMPI_MCA_orte_tmpdir_base", session.path())
             .env("TOWERS_TEST_MPI_REDUCE", reduce)
             .arg(&exe)
             .args(["--exact", RANKS_TEST, "--nocapture", "--test-threads=1"])

@@ -139,16 +139,35 @@ pub fn mpirun_self(test: &str, np: usize, env: &[(&str, &str)]) -> Option<(bool,
         return None;
     }
     let exe = std::env::current_exe().expect("the test binary");
+    let session = mpi_session_dir();
     let mut cmd = Command::new("mpirun");
     cmd.args(["-np", &np.to_string(), "--oversubscribe"])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_orte_tmpdir_base", &session);
     for (k, v) in env {
         cmd.args(["-x", &format!("{k}={v}")]);
     }
     let out = cmd.arg(exe).args(["--exact", test, "--nocapture", "--test-threads=1"]).output().expect("mpirun starts");
+    let _ = std::fs::remove_dir_all(&session);
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     Some((out.status.success(), text))
+}
+
+/// A session folder of its own for one `mpirun` (Open MPI's
+/// `orte_tmpdir_base`): launchers started at once by parallel tests
+/// otherwise race on the shared one under /tmp ("File exists" from
+/// `session_dir.c`).
+pub fn mpi_session_dir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "towers-mpi-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
 }
 
 /// Whether this process is a rank started by an MPI launcher.
