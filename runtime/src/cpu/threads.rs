@@ -2,22 +2,18 @@
 //!
 //! A plan has several streams per device (compute, copy, collective). On the
 //! CPU backend a separate thread per stream only adds context switches (the
-//! machine has as many cores as towers), so each device's streams are merged
-//! into one thread. The merge must not deadlock: steps are taken in the order
-//! of one simulated sequential execution of the whole plan, and each
-//! device's thread runs its steps in that order. Any `Wait` then refers to an
-//! event recorded earlier in that order, by its own thread (already done) or
-//! by another thread whose earlier steps wait only on still earlier events,
-//! so by induction every thread makes progress.
+//! machine has as many cores as towers), so each device's streams are run by
+//! one thread, as lanes (`sched::run_thread` interleaves them as their events
+//! allow). The items of a thread are listed in the order of one simulated
+//! sequential execution of the whole plan ([`global_order`]): it exists only
+//! if the plan cannot deadlock (every `Wait` refers to an event recorded
+//! earlier in that order), it fixes which lane comes first (the order its
+//! stream first appears) and the items' indices in profiles and traces.
 //!
 //! The simulation takes work one launch at a time: after each launch (or
 //! collective) it first takes every step that costs nothing and unblocks
 //! others, on every stream (records, copies, waits already satisfied), then
-//! the next launch of the ready stream that has run the fewest. So a device's
-//! copy and collective streams keep pace with its compute stream: a
-//! gradient's event is recorded right after the launch that wrote it, and
-//! the device that reduces and updates that variable can start while the
-//! towers go on, instead of after the last launch of the compute stream.
+//! the next launch of the ready stream that has run the fewest.
 
 use towers_codegen::{Plan, Step};
 use towers_graph::Device;
