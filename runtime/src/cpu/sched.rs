@@ -716,3 +716,30 @@ impl Drop for Runner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread runs its lanes as their events allow, not in the order its
+    /// items are listed: the host lists a wait for the worker's event before
+    /// the record the worker waits for. One fixed order would deadlock; the
+    /// lanes finish, step after step.
+    #[test]
+    fn lanes_run_as_their_events_allow() {
+        let host = vec![(0, 0, Exec::Wait(1)), (1, 0, Exec::Record(0))];
+        let worker = vec![(2, 0, Exec::Wait(0)), (2, 1, Exec::Record(1))];
+        let mut runner = Runner::new(vec![host, worker], 2, "lanes").expect("starts");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            for _ in 0..3 {
+                tx.send(runner.step().is_ok()).expect("send");
+            }
+        });
+        for step in 0..3 {
+            let ok = rx.recv_timeout(std::time::Duration::from_secs(10));
+            assert_eq!(ok, Ok(true), "step {step} did not finish");
+        }
+        t.join().expect("the stepping thread");
+    }
+}
