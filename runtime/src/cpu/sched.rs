@@ -26,6 +26,9 @@
 //! it then runs a launch only while a worker rests (asleep or done), so its
 //! updates do not slow the towers down by sharing their cores; without
 //! this, variables on the host measured 1.34-1.43x instead of 1.36-1.51x.
+//! Plans with collectives across processes leave the host free (a host
+//! waiting for a core held by a worker inside an all-reduce could wait, in
+//! a cycle, for the other rank's host).
 //!
 //! If a launch fails, its thread skips its remaining launches and copies
 //! but still records its events, so the other threads finish and the error
@@ -511,7 +514,14 @@ impl Runner {
             bells: (0..threads.len()).map(|_| (Mutex::new(Watch::default()), Condvar::new())).collect(),
             awake: AtomicUsize::new(0),
             // Without a known count, assume the workers have cores to spare.
-            cores: std::thread::available_parallelism().map_or(usize::MAX, |n| n.get()),
+            // With collectives across processes, never: a host waiting for a
+            // core held by a worker inside an all-reduce could wait for the
+            // other rank's host, which waits the same way.
+            cores: if threads.iter().flatten().any(|(_, _, x)| matches!(x, Exec::AllReduce(_))) {
+                usize::MAX
+            } else {
+                std::thread::available_parallelism().map_or(usize::MAX, |n| n.get())
+            },
             waiters: {
                 let mut w: Vec<Vec<usize>> = vec![Vec::new(); num_events];
                 for (t, items) in threads.iter().enumerate() {
