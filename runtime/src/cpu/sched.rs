@@ -647,7 +647,10 @@ impl Runner {
             sh.start_cv.notify_all();
         }
         let pin = (!self.workers.is_empty()).then(|| super::affinity::HostPin::new(self.workers.len()));
-        run_thread(&mut self.first, &self.clocks[0], gen, sh);
+        // A plan without streams (nothing to run) has no thread and no clocks.
+        if let Some(clocks) = self.clocks.first() {
+            run_thread(&mut self.first, clocks, gen, sh);
+        }
         if !self.workers.is_empty() {
             let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());
             while *r > 0 {
@@ -751,5 +754,13 @@ mod tests {
             assert_eq!(ok, Ok(true), "step {step} did not finish");
         }
         t.join().expect("the stepping thread");
+    }
+
+    /// A plan without streams (a verified plan may have none) runs as nothing.
+    #[test]
+    fn a_plan_without_threads_steps() {
+        let mut runner = Runner::new(Vec::new(), 0, "empty").expect("starts");
+        assert!(runner.step().is_ok());
+        assert_eq!(runner.steps_run(), 1);
     }
 }
