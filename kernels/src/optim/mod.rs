@@ -59,6 +59,41 @@ pub fn adam_step(global_step: &[i32]) -> u64 {
     global_step.first().copied().unwrap_or(0).max(0) as u64 + 1
 }
 
+/// How many buffers an optimizer update writes (the variable and its
+/// slots); an error for a kernel that is not one, named as the `op` fusing it.
+pub fn update_slots(apply: &Kernel, op: &'static str) -> Result<usize, KernelError> {
+    match apply {
+        Kernel::ApplyGradientDescent { .. } => Ok(1),
+        Kernel::ApplyMomentum { .. } => Ok(2),
+        Kernel::ApplyAdam { .. } => Ok(3),
+        other => Err(KernelError::CannotFuse { op, into: other.name() }),
+    }
+}
+
+/// Run the update `apply` on `outs` (the variable, then its slots, each as
+/// long as `g`) with gradient `g`: the one dispatch of an update that the
+/// fused kernels ([`mean_apply`], multi-tensor updates) share. `step` is
+/// Adam's 1-based step; the others ignore it. `outs` holds at least
+/// [`update_slots`] buffers.
+pub fn update(
+    apply: &Kernel,
+    outs: &mut [&mut [f32]],
+    g: &[f32],
+    lr: f32,
+    step: u64,
+    op: &'static str,
+) -> Result<(), KernelError> {
+    match (apply, outs) {
+        (Kernel::ApplyGradientDescent {}, [w, ..]) => apply_gradient_descent(w, g, lr),
+        (Kernel::ApplyMomentum { momentum, nesterov }, [w, a, ..]) => apply_momentum(w, a, g, lr, *momentum, *nesterov),
+        (Kernel::ApplyAdam { beta1, beta2, epsilon }, [w, m, v, ..]) => {
+            apply_adam(w, m, v, g, lr, *beta1, *beta2, *epsilon, step)
+        }
+        _ => return Err(KernelError::CannotFuse { op, into: apply.name() }),
+    }
+    Ok(())
+}
+
 /// `step += 1` (wrapping) on the i32 scalar step variable (`Kernel::IncrementStep`).
 pub fn increment_step(step: &mut [i32]) {
     if let Some(s) = step.first_mut() {
@@ -86,12 +121,7 @@ pub fn mean_apply(
     outs: &mut [&mut [f32]],
 ) -> Result<(), KernelError> {
     debug_assert_eq!(grads.len(), weights.len());
-    let slots = match apply {
-        Kernel::ApplyGradientDescent { .. } => 1,
-        Kernel::ApplyMomentum { .. } => 2,
-        Kernel::ApplyAdam { .. } => 3,
-        other => return Err(KernelError::CannotFuse { op: "mean_apply", into: other.name() }),
-    };
+    let slots = update_slots(apply, "mean_apply")?;
     if outs.len() < slots {
         return Err(KernelError::CannotFuse { op: "mean_apply", into: apply.name() });
     }
@@ -102,24 +132,12 @@ pub fn mean_apply(
         let end = (start + MEAN_BLOCK).min(len);
         let g = &mut scratch[..end - start];
         weighted_sum_range(grads, weights, start, end, g);
-        match (apply, &mut outs[..]) {
-            (Kernel::ApplyGradientDescent {}, [w, ..]) => apply_gradient_descent(&mut w[start..end], g, lr),
-            (Kernel::ApplyMomentum { momentum, nesterov }, [w, a, ..]) => {
-                apply_momentum(&mut w[start..end], &mut a[start..end], g, lr, *momentum, *nesterov)
-            }
-            (Kernel::ApplyAdam { beta1, beta2, epsilon }, [w, m, v, ..]) => apply_adam(
-                &mut w[start..end],
-                &mut m[start..end],
-                &mut v[start..end],
-                g,
-                lr,
-                *beta1,
-                *beta2,
-                *epsilon,
-                step,
-            ),
-            _ => unreachable!("checked above"),
+        // This block of the variable and of each slot.
+        let mut block: [&mut [f32]; 3] = [&mut [], &mut [], &mut []];
+        for (b, o) in block.iter_mut().zip(outs.iter_mut()) {
+            *b = &mut o[start..end];
         }
+        update(apply, &mut block[..slots], g, lr, step, "mean_apply")?;
         start = end;
     }
     Ok(())

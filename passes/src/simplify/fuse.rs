@@ -179,6 +179,33 @@ impl Compose<'_> {
     }
 }
 
+/// The canonical fused program of `parent` with its input `j` replaced by
+/// `child` (each a program and its input classes), and its input classes;
+/// `None` past the step or input limits, or with no input left.
+fn inline(
+    eg: &TEGraph,
+    parent: (&[FusedStep], &[Id]),
+    j: usize,
+    child: (&[FusedStep], &[Id]),
+) -> Option<(FusedExpr, Vec<Id>)> {
+    let mut comp = Compose {
+        eg,
+        parent: parent.0,
+        parent_ins: parent.1,
+        j,
+        child: child.0,
+        child_ins: child.1,
+        b: Builder::default(),
+        memo: BTreeMap::new(),
+    };
+    comp.walk(false, parent.0.len() - 1)?;
+    let Builder { steps, inputs, .. } = comp.b;
+    if inputs.is_empty() {
+        return None;
+    }
+    Some((FusedExpr::new(steps).ok()?, inputs))
+}
+
 /// How many consumers each class has in the DAG that extraction picks from
 /// `roots`; roots count as read from outside (never inlined).
 fn consumers(eg: &TEGraph, roots: &[Id]) -> BTreeMap<Id, usize> {
@@ -236,24 +263,9 @@ pub fn fuse(eg: &mut TEGraph, roots: &[Id], keep: &BTreeSet<Id>) -> FuseReport {
                         if child_ins.iter().any(|&x| eg.find(x) == ic || eg.find(x) == c) {
                             continue;
                         }
-                        let mut comp = Compose {
-                            eg,
-                            parent: &parent,
-                            parent_ins: &parent_ins,
-                            j,
-                            child: &child,
-                            child_ins: &child_ins,
-                            b: Builder::default(),
-                            memo: BTreeMap::new(),
+                        let Some((expr, inputs)) = inline(eg, (&parent, &parent_ins), j, (&child, &child_ins)) else {
+                            continue;
                         };
-                        if comp.walk(false, parent.len() - 1).is_none() {
-                            continue;
-                        }
-                        let Builder { steps, inputs, .. } = comp.b;
-                        if inputs.is_empty() {
-                            continue;
-                        }
-                        let Ok(expr) = FusedExpr::new(steps) else { continue };
                         made.insert((c, expr, inputs));
                         if made.len() > FUSE_MATCH_LIMIT {
                             report.stop = FuseStop::MatchLimit;
@@ -264,7 +276,7 @@ pub fn fuse(eg: &mut TEGraph, roots: &[Id], keep: &BTreeSet<Id>) -> FuseReport {
             }
         }
         let before = eg.total_number_of_nodes();
-        for (c, expr, inputs) in std::mem::take(&mut made) {
+        for (c, expr, inputs) in made {
             let mut ch = vec![eg.add(TensorLang::Attr(Attr::Expr(expr)))];
             ch.extend(inputs);
             let id = eg.add(TensorLang::Fused(ch.into_boxed_slice()));

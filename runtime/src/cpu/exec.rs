@@ -205,26 +205,19 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         Kernel::MultiApply { apply, count } => {
             // Inputs: the members' gradients, then (Adam) global_step, then the learning rate.
             let n = *count;
+            let slots = optim::update_slots(apply, "multi_apply").map_err(err)?;
+            let t = match apply.as_ref() {
+                Kernel::ApplyAdam { .. } => optim::adam_step(ii(n)),
+                _ => 1,
+            };
             let lr = i(ins.len() - 1)[0];
             for m in 0..n {
-                match apply.as_ref() {
-                    Kernel::ApplyGradientDescent {} => optim::apply_gradient_descent(o(m), i(m), lr),
-                    Kernel::ApplyMomentum { momentum, nesterov } => {
-                        optim::apply_momentum(o(2 * m), o(2 * m + 1), i(m), lr, *momentum, *nesterov)
-                    }
-                    Kernel::ApplyAdam { beta1, beta2, epsilon } => optim::apply_adam(
-                        o(3 * m),
-                        o(3 * m + 1),
-                        o(3 * m + 2),
-                        i(m),
-                        lr,
-                        *beta1,
-                        *beta2,
-                        *epsilon,
-                        optim::adam_step(ii(n)),
-                    ),
-                    other => return Err(format!("multi_apply cannot run {}", other.name())),
+                // Member m's variable and slots.
+                let mut member: [&mut [f32]; 3] = [&mut [], &mut [], &mut []];
+                for (s, b) in member.iter_mut().take(slots).enumerate() {
+                    *b = o(m * slots + s);
                 }
+                optim::update(apply, &mut member[..slots], i(m), lr, t, "multi_apply").map_err(err)?;
             }
         }
         Kernel::ApplyGradientDescent {} => optim::apply_gradient_descent(o(0), i(0), i(1)[0]),
