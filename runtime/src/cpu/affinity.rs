@@ -61,21 +61,23 @@ fn set_current(set: &libc::cpu_set_t) {
 }
 
 /// The host's work runs on the caller's thread; during a step it is pinned
-/// to the core of the last worker (the host works mostly while the towers
-/// wait, at the start and the end of a step) and its own affinity is
-/// restored when the step ends, so the caller's thread is left as found.
+/// to one core (`sched::Runner::step` picks it: the last worker's, as the
+/// host alone works mostly while the towers wait, at the start and the end
+/// of a step; or the core after the workers' when the caller runs a
+/// device's streams too) and its own affinity is restored when the step
+/// ends, so the caller's thread is left as found.
 pub struct HostPin {
     #[cfg(target_os = "linux")]
     saved: Option<libc::cpu_set_t>,
 }
 
 impl HostPin {
-    /// Pin the calling thread for one step of a plan with `workers` worker threads.
-    pub fn new(workers: usize) -> HostPin {
+    /// Pin the calling thread to the `k`-th allowed core (modulo their count) for one step.
+    pub fn new(k: usize) -> HostPin {
         #[cfg(target_os = "linux")]
         {
             let saved = current();
-            match saved.as_ref().filter(|_| workers > 0).and_then(|allowed| nth_core(allowed, workers - 1)) {
+            match saved.as_ref().and_then(|allowed| nth_core(allowed, k)) {
                 Some(core) => {
                     set_current(&one_core(core));
                     HostPin { saved }
@@ -85,7 +87,7 @@ impl HostPin {
         }
         #[cfg(not(target_os = "linux"))]
         {
-            let _ = workers;
+            let _ = k;
             HostPin {}
         }
     }

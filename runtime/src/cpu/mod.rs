@@ -6,8 +6,10 @@
 //!   resolved to views of memory with its scratch lists reserved;
 //! - `exec`: dispatch of a launch to its CPU kernel; `collective`: the
 //!   plan's all-reduce step through the session's communicator;
-//! - `threads`, `sched`: **one thread per device** (the host on the caller),
-//!   a device's streams merged in a deadlock-free order, events as atomics;
+//! - `threads`, `sched`: **one thread per device** (the host on the caller;
+//!   it runs the last device's streams too when the devices would otherwise
+//!   take every core), a thread's streams as lanes in a deadlock-free
+//!   order, events as atomics, idle threads spinning briefly before they sleep;
 //! - `affinity`: each worker pinned to a core of its own;
 //! - `store`: variable storage (host memory by name, shared by programs);
 //! - `mem`: the only `unsafe` memory access, and its invariant.
@@ -122,13 +124,15 @@ impl Backend for CpuBackend {
         let prepared = prepare(plan, &self.store, &comm).map_err(bad)?;
         let Prepared { arenas, vars, streams, aliases } = prepared;
         let prepared = Prepared { arenas, vars, streams: Vec::new(), aliases };
-        let threads = threads::thread_plans(plan).map_err(bad)?;
+        let cores = std::thread::available_parallelism().map_or(usize::MAX, |n| n.get());
+        let threads = threads::thread_plans(plan, cores).map_err(bad)?;
+        let host_joined = threads.first().is_some_and(|t| t.devices.len() > 1);
         let mut streams: Vec<Vec<Option<Exec>>> = streams;
         let threads: Vec<Vec<(usize, usize, Exec)>> = threads
             .iter()
             .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, k, x))).collect())
             .collect();
-        let runner = Runner::new(threads, plan.num_events, name).map_err(bad)?;
+        let runner = Runner::new(threads, plan.num_events, name, host_joined).map_err(bad)?;
         let stream_names = plan.streams.iter().map(|s| s.name()).collect();
         self.programs.push(Program { plan: plan.clone(), runner, prepared, stream_names });
         Ok(ProgramId(self.programs.len() - 1))

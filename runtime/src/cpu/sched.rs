@@ -22,13 +22,16 @@
 //! on a tower device, round-robin and greedy 1.37-1.52x one device instead
 //! of 1.14-1.42x.
 //!
-//! When the workers take every core, the host has no core of its own:
-//! it then runs a launch only while a worker rests (asleep or done), so its
-//! updates do not slow the towers down by sharing their cores; without
-//! this, variables on the host measured 1.34-1.43x instead of 1.36-1.51x.
-//! Plans with collectives across processes leave the host free (a host
-//! waiting for a core held by a worker inside an all-reduce could wait, in
-//! a cycle, for the other rank's host).
+//! When the devices would take every core, the host's streams usually join
+//! the last device's thread (`threads::thread_plans`), which the caller
+//! runs. Where they cannot (plans with collectives across processes) and
+//! the workers take every core, the host has no core of its own: it then
+//! runs a launch only while a worker rests (asleep or done), so its updates
+//! do not slow the towers down by sharing their cores; without this,
+//! variables on the host measured 1.34-1.43x instead of 1.36-1.51x. Plans
+//! with collectives across processes leave the host free (a host waiting
+//! for a core held by a worker inside an all-reduce could wait, in a cycle,
+//! for the other rank's host).
 //!
 //! If a launch fails, its thread skips its remaining launches and copies
 //! but still records its events, so the other threads finish and the error
@@ -36,19 +39,33 @@
 //! step deadlocks; codegen only emits waits on events it records.
 //!
 //! A large fused reduction and update (`exec::splittable`) is run as two
-//! halves: the upper half is offered to an idle worker (one whose device
-//! finished its step, as the towers' devices have when the last gradient's
-//! update runs) and taken back if none took it by the time the lower half
-//! is done ([`split_run`]). Each element is computed once by the same body,
-//! so the bits never depend on the split. Measured on the MLP
-//! 784-256-256-10 at two towers, variables on the host: 1.31 ms a step
-//! against 1.47-1.55 ms unsplit.
+//! halves: the upper half is offered to an idle thread (a worker whose
+//! device finished its step, as the towers' devices have when the last
+//! gradient's update runs, or any thread whose lanes all wait) and taken
+//! back if none took it by the time the lower half is done
+//! ([`split_run`]). Each element is computed once by the same body, so the
+//! bits never depend on the split. Measured on the MLP 784-256-256-10 at
+//! two towers, variables on the host: 1.31 ms a step against 1.47-1.55 ms
+//! unsplit. Variables on a tower's device gained most from the help of a
+//! waiting thread: its update's offer was otherwise open while the only
+//! other thread (the caller, with the host's lanes) waited for the step's
+//! last event, and the update ran whole (1.55-1.57x one device instead of
+//! 1.65-1.67x).
 //!
 //! A collective step (`Exec::AllReduce`) runs on its stream's thread like a
 //! launch, and blocks until every rank of the communicator reached it;
 //! collectives live on one stream, so every rank runs them in one order. It
 //! runs even after a failed launch (skipping it would leave the other ranks
 //! waiting); a failed collective is reported like a failed launch.
+//!
+//! A thread with nothing to run spins for up to [`SPIN`] (watching the
+//! events its lanes wait for, the next step's start or a help offer)
+//! before it sleeps, when the program has no more threads than cores: a
+//! wake-up from a sleep took 30-70 us on the 2-vCPU benchmark host, longer
+//! than many of the waits it ends (a tower waiting for the host's record at
+//! a step's start, the helper of a split update). With more threads than
+//! cores a spinning thread would hold a core another thread needs, so they
+//! sleep at once.
 //!
 //! Profiling (off by default) adds the wall time of every launch, copy and
 //! wait to a counter preallocated per step item, so it allocates nothing
@@ -69,6 +86,9 @@ use super::exec::dispatch;
 use super::prepare::Exec;
 use crate::comm::CommError;
 use crate::trace::{Trace, TraceEvent};
+
+/// How long a thread with nothing to run spins before it sleeps (see the module docs).
+const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// Half of a split launch, offered to an idle worker (see [`split_run`]).
 #[derive(Clone, Copy)]
@@ -101,9 +121,19 @@ pub struct Shared {
     help_cv: Condvar,
     /// Whether the program has worker threads (that may help).
     helpers: bool,
-    /// Streams still running in this step.
-    remaining: Mutex<usize>,
+    /// Workers still running this step; the last one to finish takes
+    /// `done` and rings `done_cv`.
+    remaining: AtomicUsize,
+    done: Mutex<()>,
     done_cv: Condvar,
+    /// Whether idle threads spin before they sleep (no more threads than cores).
+    spin: bool,
+    /// The last step started (`Start::gen`), readable without the lock.
+    gen_now: AtomicU64,
+    /// Whether a help offer is open and unclaimed, or was finished by its
+    /// helper: mirrors of `Start` for spinning threads.
+    offer_open: AtomicBool,
+    offer_done: AtomicBool,
     events: Vec<AtomicU64>,
     /// Added to the 0-based run number to give the step that step-dependent
     /// kernels (dropout) see: 0 unless a resumed run set the counter
@@ -117,6 +147,8 @@ pub struct Shared {
     waiters: Vec<Vec<usize>>,
     /// Worker threads running their step right now (not asleep, not done).
     awake: AtomicUsize,
+    /// Whether thread 0 also runs a device's streams (then it never waits for a core).
+    host_joined: bool,
     /// Cores this process may use; when the workers take them all, the host
     /// (which then has no core of its own) runs a launch only while one of
     /// them is free (see `run_thread`).
@@ -207,6 +239,45 @@ impl Shared {
             watch = cv.wait(watch).unwrap_or_else(|p| p.into_inner());
         }
         watch.core = false;
+    }
+
+    /// Spin until `ready` holds or [`SPIN`] passed (at once when this
+    /// program's threads may not spin); whether it holds.
+    fn spin_until(&self, ready: impl Fn() -> bool) -> bool {
+        if ready() {
+            return true;
+        }
+        if !self.spin {
+            return false;
+        }
+        let t = Instant::now();
+        loop {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+                if ready() {
+                    return true;
+                }
+            }
+            if t.elapsed() >= SPIN {
+                return ready();
+            }
+        }
+    }
+
+    /// Run the open help offer, if there is one and no thread claimed it.
+    fn help(&self) {
+        let mut s = self.start.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(job) = s.job.filter(|_| !s.claimed) else { return };
+        s.claimed = true;
+        self.offer_open.store(false, Ordering::Release);
+        drop(s);
+        // SAFETY: the offering thread keeps the launch alive and touches
+        // only the other half until `finished` is set.
+        let r = unsafe { super::exec::dispatch_range(&*job.launch, job.lo, job.hi) };
+        let mut s = self.start.lock().unwrap_or_else(|p| p.into_inner());
+        (s.finished, s.result) = (true, r);
+        self.offer_done.store(true, Ordering::Release);
+        self.help_cv.notify_all();
     }
 
     fn recorded(&self, e: usize, gen: u64) -> bool {
@@ -377,7 +448,7 @@ fn run_thread(work: &mut Work, clocks: &Clocks, gen: u64, sh: &Shared) {
         }
         // Then one launch or collective.
         if let Some(li) = (0..lanes.len()).find(|&li| lanes[li].execs.get(pos[li]).is_some_and(is_work)) {
-            if !worker {
+            if !worker && !sh.host_joined {
                 sh.host_waits_for_a_core();
             }
             run(&mut lanes[li], pos[li], &mut failed, &mut slept);
@@ -390,13 +461,28 @@ fn run_thread(work: &mut Work, clocks: &Clocks, gen: u64, sh: &Shared) {
             }
             return;
         }
-        // Every lane waits for another thread's event: sleep until one comes.
+        // Every lane waits for another thread's event: spin a while, then
+        // sleep until one comes.
         let blocked = |e: usize| !sh.recorded(e, gen);
-        let (lock, cv) = &sh.bells[*me];
-        let mut watch = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let waiting = |lanes: &[Lane], pos: &[usize]| {
+            lanes.iter().zip(pos.iter()).all(|(l, p)| match l.execs.get(*p) {
+                Some(Exec::Wait(e)) => blocked(*e),
+                Some(_) => false,
+                None => true,
+            })
+        };
         if timed && slept.is_none() {
             slept = Some(Instant::now());
         }
+        // A thread waiting in its step helps with an open offer too.
+        if sh.spin_until(|| !waiting(lanes, pos) || sh.offer_open.load(Ordering::Acquire)) {
+            if sh.offer_open.load(Ordering::Acquire) {
+                sh.help();
+            }
+            continue;
+        }
+        let (lock, cv) = &sh.bells[*me];
+        let mut watch = lock.lock().unwrap_or_else(|p| p.into_inner());
         // Only records of the events at the lanes' heads ring this bell.
         watch.n = 0;
         for (l, p) in lanes.iter().zip(pos.iter()) {
@@ -406,21 +492,14 @@ fn run_thread(work: &mut Work, clocks: &Clocks, gen: u64, sh: &Shared) {
                 watch.n += 1;
             }
         }
-        let asleep = |lanes: &[Lane], pos: &[usize]| {
-            lanes.iter().zip(pos.iter()).all(|(l, p)| match l.execs.get(*p) {
-                Some(Exec::Wait(e)) => blocked(*e),
-                Some(_) => false,
-                None => true,
-            })
-        };
-        if asleep(lanes, pos) {
+        if waiting(lanes, pos) {
             if worker {
                 // Lock order: the host's bell is taken without this one held.
                 drop(watch);
                 sh.worker_rests();
                 watch = lock.lock().unwrap_or_else(|p| p.into_inner());
             }
-            while asleep(lanes, pos) {
+            while waiting(lanes, pos) {
                 watch = cv.wait(watch).unwrap_or_else(|p| p.into_inner());
             }
             if worker {
@@ -450,6 +529,8 @@ unsafe fn split_run(l: &super::prepare::Launch, n: usize, sh: &Shared) -> Result
         }
         s.job = Some(Job { launch: l, lo: mid, hi: n });
         (s.claimed, s.finished, s.result) = (false, false, Ok(()));
+        sh.offer_done.store(false, Ordering::Release);
+        sh.offer_open.store(true, Ordering::Release);
         sh.start_cv.notify_all();
     }
     let mine = super::exec::dispatch_range(l, 0, mid);
@@ -457,9 +538,15 @@ unsafe fn split_run(l: &super::prepare::Launch, n: usize, sh: &Shared) -> Result
     let theirs = if !s.claimed {
         s.claimed = true;
         s.job = None;
+        sh.offer_open.store(false, Ordering::Release);
         drop(s);
         super::exec::dispatch_range(l, mid, n)
     } else {
+        if !s.finished {
+            drop(s);
+            sh.spin_until(|| sh.offer_done.load(Ordering::Acquire));
+            s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
+        }
         while !s.finished {
             s = sh.help_cv.wait(s).unwrap_or_else(|p| p.into_inner());
         }
@@ -494,7 +581,16 @@ impl Runner {
     /// profiles and traces).
     /// Fails (with the OS's reason) only if a worker thread cannot be spawned;
     /// the workers already started are stopped again.
-    pub fn new(threads: Vec<Vec<(usize, usize, Exec)>>, num_events: usize, program: &str) -> Result<Runner, String> {
+    ///
+    /// `host_joined`: thread 0 runs a device's streams besides the host's
+    /// (`threads::thread_plans`); it then never waits for a core, and the
+    /// caller is pinned to a core of its own rather than the last worker's.
+    pub fn new(
+        threads: Vec<Vec<(usize, usize, Exec)>>,
+        num_events: usize,
+        program: &str,
+        host_joined: bool,
+    ) -> Result<Runner, String> {
         let shared = Arc::new(Shared {
             start: Mutex::new(Start {
                 gen: 0,
@@ -507,12 +603,18 @@ impl Runner {
             start_cv: Condvar::new(),
             help_cv: Condvar::new(),
             helpers: threads.len() > 1,
-            remaining: Mutex::new(0),
+            remaining: AtomicUsize::new(0),
+            done: Mutex::new(()),
+            spin: std::thread::available_parallelism().is_ok_and(|n| threads.len() <= n.get()),
+            gen_now: AtomicU64::new(0),
+            offer_open: AtomicBool::new(false),
+            offer_done: AtomicBool::new(false),
             done_cv: Condvar::new(),
             events: (0..num_events).map(|_| AtomicU64::new(0)).collect(),
             step_base: AtomicU64::new(0),
             bells: (0..threads.len()).map(|_| (Mutex::new(Watch::default()), Condvar::new())).collect(),
             awake: AtomicUsize::new(0),
+            host_joined,
             // Without a known count, assume the workers have cores to spare.
             // With collectives across processes, never: a host waiting for a
             // core held by a worker inside an all-reduce could wait for the
@@ -641,20 +743,27 @@ impl Runner {
         let tracing = sh.tracing.load(Ordering::Relaxed);
         let started = Instant::now();
         if !self.workers.is_empty() {
-            *sh.remaining.lock().unwrap_or_else(|p| p.into_inner()) = self.workers.len();
+            sh.remaining.store(self.workers.len(), Ordering::Release);
             let mut s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
             s.gen = gen;
+            sh.gen_now.store(gen, Ordering::Release);
             sh.start_cv.notify_all();
         }
-        let pin = (!self.workers.is_empty()).then(|| super::affinity::HostPin::new(self.workers.len()));
+        // The caller shares the last worker's core, or has the next core to
+        // itself when it runs a device's streams too.
+        let workers = self.workers.len();
+        let core = if sh.host_joined { Some(workers) } else { workers.checked_sub(1) };
+        let pin = core.map(super::affinity::HostPin::new);
         // A plan without streams (nothing to run) has no thread and no clocks.
         if let Some(clocks) = self.clocks.first() {
             run_thread(&mut self.first, clocks, gen, sh);
         }
         if !self.workers.is_empty() {
-            let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());
-            while *r > 0 {
-                r = sh.done_cv.wait(r).unwrap_or_else(|p| p.into_inner());
+            if !sh.spin_until(|| sh.remaining.load(Ordering::Acquire) == 0) {
+                let mut d = sh.done.lock().unwrap_or_else(|p| p.into_inner());
+                while sh.remaining.load(Ordering::Acquire) > 0 {
+                    d = sh.done_cv.wait(d).unwrap_or_else(|p| p.into_inner());
+                }
             }
         }
         drop(pin);
@@ -683,6 +792,7 @@ impl Runner {
 fn worker(execs: &mut Work, clocks: &Clocks, sh: &Shared) {
     let mut seen = 0;
     loop {
+        sh.spin_until(|| sh.gen_now.load(Ordering::Acquire) != seen || sh.offer_open.load(Ordering::Acquire));
         let gen = {
             let mut s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
             loop {
@@ -693,15 +803,13 @@ fn worker(execs: &mut Work, clocks: &Clocks, sh: &Shared) {
                     break s.gen;
                 }
                 // Idle: help with an open offer of half a launch.
-                if let (Some(job), false) = (s.job, s.claimed) {
-                    s.claimed = true;
+                if s.job.is_some() && !s.claimed {
                     drop(s);
-                    // SAFETY: the offering thread keeps the launch alive and
-                    // touches only the other half until `finished` is set.
-                    let r = unsafe { super::exec::dispatch_range(&*job.launch, job.lo, job.hi) };
+                    sh.help();
+                    sh.spin_until(|| {
+                        sh.gen_now.load(Ordering::Acquire) != seen || sh.offer_open.load(Ordering::Acquire)
+                    });
                     s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
-                    (s.finished, s.result) = (true, r);
-                    sh.help_cv.notify_all();
                     continue;
                 }
                 s = sh.start_cv.wait(s).unwrap_or_else(|p| p.into_inner());
@@ -709,9 +817,8 @@ fn worker(execs: &mut Work, clocks: &Clocks, sh: &Shared) {
         };
         seen = gen;
         run_thread(execs, clocks, gen, sh);
-        let mut r = sh.remaining.lock().unwrap_or_else(|p| p.into_inner());
-        *r -= 1;
-        if *r == 0 {
+        if sh.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _d = sh.done.lock().unwrap_or_else(|p| p.into_inner());
             sh.done_cv.notify_all();
         }
     }
@@ -742,7 +849,7 @@ mod tests {
     fn lanes_run_as_their_events_allow() {
         let host = vec![(0, 0, Exec::Wait(1)), (1, 0, Exec::Record(0))];
         let worker = vec![(2, 0, Exec::Wait(0)), (2, 1, Exec::Record(1))];
-        let mut runner = Runner::new(vec![host, worker], 2, "lanes").expect("starts");
+        let mut runner = Runner::new(vec![host, worker], 2, "lanes", false).expect("starts");
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
             for _ in 0..3 {
@@ -759,7 +866,7 @@ mod tests {
     /// A plan without streams (a verified plan may have none) runs as nothing.
     #[test]
     fn a_plan_without_threads_steps() {
-        let mut runner = Runner::new(Vec::new(), 0, "empty").expect("starts");
+        let mut runner = Runner::new(Vec::new(), 0, "empty", false).expect("starts");
         assert!(runner.step().is_ok());
         assert_eq!(runner.steps_run(), 1);
     }
