@@ -8,9 +8,15 @@
 //!    TensorFlow and PyTorch measured by that harness on the same machine.
 //! 2. Two towers against one device at the same global batch 256 (MLP
 //!    784-128-10 and 784-256-256-10; each variable placement), with the
-//!    share of the step spent in the cross-tower gradient reduction. Codegen
-//!    fuses each variable's reduction into its optimizer update
-//!    (`mean_apply`), so the share counts the reduction and the update.
+//!    share of the step spent in the cross-tower gradient reduction and the
+//!    optimizer updates (the launches `weighted_sum`, `mean_apply`,
+//!    `multi_apply` and `apply_*`: codegen fuses a variable's reduction into
+//!    its update). By default the large weight gradients' means are folded
+//!    into one product over the batch (`gemm_tower_mean`, the
+//!    `tower_matmul` pass): their reduction is the product's own sum and
+//!    costs nothing apart, so only their update counts; "not folded" rows
+//!    turn that off, "unfused" rows every fusion (the reduction then is
+//!    its own `weighted_sum` launch).
 //!
 //! Each configuration: 10 warm-up steps, then timed steps; the median, p10 and
 //! p90 are reported. Output: a markdown table on stdout and one JSON line per
@@ -62,8 +68,11 @@ fn time_steps(model: &Model, opts: &CompileOptions, steps: usize) -> Stats {
         }
     }
     let total: f64 = times.iter().sum();
-    let reduce_ns: u64 =
-        prof.iter().filter(|p| p.kernel == "weighted_sum" || p.kernel == "mean_apply").map(|p| p.nanos).sum();
+    let reduce_ns: u64 = prof
+        .iter()
+        .filter(|p| matches!(p.kernel, "weighted_sum" | "mean_apply" | "multi_apply") || p.kernel.starts_with("apply_"))
+        .map(|p| p.nanos)
+        .sum();
     times.sort_by(|a, b| a.total_cmp(b));
     let q = |f: f64| times[((times.len() - 1) as f64 * f).round() as usize];
     Stats {
@@ -111,23 +120,25 @@ fn main() {
     }
 
     println!("\n## Two towers vs one device, global batch {batch}\n");
-    println!("| model | variables | 1 device ms | 2 towers ms | speed-up | reduction share of step (fused: with the update) |");
+    println!("| model | variables | 1 device ms | 2 towers ms | speed-up | reduction + update share of step |");
     println!("|---|---|---|---|---|---|");
     let small = mlp(&[128], "mlp-784-128-10");
     for m in [&small, &big] {
         let one = time_steps(m, &CompileOptions::new(sgd.clone(), batch), n_mlp);
-        for (vars, vname, fuse) in [
-            (VarPlacement::Cpu, "cpu", true),
-            (VarPlacement::Gpu0, "gpu0", true),
-            (VarPlacement::RoundRobin, "round-robin", true),
-            (VarPlacement::Greedy, "greedy", true),
-            // Unfused: the reduction alone is timed (its weighted_sum launches).
-            (VarPlacement::Cpu, "cpu, unfused", false),
-            (VarPlacement::Gpu0, "gpu0, unfused", false),
+        for (vars, vname, fold, fuse) in [
+            (VarPlacement::Cpu, "cpu", true, true),
+            (VarPlacement::Gpu0, "gpu0", true, true),
+            (VarPlacement::RoundRobin, "round-robin", true, true),
+            (VarPlacement::Greedy, "greedy", true, true),
+            (VarPlacement::Cpu, "cpu, not folded", false, true),
+            (VarPlacement::Gpu0, "gpu0, not folded", false, true),
+            // Unfused: each reduction its own weighted_sum launch.
+            (VarPlacement::Cpu, "cpu, unfused", false, false),
         ] {
             let mut o = CompileOptions::new(sgd.clone(), batch);
             o.towers = vec![Device::gpu(0), Device::gpu(1)];
             o.variables = vars;
+            o.fold_tower_matmuls = fold;
             o.fuse_reductions = fuse;
             let two = time_steps(m, &o, n_mlp);
             let share = two.reduce_share.map(|s| format!("{:.1}%", 100.0 * s)).unwrap_or_else(|| "-".into());

@@ -151,8 +151,9 @@ struct Common {
     /// fusion (elementwise chains into generated kernels, bias and
     /// activation, a convolution or a matmul with its bias, activation and
     /// pool, the gradients' fusions, the cross-entropy's, the optimizer
-    /// updates of one device as one launch) and no in-place gradients, e.g.
-    /// to compare a fused run with the plain one.
+    /// updates of one device as one launch), no in-place gradients and no
+    /// towers' weight gradients folded into one product over the batch,
+    /// e.g. to compare a fused run with the plain one.
     #[arg(long)]
     no_fusion: bool,
 }

@@ -344,6 +344,9 @@ impl TrainConfig {
         o.dump_after = self.dump_after.clone();
         o.reuse_memory = self.memory_reuse && !self.check_numerics;
         o.fuse_kernels = self.fuse_kernels;
+        // Folded weight-gradient products pay where the towers share one
+        // memory (the CPU backend); on GPUs each device computes its own.
+        o.fold_tower_matmuls = self.fuse_kernels && matches!(self.backend, BackendChoice::Cpu);
         o
     }
 

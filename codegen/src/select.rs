@@ -93,6 +93,19 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
             let n = if *transpose_b { b[0] } else { b[1] };
             launch(Kernel::MatMul { m, n, k, trans_a: *transpose_a, trans_b: *transpose_b }, &[0, 1])
         }
+        TowerMatMul { weights, transpose_a, transpose_b } => {
+            let pairs: Vec<(&Ty, &Ty)> = ins.chunks(2).filter_map(|p| Some((p.first()?, p.get(1)?))).collect();
+            let (m, n) = (outs[0].dims.first().copied().unwrap_or(1), last(&outs[0]));
+            let ks = pairs
+                .iter()
+                .map(|(a, _)| match a.dims[..] {
+                    [r, c] => Ok(if *transpose_a { r } else { c }),
+                    _ => Err(format!("tower matmul needs rank-2 operands, got {:?}", a.dims)),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let weights = weights.iter().map(|w| w.0).collect();
+            launch(Kernel::TowerMatMul { m, n, ks, trans_a: *transpose_a, trans_b: *transpose_b, weights }, &all)
+        }
         Binary(bop) => {
             if ins[0].dtype != DType::F32 {
                 return Err(format!("elementwise arithmetic runs on f32 only, got {}", ins[0].dtype));

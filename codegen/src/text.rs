@@ -80,6 +80,12 @@ pub fn kernel_params(k: &Kernel) -> String {
             let tb = if *trans_b { " trans_b" } else { "" };
             format!("m={m} n={n} k={k}{ta}{tb}")
         }
+        Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
+            let ta = if *trans_a { " trans_a" } else { "" };
+            let tb = if *trans_b { " trans_b" } else { "" };
+            let ks = ks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("+");
+            format!("m={m} n={n} k={ks}{ta}{tb} w={}", list(weights))
+        }
         Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
             let ta = if *trans_a { " trans_a" } else { "" };
             let tb = if *trans_b { " trans_b" } else { "" };

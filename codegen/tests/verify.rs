@@ -514,6 +514,39 @@ fn mean_apply_fuses_only_optimizer_updates() {
     );
 }
 
+/// A folded tower product: one (a, b) pair per weight, each pair's k its
+/// own. Base operands: x.gpu0 f32[2,3], w f32[3,2] in, y f32[2,2] out.
+#[test]
+fn a_tower_matmul_has_one_pair_per_weight() {
+    let k = |ks: Vec<usize>, weights: Vec<f32>| Kernel::TowerMatMul {
+        m: 2,
+        n: 2,
+        ks,
+        trans_a: false,
+        trans_b: false,
+        weights,
+    };
+    let ok = |p: &mut Plan| {
+        let (kernel, i, o, _) = launch(p);
+        (*kernel, *i, *o) = (k(vec![3, 3], vec![0.5, 0.5]), vec![X_GPU, w(), X_GPU, w()], vec![Y]);
+    };
+    let mut p = base();
+    ok(&mut p);
+    towers_codegen::verify(&p).expect("two pairs of k = 3 verify");
+    assert_eq!(
+        err(with_launch(k(vec![3, 3], vec![0.5, 0.5]), vec![X_GPU, w()], vec![Y])),
+        "gpu:0/compute step 1 'y': gemm_tower_mean takes 4 inputs, got 2"
+    );
+    assert_eq!(
+        err(with_launch(k(vec![3], vec![0.5, 0.5]), vec![X_GPU, w()], vec![Y])),
+        "gpu:0/compute step 1 'y': gemm_tower_mean parameters are invalid: 1 k's for 2 weights (one pair per replica, at least one)"
+    );
+    assert_eq!(
+        err(with_launch(k(vec![3, 4], vec![0.5, 0.5]), vec![X_GPU, w(), X_GPU, w()], vec![Y])),
+        "gpu:0/compute step 1 'y': gemm_tower_mean input 2 'x.gpu0' has 6 elements, but the parameters need 8 (pair 1: m*k = 2*4)"
+    );
+}
+
 // Buffers that share bytes (memory reuse): allowed only between buffers
 // whose uses are ordered by the streams and events, never for feeds,
 // constants or fetches.

@@ -94,7 +94,7 @@ fn emit(g: &Graph, c: &Cluster, index: &BTreeMap<NodeId, usize>, s: &mut String,
         let fill = n.device.map(device_colour).unwrap_or("white");
         let shape = match n.op {
             Op::Copy => "cds",
-            Op::TowerMean { .. } => "doubleoctagon",
+            Op::TowerMean { .. } | Op::TowerMatMul { .. } => "doubleoctagon",
             Op::AllReduce { .. } => "tripleoctagon",
             Op::Variable { .. } => "cylinder",
             Op::Placeholder { .. } => "invhouse",

@@ -139,6 +139,26 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             known_elements(shape.iter().copied(), &format!("variable shape {shape:?}"))?;
             Ok(vec![TensorType::new(*dtype, Shape::known(shape))])
         }
+        TowerMatMul { weights, transpose_a, transpose_b } => {
+            if inputs.len() < 2 || inputs.len() != 2 * weights.len() {
+                return Err(InferError::Arity {
+                    expected: format!("two per weight ({} weights)", weights.len()),
+                    got: inputs.len(),
+                });
+            }
+            let pair = MatMul { transpose_a: *transpose_a, transpose_b: *transpose_b };
+            let first = infer(&pair, &inputs[..2])?;
+            for (i, ab) in inputs.chunks(2).enumerate().skip(1) {
+                let t = infer(&pair, ab)?;
+                if t[0].shape != first[0].shape {
+                    return detail(format!(
+                        "every pair's product must have one shape: pair 0 gives {}, pair {i} gives {}",
+                        first[0].shape, t[0].shape
+                    ));
+                }
+            }
+            Ok(first)
+        }
         MatMul { transpose_a, transpose_b } => {
             arity(inputs, 2)?;
             let (a, b) = (&inputs[0], &inputs[1]);

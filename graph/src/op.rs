@@ -271,6 +271,18 @@ pub enum Op {
     TowerMean {
         weights: Vec<F32>,
     },
+    /// in: a_0, b_0, a_1, b_1, ... (one pair per replica). out:
+    /// Σ weights[i]·op(a_i)·op(b_i), the weighted mean of the replicas'
+    /// matrix products as one product over the whole batch (the
+    /// `tower_matmul` pass folds a `TowerMean` of the replicas' weight
+    /// gradients into it: the reduction becomes the product's sum over the
+    /// batch). Every pair gives the same [m, n]; k (a replica's batch) may
+    /// differ. No gradient: it only appears after autodiff.
+    TowerMatMul {
+        weights: Vec<F32>,
+        transpose_a: bool,
+        transpose_b: bool,
+    },
     /// in: n tensors of this process (a gradient bucket: the ranks' partial
     /// sums, weighted by their shares of the global batch). out: n tensors,
     /// output i the sum of input i over every process of the group (the
@@ -339,6 +351,7 @@ impl Op {
             },
             Op::IncrementStep => "AssignAdd",
             Op::TowerMean { .. } => "TowerMean",
+            Op::TowerMatMul { .. } => "TowerMatMul",
             Op::AllReduce { .. } => "AllReduce",
             Op::Copy => "Copy",
             Op::NoOp => "NoOp",

@@ -217,7 +217,7 @@ macro_rules! k {
     };
 }
 
-/// Every kernel of the plan (the 52 variants of codegen's `Kernel`), in the
+/// Every kernel of the plan (the 53 variants of codegen's `Kernel`), in the
 /// enum's order.
 pub const KERNELS: &[CudaKernel] = &[
     CudaKernel {
@@ -235,6 +235,14 @@ pub const KERNELS: &[CudaKernel] = &[
         after: &[("elementwise", "towers_bias_act_in_place_f32")],
         args: "cuBLAS sgemm as gemm, then the epilogue: op (i32: the index in UnaryOp::ALL, -1 none), n = m*n (i64), c = n (i64), bias, c (in place)",
         launch: "cublasSgemm on the launch's stream; epilogue block BLOCK, grid grid_1d(m*n)",
+    },
+    CudaKernel {
+        kernel: "gemm_tower_mean",
+        family: None,
+        entries: &[],
+        after: &[],
+        args: "cuBLAS sgemm per pair as gemm: alpha = the pair's weight, beta 0 for the first pair and 1 after (the mean accumulates in c)",
+        launch: "one cublasSgemm per pair on the launch's stream",
     },
     k!("binary", "elementwise", ["towers_binary_f32"],
        "op (i32: 0 Add, 1 Sub, 2 Mul, 3 Div), n = numel(out) (i64), a, b, out, od: Dims4 (output dims padded to rank 4), sa, sb: Dims4 (broadcast strides, Dims4::broadcast_strides)", EW),
@@ -499,11 +507,11 @@ mod tests {
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 52);
+        assert_eq!(KERNELS.len(), 53);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 52);
+        assert_eq!(names.len(), 53);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 

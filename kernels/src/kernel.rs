@@ -25,6 +25,21 @@ pub enum Kernel {
         trans_a: bool,
         trans_b: bool,
     },
+    /// in: a_0, b_0, a_1, b_1, ... (one pair per replica). out:
+    /// c = Σ weights[i]·op(a_i)·op(b_i), `c: [m, n]`, pair i with k =
+    /// `ks[i]` (`Op::TowerMatMul`: the replicas' weight gradients and their
+    /// mean as one product over the whole batch). The CPU body always
+    /// computes it as two row blocks, split at
+    /// [`crate::gemm::tower_matmul_split`], so a backend may run the blocks
+    /// on two threads with the bits of one.
+    TowerMatMul {
+        m: usize,
+        n: usize,
+        ks: Vec<usize>,
+        trans_a: bool,
+        trans_b: bool,
+        weights: Vec<f32>,
+    },
     /// in: a, b, bias. out: `act(op(a) op(b) + bias)` (`act` None: the sum
     /// alone): a `MatMul`, the `BiasAdd` that is its only consumer and, when
     /// that bias add is fused with its activation, the activation, fused by
@@ -312,6 +327,7 @@ impl Kernel {
         match self {
             Kernel::MatMul { .. } => "gemm",
             Kernel::MatMulBiasAct { .. } => "gemm_bias_act",
+            Kernel::TowerMatMul { .. } => "gemm_tower_mean",
             Kernel::Binary { .. } => "binary",
             Kernel::Fused { .. } => "fused_elementwise",
             Kernel::AddN { .. } => "add_n",

@@ -38,6 +38,7 @@ pub mod schedule;
 pub mod simplify;
 pub mod split;
 pub mod state;
+pub mod tower_matmul;
 
 pub use all_reduce::AllReduceBuckets;
 pub use autodiff::{gradients, Autodiff, GradientResult};
@@ -58,3 +59,4 @@ pub use state::{
     Bucket, CompileState, Diagnostic, PassError, Program, Replica, Schedule, ScheduleItem, ScheduledStream, StreamKind,
     TensorRef,
 };
+pub use tower_matmul::TowerMatMuls;

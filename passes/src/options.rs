@@ -58,6 +58,14 @@ pub struct CompileOptions {
     /// default; off, every tensor keeps its bytes for the whole step and can
     /// be read after it). Read by lowering, not by the passes.
     pub reuse_memory: bool,
+    /// Fold each weight gradient's mean over the replicas into one product
+    /// over the whole batch (the `tower_matmul` pass): on by default, for the
+    /// CPU backend, where the towers share one memory and its runtime splits
+    /// the product between two idle tower threads. Off for plans meant for
+    /// GPUs (each GPU then computes its own replica's product) and, like
+    /// every fusion, with `--no-fusion`. One process only: across processes
+    /// the reduction is an all-reduce of each process's part.
+    pub fold_tower_matmuls: bool,
 }
 
 /// The default gradient bucket capacity: 25 MiB, as PyTorch DDP's `bucket_cap_mb=25`.
@@ -120,6 +128,7 @@ impl CompileOptions {
             process: ProcessGroup::SINGLE,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             reuse_memory: true,
+            fold_tower_matmuls: true,
         }
     }
 }

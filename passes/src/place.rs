@@ -5,7 +5,7 @@
 //! 1. a tower node runs on its tower's device ("tower 1");
 //! 2. optimizer slots, `ApplyGradient`, `AssignMovingAverage`, `IncrementStep`
 //!    and a variable's `TowerMean` (its gradient mean, or a batch-norm
-//!    statistic mean) are colocated with their variable ("colocated with fc1/weights");
+//!    statistic mean) or `TowerMatMul` (its folded gradient mean) are colocated with their variable ("colocated with fc1/weights");
 //! 3. an explicit device request on a non-tower node wins ("requested /device:CPU:0");
 //! 4. variables by [`VarPlacement`] ("variables=cpu", "variables=gpu0",
 //!    "variables=round_robin", "variables=greedy"), `global_step` excepted;
@@ -205,14 +205,14 @@ impl Pass for Place {
             }
             // A TowerMean feeding a writer (a gradient or statistic mean) goes with the variable.
             for t in ins.iter().skip(muts.end) {
-                if matches!(g.node(t.node).op, Op::TowerMean { .. }) {
+                if matches!(g.node(t.node).op, Op::TowerMean { .. } | Op::TowerMatMul { .. }) {
                     colocate.insert(t.node, var);
                 }
             }
         }
         for (v, t) in &st.grads {
             if let (Some(var), Some(m)) = (g.get(v), g.get(&t.node)) {
-                if matches!(g.node(m).op, Op::TowerMean { .. }) {
+                if matches!(g.node(m).op, Op::TowerMean { .. } | Op::TowerMatMul { .. }) {
                     colocate.entry(m).or_insert(var);
                 }
             }

@@ -92,7 +92,11 @@ fn scheduled_preds(g: &Graph, id: NodeId) -> BTreeSet<NodeId> {
 /// reduction and update (and each bucket's all-reduce) comes as soon as its
 /// last gradient is written instead of after the whole backward pass, so
 /// the devices that reduce and update start while the towers go on.
-/// Graphs without either (one device) keep their order.
+/// Graphs without either (one device) keep their order. A `TowerMatMul`
+/// (a folded gradient mean: a product over the whole batch) is not hoisted:
+/// where it shares a stream with a tower it would hold up that tower's
+/// backward pass, which the other tower then waits for; after it, both
+/// towers' threads are free to split it.
 fn hoist_collectives(g: &Graph, order: Vec<NodeId>) -> Vec<NodeId> {
     if !order.iter().any(|&id| matches!(g.node(id).op, Op::AllReduce { .. } | Op::TowerMean { .. })) {
         return order;

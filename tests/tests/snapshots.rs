@@ -59,6 +59,8 @@ fn each_gradient_reduction_fuses_into_its_update_and_the_loss_mean_does_not() {
         33,
     );
     o.towers = vec![Device::gpu(0), Device::gpu(1), Device::gpu(2)];
+    // The weights' means as means (not folded into products over the batch).
+    o.fold_tower_matmuls = false;
     let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
     let means = c
         .graph

@@ -162,6 +162,20 @@ impl Check<'_, '_> {
                 self.size(In(1), self.count(k.checked_mul(*n), "k*n")?, || format!("k*n = {k}*{n}"))?;
                 self.size(Out(0), self.count(m.checked_mul(*n), "m*n")?, || format!("m*n = {m}*{n}"))
             }
+            Kernel::TowerMatMul { m, n, ks, weights, .. } => {
+                self.param(!ks.is_empty() && ks.len() == weights.len(), || {
+                    format!("{} k's for {} weights (one pair per replica, at least one)", ks.len(), weights.len())
+                })?;
+                self.args(2 * ks.len(), 1)?;
+                self.all_f32()?;
+                for (p, k) in ks.iter().enumerate() {
+                    self.size(In(2 * p), self.count(m.checked_mul(*k), "m*k")?, || format!("pair {p}: m*k = {m}*{k}"))?;
+                    self.size(In(2 * p + 1), self.count(k.checked_mul(*n), "k*n")?, || {
+                        format!("pair {p}: k*n = {k}*{n}")
+                    })?;
+                }
+                self.size(Out(0), self.count(m.checked_mul(*n), "m*n")?, || format!("m*n = {m}*{n}"))
+            }
             Kernel::MatMulBiasAct { m, n, k, .. } => {
                 self.args(3, 1)?;
                 self.all_f32()?;

@@ -58,14 +58,25 @@ impl MatMul {
 
 /// `c = alpha * op(a) * op(b) + beta * c`; see [`MatMul`] and the module docs.
 pub fn matmul(p: &MatMul, a: &[f32], b: &[f32], c: &mut [f32]) {
+    matmul_rows(p, a, b, c, 0, p.m);
+}
+
+/// Rows `[lo, hi)` of [`matmul`]: `c_rows` holds those rows of `c` (`(hi -
+/// lo) * n` elements); `a` and `b` are the whole operands. The `gemm`
+/// crate picks its kernels by the row count too, so the bits of a row may
+/// differ from [`matmul`]'s of all rows: a caller that needs one set of
+/// bits always uses one split (as [`tower_matmul`] does).
+pub fn matmul_rows(p: &MatMul, a: &[f32], b: &[f32], c_rows: &mut [f32], lo: usize, hi: usize) {
     let MatMul { m, n, k, .. } = *p;
+    debug_assert!(lo <= hi && hi <= m, "matmul: rows {lo}..{hi} of {m}");
     debug_assert!(a.len() >= m * k, "matmul: a too short");
     debug_assert!(b.len() >= k * n, "matmul: b too short");
-    debug_assert!(c.len() >= m * n, "matmul: c too short");
-    if m == 0 || n == 0 {
+    let rows = hi - lo;
+    debug_assert!(c_rows.len() >= rows * n, "matmul: c too short");
+    if rows == 0 || n == 0 {
         return;
     }
-    let c = &mut c[..m * n];
+    let c = &mut c_rows[..rows * n];
     if k == 0 {
         if p.beta == 0.0 {
             c.fill(0.0);
@@ -77,12 +88,15 @@ pub fn matmul(p: &MatMul, a: &[f32], b: &[f32], c: &mut [f32]) {
     let (a_rs, a_cs) = if p.trans_a { (1, m as isize) } else { (k as isize, 1) };
     let (b_rs, b_cs) = if p.trans_b { (1, k as isize) } else { (n as isize, 1) };
     let par = parallelism(p.threads);
-    // SAFETY: the pointers cover m*k, k*n and m*n elements (asserted above in
-    // debug, the caller's contract in release); strides address exactly
-    // those elements; `c` is a unique borrow, not aliased by `a` or `b`.
+    // Row `lo` of op(a): element (lo, 0).
+    let a = &a[lo * a_rs as usize..];
+    // SAFETY: the pointers cover m*k (from row lo of op(a) on), k*n and
+    // rows*n elements (asserted above in debug, the caller's contract in
+    // release); strides address exactly those elements; `c` is a unique
+    // borrow, not aliased by `a` or `b`.
     unsafe {
         gemm::gemm(
-            m,
+            rows,
             n,
             k,
             c.as_mut_ptr(),
@@ -103,6 +117,51 @@ pub fn matmul(p: &MatMul, a: &[f32], b: &[f32], c: &mut [f32]) {
             par,
         );
     }
+}
+
+/// Shape and weights of one [`tower_matmul`]: pair `i` is `op(a_i)` `[m,
+/// ks[i]]` times `op(b_i)` `[ks[i], n]`, weighted by `weights[i]`.
+#[derive(Debug, Clone, Copy)]
+pub struct TowerGemm<'a> {
+    pub m: usize,
+    pub n: usize,
+    pub ks: &'a [usize],
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub weights: &'a [f32],
+}
+
+/// The row at which [`tower_matmul`] splits its output: half of `m`,
+/// rounded down to a multiple of 8.
+pub fn tower_matmul_split(m: usize) -> usize {
+    (m / 2) & !7
+}
+
+/// Rows `[lo, hi)` of `c = Σ weights[i]·op(a_i)·op(b_i)` (`Kernel::TowerMatMul`)
+/// into `c_rows`; `input(2i)` and `input(2i + 1)` are pair i's whole
+/// operands. Pair 0 overwrites, every later pair accumulates (one GEMM each,
+/// alpha = its weight). Allocates nothing.
+pub fn tower_matmul_rows<'x>(
+    p: &TowerGemm<'_>,
+    input: impl Fn(usize) -> &'x [f32],
+    c_rows: &mut [f32],
+    lo: usize,
+    hi: usize,
+) {
+    for (i, (&k, &w)) in p.ks.iter().zip(p.weights).enumerate() {
+        let mm =
+            MatMul::new(p.m, k, p.n).trans_a(p.trans_a).trans_b(p.trans_b).scale(w, if i == 0 { 0.0 } else { 1.0 });
+        matmul_rows(&mm, input(2 * i), input(2 * i + 1), c_rows, lo, hi);
+    }
+}
+
+/// `c = Σ weights[i]·op(a_i)·op(b_i)`, as its two row blocks split at
+/// [`tower_matmul_split`] (the bits of two threads running one block each).
+pub fn tower_matmul<'x>(p: &TowerGemm<'_>, input: impl Fn(usize) -> &'x [f32] + Copy, c: &mut [f32]) {
+    let h = tower_matmul_split(p.m);
+    let (top, bottom) = c.split_at_mut(h * p.n);
+    tower_matmul_rows(p, input, top, 0, h);
+    tower_matmul_rows(p, input, bottom, h, p.m);
 }
 
 fn parallelism(threads: usize) -> Parallelism {
@@ -151,6 +210,47 @@ mod tests {
                         assert_close(&c1, &c2, 1e-4, "matmul");
                     }
                 }
+            }
+        }
+    }
+
+    /// Rows of a product, every transpose, against the whole product's rows
+    /// (close, not always the same bits: hence `tower_matmul`'s fixed
+    /// split), and the tower mean
+    /// Σ w_i op(a_i) op(b_i) against the naive sum, with pairs of different k.
+    #[test]
+    fn rows_and_tower_means() {
+        let mut r = Lcg::new(3);
+        for ta in [false, true] {
+            for tb in [false, true] {
+                let (m, n) = (37, 19);
+                let ks = [13usize, 7];
+                let w = [0.75f32, 0.25];
+                let ops: Vec<(Vec<f32>, Vec<f32>)> = ks.iter().map(|&k| (r.vec(m * k), r.vec(k * n))).collect();
+                let p0 = MatMul::new(m, ks[0], n).trans_a(ta).trans_b(tb);
+                let mut whole = vec![0.0; m * n];
+                matmul(&p0, &ops[0].0, &ops[0].1, &mut whole);
+                let mut rows = vec![f32::NAN; 10 * n];
+                matmul_rows(&p0, &ops[0].0, &ops[0].1, &mut rows, 20, 30);
+                // Not always the same bits: the GEMM's kernels depend on the row count.
+                assert_close(&rows, &whole[20 * n..30 * n], 1e-5, "rows 20..30");
+                let mut want = vec![0.0; m * n];
+                for (i, (a, b)) in ops.iter().enumerate() {
+                    let mut c = vec![0.0; m * n];
+                    naive(&MatMul::new(m, ks[i], n).trans_a(ta).trans_b(tb), a, b, &mut c);
+                    want.iter_mut().zip(&c).for_each(|(o, v)| *o += w[i] * v);
+                }
+                let tg = TowerGemm { m, n, ks: &ks, trans_a: ta, trans_b: tb, weights: &w };
+                let flat: Vec<&[f32]> = ops.iter().flat_map(|(a, b)| [a.as_slice(), b.as_slice()]).collect();
+                let mut got = vec![f32::NAN; m * n];
+                tower_matmul(&tg, |i| flat[i], &mut got);
+                assert_close(&got, &want, 1e-4, "tower mean");
+                let h = tower_matmul_split(m);
+                let mut halves = vec![f32::NAN; m * n];
+                let (top, bottom) = halves.split_at_mut(h * n);
+                tower_matmul_rows(&tg, |i| flat[i], bottom, h, m);
+                tower_matmul_rows(&tg, |i| flat[i], top, 0, h);
+                assert_eq!(halves, got, "the two blocks, in any order, are the whole");
             }
         }
     }

@@ -37,44 +37,87 @@ unsafe fn view_mut<'a>(b: &super::prepare::Buf) -> SliceMut<'a> {
 /// costs a wake-up of tens of microseconds).
 pub const SPLIT_MIN: usize = 1 << 16;
 
-/// The element count of a launch that may run as two element ranges on two
-/// threads with the same bits as one (every element is computed on its own):
-/// a large `MeanApply` (the tower reduction fused into an update, at the
-/// end of a multi-tower step where the towers' threads are idle).
-pub fn splittable(l: &Launch) -> Option<usize> {
+/// Output rows x their length x pair count below which a tower matmul is
+/// never split: about 2 MFLOP (tens of microseconds on one core).
+pub const SPLIT_MIN_FLOP: usize = 1 << 21;
+
+/// How a launch may run as two ranges on two threads with the same bits as
+/// one: `(n, mid)`, ranges `[0, mid)` and `[mid, n)` of [`dispatch_range`].
+/// - a large `MeanApply` (the tower reduction fused into an update) or
+///   optimizer update: elements, each computed on its own;
+/// - a large `TowerMatMul` (the replicas' weight gradients as one product
+///   over the whole batch): output rows, split where its body always splits
+///   them (`gemm::tower_matmul_split`).
+///
+/// They run at the end of a multi-tower step, or as each gradient is
+/// finished, where a tower's thread is idle or waiting.
+/// The third value estimates the upper range's work (in flops; an
+/// element of an update as [`ELEMENT_FLOPS`]) for the board of offers.
+pub fn splittable(l: &Launch) -> Option<(usize, usize, usize)> {
+    let elems = |l: &Launch| {
+        let n = l.outs.first()?.slot.len();
+        let mid = (n / 2) & !15;
+        (n >= SPLIT_MIN).then_some((n, mid, (n - mid).saturating_mul(ELEMENT_FLOPS)))
+    };
     match &l.kernel {
-        Kernel::MeanApply { weights, .. } if weights.len() <= 16 => {
-            let n = l.outs.first()?.slot.len();
-            (n >= SPLIT_MIN).then_some(n)
+        Kernel::MeanApply { weights, .. } if weights.len() <= 16 => elems(l),
+        Kernel::ApplyGradientDescent {} | Kernel::ApplyMomentum { .. } | Kernel::ApplyAdam { .. } => elems(l),
+        Kernel::TowerMatMul { m, n, ks, .. } => {
+            let per_row = ks.iter().sum::<usize>().saturating_mul(*n).saturating_mul(2);
+            let mid = gemm::tower_matmul_split(*m);
+            (per_row.saturating_mul(*m) >= SPLIT_MIN_FLOP).then_some((*m, mid, per_row.saturating_mul(m - mid)))
         }
         _ => None,
     }
 }
 
-/// Run elements `[lo, hi)` of a [`splittable`] launch. Allocates nothing.
+/// An updated element's cost in flops, for comparing offers: its bytes
+/// move at about a hundred flops' time on the benchmark host.
+pub const ELEMENT_FLOPS: usize = 100;
+
+/// Run range `[lo, hi)` (elements or rows, see [`splittable`]) of a
+/// splittable launch. Allocates nothing.
 ///
 /// # Safety
 /// As [`dispatch`]; the ranges of one launch run concurrently touch disjoint elements.
 pub unsafe fn dispatch_range(l: &Launch, lo: usize, hi: usize) -> Result<(), String> {
-    let Kernel::MeanApply { weights, apply } = &l.kernel else {
-        return Err(format!("{} cannot run in ranges", l.kernel.name()));
-    };
-    let n = weights.len();
-    let mut grads: [&[f32]; 16] = [&[]; 16];
-    for (g, b) in grads.iter_mut().zip(&l.ins[..n]) {
-        *g = b.slot.range(lo, hi).f32();
-    }
-    let t = match apply.as_ref() {
-        Kernel::ApplyAdam { .. } => optim::adam_step(l.ins[n].slot.i32()),
-        _ => 1,
-    };
-    let lr = l.ins[l.ins.len() - 1].slot.f32()[0];
+    let err = |e: towers_kernels::KernelError| e.to_string();
+    let lr = || l.ins.last().map_or(0.0, |b| b.slot.f32()[0]);
     let mut outs: [&mut [f32]; 3] = [&mut [], &mut [], &mut []];
     for (o, b) in outs.iter_mut().zip(&l.outs) {
         *o = b.slot.range(lo, hi).f32_mut();
     }
     let k = l.outs.len().min(3);
-    optim::mean_apply(&grads[..n], weights, apply, t, lr, &mut outs[..k]).map_err(|e| e.to_string())
+    match &l.kernel {
+        Kernel::MeanApply { weights, apply } => {
+            let n = weights.len();
+            let mut grads: [&[f32]; 16] = [&[]; 16];
+            for (g, b) in grads.iter_mut().zip(&l.ins[..n]) {
+                *g = b.slot.range(lo, hi).f32();
+            }
+            let t = match apply.as_ref() {
+                Kernel::ApplyAdam { .. } => optim::adam_step(l.ins[n].slot.i32()),
+                _ => 1,
+            };
+            optim::mean_apply(&grads[..n], weights, apply, t, lr(), &mut outs[..k]).map_err(err)
+        }
+        Kernel::ApplyGradientDescent {} | Kernel::ApplyMomentum { .. } | Kernel::ApplyAdam { .. } => {
+            // in: grad, (Adam: global_step), learning rate.
+            let t = match &l.kernel {
+                Kernel::ApplyAdam { .. } => optim::adam_step(l.ins[1].slot.i32()),
+                _ => 1,
+            };
+            let g = l.ins[0].slot.range(lo, hi).f32();
+            optim::update(&l.kernel, &mut outs[..k], g, lr(), t, "apply").map_err(err)
+        }
+        Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
+            let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
+            let c = l.outs[0].slot.range(lo * n, hi * n).f32_mut();
+            gemm::tower_matmul_rows(&p, |i| l.ins[i].slot.f32(), c, lo, hi);
+            Ok(())
+        }
+        other => Err(format!("{} cannot run in ranges", other.name())),
+    }
 }
 
 /// Run one launch. `step` is the program's 0-based run count (dropout's stream).
@@ -92,6 +135,10 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         Kernel::MatMul { m, n, k, trans_a, trans_b } => {
             let p = gemm::MatMul::new(*m, *k, *n).trans_a(*trans_a).trans_b(*trans_b);
             gemm::matmul(&p, i(0), i(1), o(0));
+        }
+        Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
+            let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
+            gemm::tower_matmul(&p, |k| ins[k].slot.f32(), o(0));
         }
         Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
             let p = gemm::MatMul::new(*m, *k, *n).trans_a(*trans_a).trans_b(*trans_b);

@@ -31,6 +31,7 @@ mod affinity;
 mod collective;
 pub(crate) mod exec;
 pub(crate) mod mem;
+mod offers;
 pub(crate) mod prepare;
 mod sched;
 mod store;

@@ -90,35 +90,18 @@ use crate::trace::{Trace, TraceEvent};
 /// How long a thread with nothing to run spins before it sleeps (see the module docs).
 const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
-/// Half of a split launch, offered to an idle worker (see [`split_run`]).
-#[derive(Clone, Copy)]
-struct Job {
-    launch: *const super::prepare::Launch,
-    lo: usize,
-    hi: usize,
-}
-
-// SAFETY: the launch outlives the job: its thread waits until the job is
-// finished (or takes it back) before it goes on.
-unsafe impl Send for Job {}
-
-/// The start signal and the help offer, under one lock so that an idle
-/// worker waits for either.
+/// The start signal (an idle worker also wakes on it for a help offer).
 struct Start {
     gen: u64,
     shutdown: bool,
-    job: Option<Job>,
-    claimed: bool,
-    finished: bool,
-    result: Result<(), String>,
 }
 
 /// State shared by the caller and the workers of one program.
 pub struct Shared {
     start: Mutex<Start>,
     start_cv: Condvar,
-    /// Signals a finished job to the thread that offered it.
-    help_cv: Condvar,
+    /// Parts of split launches open to any idle thread.
+    board: super::offers::Board,
     /// Whether the program has worker threads (that may help).
     helpers: bool,
     /// Workers still running this step; the last one to finish takes
@@ -130,10 +113,6 @@ pub struct Shared {
     spin: bool,
     /// The last step started (`Start::gen`), readable without the lock.
     gen_now: AtomicU64,
-    /// Whether a help offer is open and unclaimed, or was finished by its
-    /// helper: mirrors of `Start` for spinning threads.
-    offer_open: AtomicBool,
-    offer_done: AtomicBool,
     events: Vec<AtomicU64>,
     /// Added to the 0-based run number to give the step that step-dependent
     /// kernels (dropout) see: 0 unless a resumed run set the counter
@@ -264,22 +243,6 @@ impl Shared {
         }
     }
 
-    /// Run the open help offer, if there is one and no thread claimed it.
-    fn help(&self) {
-        let mut s = self.start.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(job) = s.job.filter(|_| !s.claimed) else { return };
-        s.claimed = true;
-        self.offer_open.store(false, Ordering::Release);
-        drop(s);
-        // SAFETY: the offering thread keeps the launch alive and touches
-        // only the other half until `finished` is set.
-        let r = unsafe { super::exec::dispatch_range(&*job.launch, job.lo, job.hi) };
-        let mut s = self.start.lock().unwrap_or_else(|p| p.into_inner());
-        (s.finished, s.result) = (true, r);
-        self.offer_done.store(true, Ordering::Release);
-        self.help_cv.notify_all();
-    }
-
     fn recorded(&self, e: usize, gen: u64) -> bool {
         self.events[e].load(Ordering::Acquire) >= gen
     }
@@ -376,7 +339,7 @@ fn run_item(x: &mut Exec, failed: &mut bool, gen: u64, sh: &Shared) {
             let step = sh.step_base.load(Ordering::Relaxed).wrapping_add(gen - 1);
             // SAFETY: the schedule's events order every cross-stream access (super::mem).
             let r = match super::exec::splittable(l) {
-                Some(n) if sh.helpers => unsafe { split_run(l, n, sh) },
+                Some((n, mid, cost)) if sh.helpers => unsafe { split_run(l, n, mid, cost, sh) },
                 _ => unsafe { dispatch(l, step) },
             };
             if let Err(msg) = r {
@@ -475,10 +438,8 @@ fn run_thread(work: &mut Work, clocks: &Clocks, gen: u64, sh: &Shared) {
             slept = Some(Instant::now());
         }
         // A thread waiting in its step helps with an open offer too.
-        if sh.spin_until(|| !waiting(lanes, pos) || sh.offer_open.load(Ordering::Acquire)) {
-            if sh.offer_open.load(Ordering::Acquire) {
-                sh.help();
-            }
+        if sh.spin_until(|| !waiting(lanes, pos) || sh.board.has_open()) {
+            sh.board.help();
             continue;
         }
         let (lock, cv) = &sh.bells[*me];
@@ -499,7 +460,7 @@ fn run_thread(work: &mut Work, clocks: &Clocks, gen: u64, sh: &Shared) {
                 sh.worker_rests();
                 watch = lock.lock().unwrap_or_else(|p| p.into_inner());
             }
-            while waiting(lanes, pos) {
+            while waiting(lanes, pos) && !sh.board.has_open() {
                 watch = cv.wait(watch).unwrap_or_else(|p| p.into_inner());
             }
             if worker {
@@ -510,49 +471,29 @@ fn run_thread(work: &mut Work, clocks: &Clocks, gen: u64, sh: &Shared) {
     }
 }
 
-/// Run a splittable launch of `n` elements as two halves: the upper half
-/// is offered to an idle worker (one that finished its step), the lower
-/// half runs here; an offer no worker took in the meantime is taken back
-/// and run here too. Every element is computed once, by the same body, so
-/// the bits do not depend on who ran it. Only one offer is open at a time;
-/// a launch that finds one open runs whole.
+/// Run a splittable launch of `n` elements (or rows) as two parts, `[0,
+/// mid)` and `[mid, n)` (see `exec::splittable`): the upper part (of work
+/// `cost`) is posted on the board of offers (`super::offers`), the lower
+/// part runs here, then the offer is settled (taken back, or waited for
+/// while helping with others). Every element is computed once, by the same
+/// body over the same two parts, so the bits do not depend on who ran them.
+/// A launch that finds the board full runs both parts here.
 ///
 /// # Safety
 /// As [`dispatch`].
-unsafe fn split_run(l: &super::prepare::Launch, n: usize, sh: &Shared) -> Result<(), String> {
-    let mid = (n / 2) & !15;
-    {
-        let mut s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
-        if s.job.is_some() {
-            drop(s);
-            return super::exec::dispatch_range(l, 0, n);
-        }
-        s.job = Some(Job { launch: l, lo: mid, hi: n });
-        (s.claimed, s.finished, s.result) = (false, false, Ok(()));
-        sh.offer_done.store(false, Ordering::Release);
-        sh.offer_open.store(true, Ordering::Release);
-        sh.start_cv.notify_all();
+unsafe fn split_run(l: &super::prepare::Launch, n: usize, mid: usize, cost: usize, sh: &Shared) -> Result<(), String> {
+    let Some(slot) = sh.board.post(l, mid, n, cost) else {
+        return super::exec::dispatch_range(l, 0, mid).and_then(|()| super::exec::dispatch_range(l, mid, n));
+    };
+    // Wake the idle: workers between steps, and threads asleep in their step.
+    drop(sh.start.lock().unwrap_or_else(|p| p.into_inner()));
+    sh.start_cv.notify_all();
+    for (lock, cv) in &sh.bells {
+        let _watch = lock.lock().unwrap_or_else(|p| p.into_inner());
+        cv.notify_all();
     }
     let mine = super::exec::dispatch_range(l, 0, mid);
-    let mut s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
-    let theirs = if !s.claimed {
-        s.claimed = true;
-        s.job = None;
-        sh.offer_open.store(false, Ordering::Release);
-        drop(s);
-        super::exec::dispatch_range(l, mid, n)
-    } else {
-        if !s.finished {
-            drop(s);
-            sh.spin_until(|| sh.offer_done.load(Ordering::Acquire));
-            s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
-        }
-        while !s.finished {
-            s = sh.help_cv.wait(s).unwrap_or_else(|p| p.into_inner());
-        }
-        s.job = None;
-        std::mem::replace(&mut s.result, Ok(()))
-    };
+    let theirs = sh.board.settle(slot, |ready| sh.spin_until(ready));
     mine.and(theirs)
 }
 
@@ -592,23 +533,14 @@ impl Runner {
         host_joined: bool,
     ) -> Result<Runner, String> {
         let shared = Arc::new(Shared {
-            start: Mutex::new(Start {
-                gen: 0,
-                shutdown: false,
-                job: None,
-                claimed: false,
-                finished: false,
-                result: Ok(()),
-            }),
+            start: Mutex::new(Start { gen: 0, shutdown: false }),
             start_cv: Condvar::new(),
-            help_cv: Condvar::new(),
+            board: super::offers::Board::new(),
             helpers: threads.len() > 1,
             remaining: AtomicUsize::new(0),
             done: Mutex::new(()),
             spin: std::thread::available_parallelism().is_ok_and(|n| threads.len() <= n.get()),
             gen_now: AtomicU64::new(0),
-            offer_open: AtomicBool::new(false),
-            offer_done: AtomicBool::new(false),
             done_cv: Condvar::new(),
             events: (0..num_events).map(|_| AtomicU64::new(0)).collect(),
             step_base: AtomicU64::new(0),
@@ -758,12 +690,10 @@ impl Runner {
         if let Some(clocks) = self.clocks.first() {
             run_thread(&mut self.first, clocks, gen, sh);
         }
-        if !self.workers.is_empty() {
-            if !sh.spin_until(|| sh.remaining.load(Ordering::Acquire) == 0) {
-                let mut d = sh.done.lock().unwrap_or_else(|p| p.into_inner());
-                while sh.remaining.load(Ordering::Acquire) > 0 {
-                    d = sh.done_cv.wait(d).unwrap_or_else(|p| p.into_inner());
-                }
+        if !self.workers.is_empty() && !sh.spin_until(|| sh.remaining.load(Ordering::Acquire) == 0) {
+            let mut d = sh.done.lock().unwrap_or_else(|p| p.into_inner());
+            while sh.remaining.load(Ordering::Acquire) > 0 {
+                d = sh.done_cv.wait(d).unwrap_or_else(|p| p.into_inner());
             }
         }
         drop(pin);
@@ -792,7 +722,7 @@ impl Runner {
 fn worker(execs: &mut Work, clocks: &Clocks, sh: &Shared) {
     let mut seen = 0;
     loop {
-        sh.spin_until(|| sh.gen_now.load(Ordering::Acquire) != seen || sh.offer_open.load(Ordering::Acquire));
+        sh.spin_until(|| sh.gen_now.load(Ordering::Acquire) != seen || sh.board.has_open());
         let gen = {
             let mut s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
             loop {
@@ -802,13 +732,11 @@ fn worker(execs: &mut Work, clocks: &Clocks, sh: &Shared) {
                 if s.gen != seen {
                     break s.gen;
                 }
-                // Idle: help with an open offer of half a launch.
-                if s.job.is_some() && !s.claimed {
+                // Idle: help with an open offer of part of a launch.
+                if sh.board.has_open() {
                     drop(s);
-                    sh.help();
-                    sh.spin_until(|| {
-                        sh.gen_now.load(Ordering::Acquire) != seen || sh.offer_open.load(Ordering::Acquire)
-                    });
+                    sh.board.help();
+                    sh.spin_until(|| sh.gen_now.load(Ordering::Acquire) != seen || sh.board.has_open());
                     s = sh.start.lock().unwrap_or_else(|p| p.into_inner());
                     continue;
                 }

@@ -26,7 +26,7 @@ pub(crate) struct KLaunch {
     pub args: ArgPack,
 }
 
-/// One row-major GEMM, `c = alpha op(a) op(b) + beta c` with alpha 1.
+/// One row-major GEMM, `c = alpha op(a) op(b) + beta c`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Gemm {
     pub m: usize,
@@ -37,6 +37,7 @@ pub(crate) struct Gemm {
     pub a: u64,
     pub b: u64,
     pub c: u64,
+    pub alpha: f32,
     pub beta: f32,
 }
 
@@ -167,6 +168,7 @@ pub(crate) fn lower_launch(
                 a: i(0)?.ptr,
                 b: i(1)?.ptr,
                 c: y.ptr,
+                alpha: 1.0,
                 beta: 0.0,
             };
             ops.push(Op::Gemm(g));
@@ -176,6 +178,26 @@ pub(crate) fn lower_launch(
                 let mut a = ArgPack::new();
                 a.i32(code).i64(y.len).i64(*n).ptr(i(2)?.ptr).ptr(y.ptr);
                 launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
+            }
+        }
+        Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
+            // One GEMM per pair: the first writes c, the others add to it.
+            let y = o(0)?;
+            for (p, (&k, &w)) in ks.iter().zip(weights).enumerate() {
+                let (a, b) = (i(2 * p)?.ptr, i(2 * p + 1)?.ptr);
+                let beta = if p == 0 { 0.0 } else { 1.0 };
+                ops.push(Op::Gemm(Gemm {
+                    m: *m,
+                    n: *n,
+                    k,
+                    ta: *trans_a,
+                    tb: *trans_b,
+                    a,
+                    b,
+                    c: y.ptr,
+                    alpha: w,
+                    beta,
+                }));
             }
         }
         Kernel::Binary { op, a_shape, b_shape, out_shape } => {
@@ -294,13 +316,42 @@ pub(crate) fn lower_launch(
             if pointwise || rows == 0 {
                 // x viewed as [rows, c_in] already is the column matrix.
                 let gm = match kernel {
-                    Kernel::Conv2D { .. } | Kernel::Conv2DBiasAct { .. } => {
-                        Gemm { m: rows, n: co, k, ta: false, tb: false, a: a0.ptr, b: a1.ptr, c: y.ptr, beta: 0.0 }
-                    }
-                    Kernel::Conv2DBackpropInput { .. } => {
-                        Gemm { m: rows, n: k, k: co, ta: false, tb: true, a: a0.ptr, b: a1.ptr, c: y.ptr, beta: 0.0 }
-                    }
-                    _ => Gemm { m: k, n: co, k: rows, ta: true, tb: false, a: a0.ptr, b: a1.ptr, c: y.ptr, beta: 0.0 },
+                    Kernel::Conv2D { .. } | Kernel::Conv2DBiasAct { .. } => Gemm {
+                        m: rows,
+                        n: co,
+                        k,
+                        ta: false,
+                        tb: false,
+                        a: a0.ptr,
+                        b: a1.ptr,
+                        c: y.ptr,
+                        alpha: 1.0,
+                        beta: 0.0,
+                    },
+                    Kernel::Conv2DBackpropInput { .. } => Gemm {
+                        m: rows,
+                        n: k,
+                        k: co,
+                        ta: false,
+                        tb: true,
+                        a: a0.ptr,
+                        b: a1.ptr,
+                        c: y.ptr,
+                        alpha: 1.0,
+                        beta: 0.0,
+                    },
+                    _ => Gemm {
+                        m: k,
+                        n: co,
+                        k: rows,
+                        ta: true,
+                        tb: false,
+                        a: a0.ptr,
+                        b: a1.ptr,
+                        c: y.ptr,
+                        alpha: 1.0,
+                        beta: 0.0,
+                    },
                 };
                 ops.push(Op::Gemm(gm));
                 if let Some(a) = epilogue {
@@ -337,6 +388,7 @@ pub(crate) fn lower_launch(
                             a: ws.ptr,
                             b: a1.ptr,
                             c,
+                            alpha: 1.0,
                             beta: 0.0,
                         }));
                     }
@@ -351,6 +403,7 @@ pub(crate) fn lower_launch(
                             a: dy,
                             b: a1.ptr,
                             c: ws.ptr,
+                            alpha: 1.0,
                             beta: 0.0,
                         }));
                         let mut a = ArgPack::new();
@@ -370,6 +423,7 @@ pub(crate) fn lower_launch(
                             a: ws.ptr,
                             b: dy,
                             c: y.ptr,
+                            alpha: 1.0,
                             beta,
                         }));
                     }

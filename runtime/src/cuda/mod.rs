@@ -471,7 +471,6 @@ unsafe fn gemm(h: blas_sys::cublasHandle_t, g: &Gemm) -> Result<(), String> {
     use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
     let (op_a, lda) = if g.ta { (CUBLAS_OP_T, g.m) } else { (CUBLAS_OP_N, g.k) };
     let (op_b, ldb) = if g.tb { (CUBLAS_OP_T, g.k) } else { (CUBLAS_OP_N, g.n) };
-    let one = 1.0f32;
     blas::sgemm(
         h,
         op_b,
@@ -479,7 +478,7 @@ unsafe fn gemm(h: blas_sys::cublasHandle_t, g: &Gemm) -> Result<(), String> {
         g.n as i32,
         g.m as i32,
         g.k as i32,
-        &one,
+        &g.alpha,
         g.b as *const f32,
         ldb.max(1) as i32,
         g.a as *const f32,

@@ -463,6 +463,17 @@ fn eval(
         Op::Identity | Op::StopGradient | Op::Copy => one(x[0].clone()),
         // One process: the sum over the ranks is this rank's value.
         Op::AllReduce { .. } => x.to_vec(),
+        Op::TowerMatMul { weights, transpose_a, transpose_b } => {
+            let mut out: Option<V> = None;
+            for (ab, w) in x.chunks(2).zip(weights) {
+                let p = matmul(&ab[0], &ab[1], *transpose_a, *transpose_b);
+                out = Some(match out {
+                    None => p.map(|v| w.0 as f64 * v),
+                    Some(o) => binary(&o, &p, |a, b| a + w.0 as f64 * b),
+                });
+            }
+            one(out.expect("at least one pair"))
+        }
         Op::TowerMean { weights } => {
             let mut out = V::zeros(&x[0].shape);
             for (v, w) in x.iter().zip(weights) {
