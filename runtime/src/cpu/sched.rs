@@ -38,19 +38,20 @@
 //! is reported. A schedule that waits on an event never recorded in the
 //! step deadlocks; codegen only emits waits on events it records.
 //!
-//! A large fused reduction and update (`exec::splittable`) is run as two
-//! halves: the upper half is offered to an idle thread (a worker whose
-//! device finished its step, as the towers' devices have when the last
-//! gradient's update runs, or any thread whose lanes all wait) and taken
-//! back if none took it by the time the lower half is done
-//! ([`split_run`]). Each element is computed once by the same body, so the
-//! bits never depend on the split. Measured on the MLP 784-256-256-10 at
-//! two towers, variables on the host: 1.31 ms a step against 1.47-1.55 ms
-//! unsplit. Variables on a tower's device gained most from the help of a
-//! waiting thread: its update's offer was otherwise open while the only
-//! other thread (the caller, with the host's lanes) waited for the step's
-//! last event, and the update ran whole (1.55-1.57x one device instead of
-//! 1.65-1.67x).
+//! A large update or folded tower product (`exec::splittable`) is run as
+//! two parts ([`split_run`]): the upper part is posted on the board of
+//! offers (`super::offers`) for an idle thread (a worker whose device
+//! finished its step, as the towers' devices have when the last gradient's
+//! update runs, a thread whose lanes all wait, the caller waiting for the
+//! workers, or a poster waiting for its own offer), the lower part runs
+//! here. Each element is computed once by the same body over the same two
+//! parts, so the bits never depend on the split. Measured on the MLP
+//! 784-256-256-10 at two towers, variables on the host: 1.31 ms a step
+//! against 1.47-1.55 ms unsplit. Variables on a tower's device gained most
+//! from the help of a waiting thread: its update's offer was otherwise open
+//! while the only other thread (the caller, with the host's lanes) waited
+//! for the step's last event, and the update ran whole (1.55-1.57x one
+//! device instead of 1.65-1.67x).
 //!
 //! A collective step (`Exec::AllReduce`) runs on its stream's thread like a
 //! launch, and blocks until every rank of the communicator reached it;
@@ -485,13 +486,17 @@ unsafe fn split_run(l: &super::prepare::Launch, n: usize, mid: usize, cost: usiz
     let Some(slot) = sh.board.post(l, mid, n, cost) else {
         return super::exec::dispatch_range(l, 0, mid).and_then(|()| super::exec::dispatch_range(l, mid, n));
     };
-    // Wake the idle: workers between steps, and threads asleep in their step.
+    // Wake the idle: workers between steps, threads asleep in their step,
+    // and the caller waiting for the workers. (Taking each lock first: a
+    // sleeper checks for offers under its lock, then waits.)
     drop(sh.start.lock().unwrap_or_else(|p| p.into_inner()));
     sh.start_cv.notify_all();
     for (lock, cv) in &sh.bells {
         let _watch = lock.lock().unwrap_or_else(|p| p.into_inner());
         cv.notify_all();
     }
+    drop(sh.done.lock().unwrap_or_else(|p| p.into_inner()));
+    sh.done_cv.notify_all();
     let mine = super::exec::dispatch_range(l, 0, mid);
     let theirs = sh.board.settle(slot, |ready| sh.spin_until(ready));
     mine.and(theirs)
@@ -690,9 +695,14 @@ impl Runner {
         if let Some(clocks) = self.clocks.first() {
             run_thread(&mut self.first, clocks, gen, sh);
         }
-        if !self.workers.is_empty() && !sh.spin_until(|| sh.remaining.load(Ordering::Acquire) == 0) {
+        // Wait for the workers, helping with their split launches meanwhile.
+        let done = || sh.remaining.load(Ordering::Acquire) == 0;
+        while !self.workers.is_empty() && !done() {
+            if sh.board.help() || sh.spin_until(|| done() || sh.board.has_open()) {
+                continue;
+            }
             let mut d = sh.done.lock().unwrap_or_else(|p| p.into_inner());
-            while sh.remaining.load(Ordering::Acquire) > 0 {
+            while !done() && !sh.board.has_open() {
                 d = sh.done_cv.wait(d).unwrap_or_else(|p| p.into_inner());
             }
         }
