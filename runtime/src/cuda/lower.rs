@@ -315,44 +315,12 @@ pub(crate) fn lower_launch(
             };
             if pointwise || rows == 0 {
                 // x viewed as [rows, c_in] already is the column matrix.
-                let gm = match kernel {
-                    Kernel::Conv2D { .. } | Kernel::Conv2DBiasAct { .. } => Gemm {
-                        m: rows,
-                        n: co,
-                        k,
-                        ta: false,
-                        tb: false,
-                        a: a0.ptr,
-                        b: a1.ptr,
-                        c: y.ptr,
-                        alpha: 1.0,
-                        beta: 0.0,
-                    },
-                    Kernel::Conv2DBackpropInput { .. } => Gemm {
-                        m: rows,
-                        n: k,
-                        k: co,
-                        ta: false,
-                        tb: true,
-                        a: a0.ptr,
-                        b: a1.ptr,
-                        c: y.ptr,
-                        alpha: 1.0,
-                        beta: 0.0,
-                    },
-                    _ => Gemm {
-                        m: k,
-                        n: co,
-                        k: rows,
-                        ta: true,
-                        tb: false,
-                        a: a0.ptr,
-                        b: a1.ptr,
-                        c: y.ptr,
-                        alpha: 1.0,
-                        beta: 0.0,
-                    },
+                let (m, n, k, ta, tb) = match kernel {
+                    Kernel::Conv2D { .. } | Kernel::Conv2DBiasAct { .. } => (rows, co, k, false, false),
+                    Kernel::Conv2DBackpropInput { .. } => (rows, k, co, false, true),
+                    _ => (k, co, rows, true, false),
                 };
+                let gm = Gemm { m, n, k, ta, tb, a: a0.ptr, b: a1.ptr, c: y.ptr, alpha: 1.0, beta: 0.0 };
                 ops.push(Op::Gemm(gm));
                 if let Some(a) = epilogue {
                     launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
