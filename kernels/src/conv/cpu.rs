@@ -1,6 +1,8 @@
 //! CPU implementation of the convolution kernels: im2col/col2im and GEMM.
 //! See the parent module for layouts.
 
+#[cfg(target_arch = "x86_64")]
+use super::blocked_avx512 as blocked;
 use super::{direct, Algorithm, ConvGeom, CHUNK_ELEMS};
 use crate::elementwise::{bias_add_act_in_place, UnaryOp};
 use crate::gemm::{matmul, MatMul};
@@ -22,7 +24,10 @@ pub fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], workspace:
     match p.algorithm() {
         Algorithm::Pointwise => matmul(&MatMul::new(rows, k, co), x, filter, y),
         Algorithm::Direct if direct::available() => direct::conv2d(p, x, filter, y),
-        Algorithm::Direct | Algorithm::Im2col => im2col_conv2d(p, x, filter, y, workspace),
+        // SAFETY: `available` detected AVX-512F and FMA; `algorithm` checked `blocked_fits`.
+        #[cfg(target_arch = "x86_64")]
+        Algorithm::Blocked if direct::available() => unsafe { blocked::conv2d(p, x, filter, y, workspace, None) },
+        Algorithm::Direct | Algorithm::Blocked | Algorithm::Im2col => im2col_conv2d(p, x, filter, y, workspace),
     }
 }
 
@@ -76,15 +81,43 @@ pub fn conv2d_bias_act(
                 crate::elementwise::unary::unary_in_place(act, y);
             }
         }
-        Algorithm::Direct | Algorithm::Im2col => im2col_conv2d_then(p, x, filter, y, workspace, epilogue),
+        #[cfg(target_arch = "x86_64")]
+        Algorithm::Blocked if direct::available() => {
+            blocked_bias_act(p, x, filter, bias, act, y, workspace);
+        }
+        Algorithm::Direct | Algorithm::Blocked | Algorithm::Im2col => {
+            im2col_conv2d_then(p, x, filter, y, workspace, epilogue)
+        }
+    }
+}
+
+/// The blocked forward with the bias, and ReLU when `act` is ReLU, in
+/// registers before each store; any other activation on the output after.
+#[cfg(target_arch = "x86_64")]
+fn blocked_bias_act(
+    p: &ConvGeom,
+    x: &[f32],
+    filter: &[f32],
+    bias: &[f32],
+    act: UnaryOp,
+    y: &mut [f32],
+    workspace: &mut [f32],
+) {
+    let relu = act == UnaryOp::Relu;
+    let epi = super::direct_avx512::Epilogue::new(bias, relu);
+    // SAFETY: callers checked `direct::available` (AVX-512F and FMA) and
+    // `blocked_fits` (of the whole geometry: the workspace need is per image).
+    unsafe { blocked::conv2d(p, x, filter, y, workspace, Some(&epi)) };
+    if !relu {
+        crate::elementwise::unary::unary_in_place(act, y);
     }
 }
 
 /// [`conv2d_bias_act`], then a max pool of its output: `pool` is the pool's
 /// geometry (input `y`: `pool.x_len() == y.len()`), `pooled` its output.
-/// On the direct path each group of whole images is pooled right after it
-/// is computed, while it is in cache; elsewhere the pool follows the whole
-/// output. The same values as the two kernels.
+/// On the direct and blocked paths each group of whole images is pooled
+/// right after it is computed, while it is in cache; elsewhere the pool
+/// follows the whole output. The same values as the two kernels.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_bias_act_max_pool(
     p: &ConvGeom,
@@ -99,7 +132,8 @@ pub fn conv2d_bias_act_max_pool(
 ) {
     debug_assert_eq!(pool.x_len(), y.len());
     debug_assert_eq!(pool.n, p.n);
-    if p.n == 0 || !(matches!(p.algorithm(), Algorithm::Direct) && direct::available()) {
+    let alg = p.algorithm();
+    if p.n == 0 || !(matches!(alg, Algorithm::Direct | Algorithm::Blocked) && direct::available()) {
         conv2d_bias_act(p, x, filter, bias, act, y, workspace);
         crate::pool::max_pool(pool, y, pooled);
         return;
@@ -112,9 +146,16 @@ pub fn conv2d_bias_act_max_pool(
         let n = step.min(p.n - n0);
         let (sub, sub_pool) = (ConvGeom { n, ..*p }, crate::pool::PoolGeom { n, ..*pool });
         let yb = &mut y[n0 * y_img..(n0 + n) * y_img];
-        direct::conv2d_bias_relu(&sub, &x[n0 * x_img..(n0 + n) * x_img], filter, bias, relu, yb);
-        if !relu {
-            crate::elementwise::unary::unary_in_place(act, yb);
+        let xb = &x[n0 * x_img..(n0 + n) * x_img];
+        match alg {
+            #[cfg(target_arch = "x86_64")]
+            Algorithm::Blocked => blocked_bias_act(&sub, xb, filter, bias, act, yb, workspace),
+            _ => {
+                direct::conv2d_bias_relu(&sub, xb, filter, bias, relu, yb);
+                if !relu {
+                    crate::elementwise::unary::unary_in_place(act, yb);
+                }
+            }
         }
         crate::pool::max_pool(&sub_pool, yb, &mut pooled[n0 * p_img..(n0 + n) * p_img]);
         n0 += n;
@@ -169,6 +210,11 @@ pub fn conv2d_backprop_input(p: &ConvGeom, dy: &[f32], filter: &[f32], dx: &mut 
         matmul(&MatMul::new(rows, co, k).trans_b(true), dy, filter, dx);
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if rows > 0 && p.algorithm() == Algorithm::Blocked && direct::available() {
+        // SAFETY: `available` detected AVX-512F and FMA; `algorithm` checked `blocked_fits`.
+        return unsafe { blocked::conv2d_backprop_input(p, dy, filter, dx, workspace) };
+    }
     dx.fill(0.0);
     if rows == 0 {
         return;
@@ -203,7 +249,14 @@ pub fn conv2d_backprop_filter(p: &ConvGeom, x: &[f32], dy: &[f32], dfilter: &mut
         // dW[c_in, c_out] = x^T dy, x stored [rows, c_in].
         Algorithm::Pointwise => matmul(&MatMul::new(k, rows, co).trans_a(true), x, dy, dfilter),
         Algorithm::Direct if direct::available() => direct::conv2d_backprop_filter(p, x, dy, dfilter),
-        Algorithm::Direct | Algorithm::Im2col => im2col_conv2d_backprop_filter(p, x, dy, dfilter, workspace),
+        // SAFETY: `available` detected AVX-512F and FMA; `algorithm` checked `blocked_fits`.
+        #[cfg(target_arch = "x86_64")]
+        Algorithm::Blocked if direct::available() => unsafe {
+            blocked::conv2d_backprop_filter(p, x, dy, dfilter, workspace)
+        },
+        Algorithm::Direct | Algorithm::Blocked | Algorithm::Im2col => {
+            im2col_conv2d_backprop_filter(p, x, dy, dfilter, workspace)
+        }
     }
 }
 

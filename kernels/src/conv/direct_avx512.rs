@@ -40,7 +40,7 @@ impl Epilogue {
     }
 
     #[inline(always)]
-    unsafe fn apply(e: Option<&Epilogue>, blk: usize, a: __m512) -> __m512 {
+    pub(super) unsafe fn apply(e: Option<&Epilogue>, blk: usize, a: __m512) -> __m512 {
         match e {
             None => a,
             Some(e) => {
