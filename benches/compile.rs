@@ -4,7 +4,9 @@
 //! For the MLP 784-256-256-10 (ReLU, and swish: `x * sigmoid(x)`, whose
 //! chains the e-graph fuses) and the anchor convnet at global batch 256,
 //! 1, 2, 4 and 8 towers, variables on the CPU: kernel launches per step
-//! with every fusion on and off (`fuse_kernels`), copies and events; the peak arena bytes summed over the devices against
+//! with every fusion on and off (`fuse_kernels`, and the towers' weight
+//! gradients folded into one product, `fold_tower_matmuls`), copies and
+//! events; the peak arena bytes summed over the devices against
 //! the sum of all intermediates (the unfused program with every tensor in
 //! bytes of its own); the time of the egg pass
 //! (`simplify`) and of the whole compilation (median of 5). Output: a
@@ -55,6 +57,7 @@ fn main() {
             // The sum of all intermediates: the unfused program, each tensor in bytes of its own.
             let mut bare = o.clone();
             (bare.fuse_kernels, bare.fuse_reductions, bare.reuse_memory) = (false, false, false);
+            bare.fold_tower_matmuls = false;
             let before = compile_train(&m.graph, "loss", &bare).expect("compiles").plan;
             let all: usize = before.devices.iter().map(|d| d.bytes_without_reuse()).sum();
             let unfused =
