@@ -42,7 +42,8 @@ pub struct TowerMatMuls;
 /// The replicas' products of one mean: (transpose_a, transpose_b, the products).
 fn foldable(g: &Graph, mean: NodeId) -> Option<(bool, bool, Vec<NodeId>)> {
     let n = g.node(mean);
-    if !matches!(n.op, Op::TowerMean { .. }) || !g.control_inputs(mean).is_empty() {
+    let control = !g.control_inputs(mean).is_empty() || !g.control_consumers(mean).is_empty();
+    if !matches!(n.op, Op::TowerMean { .. }) || control {
         return None;
     }
     let fetched = |name: &str| g.program().fetches.values().any(|t| t.node == name);
