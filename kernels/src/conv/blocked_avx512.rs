@@ -109,6 +109,23 @@ fn pad_into(src: &[f32], h: usize, w: usize, c: usize, dst: &mut [f32], wp: usiz
     }
 }
 
+/// Image `xb` of the input as the kernels read it: itself, or (when
+/// `padded`, see [`padded_input`]) its copy into the zeroed border of `ws`
+/// at offset `(top, left)`.
+fn image<'a>(
+    p: &ConvGeom,
+    xb: &'a [f32],
+    ws: &'a mut [f32],
+    (hp, wp, padded): (usize, usize, bool),
+    (top, left): (usize, usize),
+) -> &'a [f32] {
+    if !padded {
+        return xb;
+    }
+    pad_into(xb, p.h, p.w, p.c_in, ws, wp, top, left);
+    &ws[..hp * wp * p.c_in]
+}
+
 /// `y = conv(x, filter)`, each output vector through `epi` before it is
 /// stored.
 ///
@@ -147,12 +164,7 @@ pub(super) unsafe fn conv2d(
     }
     for b in 0..p.n {
         let xb = &x[b * img..(b + 1) * img];
-        let xi: &[f32] = if padded {
-            pad_into(xb, p.h, p.w, ci, ws, wp, pt, pl);
-            &ws[..hp * wp * ci]
-        } else {
-            xb
-        };
+        let xi = image(p, xb, ws, (hp, wp, padded), (pt, pl));
         let yb = &mut y[b * yimg..(b + 1) * yimg];
         if nv == 1 {
             valid_image::<1>(xi, (hp, wp, ci), inner, (p.kh, p.kw), &wpk, co, yb, epi);
@@ -216,12 +228,7 @@ pub(super) unsafe fn conv2d_backprop_filter(p: &ConvGeom, x: &[f32], dy: &[f32],
     }
     for b in 0..p.n {
         let xb = &x[b * img..(b + 1) * img];
-        let xi: &[f32] = if padded {
-            pad_into(xb, p.h, p.w, ci, ws, wp, pt, pl);
-            &ws[..hp * wp * ci]
-        } else {
-            xb
-        };
+        let xi = image(p, xb, ws, (hp, wp, padded), (pt, pl));
         let dyb = &dy[b * dimg..(b + 1) * dimg];
         for ky in 0..p.kh {
             for kx in 0..p.kw {
