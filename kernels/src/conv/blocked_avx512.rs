@@ -180,6 +180,9 @@ pub(super) unsafe fn conv2d(
 /// As [`conv2d`].
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) unsafe fn conv2d_backprop_input(p: &ConvGeom, dy: &[f32], filter: &[f32], dx: &mut [f32], ws: &mut [f32]) {
+    if super::blocked_dx_avx512::fits(p) {
+        return super::blocked_dx_avx512::conv2d_backprop_input(p, dy, filter, dx);
+    }
     let ((oh, pt), (ow, pl)) = (p.out_h(), p.out_w());
     let (ci, co, kh, kw) = (p.c_in, p.c_out, p.kh, p.kw);
     // Flipped and transposed: tap (ky', kx', c) with c over c_out holds the
@@ -564,5 +567,6 @@ mod tests {
             padding: Padding::Valid,
         };
         assert_eq!(p.algorithm(), Algorithm::Blocked);
+        assert!(crate::conv::blocked_dx_avx512::fits(&p));
     }
 }

@@ -59,6 +59,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod blocked_avx512;
+#[cfg(target_arch = "x86_64")]
+mod blocked_dx_avx512;
 mod cpu;
 mod direct;
 #[cfg(target_arch = "x86_64")]
