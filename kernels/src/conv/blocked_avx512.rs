@@ -34,7 +34,7 @@
 
 use std::arch::x86_64::*;
 
-use super::direct::{LANES, MAX_PACKED, V};
+use super::direct::{Aligned, LANES, MAX_PACKED, V};
 use super::direct_avx512::Epilogue;
 use super::ConvGeom;
 
@@ -145,7 +145,8 @@ pub(super) unsafe fn conv2d(
     let (ci, co, k) = (p.c_in, p.c_out, p.k());
     let nv = co.div_ceil(LANES);
     // Tap t's vector v at wpk[t * nv + v], zero-padded.
-    let mut wpk = [[0.0f32; LANES]; MAX_PACKED];
+    let mut wpk = Aligned([[0.0f32; LANES]; MAX_PACKED]);
+    let wpk = &mut wpk.0;
     for t in 0..k {
         for v in 0..nv {
             let (c0, nb) = (v * LANES, (co - v * LANES).min(LANES));
@@ -167,9 +168,9 @@ pub(super) unsafe fn conv2d(
         let xi = image(p, xb, ws, (hp, wp, padded), (pt, pl));
         let yb = &mut y[b * yimg..(b + 1) * yimg];
         if nv == 1 {
-            valid_image::<1>(xi, (hp, wp, ci), inner, (p.kh, p.kw), &wpk, co, yb, epi);
+            valid_image::<1>(xi, (hp, wp, ci), inner, (p.kh, p.kw), wpk, co, yb, epi);
         } else {
-            valid_image::<2>(xi, (hp, wp, ci), inner, (p.kh, p.kw), &wpk, co, yb, epi);
+            valid_image::<2>(xi, (hp, wp, ci), inner, (p.kh, p.kw), wpk, co, yb, epi);
         }
     }
 }
@@ -187,7 +188,8 @@ pub(super) unsafe fn conv2d_backprop_input(p: &ConvGeom, dy: &[f32], filter: &[f
     let (ci, co, kh, kw) = (p.c_in, p.c_out, p.kh, p.kw);
     // Flipped and transposed: tap (ky', kx', c) with c over c_out holds the
     // vector over c_in of W[kh-1-ky', kw-1-kx', :, c].
-    let mut wpk = [[0.0f32; LANES]; MAX_PACKED];
+    let mut wpk = Aligned([[0.0f32; LANES]; MAX_PACKED]);
+    let wpk = &mut wpk.0;
     for ky in 0..kh {
         for kx in 0..kw {
             let src = ((kh - 1 - ky) * kw + (kw - 1 - kx)) * ci;
@@ -209,7 +211,7 @@ pub(super) unsafe fn conv2d_backprop_input(p: &ConvGeom, dy: &[f32], filter: &[f
     for b in 0..p.n {
         pad_into(&dy[b * dimg..(b + 1) * dimg], oh, ow, co, dyp, wq, top, left);
         let dxb = &mut dx[b * ximg..(b + 1) * ximg];
-        valid_image::<1>(dyp, (hq, wq, co), inner, (kh, kw), &wpk, ci, dxb, None);
+        valid_image::<1>(dyp, (hq, wq, co), inner, (kh, kw), wpk, ci, dxb, None);
     }
 }
 
@@ -223,7 +225,8 @@ pub(super) unsafe fn conv2d_backprop_filter(p: &ConvGeom, x: &[f32], dy: &[f32],
     let (ci, co, k) = (p.c_in, p.c_out, p.k());
     let nv = co.div_ceil(LANES);
     // The running total over images: tap t's vector v at total[t * nv + v].
-    let mut total = [[0.0f32; LANES]; MAX_PACKED];
+    let mut total = Aligned([[0.0f32; LANES]; MAX_PACKED]);
+    let total = &mut total.0;
     let (hp, wp, padded) = padded_input(p);
     let (img, dimg) = (p.h * p.w * ci, oh * ow * co);
     if padded {

@@ -27,7 +27,7 @@
 
 use std::arch::x86_64::*;
 
-use super::direct::{LANES, MAX_PACKED, V};
+use super::direct::{Aligned, LANES, MAX_PACKED, V};
 use super::ConvGeom;
 
 /// Most pixels per register block.
@@ -50,10 +50,6 @@ struct Seg {
 fn nvec(p: &ConvGeom) -> usize {
     p.k().div_ceil(LANES)
 }
-
-/// 64-byte aligned storage (vectors within one cache line each).
-#[repr(align(64))]
-pub(super) struct Aligned<T>(pub(super) T);
 
 /// Calls `block::<R, NC>` for the run-time `nc` in `1..=7`.
 macro_rules! dispatch_nc {
@@ -92,7 +88,6 @@ pub(super) unsafe fn conv2d_backprop_input(p: &ConvGeom, dy: &[f32], filter: &[f
     let (ci, co, k) = (p.c_in, p.c_out, p.k());
     let nv = nvec(p);
     // W^T: channel o's vector v at wt[o * nv + v], lane l = column 16v + l.
-    // Cache-line aligned: an unaligned vector load splits across two lines.
     let mut wt = Aligned([[0.0f32; LANES]; MAX_PACKED]);
     let wt = &mut wt.0;
     for o in 0..co {

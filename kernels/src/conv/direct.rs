@@ -68,6 +68,11 @@ pub(super) use dispatch_group;
 
 pub(super) type V = [f32; LANES];
 
+/// 64-byte aligned storage: packed vectors each within one cache line (an
+/// unaligned vector load splits across two).
+#[repr(align(64))]
+pub(super) struct Aligned<T>(pub(super) T);
+
 /// True when the direct kernels handle `p`: the packed filter fits.
 pub(crate) fn fits(p: &ConvGeom) -> bool {
     p.c_out.div_ceil(LANES) * p.k() <= MAX_PACKED

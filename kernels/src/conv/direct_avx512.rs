@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::direct::{clip, dispatch_group, fits, pack, Geo, FWD_PIXELS, LANES, MAX_GROUP, MAX_PACKED, V};
+use super::direct::{clip, dispatch_group, fits, pack, Aligned, Geo, FWD_PIXELS, LANES, MAX_GROUP, MAX_PACKED, V};
 use super::ConvGeom;
 
 /// The lanes `0..nb` of a vector.
@@ -76,8 +76,9 @@ pub(super) unsafe fn conv2d_then(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mu
     if g.oh * g.ow == 0 || co == 0 {
         return;
     }
-    let mut wp = [[0.0; LANES]; MAX_PACKED];
-    pack(p, &g, filter, &mut wp);
+    let mut wp = Aligned([[0.0; LANES]; MAX_PACKED]);
+    let wp = &mut wp.0;
+    pack(p, &g, filter, wp);
     let img = p.h * p.w * p.c_in;
     for b in 0..p.n {
         let xb = &x[b * img..(b + 1) * img];
@@ -87,7 +88,7 @@ pub(super) unsafe fn conv2d_then(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mu
             let row_inside = iy0 >= 0 && iy0 as usize + p.kh <= p.h;
             let (lo, hi) = if row_inside { (g.ox_lo, g.ox_hi) } else { (0, 0) };
             for ox in (0..lo).chain(hi..g.ow) {
-                forward_clipped(p, &g, &wp, xb, iy0, ox, yr, epi);
+                forward_clipped(p, &g, wp, xb, iy0, ox, yr, epi);
             }
             let mut ox = lo;
             if p.stride_w * p.c_in == 1 {
@@ -95,16 +96,16 @@ pub(super) unsafe fn conv2d_then(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mu
                 // offsets are constants, so a wider block costs no registers
                 // for addresses.
                 while ox + UNIT_PIXELS <= hi {
-                    forward_block::<UNIT_PIXELS, true>(p, &g, &wp, xb, iy0 as usize, ox, yr, epi);
+                    forward_block::<UNIT_PIXELS, true>(p, &g, wp, xb, iy0 as usize, ox, yr, epi);
                     ox += UNIT_PIXELS;
                 }
             }
             while ox + FWD_PIXELS <= hi {
-                forward_block::<FWD_PIXELS, false>(p, &g, &wp, xb, iy0 as usize, ox, yr, epi);
+                forward_block::<FWD_PIXELS, false>(p, &g, wp, xb, iy0 as usize, ox, yr, epi);
                 ox += FWD_PIXELS;
             }
             while ox < hi {
-                forward_block::<1, false>(p, &g, &wp, xb, iy0 as usize, ox, yr, epi);
+                forward_block::<1, false>(p, &g, wp, xb, iy0 as usize, ox, yr, epi);
                 ox += 1;
             }
         }
@@ -204,7 +205,8 @@ pub(super) unsafe fn conv2d_backprop_filter(p: &ConvGeom, x: &[f32], dy: &[f32],
     let g = Geo::new(p);
     let (co, k) = (p.c_out, g.k);
     // The running total over images, packed as the forward filter.
-    let mut total = [[0.0f32; LANES]; MAX_PACKED];
+    let mut total = Aligned([[0.0f32; LANES]; MAX_PACKED]);
+    let total = &mut total.0;
     if g.oh * g.ow > 0 && co > 0 {
         let group = (1..=MAX_GROUP.min(k)).rev().find(|d| k % d == 0).unwrap_or(1);
         let img = p.h * p.w * p.c_in;
