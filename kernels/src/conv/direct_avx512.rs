@@ -95,8 +95,13 @@ pub(super) unsafe fn conv2d_then(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mu
                 // Unit step between neighbouring pixels' taps: the pixel
                 // offsets are constants, so a wider block costs no registers
                 // for addresses.
+                let unit = match p.kw {
+                    3 => forward_unit::<UNIT_PIXELS, 3>,
+                    5 => forward_unit::<UNIT_PIXELS, 5>,
+                    _ => forward_block::<UNIT_PIXELS, true>,
+                };
                 while ox + UNIT_PIXELS <= hi {
-                    forward_block::<UNIT_PIXELS, true>(p, &g, wp, xb, iy0 as usize, ox, yr, epi);
+                    unit(p, &g, wp, xb, iy0 as usize, ox, yr, epi);
                     ox += UNIT_PIXELS;
                 }
             }
@@ -146,6 +151,57 @@ unsafe fn forward_block<const R: usize, const UNIT: bool>(
                 // (tap offsets increase with t).
                 let xv = *xs.get_unchecked(r * step + o);
                 *a = _mm512_fmadd_ps(_mm512_set1_ps(xv), wv, *a);
+            }
+        }
+        let (c0, nb) = (blk * LANES, (co - blk * LANES).min(LANES));
+        for (r, a) in acc.iter().enumerate() {
+            let d = (ox + r) * co + c0;
+            let dst = &mut yr[d..d + nb];
+            // SAFETY: the mask writes the `nb` lanes of `dst` only.
+            _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask(nb), Epilogue::apply(epi, blk, *a));
+        }
+    }
+}
+
+/// [`forward_block`] for `UNIT` steps and `kw == KW`: per filter row the
+/// `KW` filter vectors stay in registers and each input value of the row is
+/// broadcast once for the up to `KW` pixels it meets (`R + KW - 1` loads
+/// per `R * KW` fused multiply-adds, against `R + 1` per `R`; the compiler
+/// merges the repeated loads of a row, which a run-time tap offset hides). Each pixel
+/// sums its taps in the same order (`ky`, then `kx`): the same bits.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn forward_unit<const R: usize, const KW: usize>(
+    p: &ConvGeom,
+    g: &Geo,
+    wp: &[V; MAX_PACKED],
+    xb: &[f32],
+    iy0: usize,
+    ox: usize,
+    yr: &mut [f32],
+    epi: Option<&Epilogue>,
+) {
+    debug_assert!(p.c_in == 1 && p.stride_w == 1 && p.kw == KW);
+    let (co, k) = (p.c_out, g.k);
+    let base = iy0 * p.w + g.ix0(p, ox) as usize;
+    // Every read lies in `xs`: the last pixel's last tap is its end.
+    let xs = &xb[base..base + (p.kh - 1) * p.w + R + KW - 1];
+    for blk in 0..g.blocks {
+        let w = &wp[blk * k..(blk + 1) * k];
+        let mut acc = [_mm512_setzero_ps(); R];
+        for ky in 0..p.kh {
+            let mut wv = [_mm512_setzero_ps(); KW];
+            for (kx, v) in wv.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(w[ky * KW + kx].as_ptr());
+            }
+            let xr = &xs[ky * p.w..ky * p.w + R + KW - 1];
+            for (r, a) in acc.iter_mut().enumerate() {
+                for (kx, wk) in wv.iter().enumerate() {
+                    // SAFETY: `r + kx < R + KW - 1 = xr.len()`; the loads of
+                    // one `ky` repeat across pixels and are merged.
+                    let bx = _mm512_set1_ps(*xr.get_unchecked(r + kx));
+                    *a = _mm512_fmadd_ps(bx, *wk, *a);
+                }
             }
         }
         let (c0, nb) = (blk * LANES, (co - blk * LANES).min(LANES));
