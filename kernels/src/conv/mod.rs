@@ -18,8 +18,11 @@
 //!   gradient by im2col. Measured at
 //!   the seed's first layer (batch 256, 28x28x1, 5x5 -> 12 VALID, one
 //!   thread, `cargo bench -p towers-kernels --bench kernels`): forward
-//!   5.9 ms (15 GFLOP/s) by im2col -> 1.0 ms (87 GFLOP/s) direct; filter
-//!   gradient 7.0 ms -> 0.93 ms (95 GFLOP/s). Where they meet (batch 256,
+//!   5.9 ms (15 GFLOP/s) by im2col -> 1.0 ms (87 GFLOP/s) direct, then
+//!   0.76-0.94 ms (93-116 GFLOP/s; against 0.92-1.08 interleaved) with the
+//!   unit-step rows (`kw` filter vectors in registers, each input load
+//!   shared by the pixels it meets) and 64-byte aligned packed filters; filter
+//!   gradient 7.0 ms -> 0.90-0.95 ms (93-98 GFLOP/s). Where they meet (batch 256,
 //!   14x14, 3x3 -> 32 SAME): at `c_in = 2` direct 1.17 / 1.08 ms (forward /
 //!   filter gradient) against im2col 1.52 / 1.51 ms; at `c_in = 4` direct
 //!   1.99 / 2.33 ms against im2col 1.82 / 1.88 ms; hence
@@ -36,11 +39,17 @@
 //!   by im2col -> 0.94-1.10 ms (120-142 GFLOP/s); input gradient
 //!   1.67-1.87 ms (71-79) -> 1.26-1.41 ms (94-106); filter gradient
 //!   1.75-1.97 ms (68-76) -> 1.00-1.12 ms (118-133). The lanes are output
-//!   channels (24 of 32 used) and, for the input gradient, input channels
-//!   (12 of 16) over a zero-padded `dy` (about 17% of its taps read
-//!   padding), which bounds them at 75% of the FMA peak. Only `c_in = 12`
-//!   is measured; below 12 the input gradient would use at most half its
-//!   lanes, so the range starts there;
+//!   channels (24 of 32 used) and, for the SAME input gradient, input
+//!   channels (12 of 16) over a zero-padded `dy` (about 17% of its taps
+//!   read padding), which bounds them at 75% of the FMA peak. The VALID
+//!   input gradient instead computes each `dy` pixel's column row
+//!   (`kh * kw * c_in` lanes: 108 in 7 vectors at the seed) in registers and adds it
+//!   into `dx` (`blocked_dx_avx512.rs`): at the seed 1.25-1.34 ms (99-106
+//!   GFLOP/s) against 1.55-1.67 ms (80-86) for the padded correlation in
+//!   the same interleaved runs (this machine ran 10-20% slower than when
+//!   the figures above were taken; the forward then measured 1.07-1.16
+//!   ms). Only `c_in = 12` is measured; below 12 the padded input gradient
+//!   would use at most half its lanes, so the range starts there;
 //! - [`Algorithm::Im2col`] otherwise: im2col into the caller's workspace,
 //!   one chunk of output pixels at a time (`rows` output pixels -> a `[rows, K]` matrix), then GEMM:
 //! - forward: `y[rows, c_out] = col[rows, K] * W[K, c_out]`;
