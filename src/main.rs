@@ -156,6 +156,10 @@ struct Common {
     /// e.g. to compare a fused run with the plain one.
     #[arg(long)]
     no_fusion: bool,
+    /// On the CUDA backend, launch every step's kernels from the host
+    /// instead of replaying the step as a CUDA graph.
+    #[arg(long)]
+    no_cuda_graphs: bool,
 }
 
 #[derive(Args)]
@@ -316,6 +320,7 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
         bucket_bytes: bucket_bytes(c.bucket_mb)?,
         memory_reuse: !c.no_memory_reuse,
         fuse_kernels: !c.no_fusion,
+        cuda_graphs: !c.no_cuda_graphs,
         ..TrainConfig::default()
     })
 }

@@ -81,9 +81,14 @@ impl std::str::FromStr for BackendChoice {
 /// A session on the chosen backend, and a line saying which one runs and
 /// why. With several processes the CUDA backend reduces its buckets over
 /// NCCL, set up over `comm` (feature `nccl`; without it, an error).
-pub fn open_session(choice: BackendChoice, seed: u64, comm: &Arc<dyn Comm>) -> Result<(Session, String), TrainError> {
+pub fn open_session(
+    choice: BackendChoice,
+    seed: u64,
+    comm: &Arc<dyn Comm>,
+    cuda_graphs: bool,
+) -> Result<(Session, String), TrainError> {
     let cuda_session = |why: &str| -> Result<(Session, String), TrainError> {
-        let b = CudaBackend::new()?;
+        let b = CudaBackend::new()?.with_graphs(cuda_graphs);
         let line = format!("backend: cuda on {}{why}", b.device());
         let b = with_nccl(b, comm)?;
         Ok((Session::with_backend(seed, Box::new(b)), line))
@@ -228,6 +233,9 @@ pub struct TrainConfig {
     pub memory_reuse: bool,
     /// Fuse kernels in lowering (`CompileOptions::fuse_kernels`).
     pub fuse_kernels: bool,
+    /// On the CUDA backend, replay each step as a CUDA graph where the
+    /// program allows it (`CudaBackend::with_graphs`).
+    pub cuda_graphs: bool,
     /// Write the last `trace_steps` steps of the run here as a Chrome trace
     /// ([`crate::trace`]).
     pub trace: Option<PathBuf>,
@@ -276,6 +284,7 @@ impl Default for TrainConfig {
             bucket_bytes: towers_passes::DEFAULT_BUCKET_BYTES,
             memory_reuse: true,
             fuse_kernels: true,
+            cuda_graphs: true,
             trace: None,
             trace_steps: 1,
         }
@@ -436,7 +445,7 @@ pub fn train_in(
     let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
 
-    let (sess, which) = open_session(cfg.backend, cfg.seed, &comm)?;
+    let (sess, which) = open_session(cfg.backend, cfg.seed, &comm, cfg.cuda_graphs)?;
     let mut sess = sess.with_comm(Arc::clone(&comm));
     let which = if process.is_single() { which } else { format!("{which}; {}", comm.describe()) };
     let memory = |e: RuntimeError| match e {

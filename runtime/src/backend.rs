@@ -138,6 +138,11 @@ pub trait Backend: Send {
     /// except for a backend other than "cpu" (where CPU devices are not
     /// trivially CPU devices).
     fn device_note(&self, gpus: &[String]) -> String;
+    /// How this backend runs one program's steps, where there is something
+    /// to say (the CUDA backend: whether its steps replay a CUDA graph).
+    fn program_note(&self, _program: ProgramId) -> Option<String> {
+        None
+    }
     /// Bytes this backend can still allocate for a program's buffers and new
     /// variables (host memory for the CPU backend), or `None` when it cannot
     /// tell. `Session::load` refuses a plan that needs more, before allocating.

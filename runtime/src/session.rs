@@ -465,7 +465,13 @@ impl Session {
         if gpus.is_empty() && self.backend.name() == "cpu" {
             return "all devices are CPU devices".into();
         }
-        self.backend.device_note(&gpus)
+        let mut note = self.backend.device_note(&gpus);
+        for (name, p) in &self.programs {
+            if let Some(n) = self.backend.program_note(p.id) {
+                note.push_str(&format!("\n{name}: {n}"));
+            }
+        }
+        note
     }
 }
 

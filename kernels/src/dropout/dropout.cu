@@ -39,9 +39,12 @@ extern "C" __global__ void towers_philox4x32_10(const u32* __restrict__ counter,
     }
 }
 
-extern "C" __global__ void towers_dropout_f32(i64 n, float keep, u64 seed, u64 step, u64 offset,
-                                              const float* __restrict__ x, float* __restrict__ y,
+// `step_at` points at the step number in device memory (written by the host
+// before each step), so a captured CUDA graph replays with the current step.
+extern "C" __global__ void towers_dropout_f32(i64 n, float keep, u64 seed, const u64* __restrict__ step_at,
+                                              u64 offset, const float* __restrict__ x, float* __restrict__ y,
                                               float* __restrict__ mask) {
+    const u64 step = *step_at;
     float scale = keep > 0.0f ? 1.0f / fminf(keep, 1.0f) : 0.0f;
     GRID_STRIDE(i, n) {
         u64 g = offset + (u64)i;

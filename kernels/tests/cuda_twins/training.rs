@@ -30,11 +30,13 @@ pub(crate) fn dropout(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     ] {
         let x = rng.vec(len, -1.0, 1.0);
         let (dx, y, m) = (g.up(&x), g.up(&vec![0f32; len]), g.up(&vec![0f32; len]));
+        // The step number lives in device memory (what a CUDA graph replays).
+        let st = g.up(&[step as u32, (step >> 32) as u32]);
         g.ew(
             "dropout",
             "towers_dropout_f32",
             len,
-            &[n(len), A::F32(keep), A::U64(seed), A::U64(step), A::U64(offset as u64), dx.a(), y.a(), m.a()],
+            &[n(len), A::F32(keep), A::U64(seed), st.a(), A::U64(offset as u64), dx.a(), y.a(), m.a()],
         );
         let (mut wy, mut wm) = (vec![0f32; len], vec![0f32; len]);
         if offset == 0 {

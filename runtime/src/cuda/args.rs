@@ -5,7 +5,9 @@
 //! (every argument 8-byte aligned, which covers `i64`, pointers and the
 //! `#[repr(C)]` blocks) and the pointer array beside it. The `Vec`'s heap
 //! buffer never grows after [`ArgPack::finish`], so the pointers stay valid
-//! when the pack moves; the only per-run write is dropout's step counter.
+//! when the pack moves; nothing in a pack changes after load (dropout reads
+//! the step number from the side buffer's first word, [`STEP_CELL`], which
+//! the backend writes before each step), so a captured CUDA graph stays valid.
 
 use std::ffi::c_void;
 
@@ -15,8 +17,8 @@ pub(crate) struct ArgPack {
     words: Vec<u64>,
     starts: Vec<usize>,
     ptrs: Vec<*mut c_void>,
-    /// The word holding the program's run count (dropout), patched per run.
-    pub step_word: Option<usize>,
+    /// Whether the launch reads the step number ([`ArgPack::step`]).
+    pub uses_step: bool,
     /// Words holding the address of side data (pointer and weight arrays):
     /// `(word, byte offset in the side buffer)`, patched once it is uploaded.
     pub side: Vec<(usize, usize)>,
@@ -60,10 +62,12 @@ impl ArgPack {
     pub fn ptr(&mut self, v: u64) -> &mut Self {
         self.push(v)
     }
-    /// The step counter (patched per run).
+    /// The device address of the step number (the side buffer's
+    /// [`STEP_CELL`], patched after upload; the backend writes the step
+    /// there before each step that needs it).
     pub fn step(&mut self) -> &mut Self {
-        self.step_word = Some(self.words.len());
-        self.push(0u64)
+        self.uses_step = true;
+        self.side_ptr(STEP_CELL)
     }
     /// The device address of side data at `offset` (patched after upload).
     pub fn side_ptr(&mut self, offset: usize) -> &mut Self {
@@ -85,23 +89,26 @@ impl ArgPack {
         }
     }
 
-    pub fn set_step(&mut self, step: u64) {
-        if let Some(w) = self.step_word {
-            self.words[w] = step;
-        }
-    }
-
     /// The pointer array for `cuLaunchKernel`.
     pub fn params(&mut self) -> &mut [*mut c_void] {
         &mut self.ptrs
     }
 }
 
+/// Byte offset of the step number (a `u64`) in the side buffer.
+pub(crate) const STEP_CELL: usize = 0;
+
 /// Pointer and weight arrays a launch reads from device memory, gathered at
-/// load into one host buffer and uploaded once.
-#[derive(Default)]
+/// load into one host buffer and uploaded once; its first 8 bytes are the
+/// step number ([`STEP_CELL`]).
 pub(crate) struct Side {
     pub bytes: Vec<u8>,
+}
+
+impl Default for Side {
+    fn default() -> Side {
+        Side { bytes: vec![0; 8] }
+    }
 }
 
 impl Side {
@@ -127,7 +134,7 @@ mod tests {
         a.i32(7).i64(9).f32(1.5).step().side_ptr(16);
         a.push([1i32; 13]);
         a.finish();
-        a.set_step(42);
+        assert!(a.uses_step);
         a.patch_side(1000);
         // The pointers survive a move of the pack (its heap buffer stays put).
         let mut boxed = Box::new(a);
@@ -137,13 +144,13 @@ mod tests {
             assert_eq!(*(p[0] as *const i32), 7);
             assert_eq!(*(p[1] as *const i64), 9);
             assert_eq!(*(p[2] as *const f32), 1.5);
-            assert_eq!(*(p[3] as *const u64), 42);
+            assert_eq!(*(p[3] as *const u64), 1000 + STEP_CELL as u64);
             assert_eq!(*(p[4] as *const u64), 1016);
             assert_eq!(*(p[5] as *const [i32; 13]), [1; 13]);
         }
         let mut s = Side::default();
-        assert_eq!(s.push(&[1u8]), 0);
-        assert_eq!(s.push(&[2u64, 3]), 8);
-        assert_eq!(s.bytes.len(), 24);
+        assert_eq!(s.push(&[1u8]), 8);
+        assert_eq!(s.push(&[2u64, 3]), 16);
+        assert_eq!(s.bytes.len(), 32);
     }
 }

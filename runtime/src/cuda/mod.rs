@@ -29,9 +29,16 @@
 //!   before the `Wait`s on it.
 //! - **Run** walks that order: launches (`cuLaunchKernel`), cuBLAS SGEMMs,
 //!   device-to-device `cuMemcpyAsync` copies, `cuEventRecord` /
-//!   `cuStreamWaitEvent`; dropout's step counter (the program's run count)
-//!   is patched into its argument list; then the context is synchronized,
-//!   so `run` returns with the step complete. `Step::AllReduce` with a
+//!   `cuStreamWaitEvent`; then the context is synchronized, so `run`
+//!   returns with the step complete. Dropout reads the step number (the
+//!   program's run count) from the side buffer's first word, written before
+//!   the step; no argument list changes after load.
+//! - **CUDA graphs** ([`graph`], on unless [`CudaBackend::with_graphs`]
+//!   turns them off): after a program's first eager step, the same step is
+//!   captured once and every later step is one `cuGraphLaunch` replaying
+//!   it, bit for bit what the eager step computes. Programs with an
+//!   all-reduce across processes stay eager; [`Backend::program_note`] says
+//!   which way each program runs and why. `Step::AllReduce` with a
 //!   communicator of world size 1 and no NCCL does nothing (the sum over
 //!   one rank); with NCCL (any world size, 1 included, which is what a
 //!   one-GPU machine can run) and for more ranks, which need an NCCL
@@ -45,6 +52,7 @@
 mod args;
 pub mod disk_cache;
 mod driver;
+mod graph;
 pub mod libs;
 mod lower;
 #[cfg(feature = "nccl")]
@@ -66,6 +74,7 @@ use crate::comm::Comm;
 use crate::trace::Trace;
 use args::Side;
 use driver::{derr, Blas, DevMem, Event, Stream};
+use graph::{GraphState, StepGraph};
 pub use libs::{CudaLibrary, CudaUnavailable};
 use lower::{lower_launch, Dev, Gemm, Modules, Op};
 pub use probe::{probe, CudaStatus};
@@ -121,6 +130,8 @@ struct StreamRun {
 }
 
 struct Program {
+    /// Dropped first: the graph replays this program's buffers.
+    graph: GraphState,
     plan: Plan,
     /// `(stream, item)` in host enqueue order.
     order: Vec<(usize, usize)>,
@@ -128,6 +139,8 @@ struct Program {
     events: Vec<Event>,
     arenas: Vec<DevMem>,
     _side: Option<DevMem>,
+    /// Device address of the step number dropout reads, when a launch reads it.
+    step_cell: Option<u64>,
     runs: u64,
     profiling: bool,
     /// Nanoseconds per `(stream, item)` while profiling.
@@ -146,6 +159,8 @@ pub struct CudaBackend {
     nccl: Option<nccl::NcclComm>,
     ctx: Arc<CudaContext>,
     gpu_name: String,
+    /// Capture steps as CUDA graphs where a program allows it ([`graph`]).
+    graphs: bool,
 }
 
 // SAFETY: the raw handles (functions, streams, events, cuBLAS handles,
@@ -173,7 +188,17 @@ impl CudaBackend {
             nccl: None,
             ctx,
             gpu_name,
+            graphs: true,
         })
+    }
+
+    /// This backend with CUDA graphs on (the default) or off: with them on,
+    /// a program whose arguments never change between steps is captured
+    /// after its first step and every later step replays the graph
+    /// ([`graph`]); off, every step launches each item from the host.
+    pub fn with_graphs(mut self, on: bool) -> CudaBackend {
+        self.graphs = on;
+        self
     }
 
     /// This backend with an NCCL communicator for plans of several
@@ -368,13 +393,23 @@ impl CudaBackend {
             Some(m)
         };
         let order = enqueue_order(&streams, plan.num_events).map_err(bad)?;
+        let graph = graph_state(self.graphs, &streams);
+        let uses_step =
+            streams.iter().flat_map(|s| &s.items).any(|i| matches!(&i.op, Op::Kernel(l) if l.args.uses_step));
+        let step_cell = match (&side_mem, uses_step) {
+            (Some(m), true) => Some(m.ptr + args::STEP_CELL as u64),
+            (None, true) => return Err(bad("dropout reads the step number, and no side buffer holds it".into())),
+            _ => None,
+        };
         Ok(Program {
+            graph,
             plan: plan.clone(),
             order,
             streams,
             events,
             arenas,
             _side: side_mem,
+            step_cell,
             runs: 0,
             profiling: false,
             profile: BTreeMap::new(),
@@ -490,6 +525,80 @@ unsafe fn gemm(h: blas_sys::cublasHandle_t, g: &Gemm) -> Result<(), String> {
     .map_err(|e| derr("cublasSgemm", e))
 }
 
+/// Whether a program's steps can replay a graph ([`graph`]'s invariants):
+/// graphs wanted and no all-reduce across processes (argument lists never
+/// change after load: dropout reads its step from device memory).
+fn graph_state(wanted: bool, streams: &[StreamRun]) -> GraphState {
+    if !wanted {
+        return GraphState::Eager("CUDA graphs are turned off".into());
+    }
+    for it in streams.iter().flat_map(|s| &s.items) {
+        match &it.op {
+            Op::AllReduce { .. } => {
+                return GraphState::Eager(format!("'{}' is an all-reduce across processes", it.node))
+            }
+            _ => {}
+        }
+    }
+    GraphState::Pending
+}
+
+/// Enqueue one step: every item in the program's host order, on its
+/// stream. With `profile`, each item is synchronized and timed on the host.
+fn enqueue(
+    streams: &mut [StreamRun],
+    events: &[Event],
+    order: &[(usize, usize)],
+    #[cfg(feature = "nccl")] nccl: Option<&nccl::NcclComm>,
+    mut profile: Option<&mut BTreeMap<(usize, usize), u64>>,
+) -> Result<(), BackendError> {
+    for &(s, k) in order {
+        let st = &mut streams[s];
+        let stream = st.stream.raw;
+        let t0 = profile.is_some().then(Instant::now);
+        let item = &mut st.items[k];
+        // SAFETY: every handle and device address was created or checked at load and lives as long as the program.
+        let r = unsafe {
+            match &mut item.op {
+                Op::Kernel(l) => drv::launch_kernel(l.f, (l.grid, 1, 1), (l.block, 1, 1), 0, stream, l.args.params())
+                    .map_err(|e| derr("cuLaunchKernel", e)),
+                Op::Gemm(g) => match &st.blas {
+                    Some(b) => gemm(b.raw, g),
+                    None => Err("no cuBLAS handle on this stream".into()),
+                },
+                Op::Copy { dst, src, bytes } => {
+                    drv::memcpy_dtod_async(*dst, *src, *bytes, stream).map_err(|e| derr("cuMemcpyDtoDAsync", e))
+                }
+                Op::Record(e) => drv::event::record(events[*e].raw, stream).map_err(|e| derr("cuEventRecord", e)),
+                Op::Wait(e) => {
+                    drv::stream::wait_event(stream, events[*e].raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+                        .map_err(|e| derr("cuStreamWaitEvent", e))
+                }
+                Op::Nothing => Ok(()),
+                #[cfg(feature = "nccl")]
+                Op::AllReduce { ptr, count } => match nccl {
+                    Some(n) => n.all_reduce_in_place(*ptr, *count, stream as *mut std::ffi::c_void),
+                    None => Err("no NCCL communicator".into()),
+                },
+                #[cfg(not(feature = "nccl"))]
+                Op::AllReduce { ptr, count } => {
+                    Err(format!("the sum of {count} f32 at {ptr:#x} needs NCCL: build with --features nccl"))
+                }
+            }
+        };
+        r.map_err(|detail| BackendError::Kernel { node: item.node.clone(), detail })?;
+        if let (Some(t0), Some(profile)) = (t0, profile.as_deref_mut()) {
+            // SAFETY: a live stream.
+            unsafe { drv::stream::synchronize(stream) }.map_err(|e| BackendError::Kernel {
+                node: item.node.clone(),
+                detail: derr("cuStreamSynchronize", e),
+            })?;
+            *profile.entry((s, k)).or_insert(0) += t0.elapsed().as_nanos() as u64;
+        }
+    }
+    Ok(())
+}
+
 impl Backend for CudaBackend {
     fn name(&self) -> &'static str {
         "cuda"
@@ -537,59 +646,52 @@ impl Backend for CudaBackend {
         #[cfg(feature = "nccl")]
         let nccl = self.nccl.as_ref();
         let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
-        let step = p.runs;
-        for &(s, k) in &p.order {
-            let st = &mut p.streams[s];
-            let stream = st.stream.raw;
-            let t0 = p.profiling.then(Instant::now);
-            let item = &mut st.items[k];
-            // SAFETY: every handle and device address was created or checked at load and lives as long as `p`.
-            let r = unsafe {
-                match &mut item.op {
-                    Op::Kernel(l) => {
-                        l.args.set_step(step);
-                        drv::launch_kernel(l.f, (l.grid, 1, 1), (l.block, 1, 1), 0, stream, l.args.params())
-                            .map_err(|e| derr("cuLaunchKernel", e))
-                    }
-                    Op::Gemm(g) => match &st.blas {
-                        Some(b) => gemm(b.raw, g),
-                        None => Err("no cuBLAS handle on this stream".into()),
-                    },
-                    Op::Copy { dst, src, bytes } => {
-                        drv::memcpy_dtod_async(*dst, *src, *bytes, stream).map_err(|e| derr("cuMemcpyDtoDAsync", e))
-                    }
-                    Op::Record(e) => drv::event::record(p.events[*e].raw, stream).map_err(|e| derr("cuEventRecord", e)),
-                    Op::Wait(e) => drv::stream::wait_event(
-                        stream,
-                        p.events[*e].raw,
-                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                    )
-                    .map_err(|e| derr("cuStreamWaitEvent", e)),
-                    Op::Nothing => Ok(()),
-                    #[cfg(feature = "nccl")]
-                    Op::AllReduce { ptr, count } => match nccl {
-                        Some(n) => n.all_reduce_in_place(*ptr, *count, stream as *mut std::ffi::c_void),
-                        None => Err("no NCCL communicator".into()),
-                    },
-                    #[cfg(not(feature = "nccl"))]
-                    Op::AllReduce { ptr, count } => {
-                        Err(format!("the sum of {count} f32 at {ptr:#x} needs NCCL: build with --features nccl"))
-                    }
-                }
-            };
-            r.map_err(|detail| BackendError::Kernel { node: item.node.clone(), detail })?;
-            if let Some(t0) = t0 {
-                // SAFETY: a live stream.
-                unsafe { drv::stream::synchronize(stream) }.map_err(|e| BackendError::Kernel {
-                    node: item.node.clone(),
-                    detail: derr("cuStreamSynchronize", e),
-                })?;
-                *p.profile.entry((s, k)).or_insert(0) += t0.elapsed().as_nanos() as u64;
-            }
+        let sync = |ctx: &CudaContext| {
+            ctx.synchronize()
+                .map_err(|e| BackendError::Device(derr("the step failed on the GPU (cuCtxSynchronize)", e)))
+        };
+        if let Some(cell) = p.step_cell {
+            // SAFETY: the side buffer's first 8 bytes; the previous step has completed.
+            unsafe { drv::memcpy_htod_sync(cell, &[p.runs]) }
+                .map_err(|e| BackendError::Device(derr("writing the step number", e)))?;
         }
-        ctx.synchronize()
-            .map_err(|e| BackendError::Device(derr("the step failed on the GPU (cuCtxSynchronize)", e)))?;
+        if let (GraphState::Ready(g), false) = (&p.graph, p.profiling) {
+            g.launch().map_err(BackendError::Device)?;
+            sync(&ctx)?;
+            p.runs += 1;
+            return Ok(());
+        }
+        let profile = if p.profiling { Some(&mut p.profile) } else { None };
+        enqueue(
+            &mut p.streams,
+            &p.events,
+            &p.order,
+            #[cfg(feature = "nccl")]
+            nccl,
+            profile,
+        )?;
+        sync(&ctx)?;
         p.runs += 1;
+        if let (GraphState::Pending, false) = (&p.graph, p.profiling) {
+            // The first eager step has run (cuBLAS is set up): capture the next.
+            let raw: Vec<sys::CUstream> = p.streams.iter().map(|s| s.stream.raw).collect();
+            let (streams, events, order) = (&mut p.streams, &p.events, &p.order);
+            let captured = StepGraph::capture(&ctx, &raw, || {
+                enqueue(
+                    streams,
+                    events,
+                    order,
+                    #[cfg(feature = "nccl")]
+                    nccl,
+                    None,
+                )
+                .map_err(|e| e.to_string())
+            });
+            p.graph = match captured {
+                Ok(g) => GraphState::Ready(g),
+                Err(why) => GraphState::Eager(format!("capturing the step as a CUDA graph failed: {why}")),
+            };
+        }
         Ok(())
     }
 
@@ -717,6 +819,10 @@ impl Backend for CudaBackend {
         if let Some(p) = self.programs.get_mut(id.0) {
             p.runs = step;
         }
+    }
+
+    fn program_note(&self, id: ProgramId) -> Option<String> {
+        self.programs.get(id.0).map(|p| p.graph.describe())
     }
 
     fn device_note(&self, gpus: &[String]) -> String {
