@@ -162,3 +162,48 @@ extern "C" __global__ void towers_unary_grad_bias_grad_f32(int op, i64 rows, i64
         __syncthreads();
     }
 }
+
+// The same in two stages, for tall [rows, c] tensors (a convolution's
+// 200K rows of 12 channels): one block per channel leaves most of a GPU idle
+// and reads with a stride of c.
+// Stage 1: block b takes rows [b*rpb, min(rows, (b+1)*rpb)) as flat,
+// coalesced elements. blockDim is a multiple of c (at most 1024), so thread
+// t always meets channel t % c and sums its elements in row order; the
+// threads of one channel are then folded in thread order into
+// partial[b*c + ch]. Stage 2 sums the blocks' partials of each channel in
+// block order. Both orders are fixed by (rows, c, rpb, blockDim), which
+// lowering derives from the shapes alone: deterministic.
+extern "C" __global__ void towers_unary_grad_bias_partial_f32(int op, i64 rows, i64 c, i64 rpb, const float* dy,
+                                                              const float* __restrict__ y, float* dx,
+                                                              float* __restrict__ partial) {
+    __shared__ float sh[1024];
+    i64 r0 = (i64)blockIdx.x * rpb;
+    i64 r1 = r0 + rpb < rows ? r0 + rpb : rows;
+    float acc = 0.0f;
+    for (i64 i = r0 * c + threadIdx.x; i < r1 * c; i += blockDim.x) {
+        float g = unary_grad_op(op, dy[i], y[i]);
+        dx[i] = g;
+        acc = __fadd_rn(acc, g);
+    }
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.x < c) {
+        float s = 0.0f;
+        for (unsigned t = threadIdx.x; t < blockDim.x; t += (unsigned)c) {
+            s = __fadd_rn(s, sh[t]);
+        }
+        partial[(i64)blockIdx.x * c + threadIdx.x] = s;
+    }
+}
+
+// Stage 2: db[ch] = the sum of partial[b*c + ch] over the parts, in order.
+extern "C" __global__ void towers_sum_partials_f32(i64 parts, i64 c, const float* __restrict__ partial,
+                                                   float* __restrict__ db) {
+    GRID_STRIDE(ch, c) {
+        float s = 0.0f;
+        for (i64 b = 0; b < parts; b++) {
+            s = __fadd_rn(s, partial[b * c + ch]);
+        }
+        db[ch] = s;
+    }
+}

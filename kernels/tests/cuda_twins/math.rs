@@ -188,6 +188,54 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
 }
 
 pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
+    // The activation gradient with its per-channel sum, as lowering launches
+    // it (runtime/src/cuda/lower.rs, bias_grad_launches): two stages for
+    // tall tensors (a convolution's rows; a wide dense layer), one block per
+    // channel otherwise; dx may be dy (in place).
+    let relu = towers_kernels::UnaryOp::Relu;
+    let code = towers_kernels::UnaryOp::ALL.iter().position(|u| *u == relu).unwrap() as i32;
+    for (rows, c, in_place) in
+        [(256 * 28 * 28, 12usize, true), (256 * 14 * 14, 24, false), (5000, 1000, false), (256, 256, true)]
+    {
+        let len = rows * c;
+        let dy = rng.vec(len, -1.0, 1.0);
+        let y = rng.vec(len, -0.5, 1.0);
+        let (gdy, gy, gdb) = (g.up(&dy), g.up(&y), g.up(&vec![f32::NAN; c]));
+        let gdx = if in_place { g.up(&dy) } else { g.up(&vec![f32::NAN; len]) };
+        let src = if in_place { gdx.a() } else { gdy.a() };
+        let two_stage = rows >= 4 * 264 && c <= 1024;
+        if two_stage {
+            let rpb = rows.div_ceil(264);
+            let parts = rows.div_ceil(rpb);
+            let block = if c <= BLOCK as usize { (BLOCK as usize / c) * c } else { c };
+            let scratch = g.up(&vec![f32::NAN; parts * c]);
+            g.launch(
+                "reduce",
+                "towers_unary_grad_bias_partial_f32",
+                parts as u32,
+                block as u32,
+                &[A::I32(code), n(rows), n(c), n(rpb), src, gy.a(), gdx.a(), scratch.a()],
+            );
+            g.ew("reduce", "towers_sum_partials_f32", c, &[n(parts), n(c), scratch.a(), gdb.a()]);
+        } else {
+            g.launch(
+                "reduce",
+                "towers_unary_grad_bias_grad_f32",
+                grid_rows(c),
+                BLOCK,
+                &[A::I32(code), n(rows), n(c), src, gy.a(), gdx.a(), gdb.a()],
+            );
+        }
+        let (mut dx, mut db) = (vec![0f32; len], vec![0f32; c]);
+        towers_kernels::elementwise::unary_grad_bias_grad(relu, &dy, &y, &mut dx, &mut db);
+        let case = format!(
+            "[{rows}, {c}]{}{}",
+            if two_stage { " two stages" } else { "" },
+            if in_place { " in place" } else { "" }
+        );
+        r.f32("unary_grad_bias_grad", format!("{case}: dx"), &g.down(&gdx, len), &dx, None);
+        r.f32("unary_grad_bias_grad", format!("{case}: db"), &g.down(&gdb, c), &db, Some(1e-4));
+    }
     for (shape, axes) in [
         (&[4usize, 5, 6, 7][..], &[1usize, 3][..]),
         (&[4, 5, 6, 7], &[0]),

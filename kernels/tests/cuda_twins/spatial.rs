@@ -176,7 +176,10 @@ pub(crate) fn convs(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         cpu::matmul(k, rows, co, true, false, &cols, &dy, &mut dw);
         let mut want = vec![0f32; p.filter_len()];
         conv::conv2d_backprop_filter(&p, &x, &dy, &mut want, &mut ws);
-        r.f32("conv2d_backprop_filter", format!("{name}: im2col + GEMM"), &dw, &want, Some(1e-5));
+        // Both sums run over every output pixel of the batch (200K terms for
+        // the convnet's first layer) in different orders (the CPU's blocked
+        // kernel): 1e-4, as the other long sums.
+        r.f32("conv2d_backprop_filter", format!("{name}: im2col + GEMM"), &dw, &want, Some(1e-4));
         // conv2d_backprop_input = dy W^T (host GEMM), then col2im in two chunks.
         let mut dcol = vec![0f32; rows * k];
         cpu::matmul(rows, co, k, false, true, &dy, &f, &mut dcol);

@@ -98,9 +98,10 @@ impl ArgPack {
 /// Byte offset of the step number (a `u64`) in the side buffer.
 pub(crate) const STEP_CELL: usize = 0;
 
-/// Pointer and weight arrays a launch reads from device memory, gathered at
-/// load into one host buffer and uploaded once; its first 8 bytes are the
-/// step number ([`STEP_CELL`]).
+/// Pointer and weight arrays a launch reads from device memory, and scratch
+/// areas a launch alone writes (the two-stage bias gradient's partial sums),
+/// gathered at load into one host buffer and uploaded once; its first 8
+/// bytes are the step number ([`STEP_CELL`]).
 pub(crate) struct Side {
     pub bytes: Vec<u8>,
 }

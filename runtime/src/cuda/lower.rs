@@ -133,6 +133,50 @@ fn reduced_bits_to(x_shape: &[usize], out_shape: &[usize]) -> i32 {
     bits
 }
 
+/// Row blocks of the two-stage activation and bias gradient: enough to
+/// fill a large GPU twice over (132 multiprocessors), from the shapes alone.
+const BIAS_GRAD_PARTS: usize = 264;
+
+/// The launches of an activation gradient with its per-channel sum
+/// (`unary_grad_bias_grad`, and the tail of `max_pool_grad_act_bias_grad`)
+/// over `[rows, c]`, operands `[dy, y, dx, db]`: `(entry, grid, block,
+/// arguments)`. Tall tensors of at most 1024 channels take the two-stage
+/// kernels (coalesced row blocks into partial sums in a scratch area of the
+/// side buffer that only this launch uses, then one sum per channel); others
+/// the one-block-per-channel kernel. The choice and every order in it
+/// depend on the shapes only.
+fn bias_grad_launches(
+    code: i32,
+    rows: usize,
+    c: usize,
+    [dy, y, dx, db]: [u64; 4],
+    side: &mut Side,
+) -> Vec<(&'static str, u32, u32, ArgPack)> {
+    let block = if c == 0 || c > 1024 {
+        0
+    } else if c <= BLOCK as usize {
+        (BLOCK as usize / c) * c
+    } else {
+        c
+    };
+    if block == 0 || rows < 4 * BIAS_GRAD_PARTS {
+        let mut a = ArgPack::new();
+        a.i32(code).i64(rows).i64(c).ptr(dy).ptr(y).ptr(dx).ptr(db);
+        return vec![("towers_unary_grad_bias_grad_f32", grid_rows(c), BLOCK, a)];
+    }
+    let rpb = rows.div_ceil(BIAS_GRAD_PARTS);
+    let parts = rows.div_ceil(rpb);
+    let scratch = side.push(&vec![0f32; parts * c]);
+    let mut a = ArgPack::new();
+    a.i32(code).i64(rows).i64(c).i64(rpb).ptr(dy).ptr(y).ptr(dx).side_ptr(scratch);
+    let mut b = ArgPack::new();
+    b.i64(parts).i64(c).side_ptr(scratch).ptr(db);
+    vec![
+        ("towers_unary_grad_bias_partial_f32", parts as u32, block as u32, a),
+        ("towers_sum_partials_f32", grid_1d(c), BLOCK, b),
+    ]
+}
+
 /// Build the ops of one launch. `ins`, `outs`, `ws` are resolved operands.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn lower_launch(
@@ -259,9 +303,10 @@ pub(crate) fn lower_launch(
             let dy = i(0)?;
             let code = UnaryOp::ALL.iter().position(|u| u == act).unwrap_or(0) as i32;
             let rows = dy.len / (*channels).max(1);
-            let mut a = ArgPack::new();
-            a.i32(code).i64(rows).i64(*channels).ptr(dy.ptr).ptr(i(1)?.ptr).ptr(o(0)?.ptr).ptr(o(1)?.ptr);
-            launch(ops, "reduce", "towers_unary_grad_bias_grad_f32", grid_rows(*channels), BLOCK, a)?;
+            let [dy, y, dx, db] = [dy.ptr, i(1)?.ptr, o(0)?.ptr, o(1)?.ptr];
+            for (entry, grid, block, a) in bias_grad_launches(code, rows, *channels, [dy, y, dx, db], side) {
+                launch(ops, "reduce", entry, grid, block, a)?;
+            }
         }
         Kernel::BiasAddGrad { channels } => {
             let dy = i(0)?;
@@ -429,9 +474,11 @@ pub(crate) fn lower_launch(
             launch(ops, "pool", "towers_max_pool_grad_f32", ew(dx.len), BLOCK, a)?;
             let code = UnaryOp::ALL.iter().position(|u| u == act).unwrap_or(0) as i32;
             let rows = dx.len / geom.c.max(1);
-            let mut a = ArgPack::new();
-            a.i32(code).i64(rows).i64(geom.c).ptr(dx.ptr).ptr(i(3)?.ptr).ptr(dx.ptr).ptr(db.ptr);
-            launch(ops, "reduce", "towers_unary_grad_bias_grad_f32", grid_rows(geom.c), BLOCK, a)?;
+            for (entry, grid, block, a) in
+                bias_grad_launches(code, rows, geom.c, [dx.ptr, i(3)?.ptr, dx.ptr, db.ptr], side)
+            {
+                launch(ops, "reduce", entry, grid, block, a)?;
+            }
         }
         Kernel::AvgPoolGrad { geom } => {
             let dx = o(0)?;
