@@ -15,7 +15,10 @@
 //!    variable's reduction into its update). By default the large weight gradients' means are folded
 //!    into one product over the batch (`gemm_tower_mean`, the
 //!    `tower_matmul` pass): their reduction is the product's own sum and
-//!    costs nothing apart, so only their update counts; "not folded" rows
+//!    costs nothing apart, so only their update counts; with plain SGD or
+//!    non-Nesterov momentum the product updates its variable itself
+//!    (`gemm_tower_apply`), which the last column counts in too (a
+//!    backward product, its reduction and its update in one launch); "not folded" rows
 //!    turn that off, "unfused" rows every fusion (the reduction then is
 //!    its own `weighted_sum` launch).
 //!
@@ -41,6 +44,10 @@ struct Stats {
     p10_ms: f64,
     p90_ms: f64,
     reduce_share: Option<f64>,
+    /// The same, counting also the folded products that update their
+    /// variable themselves (`gemm_tower_apply`: a backward product, the
+    /// reduction and the update in one launch).
+    fused_share: Option<f64>,
 }
 
 /// Whether a launch reduces the towers' gradients or updates a variable.
@@ -52,21 +59,18 @@ fn reduces_or_updates(kind: &str) -> bool {
 /// step's wall time during which some reduction or update launch runs (the
 /// union of their spans on every thread, so two updates at once on two
 /// threads count once).
-fn towers_share(sess: &mut Session, opts: &CompileOptions, steps: usize) -> Option<f64> {
+fn towers_share(sess: &mut Session, opts: &CompileOptions, steps: usize, with_products: bool) -> Option<f64> {
     if opts.towers.len() < 2 {
         return None;
     }
+    let counted = |kind: &str| reduces_or_updates(kind) || (with_products && kind == "gemm_tower_apply");
     sess.set_tracing("train", true).expect("tracing");
     let mut shares = Vec::with_capacity(steps);
     for _ in 0..steps {
         sess.run("train").expect("step");
         let t = sess.trace("train").expect("trace");
-        let mut spans: Vec<(u64, u64)> = t
-            .events
-            .iter()
-            .filter(|e| reduces_or_updates(e.kind))
-            .map(|e| (e.start_ns, e.start_ns + e.dur_ns))
-            .collect();
+        let mut spans: Vec<(u64, u64)> =
+            t.events.iter().filter(|e| counted(e.kind)).map(|e| (e.start_ns, e.start_ns + e.dur_ns)).collect();
         spans.sort_unstable();
         let (mut covered, mut end) = (0u64, 0u64);
         for (a, b) in spans {
@@ -108,10 +112,12 @@ fn time_steps(model: &Model, opts: &CompileOptions, steps: usize) -> Stats {
             eprintln!("{:>9.1}  {:<18} {:<14} {}", p.nanos as f64 / 1e3 / steps as f64, p.stream, p.kernel, p.node);
         }
     }
-    let reduce_share = towers_share(&mut sess, opts, if steps >= 100 { 30 } else { 8 });
+    let traced = if steps >= 100 { 30 } else { 8 };
+    let reduce_share = towers_share(&mut sess, opts, traced, false);
+    let fused_share = towers_share(&mut sess, opts, traced, true);
     times.sort_by(|a, b| a.total_cmp(b));
     let q = |f: f64| times[((times.len() - 1) as f64 * f).round() as usize];
-    Stats { median_ms: q(0.5), p10_ms: q(0.1), p90_ms: q(0.9), reduce_share }
+    Stats { median_ms: q(0.5), p10_ms: q(0.1), p90_ms: q(0.9), reduce_share, fused_share }
 }
 
 fn main() {
@@ -151,8 +157,8 @@ fn main() {
     }
 
     println!("\n## Two towers vs one device, global batch {batch}\n");
-    println!("| model | variables | 1 device ms | 2 towers ms | speed-up | reduction + update share of step |");
-    println!("|---|---|---|---|---|---|");
+    println!("| model | variables | 1 device ms | 2 towers ms | speed-up | reduction + update share of step | with products that update |");
+    println!("|---|---|---|---|---|---|---|");
     let small = mlp(&[128], "mlp-784-128-10");
     let placements = [
         (VarPlacement::Cpu, "cpu", true, true),
@@ -163,6 +169,8 @@ fn main() {
     let others = [
         (VarPlacement::Cpu, "cpu, not folded", false, true),
         (VarPlacement::Gpu0, "gpu0, not folded", false, true),
+        // Folded, but the product stores its gradient and the update reads it.
+        (VarPlacement::Cpu, "cpu, product apart", true, true),
         // Unfused: each reduction its own weighted_sum launch.
         (VarPlacement::Cpu, "cpu, unfused", false, false),
     ];
@@ -170,17 +178,19 @@ fn main() {
         let one = time_steps(m, &CompileOptions::new(sgd.clone(), batch), n);
         // The convnet's products do not fold at batch 256 (their operands
         // outnumber their gradients): its "not folded" rows would repeat.
-        let rows = if std::ptr::eq(m, &conv) { &others[2..] } else { &others[..] };
+        let rows = if std::ptr::eq(m, &conv) { &others[3..] } else { &others[..] };
         for &(vars, vname, fold, fuse) in placements.iter().chain(rows) {
             let mut o = CompileOptions::new(sgd.clone(), batch);
             o.towers = vec![Device::gpu(0), Device::gpu(1)];
             o.variables = vars;
             o.fold_tower_matmuls = fold;
             o.fuse_reductions = fuse;
+            o.fuse_tower_updates = !vname.ends_with("product apart");
             let two = time_steps(m, &o, n);
-            let share = two.reduce_share.map(|s| format!("{:.1}%", 100.0 * s)).unwrap_or_else(|| "-".into());
+            let pct = |s: Option<f64>| s.map(|s| format!("{:.1}%", 100.0 * s)).unwrap_or_else(|| "-".into());
+            let (share, with) = (pct(two.reduce_share), pct(two.fused_share));
             println!(
-                "| {} | {vname} | {:.3} | {:.3} | {:.2}x | {share} |",
+                "| {} | {vname} | {:.3} | {:.3} | {:.2}x | {share} | {with} |",
                 m.name,
                 one.median_ms,
                 two.median_ms,
@@ -189,12 +199,13 @@ fn main() {
             if let Some(f) = out.as_mut() {
                 let _ = writeln!(
                     f,
-                    "{{\"bench\":\"towers2\",\"model\":\"{}\",\"variables\":\"{vname}\",\"batch\":{batch},\"single_ms\":{:.4},\"towers2_ms\":{:.4},\"speedup\":{:.4},\"reduce_share\":{:.4}}}",
+                    "{{\"bench\":\"towers2\",\"model\":\"{}\",\"variables\":\"{vname}\",\"batch\":{batch},\"single_ms\":{:.4},\"towers2_ms\":{:.4},\"speedup\":{:.4},\"reduce_share\":{:.4},\"fused_share\":{:.4}}}",
                     m.name,
                     one.median_ms,
                     two.median_ms,
                     one.median_ms / two.median_ms,
-                    two.reduce_share.unwrap_or(0.0)
+                    two.reduce_share.unwrap_or(0.0),
+                    two.fused_share.unwrap_or(0.0)
                 );
             }
         }

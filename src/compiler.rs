@@ -46,6 +46,7 @@ pub fn compile_train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result
     let PipelineOutput { graph, state, timings } = pipeline::train(model, loss, opts)?;
     let lower_opts = LowerOptions {
         fuse_reductions: opts.fuse_reductions,
+        fuse_tower_updates: opts.fuse_tower_updates,
         fuse_kernels: opts.fuse_kernels,
         reuse_memory: opts.reuse_memory,
         ..LowerOptions::new(Mode::Train, "train")

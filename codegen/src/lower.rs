@@ -26,7 +26,10 @@
 //! Three fusions: a `TowerMean` whose only consumer is an `ApplyGradient` on
 //! its device (and that is not fetched) gets no buffer and no launch; the
 //! apply becomes one `MeanApply` launch that reads the towers' gradients
-//! directly (see [`fusable_means`]). A `BiasAdd` whose only consumer is an
+//! directly (see [`fusable_means`]); likewise a `TowerMatMul` read only by
+//! a plain SGD or non-Nesterov momentum update: one `TowerMatMulApply`
+//! whose GEMMs accumulate into the variable or its accumulator (see
+//! [`fusable_tower_applies`]). A `BiasAdd` whose only consumer is an
 //! activation (`Unary`) likewise: the activation becomes one `BiasAddAct`
 //! launch (see [`fusable_bias_acts`]); and a `BiasAddGrad` reading an
 //! activation gradient becomes part of it, one `UnaryGradBiasGrad` launch
@@ -64,6 +67,8 @@ struct Lowerer<'g> {
     lowered: BTreeMap<NodeId, (Lowering, Option<BufRef>)>,
     /// Apply node -> the TowerMean fused into it.
     fused: BTreeMap<NodeId, NodeId>,
+    /// Apply node -> the TowerMatMul fused into it (`TowerMatMulApply`).
+    tower_applies: BTreeMap<NodeId, NodeId>,
     /// Launch inputs of fused applies (the towers' gradients, then the rest).
     fused_inputs: BTreeMap<NodeId, Vec<BufRef>>,
     /// Members of an all-reduce bucket -> (device index, the bucket's
@@ -291,6 +296,37 @@ pub fn fusable_xents(g: &Graph, stream_of: &BTreeMap<NodeId, usize>) -> BTreeMap
 /// TowerMean nodes that fuse into their consumer: (apply, mean) pairs. A
 /// mean fuses when its only consumer (data or control) is one
 /// `ApplyGradient` on the same device and no fetch of the program record names it.
+/// Plain SGD and non-Nesterov momentum updates whose gradient is a
+/// `TowerMatMul` read by nothing else (on the update's device, not fetched,
+/// no control edge to anything else): apply ->
+/// product. The update becomes one `TowerMatMulApply` launch that
+/// accumulates the towers' products straight into the variable (SGD) or its
+/// accumulator (momentum): the weight gradient is never stored.
+pub fn fusable_tower_applies(g: &Graph) -> BTreeMap<NodeId, NodeId> {
+    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
+    let mut out = BTreeMap::new();
+    for id in g.node_ids() {
+        let n = g.node(id);
+        if !matches!(n.op, Op::TowerMatMul { .. }) || fetched.contains(n.name.as_str()) {
+            continue;
+        }
+        if let [(a, _, 0)] = g.consumers(id)[..] {
+            let apply = g.node(a);
+            let fits = matches!(
+                apply.op,
+                Op::ApplyGradient {
+                    optimizer: towers_graph::Optimizer::Sgd { .. }
+                        | towers_graph::Optimizer::Momentum { nesterov: false, .. }
+                }
+            );
+            if fits && apply.device == n.device && g.control_consumers(id).iter().all(|&c| c == a) {
+                out.insert(a, id);
+            }
+        }
+    }
+    out
+}
+
 pub fn fusable_means(g: &Graph) -> BTreeMap<NodeId, NodeId> {
     let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
     let mut out = BTreeMap::new();
@@ -457,6 +493,7 @@ impl<'g> Lowerer<'g> {
             return true;
         }
         if self.fused.values().any(|&m| m == id)
+            || self.tower_applies.values().any(|&t| t == id)
             || self.bias_acts.values().any(|&b| b == id)
             || self.conv_acts.values().any(|&c| c == id)
             || self.pool_grads.values().any(|&p| p == id)
@@ -567,6 +604,7 @@ impl<'g> Lowerer<'g> {
     fn lower_node(&mut self, id: NodeId, opts: &LowerOptions) -> Result<(), CodegenError> {
         let node = self.g.node(id);
         if self.fused.values().any(|&m| m == id)
+            || self.tower_applies.values().any(|&t| t == id)
             || self.bias_acts.values().any(|&b| b == id)
             || self.conv_acts.values().any(|&c| c == id)
             || self.pool_grads.values().any(|&p| p == id)
@@ -580,6 +618,7 @@ impl<'g> Lowerer<'g> {
             return Ok(());
         }
         let mean = self.fused.get(&id).copied();
+        let product = self.tower_applies.get(&id).copied();
         let inputs = self.g.inputs(id);
         let ins = inputs.iter().map(|&t| self.ty(t)).collect::<Result<Vec<_>, _>>()?;
         let outs = (0..node.outputs.len()).map(|s| self.ty(Tensor::new(id, s))).collect::<Result<Vec<_>, _>>()?;
@@ -589,7 +628,7 @@ impl<'g> Lowerer<'g> {
                 let fused_in = self.bias_acts.get(&id) == Some(&t.node)
                     || self.pool_grads.get(&id) == Some(&t.node)
                     || self.matmuls.get(&id) == Some(&t.node);
-                if Some(t.node) == mean || fused_in {
+                if Some(t.node) == mean || Some(t.node) == product || fused_in {
                     Ok(BufRef::Variable(String::new()))
                 } else {
                     self.input(id, t)
@@ -613,6 +652,20 @@ impl<'g> Lowerer<'g> {
             refs.extend(idx.iter().skip(1).map(|&i| in_refs[i].clone()));
             let apply = Box::new(kernel.clone());
             *kernel = crate::Kernel::MeanApply { weights: weights.iter().map(|w| w.0).collect(), apply };
+            self.fused_inputs.insert(id, refs);
+        }
+        if let (Some(tmm), Lowering::Launch { kernel, inputs: idx, .. }) = (product, &mut low) {
+            // The towers' pairs (the product's inputs), then the update's
+            // inputs after its gradient (the learning rate).
+            let crate::Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } =
+                self.fused_kernel(tmm, &self.g.inputs(tmm), opts)?
+            else {
+                return Err(self.wrong_fused_kernel(tmm, "TowerMatMul"));
+            };
+            let mut refs = self.g.inputs(tmm).iter().map(|&t| self.input(tmm, t)).collect::<Result<Vec<_>, _>>()?;
+            refs.extend(idx.iter().skip(1).map(|&i| in_refs[i].clone()));
+            let apply = Box::new(kernel.clone());
+            *kernel = crate::Kernel::TowerMatMulApply { m, n, ks, trans_a, trans_b, weights, apply };
             self.fused_inputs.insert(id, refs);
         }
         if let (Some(&b), Lowering::Launch { kernel, .. }, Op::Unary(act)) =
@@ -883,6 +936,11 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         bind: BTreeMap::new(),
         lowered: BTreeMap::new(),
         fused: if opts.fuse_reductions { fusable_means(g) } else { BTreeMap::new() },
+        tower_applies: if opts.fuse_reductions && opts.fuse_tower_updates {
+            fusable_tower_applies(g)
+        } else {
+            BTreeMap::new()
+        },
         fused_inputs: BTreeMap::new(),
         bucket_views: BTreeMap::new(),
         buckets: BTreeMap::new(),

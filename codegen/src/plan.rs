@@ -40,9 +40,14 @@ pub struct LowerOptions {
     /// The program's name ("train", "eval").
     pub program: String,
     /// Fuse each tower reduction into the optimizer update that is its only
-    /// consumer (`MeanApply`); off, every reduction is its own
+    /// consumer (`MeanApply`, and with `fuse_tower_updates` a folded tower
+    /// product into a plain SGD or non-Nesterov momentum update:
+    /// `TowerMatMulApply`); off, every reduction is its own
     /// `weighted_sum` launch on the collective stream.
     pub fuse_reductions: bool,
+    /// With `fuse_reductions`, fuse folded tower products into their SGD or
+    /// momentum updates ([`crate::lower::fusable_tower_applies`]).
+    pub fuse_tower_updates: bool,
     /// Fuse elementwise neighbours into one launch and run activation
     /// gradients in place (`BiasAddAct`, `Conv2DBiasAct`,
     /// `UnaryGradBiasGrad`, see [`crate::lower`]); off, every graph op
@@ -62,6 +67,7 @@ impl LowerOptions {
             mode,
             program: program.to_string(),
             fuse_reductions: true,
+            fuse_tower_updates: true,
             fuse_kernels: true,
             reuse_memory: true,
         }

@@ -86,6 +86,14 @@ pub fn kernel_params(k: &Kernel) -> String {
             let ks = ks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("+");
             format!("m={m} n={n} k={ks}{ta}{tb} w={}", list(weights))
         }
+        Kernel::TowerMatMulApply { m, n, ks, trans_a, trans_b, weights, apply } => {
+            let ta = if *trans_a { " trans_a" } else { "" };
+            let tb = if *trans_b { " trans_b" } else { "" };
+            let ks = ks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("+");
+            let p = kernel_params(apply);
+            let sep = if p.is_empty() { "" } else { " " };
+            format!("m={m} n={n} k={ks}{ta}{tb} w={} {}{sep}{p}", list(weights), apply.name())
+        }
         Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
             let ta = if *trans_a { " trans_a" } else { "" };
             let tb = if *trans_b { " trans_b" } else { "" };

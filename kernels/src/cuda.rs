@@ -217,7 +217,7 @@ macro_rules! k {
     };
 }
 
-/// Every kernel of the plan (the 53 variants of codegen's `Kernel`), in the
+/// Every kernel of the plan (the 54 variants of codegen's `Kernel`), in the
 /// enum's order.
 pub const KERNELS: &[CudaKernel] = &[
     CudaKernel {
@@ -243,6 +243,14 @@ pub const KERNELS: &[CudaKernel] = &[
         after: &[],
         args: "cuBLAS sgemm per pair as gemm: alpha = the pair's weight, beta 0 for the first pair and 1 after (the mean accumulates in c)",
         launch: "one cublasSgemm per pair on the launch's stream",
+    },
+    CudaKernel {
+        kernel: "gemm_tower_apply",
+        family: None,
+        entries: &[],
+        after: &[("optim", "towers_apply_gradient_descent_f32"), ("optim", "towers_apply_momentum_f32")],
+        args: "cuBLAS sgemm per pair as gemm_tower_mean into the launch's scratch (m*n floats the backend allocates at load), then the fused update's own kernel (apply_gradient_descent or apply_momentum) reading the scratch as its gradient",
+        launch: "one cublasSgemm per pair, then the update: block BLOCK, grid grid_1d(m*n)",
     },
     k!("binary", "elementwise", ["towers_binary_f32"],
        "op (i32: 0 Add, 1 Sub, 2 Mul, 3 Div), n = numel(out) (i64), a, b, out, od: Dims4 (output dims padded to rank 4), sa, sb: Dims4 (broadcast strides, Dims4::broadcast_strides)", EW),
@@ -508,11 +516,11 @@ mod tests {
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 53);
+        assert_eq!(KERNELS.len(), 54);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 53);
+        assert_eq!(names.len(), 54);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 

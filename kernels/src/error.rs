@@ -24,6 +24,9 @@ pub enum KernelError {
     /// A fused kernel names an inner kernel it cannot fuse with.
     #[error("{op} cannot fuse into {into}; only the optimizer updates (apply_gradient_descent, apply_momentum, apply_adam) with their variable and slots")]
     CannotFuse { op: &'static str, into: &'static str },
+    /// A tower product without one weight per pair.
+    #[error("{op}: {pairs} pairs with {weights} weights; a tower product takes one weight per pair")]
+    TowerPairs { op: &'static str, pairs: usize, weights: usize },
     /// A fused elementwise expression breaks its invariants, or its launch does not match it.
     #[error("fused elementwise kernel: {reason}")]
     BadFusion { reason: String },

@@ -40,6 +40,24 @@ pub enum Kernel {
         trans_b: bool,
         weights: Vec<f32>,
     },
+    /// A [`Kernel::TowerMatMul`] fused into the plain SGD or (non-Nesterov)
+    /// momentum update that is its only consumer, so the weight gradient is
+    /// never stored: in: the pairs as `TowerMatMul`, then the learning rate
+    /// (f32[1]). out: the variable (and momentum's accumulator), in place.
+    /// SGD: `w += Σ (-lr·weights[i])·op(a_i)·op(b_i)`, one accumulating GEMM
+    /// per pair straight into `w`. Momentum: `acc = momentum·acc + Σ
+    /// weights[i]·op(a_i)·op(b_i)` by GEMMs into `acc` (the first with beta =
+    /// momentum), then `w -= lr·acc` row by row. Equal to the unfused update
+    /// up to float reassociation. Rows split as `TowerMatMul`'s.
+    TowerMatMulApply {
+        m: usize,
+        n: usize,
+        ks: Vec<usize>,
+        trans_a: bool,
+        trans_b: bool,
+        weights: Vec<f32>,
+        apply: Box<Kernel>,
+    },
     /// in: a, b, bias. out: `act(op(a) op(b) + bias)` (`act` None: the sum
     /// alone): a `MatMul`, the `BiasAdd` that is its only consumer and, when
     /// that bias add is fused with its activation, the activation, fused by
@@ -328,6 +346,7 @@ impl Kernel {
             Kernel::MatMul { .. } => "gemm",
             Kernel::MatMulBiasAct { .. } => "gemm_bias_act",
             Kernel::TowerMatMul { .. } => "gemm_tower_mean",
+            Kernel::TowerMatMulApply { .. } => "gemm_tower_apply",
             Kernel::Binary { .. } => "binary",
             Kernel::Fused { .. } => "fused_elementwise",
             Kernel::AddN { .. } => "add_n",

@@ -34,7 +34,10 @@ pub struct CompileOptions {
     pub dump_dir: Option<PathBuf>,
     pub dump_after: Vec<String>,
     /// Fuse each variable's tower reduction into its optimizer update (on by
-    /// default; off keeps every reduction a separate launch, e.g. to time it).
+    /// default: a `TowerMean` into a `MeanApply`, and, with
+    /// `fuse_tower_updates`, a folded tower product into a plain SGD or
+    /// non-Nesterov momentum update; off keeps every reduction a separate
+    /// launch, e.g. to time it).
     /// Read by lowering, not by the passes.
     pub fuse_reductions: bool,
     /// Fuse elementwise neighbours into one launch (bias + activation, a
@@ -66,6 +69,12 @@ pub struct CompileOptions {
     /// every fusion, with `--no-fusion`. One process only: across processes
     /// the reduction is an all-reduce of each process's part.
     pub fold_tower_matmuls: bool,
+    /// With `fuse_reductions`: a folded tower product read only by a plain
+    /// SGD or non-Nesterov momentum update accumulates straight into the
+    /// variable (or its accumulator) in one launch, `TowerMatMulApply`, and
+    /// its gradient is never stored. On by default; off keeps the product
+    /// and the update apart (e.g. to time what it saves). Read by lowering.
+    pub fuse_tower_updates: bool,
 }
 
 /// The default gradient bucket capacity: 25 MiB, as PyTorch DDP's `bucket_cap_mb=25`.
@@ -129,6 +138,7 @@ impl CompileOptions {
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             reuse_memory: true,
             fold_tower_matmuls: true,
+            fuse_tower_updates: true,
         }
     }
 }

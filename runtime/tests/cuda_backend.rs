@@ -171,6 +171,13 @@ fn cuda_matches_cpu_on_the_seed_models_with_one_and_two_towers() {
         ("mlp 784-256-256-10", model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false), adam.clone(), 64),
         ("mlp 64-16-10", model(ModelKind::Mlp, [8, 8, 1], vec![16], false), momentum.clone(), 24),
         ("mlp 64-16-10 sgd", model(ModelKind::Mlp, [8, 8, 1], vec![16], false), Optimizer::Sgd { lr: F32(0.1) }, 24),
+        // Folded products updating their variables (gemm_tower_apply) with two towers.
+        (
+            "mlp 64-16-10 momentum",
+            model(ModelKind::Mlp, [8, 8, 1], vec![16], false),
+            Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false },
+            24,
+        ),
         ("convnet 28x28", model(ModelKind::Convnet, [28, 28, 1], vec![], false), adam.clone(), 16),
         ("convnet 8x8 + batch norm", model(ModelKind::Convnet, [8, 8, 1], vec![], true), momentum, 24),
     ];

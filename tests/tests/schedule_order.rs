@@ -16,7 +16,7 @@ fn updates(plan: &towers_codegen::Plan) -> Vec<String> {
     for s in &plan.streams {
         for step in &s.steps {
             if let Step::Launch { kernel, node, .. } = step {
-                if matches!(kernel.name(), "mean_apply" | "apply_momentum" | "multi_apply") {
+                if matches!(kernel.name(), "mean_apply" | "apply_momentum" | "multi_apply" | "gemm_tower_apply") {
                     out.push(node.split("update_").nth(1).unwrap_or(node).to_string());
                 }
             }

@@ -176,6 +176,36 @@ impl Check<'_, '_> {
                 }
                 self.size(Out(0), self.count(m.checked_mul(*n), "m*n")?, || format!("m*n = {m}*{n}"))
             }
+            Kernel::TowerMatMulApply { m, n, ks, weights, apply, .. } => {
+                self.param(!ks.is_empty() && ks.len() == weights.len(), || {
+                    format!("{} k's for {} weights (one pair per replica, at least one)", ks.len(), weights.len())
+                })?;
+                let slots = match **apply {
+                    Kernel::ApplyGradientDescent {} => 1,
+                    Kernel::ApplyMomentum { nesterov: false, .. } => 2,
+                    _ => {
+                        return self.param(false, || {
+                            format!(
+                                "{} cannot take a tower product (plain SGD or non-Nesterov momentum only)",
+                                apply.name()
+                            )
+                        })
+                    }
+                };
+                self.args(2 * ks.len() + 1, slots)?;
+                self.all_f32()?;
+                for (p, k) in ks.iter().enumerate() {
+                    self.size(In(2 * p), self.count(m.checked_mul(*k), "m*k")?, || format!("pair {p}: m*k = {m}*{k}"))?;
+                    self.size(In(2 * p + 1), self.count(k.checked_mul(*n), "k*n")?, || {
+                        format!("pair {p}: k*n = {k}*{n}")
+                    })?;
+                }
+                self.size(In(2 * ks.len()), 1, || "a scalar learning rate".into())?;
+                for s in 0..slots {
+                    self.size(Out(s), self.count(m.checked_mul(*n), "m*n")?, || format!("m*n = {m}*{n}"))?;
+                }
+                Ok(())
+            }
             Kernel::MatMulBiasAct { m, n, k, .. } => {
                 self.args(3, 1)?;
                 self.all_f32()?;

@@ -164,6 +164,84 @@ pub fn tower_matmul<'x>(p: &TowerGemm<'_>, input: impl Fn(usize) -> &'x [f32] + 
     tower_matmul_rows(p, input, bottom, h, p.m);
 }
 
+/// The update a [`tower_matmul_apply_rows`] fuses (`Kernel::TowerMatMulApply`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TowerUpdate {
+    /// `w -= lr·g`.
+    Sgd { lr: f32 },
+    /// `acc = momentum·acc + g; w -= lr·acc`.
+    Momentum { lr: f32, momentum: f32 },
+}
+
+/// Rows `[lo, hi)` of the tower product `g = Σ weights[i]·op(a_i)·op(b_i)`
+/// applied at once (`Kernel::TowerMatMulApply`): `w_rows` (and, for
+/// momentum, `acc_rows`) are those rows of the variable (and its
+/// accumulator). SGD accumulates each pair into `w` with alpha =
+/// `-lr·weights[i]`; momentum accumulates into `acc` (the first pair with
+/// beta = momentum), then `w -= lr·acc`. The gradient is never stored.
+/// Allocates nothing; pairs without one weight each are an error.
+pub fn tower_matmul_apply_rows<'x>(
+    p: &TowerGemm<'_>,
+    update: TowerUpdate,
+    input: impl Fn(usize) -> &'x [f32],
+    w_rows: &mut [f32],
+    acc_rows: Option<&mut [f32]>,
+    lo: usize,
+    hi: usize,
+) -> Result<(), crate::KernelError> {
+    let pairs = p.ks.len();
+    if pairs != p.weights.len() {
+        return Err(crate::KernelError::TowerPairs { op: "gemm_tower_apply", pairs, weights: p.weights.len() });
+    }
+    let rows = (hi - lo) * p.n;
+    match (update, acc_rows) {
+        (TowerUpdate::Sgd { lr }, _) => {
+            for (i, (&k, &wt)) in p.ks.iter().zip(p.weights).enumerate() {
+                let mm = MatMul::new(p.m, k, p.n).trans_a(p.trans_a).trans_b(p.trans_b).scale(-lr * wt, 1.0);
+                matmul_rows(&mm, input(2 * i), input(2 * i + 1), &mut w_rows[..rows], lo, hi);
+            }
+        }
+        (TowerUpdate::Momentum { lr, momentum }, Some(acc)) => {
+            for (i, (&k, &wt)) in p.ks.iter().zip(p.weights).enumerate() {
+                let beta = if i == 0 { momentum } else { 1.0 };
+                let mm = MatMul::new(p.m, k, p.n).trans_a(p.trans_a).trans_b(p.trans_b).scale(wt, beta);
+                matmul_rows(&mm, input(2 * i), input(2 * i + 1), &mut acc[..rows], lo, hi);
+            }
+            for (w, a) in w_rows[..rows].iter_mut().zip(&acc[..rows]) {
+                *w -= lr * *a;
+            }
+        }
+        (TowerUpdate::Momentum { .. }, None) => {
+            return Err(crate::KernelError::CannotFuse { op: "gemm_tower_apply", into: "apply_momentum" })
+        }
+    }
+    Ok(())
+}
+
+/// The whole [`tower_matmul_apply_rows`], as its two row blocks split at
+/// [`tower_matmul_split`] (the bits of two threads running one block each).
+pub fn tower_matmul_apply<'x>(
+    p: &TowerGemm<'_>,
+    update: TowerUpdate,
+    input: impl Fn(usize) -> &'x [f32] + Copy,
+    w: &mut [f32],
+    acc: Option<&mut [f32]>,
+) -> Result<(), crate::KernelError> {
+    let h = tower_matmul_split(p.m) * p.n;
+    let (w_top, w_bottom) = w.split_at_mut(h);
+    match acc {
+        Some(acc) => {
+            let (a_top, a_bottom) = acc.split_at_mut(h);
+            tower_matmul_apply_rows(p, update, input, w_top, Some(a_top), 0, tower_matmul_split(p.m))?;
+            tower_matmul_apply_rows(p, update, input, w_bottom, Some(a_bottom), tower_matmul_split(p.m), p.m)
+        }
+        None => {
+            tower_matmul_apply_rows(p, update, input, w_top, None, 0, tower_matmul_split(p.m))?;
+            tower_matmul_apply_rows(p, update, input, w_bottom, None, tower_matmul_split(p.m), p.m)
+        }
+    }
+}
+
 fn parallelism(threads: usize) -> Parallelism {
     if threads > 1 {
         Parallelism::Rayon(threads)
@@ -252,6 +330,58 @@ mod tests {
                 tower_matmul_rows(&tg, |i| flat[i], top, 0, h);
                 assert_eq!(halves, got, "the two blocks, in any order, are the whole");
             }
+        }
+    }
+
+    /// The tower product applied at once: SGD and momentum against the
+    /// stored gradient's update (within float reassociation), the two row
+    /// blocks in either order equal to the whole bit for bit, and pairs
+    /// without one weight each refused.
+    #[test]
+    fn tower_products_apply_as_the_stored_gradient_would() {
+        let mut r = Lcg::new(5);
+        let (m, n, ks, wts) = (41usize, 23usize, [11usize, 6], [0.625f32, 0.375]);
+        for ta in [false, true] {
+            let ops: Vec<(Vec<f32>, Vec<f32>)> = ks.iter().map(|&k| (r.vec(m * k), r.vec(k * n))).collect();
+            let flat: Vec<&[f32]> = ops.iter().flat_map(|(a, b)| [a.as_slice(), b.as_slice()]).collect();
+            let tg = TowerGemm { m, n, ks: &ks, trans_a: ta, trans_b: false, weights: &wts };
+            let mut g = vec![0.0; m * n];
+            tower_matmul(&tg, |i| flat[i], &mut g);
+            let (w0, acc0) = (r.vec(m * n), r.vec(m * n));
+            let (lr, mom) = (0.05f32, 0.9f32);
+            for update in [TowerUpdate::Sgd { lr }, TowerUpdate::Momentum { lr, momentum: mom }] {
+                let (mut want_w, mut want_acc) = (w0.clone(), acc0.clone());
+                for j in 0..m * n {
+                    match update {
+                        TowerUpdate::Sgd { .. } => want_w[j] -= lr * g[j],
+                        TowerUpdate::Momentum { .. } => {
+                            want_acc[j] = want_acc[j] * mom + g[j];
+                            want_w[j] -= lr * want_acc[j];
+                        }
+                    }
+                }
+                let momentum = matches!(update, TowerUpdate::Momentum { .. });
+                let (mut w, mut acc) = (w0.clone(), acc0.clone());
+                tower_matmul_apply(&tg, update, |i| flat[i], &mut w, momentum.then_some(&mut acc[..])).unwrap();
+                assert_close(&w, &want_w, 1e-5, "variable");
+                if momentum {
+                    assert_close(&acc, &want_acc, 1e-5, "accumulator");
+                }
+                let h = tower_matmul_split(m);
+                let (mut w2, mut acc2) = (w0.clone(), acc0.clone());
+                let (wt, wb) = w2.split_at_mut(h * n);
+                let (at, ab) = acc2.split_at_mut(h * n);
+                tower_matmul_apply_rows(&tg, update, |i| flat[i], wb, momentum.then_some(ab), h, m).unwrap();
+                tower_matmul_apply_rows(&tg, update, |i| flat[i], wt, momentum.then_some(at), 0, h).unwrap();
+                assert_eq!(w2, w, "the two blocks, in any order, are the whole");
+            }
+            let bad = TowerGemm { weights: &wts[..1], ..tg };
+            let e = tower_matmul_apply(&bad, TowerUpdate::Sgd { lr: 0.1 }, |i| flat[i], &mut g, None).unwrap_err();
+            assert!(e.to_string().contains("one weight per pair"), "{e}");
+            let e =
+                tower_matmul_apply(&tg, TowerUpdate::Momentum { lr: 0.1, momentum: 0.9 }, |i| flat[i], &mut g, None)
+                    .unwrap_err();
+            assert!(e.to_string().contains("apply_momentum"), "{e}");
         }
     }
 

@@ -62,7 +62,7 @@ pub fn splittable(l: &Launch) -> Option<(usize, usize, usize)> {
     match &l.kernel {
         Kernel::MeanApply { weights, .. } if weights.len() <= 16 => elems(l),
         Kernel::ApplyGradientDescent {} | Kernel::ApplyMomentum { .. } | Kernel::ApplyAdam { .. } => elems(l),
-        Kernel::TowerMatMul { m, n, ks, .. } => {
+        Kernel::TowerMatMul { m, n, ks, .. } | Kernel::TowerMatMulApply { m, n, ks, .. } => {
             let per_row = ks.iter().sum::<usize>().saturating_mul(*n).saturating_mul(2);
             let mid = gemm::tower_matmul_split(*m);
             (per_row.saturating_mul(*m) >= SPLIT_MIN_FLOP).then_some((*m, mid, per_row.saturating_mul(m - mid)))
@@ -116,7 +116,25 @@ pub unsafe fn dispatch_range(l: &Launch, lo: usize, hi: usize) -> Result<(), Str
             gemm::tower_matmul_rows(&p, |i| l.ins[i].slot.f32(), c, lo, hi);
             Ok(())
         }
+        Kernel::TowerMatMulApply { m, n, ks, trans_a, trans_b, weights, apply } => {
+            let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
+            let w = l.outs[0].slot.range(lo * n, hi * n).f32_mut();
+            let acc = l.outs.get(1).map(|b| b.slot.range(lo * n, hi * n).f32_mut());
+            gemm::tower_matmul_apply_rows(&p, tower_update(apply, lr())?, |i| l.ins[i].slot.f32(), w, acc, lo, hi)
+                .map_err(err)
+        }
         other => Err(format!("{} cannot run in ranges", other.name())),
+    }
+}
+
+/// The update a `TowerMatMulApply` fuses, with this step's learning rate.
+fn tower_update(apply: &Kernel, lr: f32) -> Result<gemm::TowerUpdate, String> {
+    match apply {
+        Kernel::ApplyGradientDescent {} => Ok(gemm::TowerUpdate::Sgd { lr }),
+        Kernel::ApplyMomentum { momentum, nesterov: false } => {
+            Ok(gemm::TowerUpdate::Momentum { lr, momentum: *momentum })
+        }
+        other => Err(format!("gemm_tower_apply cannot fuse {}", other.name())),
     }
 }
 
@@ -139,6 +157,12 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
             let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
             gemm::tower_matmul(&p, |k| ins[k].slot.f32(), o(0));
+        }
+        Kernel::TowerMatMulApply { m, n, ks, trans_a, trans_b, weights, apply } => {
+            let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
+            let lr = ins.last().map_or(0.0, |b| b.slot.f32()[0]);
+            let acc = if outs.len() > 1 { Some(o(1)) } else { None };
+            gemm::tower_matmul_apply(&p, tower_update(apply, lr)?, |k| ins[k].slot.f32(), o(0), acc).map_err(err)?;
         }
         Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
             let p = gemm::MatMul::new(*m, *k, *n).trans_a(*trans_a).trans_b(*trans_b);

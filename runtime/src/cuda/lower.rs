@@ -224,6 +224,43 @@ pub(crate) fn lower_launch(
                 launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
             }
         }
+        Kernel::TowerMatMulApply { m, n, ks, trans_a, trans_b, weights, apply } => {
+            // The product into the launch's own scratch (`ws`, m*n floats,
+            // allocated by the backend at load), then the update reading it.
+            let g = ws.ok_or_else(|| format!("{name}: no scratch for the product"))?;
+            if g.len < m * n {
+                return Err(format!("{name}: a scratch of {} floats for a product of {}", g.len, m * n));
+            }
+            for (p, (&k, &w)) in ks.iter().zip(weights).enumerate() {
+                let (a, b) = (i(2 * p)?.ptr, i(2 * p + 1)?.ptr);
+                let beta = if p == 0 { 0.0 } else { 1.0 };
+                ops.push(Op::Gemm(Gemm {
+                    m: *m,
+                    n: *n,
+                    k,
+                    ta: *trans_a,
+                    tb: *trans_b,
+                    a,
+                    b,
+                    c: g.ptr,
+                    alpha: w,
+                    beta,
+                }));
+            }
+            let (w, lr) = (o(0)?, i(2 * ks.len())?.ptr);
+            let mut a = ArgPack::new();
+            match **apply {
+                Kernel::ApplyGradientDescent {} => {
+                    a.i64(w.len).ptr(lr).ptr(g.ptr).ptr(w.ptr);
+                    launch(ops, "optim", "towers_apply_gradient_descent_f32", ew(w.len), BLOCK, a)?;
+                }
+                Kernel::ApplyMomentum { momentum, nesterov } => {
+                    a.i64(w.len).ptr(lr).f32(momentum).i32(nesterov as i32).ptr(g.ptr).ptr(w.ptr).ptr(o(1)?.ptr);
+                    launch(ops, "optim", "towers_apply_momentum_f32", ew(w.len), BLOCK, a)?;
+                }
+                ref other => return Err(format!("{name} cannot fuse {}", other.name())),
+            }
+        }
         Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
             // One GEMM per pair: the first writes c, the others add to it.
             let y = o(0)?;

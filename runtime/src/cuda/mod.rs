@@ -125,6 +125,8 @@ struct StreamRun {
     blas: Option<Blas>,
     /// The convolutions' im2col workspace of this stream (see [`stream_workspace_bytes`]).
     _ws: Option<DevMem>,
+    /// Scratch of this stream's fused tower products (`TowerMatMulApply`).
+    _scratch: Vec<DevMem>,
     stream: Stream,
     name: String,
 }
@@ -305,6 +307,7 @@ impl CudaBackend {
             };
             let ws_dev = ws_mem.as_ref().map(|m| Dev { ptr: m.ptr, len: m.bytes / 4, dtype: DType::F32 });
             let mut items: Vec<Item> = Vec::new();
+            let mut scratch = Vec::new();
             for step in &s.steps {
                 match step {
                     Step::Record(e) | Step::Wait(e) if *e >= plan.num_events => {
@@ -356,6 +359,12 @@ impl CudaBackend {
                         if is_conv(kernel) {
                             ws = ws_dev;
                         }
+                        if let Kernel::TowerMatMulApply { m, n, .. } = kernel {
+                            // The fused product's own scratch (the CPU needs none).
+                            let mem = DevMem::zeroed(&self.ctx, m * n * 4).map_err(dev)?;
+                            ws = Some(Dev { ptr: mem.ptr, len: m * n, dtype: DType::F32 });
+                            scratch.push(mem);
+                        }
                         let mut ops = Vec::new();
                         lower_launch(kernel, &ins, &outs, ws, &mut self.modules, &mut side, &mut ops).map_err(|e| {
                             if e.starts_with("NVRTC") || e.starts_with("cu") {
@@ -374,7 +383,7 @@ impl CudaBackend {
             } else {
                 None
             };
-            streams.push(StreamRun { items, blas, _ws: ws_mem, stream, name: s.name() });
+            streams.push(StreamRun { items, blas, _ws: ws_mem, _scratch: scratch, stream, name: s.name() });
         }
         let side_mem = if side.bytes.is_empty() {
             None
