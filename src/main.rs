@@ -232,7 +232,8 @@ struct TrainArgs {
     comm_timeout: f64,
     /// Write the last --trace-steps steps as a Chrome trace (JSON for
     /// Perfetto or chrome://tracing): one lane per device stream, every
-    /// launch, copy, wait and all-reduce with its node and duration (cpu backend).
+    /// launch, copy, wait and all-reduce with its node and duration (on the cuda
+    /// backend from CUDA timing events; traced steps launch without graphs).
     #[arg(long)]
     trace: Option<PathBuf>,
     /// How many steps --trace writes: the last N of the run.

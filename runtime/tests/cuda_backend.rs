@@ -484,3 +484,72 @@ fn cuda_matches_cpu_on_the_other_kernels() {
     }
     eprintln!("ZOO MAX REL DIFF {worst:.3e}; {} kernels ran: {seen:?}", seen.len());
 }
+
+/// A traced step on the GPU: one event per plan step but the records, in
+/// step order and never overlapping within a stream, launches with a
+/// duration, inside the step's wall time; the traced step computes what an
+/// untraced one does (losses bit for bit), and turning tracing off goes
+/// back to graph replays.
+#[test]
+fn a_traced_gpu_step_is_a_timeline_of_every_plan_step() {
+    if let Err(e) = available() {
+        skip("a_traced_gpu_step_is_a_timeline_of_every_plan_step", &e);
+        return;
+    }
+    let m = model(ModelKind::Convnet, [28, 28, 1], vec![], false);
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.05) }, 64);
+    o.towers = vec![Device::gpu(0), Device::gpu(1)];
+    let batches = data(&m, 64, 3);
+    let c = compile_train(&m.graph, &m.loss, &o).unwrap();
+    let plan = c.plan.clone();
+    let mut losses = Vec::new();
+    for traced in [false, true] {
+        let mut sess = Session::with_backend(3, Box::new(CudaBackend::new().unwrap()));
+        sess.load("train", c.plan.clone()).unwrap();
+        let mut l = Vec::new();
+        for (i, (x, y)) in batches.iter().enumerate() {
+            if traced && i == 1 {
+                sess.set_tracing("train", true).unwrap();
+            }
+            sess.feed_f32("train", &m.images, x).unwrap();
+            sess.feed_i32("train", &m.labels, y).unwrap();
+            sess.run("train").unwrap();
+            l.push(sess.fetch_f32("train", "loss").unwrap()[0].to_bits());
+        }
+        losses.push(l);
+        if !traced {
+            continue;
+        }
+        let t = sess.trace("train").unwrap();
+        assert_eq!(t.step, 2);
+        let want: usize = plan.streams.iter().flat_map(|s| &s.steps).filter(|s| !matches!(s, Step::Record(_))).count();
+        assert_eq!(t.events.len(), want, "one event per plan step but the records");
+        for (s, _) in plan.streams.iter().enumerate() {
+            let ev: Vec<_> = t.events.iter().filter(|e| e.stream == s).collect();
+            for w in ev.windows(2) {
+                assert!(w[0].index < w[1].index, "stream {s}: step order");
+                assert!(
+                    w[0].start_ns + w[0].dur_ns <= w[1].start_ns + 1_000,
+                    "stream {s}: {:?} overlaps {:?}",
+                    w[0],
+                    w[1]
+                );
+            }
+        }
+        let launches: Vec<_> = t.events.iter().filter(|e| !matches!(e.kind, "wait" | "copy" | "all_reduce")).collect();
+        assert!(launches.iter().all(|e| e.start_ns + e.dur_ns <= t.dur_ns), "inside the step's wall time");
+        assert!(launches.iter().map(|e| e.dur_ns).sum::<u64>() > 0);
+        let mut by_kind: BTreeMap<&str, u64> = BTreeMap::new();
+        for e in &t.events {
+            *by_kind.entry(e.kind).or_default() += e.dur_ns;
+        }
+        let mut v: Vec<_> = by_kind.into_iter().collect();
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
+        let top: Vec<String> = v.iter().take(8).map(|(k, ns)| format!("{k} {:.1} us", *ns as f64 / 1e3)).collect();
+        eprintln!("TRACE convnet x2 batch 64, step {:.1} us on the host: {}", t.dur_ns as f64 / 1e3, top.join(", "));
+        sess.set_tracing("train", false).unwrap();
+        sess.run("train").unwrap();
+        assert!(sess.backend_note().contains("train: steps replay a CUDA graph"), "{}", sess.backend_note());
+    }
+    assert_eq!(losses[0], losses[1], "tracing changes no bit");
+}

@@ -74,6 +74,10 @@ fn split_reductions_change_no_bit() {
             let mut o = CompileOptions::new(opt.clone(), 16);
             o.towers = vec![Device::gpu(0), Device::gpu(1)];
             o.variables = vars;
+            // A folded product that updates its variable itself rounds in
+            // another order (tests/tests/tower_matmul.rs holds it): keep it
+            // apart here, where every bit must match.
+            o.fuse_tower_updates = false;
             let text = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan.to_text();
             assert!(text.contains("mean_apply"), "{text}");
             let fused = run(&model, &o, &data);

@@ -79,9 +79,17 @@ pub(crate) struct Event {
 
 impl Event {
     pub fn new(ctx: &Arc<CudaContext>) -> Result<Event, String> {
+        Event::with_flags(ctx, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+    }
+
+    /// An event that keeps its time (for traces).
+    pub fn timed(ctx: &Arc<CudaContext>) -> Result<Event, String> {
+        Event::with_flags(ctx, sys::CUevent_flags::CU_EVENT_DEFAULT)
+    }
+
+    fn with_flags(ctx: &Arc<CudaContext>, flags: sys::CUevent_flags) -> Result<Event, String> {
         ctx.bind_to_thread().map_err(|e| derr("cuCtxSetCurrent", e))?;
-        let raw =
-            drv::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(|e| derr("cuEventCreate", e))?;
+        let raw = drv::event::create(flags).map_err(|e| derr("cuEventCreate", e))?;
         Ok(Event { raw, ctx: Arc::clone(ctx) })
     }
 }

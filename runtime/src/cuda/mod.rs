@@ -58,6 +58,7 @@ mod lower;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 mod probe;
+mod trace;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,6 +79,7 @@ use graph::{GraphState, StepGraph};
 pub use libs::{CudaLibrary, CudaUnavailable};
 use lower::{lower_launch, Dev, Gemm, Modules, Op};
 pub use probe::{probe, CudaStatus};
+use trace::Tracer;
 
 /// The cubin of a kernel family for `arch` (`sm_90`) through the disk cache
 /// `disk` (the backend uses [`disk_cache::CubinCache::from_env`]): read from
@@ -114,6 +116,8 @@ struct Var {
 
 /// One op of a stream with what names it in errors and profiles.
 struct Item {
+    /// The index of the plan step it lowers (a step may lower to several items).
+    step: usize,
     op: Op,
     kernel: &'static str,
     node: String,
@@ -145,6 +149,10 @@ struct Program {
     step_cell: Option<u64>,
     runs: u64,
     profiling: bool,
+    /// Timing events while tracing is on ([`trace`]).
+    tracer: Option<Tracer>,
+    tracing: bool,
+    loaded: Instant,
     /// Nanoseconds per `(stream, item)` while profiling.
     profile: BTreeMap<(usize, usize), u64>,
 }
@@ -308,13 +316,17 @@ impl CudaBackend {
             let ws_dev = ws_mem.as_ref().map(|m| Dev { ptr: m.ptr, len: m.bytes / 4, dtype: DType::F32 });
             let mut items: Vec<Item> = Vec::new();
             let mut scratch = Vec::new();
-            for step in &s.steps {
+            for (j, step) in s.steps.iter().enumerate() {
                 match step {
                     Step::Record(e) | Step::Wait(e) if *e >= plan.num_events => {
                         return Err(bad(format!("event {e} is out of range (the plan has {})", plan.num_events)))
                     }
-                    Step::Record(e) => items.push(Item { op: Op::Record(*e), kernel: "record", node: String::new() }),
-                    Step::Wait(e) => items.push(Item { op: Op::Wait(*e), kernel: "wait", node: String::new() }),
+                    Step::Record(e) => {
+                        items.push(Item { step: j, op: Op::Record(*e), kernel: "record", node: String::new() })
+                    }
+                    Step::Wait(e) => {
+                        items.push(Item { step: j, op: Op::Wait(*e), kernel: "wait", node: String::new() })
+                    }
                     Step::Copy { from, to, bytes, node } => {
                         let f = self.resolve(plan, &arenas, from).map_err(bad)?;
                         let t = self.resolve(plan, &arenas, to).map_err(bad)?;
@@ -322,11 +334,11 @@ impl CudaBackend {
                             return Err(bad(format!("copy '{node}' has mismatched buffers")));
                         }
                         let op = Op::Copy { dst: t.ptr, src: f.ptr, bytes: *bytes };
-                        items.push(Item { op, kernel: "copy", node: node.clone() });
+                        items.push(Item { step: j, op, kernel: "copy", node: node.clone() });
                     }
                     Step::AllReduce { node, buffers } => {
                         if comm.world_size() == 1 && self.nccl_world().is_none() {
-                            items.push(Item { op: Op::Nothing, kernel: "all_reduce", node: node.clone() });
+                            items.push(Item { step: j, op: Op::Nothing, kernel: "all_reduce", node: node.clone() });
                             continue;
                         }
                         if self.nccl_world() != Some(comm.world_size()) {
@@ -345,7 +357,7 @@ impl CudaBackend {
                                 )));
                             }
                             let op = Op::AllReduce { ptr: d.ptr, count: d.len };
-                            items.push(Item { op, kernel: "all_reduce", node: node.clone() });
+                            items.push(Item { step: j, op, kernel: "all_reduce", node: node.clone() });
                         }
                     }
                     Step::Launch { kernel, inputs, outputs, workspace, node } => {
@@ -373,7 +385,12 @@ impl CudaBackend {
                                 bad(format!("node '{node}': the CUDA backend cannot run kernel {}: {e}", kernel.name()))
                             }
                         })?;
-                        items.extend(ops.into_iter().map(|op| Item { op, kernel: kernel.name(), node: node.clone() }));
+                        items.extend(ops.into_iter().map(|op| Item {
+                            step: j,
+                            op,
+                            kernel: kernel.name(),
+                            node: node.clone(),
+                        }));
                     }
                 }
             }
@@ -421,14 +438,13 @@ impl CudaBackend {
             step_cell,
             runs: 0,
             profiling: false,
+            tracer: None,
+            tracing: false,
+            loaded: Instant::now(),
             profile: BTreeMap::new(),
         })
     }
 }
-
-/// Why tracing is refused.
-const TRACING_UNSUPPORTED: &str =
-    "the cuda backend does not trace steps yet (--trace); trace on the cpu backend (--backend cpu)";
 
 /// Largest im2col workspace a GPU stream gets (256 MiB): convolutions whose
 /// column matrix is larger run in chunks of this size.
@@ -560,11 +576,25 @@ fn enqueue(
     order: &[(usize, usize)],
     #[cfg(feature = "nccl")] nccl: Option<&nccl::NcclComm>,
     mut profile: Option<&mut BTreeMap<(usize, usize), u64>>,
+    tracer: Option<&Tracer>,
 ) -> Result<(), BackendError> {
     for &(s, k) in order {
         let st = &mut streams[s];
         let stream = st.stream.raw;
         let t0 = profile.is_some().then(Instant::now);
+        let step = st.items[k].step;
+        let first = k == 0 || st.items[k - 1].step != step;
+        let last = st.items.get(k + 1).is_none_or(|i| i.step != step);
+        let mark = |end: bool| -> Result<(), BackendError> {
+            match tracer {
+                // SAFETY: a live stream of this context.
+                Some(t) => unsafe { t.mark(s, step, end, stream) }.map_err(BackendError::Device),
+                None => Ok(()),
+            }
+        };
+        if first {
+            mark(false)?;
+        }
         let item = &mut st.items[k];
         // SAFETY: every handle and device address was created or checked at load and lives as long as the program.
         let r = unsafe {
@@ -596,6 +626,9 @@ fn enqueue(
             }
         };
         r.map_err(|detail| BackendError::Kernel { node: item.node.clone(), detail })?;
+        if last {
+            mark(true)?;
+        }
         if let (Some(t0), Some(profile)) = (t0, profile.as_deref_mut()) {
             // SAFETY: a live stream.
             unsafe { drv::stream::synchronize(stream) }.map_err(|e| BackendError::Kernel {
@@ -664,11 +697,18 @@ impl Backend for CudaBackend {
             unsafe { drv::memcpy_htod_sync(cell, &[p.runs]) }
                 .map_err(|e| BackendError::Device(derr("writing the step number", e)))?;
         }
-        if let (GraphState::Ready(g), false) = (&p.graph, p.profiling) {
+        let eager = p.profiling || p.tracing;
+        if let (GraphState::Ready(g), false) = (&p.graph, eager) {
             g.launch().map_err(BackendError::Device)?;
             sync(&ctx)?;
             p.runs += 1;
             return Ok(());
+        }
+        let started = Instant::now();
+        let tracer = if p.tracing { p.tracer.as_ref() } else { None };
+        if let (Some(t), Some(first)) = (tracer, p.streams.first()) {
+            // SAFETY: a live stream of this context.
+            unsafe { t.start(first.stream.raw) }.map_err(BackendError::Device)?;
         }
         let profile = if p.profiling { Some(&mut p.profile) } else { None };
         enqueue(
@@ -678,10 +718,18 @@ impl Backend for CudaBackend {
             #[cfg(feature = "nccl")]
             nccl,
             profile,
+            tracer,
         )?;
         sync(&ctx)?;
+        if let (true, Some(t)) = (p.tracing, p.tracer.as_mut()) {
+            let start_ns = started.duration_since(p.loaded).as_nanos() as u64;
+            let wall_ns = started.elapsed().as_nanos() as u64;
+            let streams = &p.streams;
+            let ran = |s: usize, j: usize| streams[s].items.iter().any(|i| i.step == j);
+            t.finish(p.runs, start_ns, wall_ns, ran).map_err(BackendError::Device)?;
+        }
         p.runs += 1;
-        if let (GraphState::Pending, false) = (&p.graph, p.profiling) {
+        if let (GraphState::Pending, false) = (&p.graph, eager) {
             // The first eager step has run (cuBLAS is set up): capture the next.
             let raw: Vec<sys::CUstream> = p.streams.iter().map(|s| s.stream.raw).collect();
             let (streams, events, order) = (&mut p.streams, &p.events, &p.order);
@@ -692,6 +740,7 @@ impl Backend for CudaBackend {
                     order,
                     #[cfg(feature = "nccl")]
                     nccl,
+                    None,
                     None,
                 )
                 .map_err(|e| e.to_string())
@@ -804,19 +853,37 @@ impl Backend for CudaBackend {
             .collect()
     }
 
-    /// Not yet: timing every item on the GPU needs a pair of CUDA events
-    /// per item; turning tracing on is refused, turning it off is a no-op.
+    /// Traced steps launch eagerly with timing events around every plan
+    /// step ([`trace`]); the events are created the first time tracing is
+    /// turned on, so a traced run allocates nothing.
     fn set_tracing(&mut self, id: ProgramId, on: bool) -> Result<(), BackendError> {
-        self.program(id)?;
-        if on {
-            return Err(BackendError::Unsupported(TRACING_UNSUPPORTED.into()));
+        self.bind()?;
+        let ctx = Arc::clone(&self.ctx);
+        let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
+        if on && p.tracer.is_none() {
+            let steps: Vec<usize> = p.plan.streams.iter().map(|s| s.steps.len()).collect();
+            p.tracer = Some(Tracer::new(&ctx, &steps).map_err(BackendError::Device)?);
         }
+        p.tracing = on;
         Ok(())
     }
 
     fn trace(&self, id: ProgramId) -> Result<Trace, BackendError> {
-        self.program(id)?;
-        Err(BackendError::Unsupported(TRACING_UNSUPPORTED.into()))
+        let p = self.program(id)?;
+        let label = |s: usize, j: usize| -> Option<(&'static str, String)> {
+            let step = p.plan.streams.get(s)?.steps.get(j)?;
+            match step {
+                Step::Record(_) => None,
+                Step::Wait(e) => Some(("wait", format!("event {e}"))),
+                Step::Copy { node, .. } => Some(("copy", node.clone())),
+                Step::AllReduce { node, .. } => Some(("all_reduce", node.clone())),
+                Step::Launch { kernel, node, .. } => Some((kernel.name(), node.clone())),
+            }
+        };
+        p.tracer
+            .as_ref()
+            .and_then(|t| t.trace(label))
+            .ok_or_else(|| BackendError::Access("no step of this program has run with tracing on".into()))
     }
 
     fn steps_run(&self, id: ProgramId) -> u64 {
