@@ -66,6 +66,14 @@ pub struct CompileOptions {
     /// every fusion, with `--no-fusion`. One process only: across processes
     /// the reduction is an all-reduce of each process's part.
     pub fold_tower_matmuls: bool,
+    /// Compute once what every tower computes the same from shared state
+    /// alone (the `tower_cse` pass: an L2 weight-decay term per tower, its
+    /// gradient): on by default, for the CPU backend, where the towers
+    /// share one memory and the other towers read the first tower's
+    /// result in place. Exact (no bit changes). Off for plans meant for
+    /// GPUs, where each other device would copy the result instead of
+    /// recomputing it (`towers train` turns it off for `--backend cuda|auto`).
+    pub merge_tower_duplicates: bool,
 }
 
 /// The default gradient bucket capacity: 25 MiB, as PyTorch DDP's `bucket_cap_mb=25`.
@@ -129,6 +137,7 @@ impl CompileOptions {
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             reuse_memory: true,
             fold_tower_matmuls: true,
+            merge_tower_duplicates: true,
         }
     }
 }

@@ -114,8 +114,9 @@ impl Pass for Simplify {
     }
 }
 
-/// Names the compile state or a collection refers to: kept as they are.
-fn protected_names(g: &Graph, st: &CompileState) -> BTreeSet<String> {
+/// Names the compile state, the program record or a collection refers to:
+/// kept as they are (here and by `tower_cse`).
+pub(crate) fn protected_names(g: &Graph, st: &CompileState) -> BTreeSet<String> {
     let mut p = BTreeSet::new();
     p.extend(st.loss.iter().map(|t| t.node.clone()));
     p.extend(st.grads.values().map(|t| t.node.clone()));

@@ -1,5 +1,7 @@
 //! The rewrite rules of `simplify`. Each is obviously sound and keeps the
-//! numerics (constants fold in f64 in the analysis and round to f32 once);
+//! numerics (constants fold in f64 in the analysis and round to f32 once;
+//! `add-zero` keeps the sign of a zero `x`, where IEEE's `-0 + 0` is `+0`:
+//! the only bit it changes, found by tests/tests/simplify_differential.rs);
 //! each has a test below that shows its intent, in the style of egg's
 //! `tests/math.rs`. Constant folding itself (`add`/`sub`/`mul`/`div`/`neg` of
 //! constants, `reduce_sum` of a splat = value × count, `reshape`/
