@@ -17,7 +17,7 @@
 
 use towers_codegen::{lower, LowerOptions, Mode};
 use towers_graph::{keys, DType, Graph, GraphBuilder, Op, Shape, Tensor};
-use towers_passes::{BindBatch, CompileState, Pass, PassManager, Place, Prune, ScheduleStreams, Simplify, TensorRef};
+use towers_passes::{BindBatch, CompileState, PassManager, Place, Prune, ScheduleStreams, Simplify, TensorRef};
 use towers_runtime::{CpuBackend, Session};
 use towers_tests::Rng;
 

@@ -23,6 +23,7 @@
 //! - `slice-full`, `split-one-part`, `concat-one`: a slice, a split part or
 //!   a concat with the type of its input is that input;
 //! - reshape pairs: `reshape-reshape`, `reshape-noop`.
+//!
 //! The graph has no transpose op (only `MatMul`'s transpose flags), so
 //! there is no transpose-pair rule.
 
