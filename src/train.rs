@@ -356,6 +356,9 @@ impl TrainConfig {
         // Folded weight-gradient products pay where the towers share one
         // memory (the CPU backend); on GPUs each device computes its own.
         o.fold_tower_matmuls = self.fuse_kernels && matches!(self.backend, BackendChoice::Cpu);
+        // Shared computations merged across towers: read in place where the
+        // towers share one memory; on GPUs a copy would replace a recomputation.
+        o.merge_tower_duplicates = matches!(self.backend, BackendChoice::Cpu);
         o
     }
 

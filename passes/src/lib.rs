@@ -10,7 +10,8 @@
 //! The seam to codegen is the graph alone:
 //! - [`pipeline`] holds the train and eval pass lists, written once
 //!   (`prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean]
-//!   -> simplify -> apply -> place -> schedule`; eval: `prune -> bind_batch
+//!   -> simplify -> [tower_cse] -> [tower_matmul] -> apply -> place ->
+//!   {all_reduce} -> schedule`; eval: `prune -> bind_batch
 //!   -> simplify -> place -> schedule`), seeded from [`CompileOptions`]; it
 //!   returns the placed, scheduled graph. Tests run a prefix of the same
 //!   list ([`Pipeline::before`]) instead of spelling it again.
@@ -38,6 +39,7 @@ pub mod schedule;
 pub mod simplify;
 pub mod split;
 pub mod state;
+pub mod tower_cse;
 pub mod tower_matmul;
 
 pub use all_reduce::AllReduceBuckets;
@@ -59,4 +61,5 @@ pub use state::{
     Bucket, CompileState, Diagnostic, PassError, Program, Replica, Schedule, ScheduleItem, ScheduledStream, StreamKind,
     TensorRef,
 };
+pub use tower_cse::TowerCse;
 pub use tower_matmul::TowerMatMuls;

@@ -75,6 +75,14 @@ pub struct CompileOptions {
     /// its gradient is never stored. On by default; off keeps the product
     /// and the update apart (e.g. to time what it saves). Read by lowering.
     pub fuse_tower_updates: bool,
+    /// Compute once what every tower computes the same from shared state
+    /// alone (the `tower_cse` pass: an L2 weight-decay term per tower, its
+    /// gradient): on by default, for the CPU backend, where the towers
+    /// share one memory and the other towers read the first tower's
+    /// result in place. Exact (no bit changes). Off for plans meant for
+    /// GPUs, where each other device would copy the result instead of
+    /// recomputing it (`towers train` turns it off for `--backend cuda|auto`).
+    pub merge_tower_duplicates: bool,
 }
 
 /// The default gradient bucket capacity: 25 MiB, as PyTorch DDP's `bucket_cap_mb=25`.
@@ -139,6 +147,7 @@ impl CompileOptions {
             reuse_memory: true,
             fold_tower_matmuls: true,
             fuse_tower_updates: true,
+            merge_tower_duplicates: true,
         }
     }
 }

@@ -1,11 +1,12 @@
 //! The pipeline: the train and eval pass lists, written once.
 //!
 //! ```text
-//! train: prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> [tower_matmul] -> apply -> place -> {all_reduce} -> schedule
+//! train: prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> [tower_cse] -> [tower_matmul] -> apply -> place -> {all_reduce} -> schedule
 //! eval:  prune -> bind_batch -> simplify -> place -> schedule
 //! ```
-//! The bracketed passes run when towers are given (`tower_matmul` also
-//! needs `opts.fold_tower_matmuls` and one process); `all_reduce` runs with
+//! The bracketed passes run when towers are given (`tower_cse` also needs
+//! `opts.merge_tower_duplicates`, `tower_matmul` needs
+//! `opts.fold_tower_matmuls` and one process); `all_reduce` runs with
 //! several processes (`opts.process`), which also always replicate (one
 //! tower on `/gpu:0` when none are given). A run starts from a clone
 //! of the model graph: the train pipeline seeds the compile state with the
@@ -45,7 +46,7 @@ use crate::options::{CompileOptions, VarPlacement};
 use crate::state::{CompileState, PassError, TensorRef};
 use crate::{
     AllReduceBuckets, ApplyOptimizer, Autodiff, BindBatch, GradMean, Place, Prune, Replicate, ScheduleStreams,
-    Simplify, SplitBatch, TowerMatMuls,
+    Simplify, SplitBatch, TowerCse, TowerMatMuls,
 };
 
 /// What the pipeline compiles: it decides how a run is seeded.
@@ -100,6 +101,9 @@ impl Pipeline {
             passes.push(Box::new(GradMean));
         }
         passes.push(Box::new(Simplify { fuse: opts.fuse_kernels }));
+        if opts.merge_tower_duplicates && !towers.is_empty() {
+            passes.push(Box::new(TowerCse));
+        }
         if opts.fold_tower_matmuls && !towers.is_empty() && !several {
             passes.push(Box::new(TowerMatMuls));
         }

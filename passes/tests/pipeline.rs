@@ -35,10 +35,15 @@ fn the_pass_lists() {
     assert_eq!(names(Pipeline::train(&loss, &opts(0))), "prune autodiff bind_batch simplify apply place schedule");
     assert_eq!(
         names(Pipeline::train(&loss, &opts(2))),
-        "prune autodiff bind_batch replicate split grad_mean simplify tower_matmul apply place schedule"
+        "prune autodiff bind_batch replicate split grad_mean simplify tower_cse tower_matmul apply place schedule"
     );
     let mut unfolded = opts(2);
     unfolded.fold_tower_matmuls = false;
+    assert_eq!(
+        names(Pipeline::train(&loss, &unfolded)),
+        "prune autodiff bind_batch replicate split grad_mean simplify tower_cse apply place schedule"
+    );
+    unfolded.merge_tower_duplicates = false;
     assert_eq!(
         names(Pipeline::train(&loss, &unfolded)),
         "prune autodiff bind_batch replicate split grad_mean simplify apply place schedule"

@@ -9,6 +9,15 @@
 //! `axes[0]`, `axes[0]+keep`) as child leaves. Every other tensor is an
 //! opaque `Leaf` named `node:slot`, never merged or rewritten.
 //!
+//! The data-movement ops that tower algebra cancels are terms too:
+//! `(concat axis[1] a b ..)` (any number of inputs after the attribute),
+//! `(slice begin[0,2]size[-1,12] x)`, and one output of a split,
+//! `(split_part part1[10,8]#0 x)`: the multi-output `Split` is one term per
+//! output, each naming the split's axis, sizes and its index, so that
+//! parts of one split of one tensor are recognizable as pieces of it.
+//! Writing back gathers the parts of one `(axis, sizes, x)` into one
+//! `Split` node again (see `super::Writer`).
+//!
 //! `scalar` is a helper term used by rules only: `(scalar ?c)` is the rank-0
 //! constant holding the value of the splat constant `?c`. The analysis turns
 //! it into a real constant, and the cost function forbids extracting it.
@@ -73,12 +82,17 @@ impl FromStr for Konst {
 }
 
 /// The attribute of a reshape (`dims[..]`), a reduce_sum (`axes[..]`,
-/// `axes[..]+keep`) or a fused kernel (its expression, `ew[..]`).
+/// `axes[..]+keep`), a fused kernel (its expression, `ew[..]`), a concat
+/// (`axis[1]`), a slice (`begin[0,2]size[-1,12]`) or one output of a split
+/// (`part1[10,8]#0`: axis 1, sizes 10 and 8, output 0).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Attr {
     Dims(Vec<i64>),
     Axes { axes: Vec<usize>, keep: bool },
     Expr(FusedExpr),
+    Axis(usize),
+    Slice { begin: Vec<usize>, size: Vec<i64> },
+    Part { axis: usize, sizes: Vec<usize>, index: usize },
 }
 
 impl fmt::Display for Attr {
@@ -87,6 +101,9 @@ impl fmt::Display for Attr {
             Attr::Dims(d) => write!(f, "dims[{}]", join(d)),
             Attr::Axes { axes, keep } => write!(f, "axes[{}]{}", join(axes), if *keep { "+keep" } else { "" }),
             Attr::Expr(e) => write!(f, "{e}"),
+            Attr::Axis(a) => write!(f, "axis[{a}]"),
+            Attr::Slice { begin, size } => write!(f, "begin[{}]size[{}]", join(begin), join(size)),
+            Attr::Part { axis, sizes, index } => write!(f, "part{axis}[{}]#{index}", join(sizes)),
         }
     }
 }
@@ -106,6 +123,23 @@ impl FromStr for Attr {
                 None => (r.strip_suffix(']').ok_or("not an attribute")?, false),
             };
             return Ok(Attr::Axes { axes: parse_list(r)?, keep });
+        }
+        if let Some(r) = s.strip_prefix("axis[").and_then(|r| r.strip_suffix(']')) {
+            return Ok(Attr::Axis(r.parse().map_err(|_| format!("bad axis '{r}'"))?));
+        }
+        if let Some(r) = s.strip_prefix("begin[") {
+            let (begin, size) = r.split_once("]size[").ok_or("not an attribute")?;
+            let size = size.strip_suffix(']').ok_or("not an attribute")?;
+            return Ok(Attr::Slice { begin: parse_list(begin)?, size: parse_list(size)? });
+        }
+        if let Some(r) = s.strip_prefix("part") {
+            let (axis, r) = r.split_once('[').ok_or("not an attribute")?;
+            let (sizes, index) = r.split_once("]#").ok_or("not an attribute")?;
+            return Ok(Attr::Part {
+                axis: axis.parse().map_err(|_| format!("bad axis '{axis}'"))?,
+                sizes: parse_list(sizes)?,
+                index: index.parse().map_err(|_| format!("bad index '{index}'"))?,
+            });
         }
         Err("not an attribute".into())
     }
@@ -176,6 +210,12 @@ define_language! {
         "scalar" = Scalar([Id; 1]),
         // (fused ew[..] inputs...): a fused elementwise kernel (see `fuse`)
         "fused" = Fused(Box<[Id]>),
+        // (concat axis[..] inputs...)
+        "concat" = Concat(Box<[Id]>),
+        // (slice begin[..]size[..] x)
+        "slice" = Slice([Id; 2]),
+        // (split_part part<axis>[sizes]#<index> x): output <index> of a split of x
+        "split_part" = SplitPart([Id; 2]),
         // (add ?a ?b), (relu ?x), (relu_grad ?dy ?y): before the leaves,
         // which parse from any string (leaf names contain a ':').
         Binary(Bin, [Id; 2]),
@@ -208,15 +248,42 @@ impl TensorLang {
                 Attr::Expr(expr) => Op::Fused { expr },
                 _ => return None,
             },
+            TensorLang::Concat(ch) => match attr(*ch.first()?)? {
+                Attr::Axis(axis) => Op::Concat { axis },
+                _ => return None,
+            },
+            TensorLang::Slice([a, _]) => match attr(*a)? {
+                Attr::Slice { begin, size } => Op::Slice { begin, size },
+                _ => return None,
+            },
+            // The split of all parts; the part is the output `index` of it.
+            TensorLang::SplitPart([a, _]) => match attr(*a)? {
+                Attr::Part { axis, sizes, .. } => Op::Split { axis, sizes },
+                _ => return None,
+            },
             _ => return None,
         })
+    }
+
+    /// The output slot of the graph op that is this term (the index of a split part, else 0).
+    pub fn slot(&self, attr: impl Fn(Id) -> Option<Attr>) -> usize {
+        match self {
+            TensorLang::SplitPart([a, _]) => match attr(*a) {
+                Some(Attr::Part { index, .. }) => index,
+                _ => 0,
+            },
+            _ => 0,
+        }
     }
 
     /// The tensor inputs of a compute node, in graph input order (attributes left out).
     pub fn tensor_inputs(&self) -> Vec<Id> {
         match self {
-            TensorLang::Reshape([_, x]) | TensorLang::ReduceSum([_, x]) => vec![*x],
-            TensorLang::Fused(ch) => ch.iter().skip(1).copied().collect(),
+            TensorLang::Reshape([_, x])
+            | TensorLang::ReduceSum([_, x])
+            | TensorLang::Slice([_, x])
+            | TensorLang::SplitPart([_, x]) => vec![*x],
+            TensorLang::Fused(ch) | TensorLang::Concat(ch) => ch.iter().skip(1).copied().collect(),
             TensorLang::Num(_) | TensorLang::Attr(_) | TensorLang::Leaf(_) => vec![],
             n => egg::Language::children(n).to_vec(),
         }
@@ -272,8 +339,14 @@ pub fn node_data(egraph: &TEGraph, enode: &TensorLang) -> Data {
         n => {
             let ins: Option<Vec<TensorType>> = n.tensor_inputs().iter().map(|i| d(i).ty.clone()).collect();
             let op = n.op(|i| egraph[i].data.attr.clone());
+            // A split part is one output of its split; every other term has one.
+            let slot = n.slot(|i| egraph[i].data.attr.clone());
+            let is_split = matches!(op, Some(Op::Split { .. }));
             let ty = match (op, ins) {
-                (Some(op), Some(ins)) => infer(&op, &ins).ok().and_then(|mut v| (v.len() == 1).then(|| v.remove(0))),
+                (Some(op), Some(ins)) => infer(&op, &ins).ok().and_then(|mut v| match is_split {
+                    true => (slot < v.len()).then(|| v.swap_remove(slot)),
+                    false => (v.len() == 1).then(|| v.remove(0)),
+                }),
                 _ => None,
             };
             let f32_known = ty.as_ref().is_some_and(|t| t.dtype == DType::F32 && t.shape.is_fully_known());
@@ -284,8 +357,16 @@ pub fn node_data(egraph: &TEGraph, enode: &TensorLang) -> Data {
                     TensorLang::Binary(op, [a, b]) => d(a).konst.zip(d(b).konst).and_then(|(x, y)| fold(op.0, x, y)),
                     // Only negation folds: exact in f64, as every other op would not be.
                     TensorLang::Unary(Un(UnaryOp::Neg), [x]) => d(x).konst.map(|v| -v),
-                    TensorLang::Identity([x]) | TensorLang::Reshape([_, x]) | TensorLang::BroadcastLike([x, _]) => {
-                        d(x).konst
+                    // Moving the elements of a splat keeps it a splat.
+                    TensorLang::Identity([x])
+                    | TensorLang::Reshape([_, x])
+                    | TensorLang::BroadcastLike([x, _])
+                    | TensorLang::Slice([_, x])
+                    | TensorLang::SplitPart([_, x]) => d(x).konst,
+                    TensorLang::Concat(ch) => {
+                        let mut vals = ch.iter().skip(1).map(|i| d(i).konst.map(f64::to_bits));
+                        let first = vals.next().flatten();
+                        first.filter(|b| vals.all(|v| v == Some(*b))).map(f64::from_bits)
                     }
                     TensorLang::ReduceSum([a, x]) => {
                         let (Some(Attr::Axes { axes, .. }), Some(xt)) = (&d(a).attr, d(x).known()) else {
@@ -372,5 +453,28 @@ mod tests {
             assert_eq!(last(&format!("({} a:0 b:0)", op.name())).op(|_| None), Some(Op::Binary(op)));
         }
         assert!(matches!(last("relu:0"), TensorLang::Leaf(_)));
+    }
+
+    /// The data-movement attributes print and parse back, and their terms
+    /// are the graph's ops: a split part is output `index` of the split.
+    #[test]
+    fn concat_slice_and_split_part_terms_round_trip() {
+        for a in [
+            Attr::Axis(1),
+            Attr::Slice { begin: vec![0, 2], size: vec![-1, 12] },
+            Attr::Part { axis: 1, sizes: vec![10, 8], index: 1 },
+        ] {
+            assert_eq!(a.to_string().parse::<Attr>(), Ok(a.clone()), "{a}");
+        }
+        fn attr(s: &'static str) -> impl Fn(Id) -> Option<Attr> {
+            move |_| s.parse::<Attr>().ok()
+        }
+        assert_eq!(last("(concat axis[1] a:0 b:0 c:0)").op(attr("axis[1]")), Some(Op::Concat { axis: 1 }));
+        assert_eq!(last("(concat axis[1] a:0 b:0 c:0)").tensor_inputs().len(), 3);
+        let part = last("(split_part part1[10,8]#1 x:0)");
+        assert_eq!(part.op(attr("part1[10,8]#1")), Some(Op::Split { axis: 1, sizes: vec![10, 8] }));
+        assert_eq!(part.slot(attr("part1[10,8]#1")), 1);
+        let slice = last("(slice begin[0,2]size[-1,12] x:0)");
+        assert_eq!(slice.op(attr("begin[0,2]size[-1,12]")), Some(Op::Slice { begin: vec![0, 2], size: vec![-1, 12] }));
     }
 }

@@ -5,14 +5,17 @@
 //! what autodiff had to build for an unknown batch size: the ReduceMean
 //! gradient `Mul(Reshape(BroadcastLike(1 / Sum(BroadcastLike(1, x)), x)), dy)`
 //! becomes `Mul(1/N, dy)`; it also drops `Identity`s, no-op reshapes and
-//! broadcasts, `x*1`, `x+0`, `--x`, and merges reshape chains
-//! ([`rules`] lists every rule with its test).
+//! broadcasts, `x*1`, `x+0`, `--x`, merges reshape chains, and cancels
+//! data movement: a split concatenated back in order, the slices of a
+//! concat's gradient concatenated again ([`rules`] lists every rule with
+//! its test).
 //!
 //! What the e-graph sees, per partition of nodes with one tower and one
 //! requested device (so nothing moves between towers or devices):
 //! - terms ([`lang::TensorLang`]): nodes whose op is `Binary` (and `AddN` of two, as `add`), `Unary`,
 //!   `UnaryGrad` (any kernel op), `Identity`, `BroadcastLike`, `Reshape`,
-//!   `ReduceSum` or a splat f32 `Const`, with a fully known type, no placed device, no control
+//!   `ReduceSum`, `Concat`, `Slice`, `Split` (one `split_part` term per
+//!   output) or a splat f32 `Const`, with fully known types, no placed device, no control
 //!   edges in or out, at least one consumer, and a name that no part of the
 //!   [`CompileState`] (loss, grads, tower grads and losses), the program
 //!   record (fetches, train_op) and no collection refers to;
@@ -37,10 +40,12 @@
 //! simplified). Extraction uses [`cost::KernelCost`] (kernels, then bytes;
 //! tree cost, see its docs for the sharing caveat).
 //!
-//! Writing back: the best term of every root (a term consumed outside the
+//! Writing back: the best term of every root (a term output consumed outside the
 //! partition) is built bottom-up, one graph node per e-class. A class whose
 //! original node has the op of the chosen term keeps that node and its name
-//! (its inputs are re-pointed); other terms become new nodes named
+//! (its inputs are re-pointed); the split parts of one `(axis, sizes,
+//! input)` are outputs of one `Split` node (the original one when it is a
+//! member of their class); other terms become new nodes named
 //! `<root>/simplified` (`_1`, `_2`, ... by [`Graph::unique_name`]), in a
 //! deterministic order. Pure nodes nothing uses any more are removed, and
 //! types are re-inferred.
@@ -109,8 +114,9 @@ impl Pass for Simplify {
     }
 }
 
-/// Names the compile state or a collection refers to: kept as they are.
-fn protected_names(g: &Graph, st: &CompileState) -> BTreeSet<String> {
+/// Names the compile state, the program record or a collection refers to:
+/// kept as they are (here and by `tower_cse`).
+pub(crate) fn protected_names(g: &Graph, st: &CompileState) -> BTreeSet<String> {
     let mut p = BTreeSet::new();
     p.extend(st.loss.iter().map(|t| t.node.clone()));
     p.extend(st.grads.values().map(|t| t.node.clone()));
@@ -147,13 +153,17 @@ fn is_term(g: &Graph, id: NodeId, protected: &BTreeSet<String>) -> bool {
         | Op::Identity
         | Op::BroadcastLike
         | Op::Reshape { .. }
-        | Op::ReduceSum { .. } => true,
+        | Op::ReduceSum { .. }
+        | Op::Concat { .. }
+        | Op::Slice { .. } => true,
+        Op::Split { sizes, .. } => !sizes.is_empty(),
         _ => false,
     };
+    let outputs = if matches!(n.op, Op::Split { .. }) { !n.outputs.is_empty() } else { n.outputs.len() == 1 };
     op_ok
         && !n.op.is_stateful()
-        && n.outputs.len() == 1
-        && n.outputs[0].shape.is_fully_known()
+        && outputs
+        && n.outputs.iter().all(|t| t.shape.is_fully_known())
         && n.device.is_none()
         && !protected.contains(&n.name)
         && g.control_inputs(id).is_empty()
@@ -176,11 +186,12 @@ fn simplify_partition(
 ) -> Result<(), PassError> {
     let in_part: BTreeSet<NodeId> = nodes.iter().copied().collect();
     let mut eg = TEGraph::new(TypeAnalysis::default());
-    let mut class_of: BTreeMap<NodeId, Id> = BTreeMap::new();
+    // The class of every term output.
+    let mut class_of: BTreeMap<Tensor, Id> = BTreeMap::new();
     for &id in nodes {
         let mut ins = Vec::new();
         for t in g.inputs(id) {
-            ins.push(match class_of.get(&t.node) {
+            ins.push(match class_of.get(&t) {
                 Some(&c) => c,
                 None => {
                     let sym = Symbol::from(leaf_name(g, t));
@@ -190,6 +201,16 @@ fn simplify_partition(
             });
         }
         let n = g.node(id);
+        let attr = |eg: &mut TEGraph, a: Attr| eg.add(TensorLang::Attr(a));
+        if let Op::Split { axis, sizes } = &n.op {
+            for (index, ty) in n.outputs.iter().enumerate() {
+                let a = attr(&mut eg, Attr::Part { axis: *axis, sizes: sizes.clone(), index });
+                let c = eg.add(TensorLang::SplitPart([a, ins[0]]));
+                debug_assert_eq!(eg[c].data.ty.as_ref(), Some(ty), "simplify: analysis type of {}:{index}", n.name);
+                class_of.insert(Tensor::new(id, index), c);
+            }
+            continue;
+        }
         let enode = match &n.op {
             Op::Const { value } => {
                 TensorLang::Num(Konst::new(DType::F32, value.shape.clone(), splat(value).unwrap_or_default()))
@@ -205,22 +226,32 @@ fn simplify_partition(
                 eg.add(TensorLang::Attr(Attr::Axes { axes: axes.clone(), keep: *keep_dims })),
                 ins[0],
             ]),
+            Op::Concat { axis } => {
+                let mut ch = vec![attr(&mut eg, Attr::Axis(*axis))];
+                ch.extend(ins.iter().copied());
+                TensorLang::Concat(ch.into_boxed_slice())
+            }
+            Op::Slice { begin, size } => {
+                TensorLang::Slice([attr(&mut eg, Attr::Slice { begin: begin.clone(), size: size.clone() }), ins[0]])
+            }
             other => unreachable!("simplify: {} is not a term", other.type_name()),
         };
         let c = eg.add(enode);
         debug_assert_eq!(eg[c].data.ty.as_ref(), Some(&n.outputs[0]), "simplify: analysis type of {}", n.name);
-        class_of.insert(id, c);
+        class_of.insert(Tensor::new(id, 0), c);
     }
     eg.rebuild();
 
-    // Roots: terms with a consumer outside the partition's terms.
-    let mut roots: Vec<(NodeId, Vec<(NodeId, usize)>)> = Vec::new();
+    // Roots: term outputs with a consumer outside the partition's terms.
+    let mut roots: Vec<(Tensor, Vec<(NodeId, usize)>)> = Vec::new();
     for &id in nodes {
-        let outside: Vec<(NodeId, usize)> =
-            g.consumers(id).into_iter().filter(|(c, _, _)| !in_part.contains(c)).map(|(c, d, _)| (c, d)).collect();
-        if !outside.is_empty() {
-            roots.push((id, outside));
+        let mut outside: BTreeMap<usize, Vec<(NodeId, usize)>> = BTreeMap::new();
+        for (c, dst, src) in g.consumers(id) {
+            if !in_part.contains(&c) {
+                outside.entry(src).or_default().push((c, dst));
+            }
         }
+        roots.extend(outside.into_iter().map(|(slot, v)| (Tensor::new(id, slot), v)));
     }
 
     let runner = Runner::default()
@@ -248,11 +279,11 @@ fn simplify_partition(
         // Activation gradients read by a bias gradient: lowering's to fuse.
         let keep: BTreeSet<Id> = roots
             .iter()
-            .filter(|(id, outside)| {
-                matches!(g.node(*id).op, Op::UnaryGrad(_))
+            .filter(|(t, outside)| {
+                matches!(g.node(t.node).op, Op::UnaryGrad(_))
                     && outside.iter().any(|(c, _)| matches!(g.node(*c).op, Op::BiasAddGrad))
             })
-            .map(|(id, _)| eg.find(class_of[id]))
+            .map(|(t, _)| eg.find(class_of[t]))
             .collect();
         let report = fuse::fuse(&mut eg, &root_classes, &keep);
         if report.stop != fuse::FuseStop::Saturated {
@@ -268,22 +299,30 @@ fn simplify_partition(
     let eg = &eg;
     let mut members: BTreeMap<Id, Vec<NodeId>> = BTreeMap::new();
     for &id in nodes {
-        members.entry(eg.find(class_of[&id])).or_default().push(id);
+        for slot in 0..g.node(id).outputs.len() {
+            if let Some(&c) = class_of.get(&Tensor::new(id, slot)) {
+                let v = members.entry(eg.find(c)).or_default();
+                if !v.contains(&id) {
+                    v.push(id);
+                }
+            }
+        }
     }
     let mut w = Writer {
         eg,
         ex: Extractor::new(eg, KernelCost { egraph: eg }),
         members,
         memo: BTreeMap::new(),
+        splits: BTreeMap::new(),
         used: BTreeSet::new(),
         tower,
         device,
     };
     for (root, outside) in &roots {
-        let base = format!("{}/simplified", g.node(*root).name);
+        let base = format!("{}/simplified", g.node(root.node).name);
         let t = w.tensor(g, class_of[root], &base)?;
         for &(consumer, dst) in outside {
-            if t != Tensor::new(*root, 0) {
+            if t != *root {
                 g.set_input(consumer, dst, t)?;
             }
         }
@@ -303,6 +342,8 @@ struct Writer<'a> {
     /// Original nodes by (canonical) e-class, in topological order.
     members: BTreeMap<Id, Vec<NodeId>>,
     memo: BTreeMap<Id, Tensor>,
+    /// The `Split` node written for each split op and input: its parts are its outputs.
+    splits: BTreeMap<(usize, Vec<usize>, Tensor), NodeId>,
     /// Original nodes kept (as the node of their class).
     used: BTreeSet<NodeId>,
     tower: Option<usize>,
@@ -333,6 +374,12 @@ impl Writer<'_> {
                     TensorLang::Num(k) => Op::Const { value: materialize(k) },
                     n => n.op(|i| self.eg[i].data.attr.clone()).expect("a compute term has an op"),
                 };
+                if let Op::Split { .. } = op {
+                    let slot = node.slot(|i| self.eg[i].data.attr.clone());
+                    let t = Tensor::new(self.split(g, c, op, ins[0], base)?, slot);
+                    self.memo.insert(c, t);
+                    return Ok(t);
+                }
                 let reuse = self.members.get(&c).and_then(|v| {
                     v.iter().copied().find(|&n| {
                         !self.used.contains(&n) && same_kind(&g.node(n).op, &op) && g.inputs(n).len() == ins.len()
@@ -369,6 +416,40 @@ impl Writer<'_> {
         };
         self.memo.insert(c, t);
         Ok(t)
+    }
+}
+
+impl Writer<'_> {
+    /// The `Split` node of `op` over `x` (one per split op and input): an
+    /// original split of class `c` with that op when one is left, else a new one.
+    fn split(&mut self, g: &mut Graph, c: Id, op: Op, x: Tensor, base: &str) -> Result<NodeId, PassError> {
+        let Op::Split { axis, sizes } = &op else { unreachable!("simplify: a split part's op is a split") };
+        let key = (*axis, sizes.clone(), x);
+        if let Some(&n) = self.splits.get(&key) {
+            return Ok(n);
+        }
+        let reuse = self
+            .members
+            .get(&c)
+            .and_then(|v| v.iter().copied().find(|&n| !self.used.contains(&n) && g.node(n).op == op));
+        let n = match reuse {
+            Some(n) => {
+                self.used.insert(n);
+                if g.inputs(n)[0] != x {
+                    g.set_input(n, 0, x)?;
+                }
+                n
+            }
+            None => {
+                let mut nn = NewNode::new(g.unique_name(base), op.clone(), vec![x]);
+                nn.requested_device = self.device.clone();
+                let id = g.add(nn)?;
+                g.node_mut(id).tower = self.tower;
+                id
+            }
+        };
+        self.splits.insert(key, n);
+        Ok(n)
     }
 }
 
@@ -433,5 +514,36 @@ mod tests {
         }
         assert_eq!(g.inputs(g.find("use_fetched").unwrap())[0].node, g.find("fetched").unwrap());
         assert!(st.diagnostics.is_empty());
+    }
+
+    /// A split concatenated back in order is its input: the neg reads x and
+    /// the split and concat are gone. A split whose parts are concatenated
+    /// out of order keeps its node and name, with both outputs read.
+    #[test]
+    fn cancels_split_then_concat_and_keeps_a_split_it_cannot() {
+        use towers_graph::UnaryOp;
+        let mut g = Graph::new();
+        let ph = || Op::Placeholder { dtype: DType::F32, shape: Shape::known(&[4, 6]) };
+        let x = add(&mut g, "x", ph(), &[]);
+        let split = |sizes: Vec<usize>| Op::Split { axis: 1, sizes };
+        let s = add(&mut g, "s", split(vec![2, 4]), &[x]);
+        let c = g
+            .add(NewNode::new("c", Op::Concat { axis: 1 }, vec![Tensor::new(s, 0), Tensor::new(s, 1)]))
+            .expect("concat");
+        add(&mut g, "neg", Op::Unary(UnaryOp::Neg), &[c]);
+        let x2 = add(&mut g, "x2", ph(), &[]);
+        let s2 = add(&mut g, "s2", split(vec![3, 3]), &[x2]);
+        let c2 = g
+            .add(NewNode::new("c2", Op::Concat { axis: 1 }, vec![Tensor::new(s2, 1), Tensor::new(s2, 0)]))
+            .expect("concat");
+        add(&mut g, "neg2", Op::Unary(UnaryOp::Neg), &[c2]);
+        let mut st = CompileState::default();
+        Simplify::default().run(&mut g, &mut st).expect("simplify");
+        verify(&g, "simplify", false).expect("verifies");
+        assert_eq!(g.inputs(g.find("neg").unwrap()), vec![Tensor::new(x, 0)]);
+        assert!(g.get("s").is_none() && g.get("c").is_none(), "the split and the concat are gone");
+        let (s2, c2) = (g.find("s2").unwrap(), g.find("c2").unwrap());
+        assert_eq!(g.inputs(c2), vec![Tensor::new(s2, 1), Tensor::new(s2, 0)]);
+        assert_eq!(g.inputs(s2), vec![Tensor::new(x2, 0)]);
     }
 }
