@@ -52,6 +52,7 @@
 mod args;
 pub mod disk_cache;
 mod driver;
+mod feeds;
 mod graph;
 pub mod libs;
 mod lower;
@@ -74,6 +75,7 @@ use crate::comm::Comm;
 use crate::trace::Trace;
 use args::Side;
 use driver::{derr, Blas, DevMem, Event, Stream};
+use feeds::Feeds;
 use graph::{GraphState, StepGraph};
 pub use libs::{CudaLibrary, CudaUnavailable};
 use lower::{lower_launch, Dev, Gemm, Modules, Op};
@@ -132,6 +134,9 @@ struct StreamRun {
 struct Program {
     /// Dropped first: the graph replays this program's buffers.
     graph: GraphState,
+    /// Pinned staging of the fed buffers; dropped (its copies synchronized)
+    /// before the arenas they write.
+    feeds: Feeds,
     plan: Plan,
     /// `(stream, item)` in host enqueue order.
     order: Vec<(usize, usize)>,
@@ -392,6 +397,7 @@ impl CudaBackend {
             }
             Some(m)
         };
+        let feeds = Feeds::new(&self.ctx, plan, |r| self.resolve(plan, &arenas, r)).map_err(dev)?;
         let order = enqueue_order(&streams, plan.num_events).map_err(bad)?;
         let graph = graph_state(self.graphs, &streams);
         let uses_step =
@@ -403,6 +409,7 @@ impl CudaBackend {
         };
         Ok(Program {
             graph,
+            feeds,
             plan: plan.clone(),
             order,
             streams,
@@ -656,11 +663,15 @@ impl Backend for CudaBackend {
                 .map_err(|e| BackendError::Device(derr("writing the step number", e)))?;
         }
         if let (GraphState::Ready(g), false) = (&p.graph, p.profiling) {
+            // The replay starts on the graph's origin stream: it waits there for the staged feeds.
+            p.feeds.order_before_step(std::iter::once(g.origin.raw)).map_err(BackendError::Device)?;
             g.launch().map_err(BackendError::Device)?;
             sync(&ctx)?;
+            p.feeds.completed();
             p.runs += 1;
             return Ok(());
         }
+        p.feeds.order_before_step(p.streams.iter().map(|s| s.stream.raw)).map_err(BackendError::Device)?;
         let profile = if p.profiling { Some(&mut p.profile) } else { None };
         enqueue(
             &mut p.streams,
@@ -671,6 +682,7 @@ impl Backend for CudaBackend {
             profile,
         )?;
         sync(&ctx)?;
+        p.feeds.completed();
         p.runs += 1;
         if let (GraphState::Pending, false) = (&p.graph, p.profiling) {
             // The first eager step has run (cuBLAS is set up): capture the next.
@@ -708,12 +720,36 @@ impl Backend for CudaBackend {
                 data.len()
             )));
         }
+        // An older staged copy to this buffer must not land after this one.
+        p.feeds.settle().map_err(BackendError::Device)?;
         // SAFETY: `d` is a live device range of `d.len` 4-byte elements; no step is running.
         let res = match data {
             HostSlice::F32(s) => unsafe { drv::memcpy_htod_sync(d.ptr, s) },
             HostSlice::I32(s) => unsafe { drv::memcpy_htod_sync(d.ptr, s) },
         };
-        res.map_err(|e| BackendError::Device(derr("cuMemcpyHtoD", e)))
+        res.map_err(|e| BackendError::Device(derr("cuMemcpyHtoD", e)))?;
+        // From pageable memory the synchronous copy may return before its
+        // last DMA lands (CUDA's documented behaviour), and the step's
+        // non-blocking streams are not ordered with the legacy stream it
+        // ran on: wait for it, so the next step (or a later staged copy of
+        // this buffer) comes after it.
+        // SAFETY: the null handle names the context's legacy stream.
+        unsafe { drv::stream::synchronize(std::ptr::null_mut()) }
+            .map_err(|e| BackendError::Device(derr("cuStreamSynchronize (legacy stream)", e)))
+    }
+
+    /// The feed's pinned staging buffer (made at load), copied to the GPU
+    /// asynchronously when `fill` returns; the next `run` waits for it.
+    fn with_feed_buffer(
+        &mut self,
+        id: ProgramId,
+        r: &BufRef,
+        fill: &mut dyn FnMut(HostSliceMut<'_>),
+    ) -> Result<bool, BackendError> {
+        self.bind()?;
+        let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
+        p.feeds.lend(&p.plan, r, fill)?;
+        Ok(true)
     }
 
     fn read_buffer(&self, id: ProgramId, r: &BufRef, out: HostSliceMut<'_>) -> Result<(), BackendError> {
@@ -729,6 +765,8 @@ impl Backend for CudaBackend {
                 out.len()
             )));
         }
+        // A feed written in place may still be crossing the bus.
+        p.feeds.settle().map_err(BackendError::Device)?;
         // SAFETY: as `write_buffer`.
         let res = match out {
             HostSliceMut::F32(s) => unsafe { drv::memcpy_dtoh_sync(s, d.ptr) },
