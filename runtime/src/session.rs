@@ -8,6 +8,15 @@
 //! and shape. Every read copies to host memory: `fetch_f32` and
 //! `read_variable` return owned vectors, and the `*_into` variants fill a
 //! slice the caller owns without allocating.
+//!
+//! Feeds come in two ways, with the same checks and errors: `feed_f32`
+//! copies the caller's slice in; `feed_with_f32` lends the caller the
+//! memory the next run reads ([`Backend::with_feed_buffer`]) to fill in
+//! place, for the closure's call only (`&mut self` is held, so no step runs
+//! meanwhile). The lent memory is always initialized but its values are
+//! unspecified: the closure must write every element. A backend that lends
+//! nothing gets the same API through a scratch vector per feed, made at its
+//! first in-place write and reused after.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

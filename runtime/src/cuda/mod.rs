@@ -11,7 +11,8 @@
 //!   GPU: a two-tower plan runs its towers as separate streams of the same
 //!   GPU ([`Backend::device_note`] says so). Variables placed on `/cpu:0`
 //!   therefore live in device memory as well (pinned host memory for them is
-//!   not done).
+//!   not done; feeds written in place are staged in pinned host memory,
+//!   [`feeds`]).
 //! - **Load** does everything that allocates or compiles: one device
 //!   allocation per plan device (`DevicePlan::arena_bytes`), every buffer
 //!   and view at its plan offset; constants uploaded; one CUDA stream per
@@ -47,7 +48,16 @@
 //!   in-place `ncclAllReduce` on its stream ([`nccl`]); without one the plan
 //!   is refused at load.
 //! - **Reads and writes** of buffers and variables are synchronous copies
-//!   between device memory and the caller's host slice.
+//!   between device memory and the caller's host slice; a buffer write
+//!   also waits for its DMA (a copy from pageable memory may return before
+//!   it lands, and the step's non-blocking streams are not ordered with the
+//!   legacy stream it runs on).
+//! - **Feeds written in place** ([`feeds`]): load makes one pinned host
+//!   staging buffer per fed placeholder; `Backend::with_feed_buffer` lends
+//!   it, then enqueues its asynchronous copy on the program's copy stream;
+//!   the next `run` makes the streams it starts on wait for those copies
+//!   on the GPU (the host does not block), and synchronous reads and writes
+//!   of the program's buffers wait for them first.
 
 mod args;
 pub mod disk_cache;
