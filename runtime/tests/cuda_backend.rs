@@ -232,10 +232,13 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
 }
 
 /// Step times of one configuration: the median full step (feed, run, loss
-/// fetch) and the median run alone, ms; the feeds copied from vectors
-/// (`feed_f32`) and, interleaved step by step in the same session, written
-/// in place ("zero-copy feed": `feed_with_*`, whose closure copies the same
-/// vectors in, as a training loop's gather would).
+/// fetch) and the median run alone, ms, three ways interleaved step by step
+/// in the same session: the feeds copied from ready vectors (`feed_f32`);
+/// "gather + copy feed": the batch first copied into a vector of the loop's
+/// own, then fed by `feed_f32` (what `towers train` did before feeds in
+/// place); "zero-copy feed": the batch copied straight into the memory
+/// `feed_with_*` lends (what it does now). The last two do the same host
+/// work apart from the feed itself.
 fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileOptions, warm: usize, steps: usize) {
     let batch = opts.batch;
     let batches = data(m, batch, 4);
@@ -243,27 +246,38 @@ fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileO
     let launches = c.plan.streams.iter().flat_map(|s| &s.steps).filter(|s| matches!(s, Step::Launch { .. })).count();
     let mut sess = Session::with_backend(1, backend);
     sess.load("train", c.plan).unwrap();
-    // [copied, in place]: full steps and runs alone.
-    let (mut full, mut run_only) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    // [ready vectors, gather + copy, in place]: full steps and runs alone.
+    let mut full: [Vec<f64>; 3] = Default::default();
+    let mut run_only: [Vec<f64>; 3] = Default::default();
     let mut loss = [0f32];
-    for i in 0..2 * (warm + steps) {
-        let (x, y) = &batches[(i / 2) % batches.len()];
-        let in_place = i % 2;
+    let (mut gx, mut gy) = (vec![0f32; batches[0].0.len()], vec![0i32; batches[0].1.len()]);
+    for i in 0..3 * (warm + steps) {
+        let (x, y) = &batches[(i / 3) % batches.len()];
+        let how = i % 3;
         let t = Instant::now();
-        if in_place == 1 {
-            sess.feed_with_f32("train", &m.images, |b| b.copy_from_slice(x)).unwrap();
-            sess.feed_with_i32("train", &m.labels, |b| b.copy_from_slice(y)).unwrap();
-        } else {
-            sess.feed_f32("train", &m.images, x).unwrap();
-            sess.feed_i32("train", &m.labels, y).unwrap();
+        match how {
+            0 => {
+                sess.feed_f32("train", &m.images, x).unwrap();
+                sess.feed_i32("train", &m.labels, y).unwrap();
+            }
+            1 => {
+                gx.copy_from_slice(x);
+                gy.copy_from_slice(y);
+                sess.feed_f32("train", &m.images, &gx).unwrap();
+                sess.feed_i32("train", &m.labels, &gy).unwrap();
+            }
+            _ => {
+                sess.feed_with_f32("train", &m.images, |b| b.copy_from_slice(x)).unwrap();
+                sess.feed_with_i32("train", &m.labels, |b| b.copy_from_slice(y)).unwrap();
+            }
         }
         let t_run = Instant::now();
         sess.run("train").unwrap();
         let r = t_run.elapsed().as_secs_f64() * 1e3;
         sess.fetch_f32_into("train", "loss", &mut loss).unwrap();
-        if i / 2 >= warm {
-            full[in_place].push(t.elapsed().as_secs_f64() * 1e3);
-            run_only[in_place].push(r);
+        if i / 3 >= warm {
+            full[how].push(t.elapsed().as_secs_f64() * 1e3);
+            run_only[how].push(r);
         }
     }
     let note = sess.backend_note().replace('\n', "; ");
@@ -286,15 +300,20 @@ fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileO
             v.iter().take(6).map(|(k, (ns, n))| format!("{k} x{n}: {:.1} us", *ns as f64 / 20e3)).collect();
         eprintln!("PROFILE {label}, batch {batch}, per step, profiled: {}", top.join(", "));
     }
-    let [full_copy, full_lent] = full;
-    let [run_copy, run_lent] = run_only;
+    let [full_copy, full_gather, full_lent] = full;
+    let [run_copy, run_gather, run_lent] = run_only;
     eprintln!(
         "STEP TIME {label}, batch {batch}, {launches} launches: median {:.3} ms per step (feed + run + loss fetch), run alone {:.3} ms ({steps} steps after {warm}) [{note}]",
         median_ms(full_copy),
         median_ms(run_copy)
     );
     eprintln!(
-        "STEP TIME {label} zero-copy feed, batch {batch}: median {:.3} ms per step (feed in place + run + loss fetch), run alone {:.3} ms ({steps} steps after {warm}, interleaved with the lines above)",
+        "STEP TIME {label} gather + copy feed, batch {batch}: median {:.3} ms per step (batch copied into a vector + feed + run + loss fetch), run alone {:.3} ms (interleaved with the line above)",
+        median_ms(full_gather),
+        median_ms(run_gather)
+    );
+    eprintln!(
+        "STEP TIME {label} zero-copy feed, batch {batch}: median {:.3} ms per step (batch copied into the lent feed + run + loss fetch), run alone {:.3} ms (interleaved with the lines above)",
         median_ms(full_lent),
         median_ms(run_lent)
     );
