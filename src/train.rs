@@ -484,8 +484,6 @@ pub fn train_in(
     let schedule = cfg.schedule(total);
     let note = format!("{which}\n{}", sess.backend_note());
     obs.start(total, &note);
-    let mut images = vec![0f32; rows.len() * train_set.image_len()];
-    let mut labels = vec![0i32; rows.len()];
     // Rank 0 writes the checkpoints.
     let mut saver = cfg
         .checkpoint
@@ -509,14 +507,17 @@ pub fn train_in(
         if first_traced == Some(step) {
             sess.set_tracing("train", true)?;
         }
-        batcher.next_batch(&mut images, &mut labels)?;
+        // The batch is gathered straight into the feeds' memory (the CPU
+        // backend's arena, the CUDA backend's pinned staging): no vector
+        // in between, the same bytes.
+        sess.feed_with_f32("train", &model.images, |b| batcher.fill_images(b))??;
+        sess.feed_with_i32("train", &model.labels, |b| batcher.fill_labels(b))??;
+        batcher.advance();
         // The schedule's rate of this update (0-based global step), into the
         // plan's learning_rate variable: no recompilation, no allocation.
         let lr = schedule.at(step - 1);
         sess.write_variable(LEARNING_RATE, &[lr])?;
         obs.learning_rate(step, lr);
-        sess.feed_f32("train", &model.images, &images)?;
-        sess.feed_i32("train", &model.labels, &labels)?;
         comm.note_step(step as u64);
         sess.run("train")?;
         if first_traced.is_some_and(|f| step >= f) {
@@ -593,18 +594,24 @@ pub fn evaluate(
     labels_name: &str,
 ) -> Result<f64, TrainError> {
     let mut chunks = EvalChunks::new(data, chunk)?;
-    let mut images = vec![0f32; chunk * data.image_len()];
-    let mut labels = vec![0i32; chunk];
+    let fed_labels = sess.plan("eval")?.feeds.iter().any(|(n, _)| n == labels_name);
     let (mut correct, mut seen) = (0usize, 0usize);
-    while let Some(n) = chunks.next_chunk(&mut images, &mut labels)? {
-        sess.feed_f32("eval", images_name, &images)?;
-        if sess.plan("eval")?.feeds.iter().any(|(n, _)| n == labels_name) {
-            sess.feed_i32("eval", labels_name, &labels)?;
+    loop {
+        let examples = chunks.peek();
+        if examples.is_empty() {
+            break;
+        }
+        // Each chunk straight into the feeds' memory, as in training.
+        sess.feed_with_f32("eval", images_name, |b| chunks.fill_images(b))??;
+        if fed_labels {
+            sess.feed_with_i32("eval", labels_name, |b| chunks.fill_labels(b))??;
         }
         sess.run("eval")?;
         let pred = sess.fetch_i32("eval", "predictions")?;
-        correct += pred[..n].iter().zip(&labels[..n]).filter(|(p, l)| p == l).count();
-        seen += n;
+        let labels = &data.labels()[examples.clone()];
+        correct += pred.iter().zip(labels).filter(|(p, l)| p == l).count();
+        seen += examples.len();
+        chunks.advance();
     }
     Ok(if seen == 0 { 0.0 } else { correct as f64 / seen as f64 })
 }

@@ -2,8 +2,11 @@
 //!
 //! A [`Backend`] loads plans as programs, runs them, and moves data between
 //! its own memory and the host's **by copying**: a feed is copied in, a fetch
-//! or a variable is copied out into a host slice the caller owns. Nothing a
-//! backend hands out points into its memory, so the CPU backend (host arenas,
+//! or a variable is copied out into a host slice the caller owns. The one
+//! exception is a feed written in place ([`Backend::with_feed_buffer`]): the
+//! backend lends host memory that *becomes* the feed (the CPU backend its
+//! arena, the CUDA backend a pinned staging buffer), for the length of one
+//! call of a closure and no longer. So the CPU backend (host arenas,
 //! `cpu/`) and a CUDA backend (device arenas) implement the same trait and
 //! [`crate::Session`] never sees which one runs.
 //!
@@ -28,7 +31,12 @@
 //!   session guarantees it), and variable storage never moves or resizes;
 //! - data crosses the seam as [`HostSlice`]/[`HostSliceMut`]: f32, or i32
 //!   for i32 and bool tensors (bools are 4-byte 0/1 values in every plan);
-//!   lengths are checked by the session and again by the backend.
+//!   lengths are checked by the session and again by the backend;
+//! - memory lent by [`Backend::with_feed_buffer`] is initialized (never
+//!   fresh allocations handed out unwritten), lent only between runs and
+//!   only for the closure's call, and what the closure leaves there is the
+//!   feed the next `run` reads, exactly as if it had been passed to
+//!   `write_buffer`; lending allocates nothing (staging is made at `load`).
 
 use std::sync::Arc;
 
@@ -99,6 +107,28 @@ pub trait Backend: Send {
 
     /// Copy host data into a buffer of a program (a feed).
     fn write_buffer(&mut self, program: ProgramId, buf: &BufRef, data: HostSlice<'_>) -> Result<(), BackendError>;
+
+    /// Lend `fill` host memory for the feed buffer `buf` of a program (a
+    /// buffer of kind `Feed`), typed by the buffer's dtype and of its
+    /// length, to write the next feed in place: what `fill` leaves there is
+    /// what the next `run` reads, as if passed to [`Backend::write_buffer`].
+    /// The memory is initialized but holds unspecified values (this
+    /// backend's last feed of the buffer, or zeros): `fill` must write every
+    /// element. `fill` is called once, or not at all on an error.
+    ///
+    /// Returns `Ok(false)` without calling `fill` where the backend has no
+    /// memory to lend (the default): the session then fills a scratch
+    /// vector of its own, kept per feed, and hands it to `write_buffer`.
+    /// The CPU backend lends the arena itself, the CUDA backend a pinned
+    /// staging buffer made at load. Allocates nothing.
+    fn with_feed_buffer(
+        &mut self,
+        _program: ProgramId,
+        _buf: &BufRef,
+        _fill: &mut dyn FnMut(HostSliceMut<'_>),
+    ) -> Result<bool, BackendError> {
+        Ok(false)
+    }
 
     /// Copy a buffer of a program (a fetch or any tensor) to the host.
     fn read_buffer(&self, program: ProgramId, buf: &BufRef, out: HostSliceMut<'_>) -> Result<(), BackendError>;

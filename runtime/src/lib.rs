@@ -8,7 +8,10 @@
 //!   typed errors. It holds a `Box<dyn Backend>` and an `Arc<dyn Comm>`, and
 //!   never sees which ones: every read is a copy to host memory
 //!   ([`Session::fetch_f32`] returns a `Vec`, [`Session::fetch_f32_into`]
-//!   fills a caller's slice without allocating).
+//!   fills a caller's slice without allocating); a feed is copied in
+//!   ([`Session::feed_f32`]) or written in place ([`Session::feed_with_f32`]:
+//!   the CPU backend lends its arena, the CUDA backend a pinned staging
+//!   buffer, for one closure call).
 //! - [`Backend`] ([`backend`]): load a plan as a named program, run it, copy
 //!   buffers and variables to and from host memory; the backend owns the
 //!   variables' storage. [`CpuBackend`] ([`cpu`]) runs every device as a CPU

@@ -96,6 +96,19 @@ fn train(
     batches: &[(Vec<f32>, Vec<i32>)],
     seen: &mut BTreeSet<&'static str>,
 ) -> Trained {
+    train_fed(backend, m, opts, batches, seen, false)
+}
+
+/// As [`train`], the feeds copied in (`feed_f32`) or written in place
+/// (`feed_with_*`, `in_place`).
+fn train_fed(
+    backend: Box<dyn Backend>,
+    m: &Model,
+    opts: &CompileOptions,
+    batches: &[(Vec<f32>, Vec<i32>)],
+    seen: &mut BTreeSet<&'static str>,
+    in_place: bool,
+) -> Trained {
     let c = compile_train(&m.graph, &m.loss, opts).expect("compiles");
     let e = compile_eval(&m.graph, &[("predictions", &m.predictions)], batches[0].1.len()).expect("compiles eval");
     kernels(&c.plan, seen);
@@ -105,12 +118,21 @@ fn train(
     sess.load("eval", e.plan).expect("loads eval");
     let mut losses = Vec::new();
     for (x, y) in batches {
-        sess.feed_f32("train", &m.images, x).unwrap();
-        sess.feed_i32("train", &m.labels, y).unwrap();
+        if in_place {
+            sess.feed_with_f32("train", &m.images, |b| b.copy_from_slice(x)).unwrap();
+            sess.feed_with_i32("train", &m.labels, |b| b.copy_from_slice(y)).unwrap();
+        } else {
+            sess.feed_f32("train", &m.images, x).unwrap();
+            sess.feed_i32("train", &m.labels, y).unwrap();
+        }
         sess.run("train").expect("runs");
         losses.push(sess.fetch_f32("train", "loss").unwrap()[0]);
     }
-    sess.feed_f32("eval", &m.images, &batches[0].0).unwrap();
+    if in_place {
+        sess.feed_with_f32("eval", &m.images, |b| b.copy_from_slice(&batches[0].0)).unwrap();
+    } else {
+        sess.feed_f32("eval", &m.images, &batches[0].0).unwrap();
+    }
     sess.run("eval").expect("eval runs");
     // Predicted classes (i32).
     let predictions = sess.fetch_i32("eval", "predictions").unwrap().into_iter().map(|v| v as f32).collect();
@@ -216,7 +238,14 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Step times of one configuration: (median full step, median run alone), ms.
+/// Step times of one configuration: the median full step (feed, run, loss
+/// fetch) and the median run alone, ms, three ways interleaved step by step
+/// in the same session: the feeds copied from ready vectors (`feed_f32`);
+/// "gather + copy feed": the batch first copied into a vector of the loop's
+/// own, then fed by `feed_f32` (what `towers train` did before feeds in
+/// place); "zero-copy feed": the batch copied straight into the memory
+/// `feed_with_*` lends (what it does now). The last two do the same host
+/// work apart from the feed itself.
 fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileOptions, warm: usize, steps: usize) {
     let batch = opts.batch;
     let batches = data(m, batch, 4);
@@ -224,19 +253,38 @@ fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileO
     let launches = c.plan.streams.iter().flat_map(|s| &s.steps).filter(|s| matches!(s, Step::Launch { .. })).count();
     let mut sess = Session::with_backend(1, backend);
     sess.load("train", c.plan).unwrap();
-    let (mut full, mut run_only) = (Vec::new(), Vec::new());
-    for i in 0..warm + steps {
-        let (x, y) = &batches[i % batches.len()];
+    // [ready vectors, gather + copy, in place]: full steps and runs alone.
+    let mut full: [Vec<f64>; 3] = Default::default();
+    let mut run_only: [Vec<f64>; 3] = Default::default();
+    let mut loss = [0f32];
+    let (mut gx, mut gy) = (vec![0f32; batches[0].0.len()], vec![0i32; batches[0].1.len()]);
+    for i in 0..3 * (warm + steps) {
+        let (x, y) = &batches[(i / 3) % batches.len()];
+        let how = i % 3;
         let t = Instant::now();
-        sess.feed_f32("train", &m.images, x).unwrap();
-        sess.feed_i32("train", &m.labels, y).unwrap();
+        match how {
+            0 => {
+                sess.feed_f32("train", &m.images, x).unwrap();
+                sess.feed_i32("train", &m.labels, y).unwrap();
+            }
+            1 => {
+                gx.copy_from_slice(x);
+                gy.copy_from_slice(y);
+                sess.feed_f32("train", &m.images, &gx).unwrap();
+                sess.feed_i32("train", &m.labels, &gy).unwrap();
+            }
+            _ => {
+                sess.feed_with_f32("train", &m.images, |b| b.copy_from_slice(x)).unwrap();
+                sess.feed_with_i32("train", &m.labels, |b| b.copy_from_slice(y)).unwrap();
+            }
+        }
         let t_run = Instant::now();
         sess.run("train").unwrap();
         let r = t_run.elapsed().as_secs_f64() * 1e3;
-        let _loss = sess.fetch_f32("train", "loss").unwrap();
-        if i >= warm {
-            full.push(t.elapsed().as_secs_f64() * 1e3);
-            run_only.push(r);
+        sess.fetch_f32_into("train", "loss", &mut loss).unwrap();
+        if i / 3 >= warm {
+            full[how].push(t.elapsed().as_secs_f64() * 1e3);
+            run_only[how].push(r);
         }
     }
     let note = sess.backend_note().replace('\n', "; ");
@@ -259,10 +307,22 @@ fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileO
             v.iter().take(6).map(|(k, (ns, n))| format!("{k} x{n}: {:.1} us", *ns as f64 / 20e3)).collect();
         eprintln!("PROFILE {label}, batch {batch}, per step, profiled: {}", top.join(", "));
     }
+    let [full_copy, full_gather, full_lent] = full;
+    let [run_copy, run_gather, run_lent] = run_only;
     eprintln!(
         "STEP TIME {label}, batch {batch}, {launches} launches: median {:.3} ms per step (feed + run + loss fetch), run alone {:.3} ms ({steps} steps after {warm}) [{note}]",
-        median_ms(full),
-        median_ms(run_only)
+        median_ms(full_copy),
+        median_ms(run_copy)
+    );
+    eprintln!(
+        "STEP TIME {label} gather + copy feed, batch {batch}: median {:.3} ms per step (batch copied into a vector + feed + run + loss fetch), run alone {:.3} ms (interleaved with the line above)",
+        median_ms(full_gather),
+        median_ms(run_gather)
+    );
+    eprintln!(
+        "STEP TIME {label} zero-copy feed, batch {batch}: median {:.3} ms per step (batch copied into the lent feed + run + loss fetch), run alone {:.3} ms (interleaved with the lines above)",
+        median_ms(full_lent),
+        median_ms(run_lent)
     );
 }
 
@@ -352,6 +412,63 @@ fn cuda_graph_steps_equal_eager_steps_bit_for_bit() {
         }
         assert_eq!(graph.predictions, eager.predictions, "{name}: predictions");
     }
+}
+
+/// Feeds written in place on the GPU (pinned staging, an asynchronous
+/// copy, the next step waiting for it) train exactly as feeds copied in:
+/// five steps of Adam on the MLP (two towers) and the convnet, CUDA graphs
+/// on and off, losses, variables and predictions bit for bit. Then the
+/// staging's ordering: two in-place feeds before a run (the second wins),
+/// a copy after an in-place feed (the copy wins), a read of the feed right
+/// after an in-place write (sees it).
+#[test]
+fn feeding_in_place_on_the_gpu_equals_feeding_a_copy_bit_for_bit() {
+    if let Err(e) = available() {
+        skip("feeding_in_place_on_the_gpu_equals_feeding_a_copy_bit_for_bit", &e);
+        return;
+    }
+    let adam = Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) };
+    let cases = [
+        ("mlp 784-256-256-10", model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false), 2u32),
+        ("convnet 28x28", model(ModelKind::Convnet, [28, 28, 1], vec![], false), 1),
+    ];
+    let mut seen = BTreeSet::new();
+    for (name, m, towers) in &cases {
+        let batches = data(m, 64, 5);
+        let mut o = CompileOptions::new(adam.clone(), 64);
+        if *towers > 1 {
+            o.towers = (0..*towers).map(Device::gpu).collect();
+        }
+        for graphs in [true, false] {
+            let cuda = || Box::new(CudaBackend::new().unwrap().with_graphs(graphs));
+            let copied = train_fed(cuda(), m, &o, &batches, &mut seen, false);
+            let lent = train_fed(cuda(), m, &o, &batches, &mut seen, true);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&lent.losses), bits(&copied.losses), "{name}, graphs {graphs}: losses");
+            for (k, v) in &copied.vars {
+                assert_eq!(bits(&lent.vars[k]), bits(v), "{name}, graphs {graphs}: variable {k}");
+            }
+            assert_eq!(lent.predictions, copied.predictions, "{name}, graphs {graphs}: predictions");
+            eprintln!("{name}, graphs {graphs}: in-place feeds equal copied feeds bit for bit ({})", lent.note);
+        }
+    }
+    let m = &cases[0].1;
+    let c = compile_train(&m.graph, &m.loss, &CompileOptions::new(adam, 64)).unwrap();
+    let mut s = Session::with_backend(1, Box::new(CudaBackend::new().unwrap()));
+    s.load("train", c.plan).unwrap();
+    let batches = data(m, 64, 3);
+    let (a, b, x) = (&batches[0].0, &batches[1].0, &batches[2].0);
+    s.feed_with_f32("train", &m.images, |v| v.copy_from_slice(a)).unwrap();
+    s.feed_with_f32("train", &m.images, |v| v.copy_from_slice(b)).unwrap();
+    assert!(s.fetch_f32("train", &m.images).unwrap() == *b, "the second in-place feed wins");
+    s.feed_with_f32("train", &m.images, |v| v.copy_from_slice(a)).unwrap();
+    s.feed_f32("train", &m.images, x).unwrap();
+    assert!(s.fetch_f32("train", &m.images).unwrap() == *x, "a copy after an in-place feed wins");
+    // The staging holds the last value lent, not the copy.
+    assert!(s.feed_with_f32("train", &m.images, |v| v.to_vec()).unwrap() == *a, "the staging keeps what was lent");
+    s.feed_with_i32("train", &m.labels, |v| v.copy_from_slice(&batches[0].1)).unwrap();
+    s.run("train").unwrap();
+    assert!(s.fetch_f32("train", "loss").unwrap()[0].is_finite());
 }
 
 /// A made-up training program that launches the kernels the seed models do

@@ -2,6 +2,8 @@
 
 mod common;
 
+use towers_runtime::Session;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -31,6 +33,7 @@ static A: Counting = Counting;
 #[test]
 fn steps_allocate_nothing() {
     run_allocates_nothing();
+    feeds_allocate_nothing();
     a_step_with_all_reduces_across_two_ranks_allocates_nothing();
     a_traced_step_allocates_nothing();
 }
@@ -63,6 +66,43 @@ fn run_allocates_nothing() {
     }
     let after = ALLOCS.load(Ordering::SeqCst);
     assert_eq!(after - before, 0, "run allocated {} times", after - before);
+}
+
+/// Feeding, by copy or in place, allocates nothing: on the CPU backend
+/// (which lends its arena) and on a backend that lends no memory (the
+/// session's scratch, made at that feed's first in-place write, before the
+/// measured steps).
+fn feeds_allocate_nothing() {
+    let fallback = Session::with_backend(1, Box::new(common::CopyingFeeds(towers_runtime::CpuBackend::new())));
+    for (backend, mut s) in [("cpu", Session::new(1)), ("copying", fallback)] {
+        s.load("train", common::mlp_plan()).unwrap();
+        s.load("two", common::two_device_plan()).unwrap();
+        let x = [1.0f32, 2.0, 3.0, 4.0];
+        let step = |s: &mut Session, k: usize| {
+            // The gather a training loop does, straight into the feeds.
+            s.feed_with_f32("train", "x", |b| {
+                for (i, v) in b.iter_mut().enumerate() {
+                    *v = x[i] * (k % 3) as f32;
+                }
+            })
+            .unwrap();
+            s.feed_with_i32("train", "labels", |b| b.copy_from_slice(&[(k % 2) as i32, 1])).unwrap();
+            s.feed_f32("train", "g", &x).unwrap();
+            s.feed_with_f32("two", "x", |b| b.fill(k as f32 - 1.5)).unwrap();
+            s.run("train").unwrap();
+            s.run("two").unwrap();
+        };
+        step(&mut s, 0);
+        step(&mut s, 1);
+        let before = ALLOCS.load(Ordering::SeqCst);
+        for k in 0..20 {
+            step(&mut s, k);
+        }
+        let after = ALLOCS.load(Ordering::SeqCst);
+        assert_eq!(after - before, 0, "{backend}: fed steps allocated {} times", after - before);
+        // The feeds were real: out = -relu(x) of the last one (19 - 1.5).
+        assert_eq!(s.fetch_f32("two", "out").unwrap(), [-17.5; 6], "{backend}");
+    }
 }
 
 fn a_step_with_all_reduces_across_two_ranks_allocates_nothing() {

@@ -182,3 +182,113 @@ fn a_session_takes_its_backend() {
     t.load("train", common::mlp_plan()).unwrap();
     assert_eq!(s.read_variable("fc/weights").unwrap(), t.read_variable("fc/weights").unwrap());
 }
+
+/// The feeds of step `k` of the MLP plan (x, labels, g): different every step.
+fn step_feeds(k: usize) -> ([f32; 4], [i32; 2], [f32; 4]) {
+    let k = k as f32;
+    ([1.0 + k, -2.0 * k, 0.5 - k, 4.0], [(k as i32) % 2, 1 - (k as i32) % 2], [0.1 * k, -0.2, 0.3 + 0.01 * k, -0.4 * k])
+}
+
+/// Eight steps of the MLP plan, fed by copy or in place; the losses, relu
+/// and every variable after each step, as bits.
+fn train_mlp(mut s: Session, in_place: bool) -> Vec<Vec<u32>> {
+    s.load("train", common::mlp_plan()).unwrap();
+    let mut seen = Vec::new();
+    for k in 0..8 {
+        let (x, y, g) = step_feeds(k);
+        if in_place {
+            s.feed_with_f32("train", "x", |b| b.copy_from_slice(&x)).unwrap();
+            s.feed_with_i32("train", "labels", |b| b.copy_from_slice(&y)).unwrap();
+            s.feed_with_f32("train", "g", |b| b.copy_from_slice(&g)).unwrap();
+        } else {
+            s.feed_f32("train", "x", &x).unwrap();
+            s.feed_i32("train", "labels", &y).unwrap();
+            s.feed_f32("train", "g", &g).unwrap();
+        }
+        s.run("train").unwrap();
+        let mut v: Vec<f32> = s.fetch_f32("train", "loss").unwrap();
+        v.extend(s.fetch_f32("train", "relu").unwrap());
+        v.extend(s.read_variable("fc/weights").unwrap());
+        v.extend(s.read_variable("fc/biases").unwrap());
+        seen.push(v.iter().map(|f| f.to_bits()).collect());
+    }
+    seen
+}
+
+/// A feed written in place is the same feed as one copied in: bit for bit,
+/// on the CPU backend (which lends its arena) and on a backend that lends
+/// nothing (the session's scratch and `write_buffer`).
+#[test]
+fn feeding_in_place_equals_feeding_a_copy() {
+    let copied = train_mlp(Session::new(7), false);
+    assert_eq!(train_mlp(Session::new(7), true), copied, "CPU backend");
+    let fallback = Session::with_backend(7, Box::new(common::CopyingFeeds(towers_runtime::CpuBackend::new())));
+    assert_eq!(train_mlp(fallback, true), copied, "a backend that lends no memory");
+    // Mixed, in place and by copy, on the two-device plan (two threads:
+    // cpu:0 reads the feed, gpu:0 what cpu:0 made of it).
+    let mut s = Session::new(0);
+    s.load("two", common::two_device_plan()).unwrap();
+    for k in 0..6 {
+        let x: Vec<f32> = (0..6).map(|i| (i as f32 - 2.5) * (k as f32 + 1.0)).collect();
+        if k % 3 == 1 {
+            s.feed_f32("two", "x", &x).unwrap();
+        } else {
+            s.feed_with_f32("two", "x", |b| b.copy_from_slice(&x)).unwrap();
+        }
+        s.run("two").unwrap();
+        let want: Vec<f32> = x.iter().map(|v| -v.max(0.0)).collect();
+        assert_eq!(s.fetch_f32("two", "out").unwrap(), want, "step {k}");
+    }
+}
+
+/// The CPU backend lends the feed's own memory: it holds the last feed
+/// (zeros before any), and the closure's value comes back.
+#[test]
+fn the_cpu_backend_lends_the_feed_itself() {
+    let mut s = Session::new(0);
+    s.load("train", common::mlp_plan()).unwrap();
+    assert_eq!(s.feed_with_f32("train", "x", |b| b.to_vec()).unwrap(), [0.0; 4]);
+    s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    assert_eq!(s.feed_with_f32("train", "x", |b| b.to_vec()).unwrap(), [1.0, 2.0, 3.0, 4.0]);
+    let n = s
+        .feed_with_i32("train", "labels", |b| {
+            b.copy_from_slice(&[1, 0]);
+            b.len()
+        })
+        .unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(s.feed_with_i32("train", "labels", |b| b.to_vec()).unwrap(), [1, 0]);
+}
+
+/// Writing a feed in place checks what `feed_f32` checks, with the same
+/// typed errors, and never calls the closure then.
+#[test]
+fn feed_with_errors_are_typed_and_the_closure_is_not_called() {
+    let mut s = setup();
+    let mut called = false;
+    let e = s.feed_with_f32("eval", "x", |_| called = true).unwrap_err();
+    assert!(
+        matches!(&e, RuntimeError::UnknownProgram { program, loaded } if program == "eval" && loaded == "train"),
+        "{e}"
+    );
+    let e = s.feed_with_f32("train", "nope", |_| called = true).unwrap_err();
+    assert!(
+        matches!(&e, RuntimeError::UnknownFeed { feed, feeds, .. } if feed == "nope" && feeds == "g, labels, x"),
+        "{e}"
+    );
+    assert_eq!(e.to_string(), "program 'train' has no feed named 'nope' (feeds: g, labels, x)");
+    let e = s.feed_with_f32("train", "labels", |_| called = true).unwrap_err();
+    assert!(
+        matches!(&e, RuntimeError::WrongDtype { name, actual, requested, .. } if name == "labels" && actual == "i32" && requested == "f32"),
+        "{e}"
+    );
+    let e = s.feed_with_i32("train", "x", |_| called = true).unwrap_err();
+    assert!(matches!(&e, RuntimeError::WrongDtype { name, actual, .. } if name == "x" && actual == "f32"), "{e}");
+    // A fetch is no feed.
+    let e = s.feed_with_f32("train", "loss", |_| called = true).unwrap_err();
+    assert!(matches!(&e, RuntimeError::UnknownFeed { .. }), "{e}");
+    assert!(!called, "the closure ran on an error");
+    // The errors left the feeds as they were.
+    s.run("train").unwrap();
+    assert_eq!(s.fetch_f32("train", "Relu").unwrap(), &[1.5, 0.0, 3.5, 0.0]);
+}

@@ -6,7 +6,11 @@
 //! Only full batches are produced: the last `n % batch_size` examples of each
 //! epoch's order are dropped and the next epoch starts (a different shuffle
 //! drops different examples). [`Batcher::next_batch`] copies into
-//! caller-provided buffers and never allocates. With several processes,
+//! caller-provided buffers and never allocates; so do its parts,
+//! [`Batcher::fill_images`], [`Batcher::fill_labels`] and
+//! [`Batcher::advance`], which let each buffer be filled where it is lent
+//! (a session's feed written in place) with the very bytes `next_batch`
+//! would copy. With several processes,
 //! each one draws the same global batches and copies only its rows of each
 //! ([`Batcher::with_rows`]): together the ranks see exactly the batches one
 //! process would.
@@ -14,6 +18,8 @@
 //! [`EvalChunks`] (evaluation): one in-order pass in chunks of `chunk_size`;
 //! the final chunk may be partial and its length is returned, so every example
 //! is seen exactly once. The unused tail of a partial chunk is zero-filled.
+//! As for batches, [`EvalChunks::fill_images`], [`EvalChunks::fill_labels`]
+//! and [`EvalChunks::advance`] are [`EvalChunks::next_chunk`] in parts.
 
 use super::dataset::Dataset;
 use super::error::DataError;
@@ -106,21 +112,50 @@ impl<'a> Batcher<'a> {
     /// the last full batch. Errors only on wrong buffer lengths.
     pub fn next_batch(&mut self, images: &mut [f32], labels: &mut [i32]) -> Result<BatchInfo, DataError> {
         check_buffers(self.data, self.rows.len(), images, labels, true)?;
-        let info = BatchInfo { epoch: self.epoch, batch: self.batch };
+        self.fill_images(images)?;
+        self.fill_labels(labels)?;
+        Ok(self.advance())
+    }
+
+    /// This batcher's rows of the next batch, as example indices.
+    fn picks(&self) -> &[usize] {
         let start = self.batch * self.batch_size;
+        &self.order[start + self.rows.start..start + self.rows.end]
+    }
+
+    /// Fills `images` (`rows * image_len` floats) with the images of this
+    /// batcher's rows of the next batch, without moving on ([`Batcher::advance`]
+    /// does). Errors only on a wrong length.
+    pub fn fill_images(&self, images: &mut [f32]) -> Result<(), DataError> {
         let k = self.data.image_len();
-        let picks = &self.order[start + self.rows.start..start + self.rows.end];
-        for (slot, &i) in picks.iter().enumerate() {
+        check_len("batch", "floats", self.rows.len() * k, images.len())?;
+        for (slot, &i) in self.picks().iter().enumerate() {
             images[slot * k..(slot + 1) * k].copy_from_slice(self.data.image(i));
+        }
+        Ok(())
+    }
+
+    /// Fills `labels` (`rows`) with the labels of this batcher's rows of
+    /// the next batch, without moving on. Errors only on a wrong length.
+    pub fn fill_labels(&self, labels: &mut [i32]) -> Result<(), DataError> {
+        check_len("batch", "labels", self.rows.len(), labels.len())?;
+        for (slot, &i) in self.picks().iter().enumerate() {
             labels[slot] = self.data.labels()[i];
         }
+        Ok(())
+    }
+
+    /// Move past the next batch (to the next epoch after the last full
+    /// batch) and say where it came from.
+    pub fn advance(&mut self) -> BatchInfo {
+        let info = BatchInfo { epoch: self.epoch, batch: self.batch };
         self.batch += 1;
         if self.batch == self.batches_per_epoch() {
             self.batch = 0;
             self.epoch += 1;
             self.shuffle_for_epoch();
         }
-        Ok(info)
+        info
     }
 
     /// Continue as if `batches` batches had been drawn since `new`: the
@@ -168,19 +203,58 @@ impl<'a> EvalChunks<'a> {
     /// (`chunk_size` except maybe for the last), or `None` after the last.
     pub fn next_chunk(&mut self, images: &mut [f32], labels: &mut [i32]) -> Result<Option<usize>, DataError> {
         check_buffers(self.data, self.chunk_size, images, labels, false)?;
-        let n = self.chunk_size.min(self.data.len() - self.next);
-        if n == 0 {
+        if self.peek().is_empty() {
             return Ok(None);
         }
-        let k = self.data.image_len();
-        let (start, end) = (self.next, self.next + n);
-        images[..n * k].copy_from_slice(&self.data.images()[start * k..end * k]);
-        images[n * k..].fill(0.0);
-        labels[..n].copy_from_slice(&self.data.labels()[start..end]);
-        labels[n..].fill(0);
-        self.next = end;
-        Ok(Some(n))
+        self.fill_images(images)?;
+        self.fill_labels(labels)?;
+        Ok(self.advance())
     }
+
+    /// The examples of the next chunk (empty after the last), without moving on.
+    pub fn peek(&self) -> std::ops::Range<usize> {
+        self.next..self.next + self.chunk_size.min(self.data.len() - self.next)
+    }
+
+    /// Fills `images` (`chunk_size * image_len` floats) with the next
+    /// chunk's images, the unused tail zeroed, without moving on
+    /// ([`EvalChunks::advance`] does). Errors only on a wrong length.
+    pub fn fill_images(&self, images: &mut [f32]) -> Result<(), DataError> {
+        let k = self.data.image_len();
+        check_len("chunk", "floats", self.chunk_size * k, images.len())?;
+        let r = self.peek();
+        let n = r.len();
+        images[..n * k].copy_from_slice(&self.data.images()[r.start * k..r.end * k]);
+        images[n * k..].fill(0.0);
+        Ok(())
+    }
+
+    /// Fills `labels` (`chunk_size`) with the next chunk's labels, the
+    /// unused tail zeroed, without moving on. Errors only on a wrong length.
+    pub fn fill_labels(&self, labels: &mut [i32]) -> Result<(), DataError> {
+        check_len("chunk", "labels", self.chunk_size, labels.len())?;
+        let r = self.peek();
+        let n = r.len();
+        labels[..n].copy_from_slice(&self.data.labels()[r]);
+        labels[n..].fill(0);
+        Ok(())
+    }
+
+    /// Move past the next chunk: how many examples it held, or `None`
+    /// after the last.
+    pub fn advance(&mut self) -> Option<usize> {
+        let r = self.peek();
+        self.next = r.end;
+        (!r.is_empty()).then_some(r.len())
+    }
+}
+
+/// `got` elements where a batch or chunk buffer needs `want`.
+fn check_len(what: &str, unit: &str, want: usize, got: usize) -> Result<(), DataError> {
+    if got != want {
+        return Err(DataError::Batch(format!("{what} buffers must hold {want} {unit}, got {got}")));
+    }
+    Ok(())
 }
 
 fn check_buffers(data: &Dataset, size: usize, images: &[f32], labels: &[i32], training: bool) -> Result<(), DataError> {

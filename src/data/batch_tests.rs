@@ -103,3 +103,43 @@ fn eval_of_empty_set_yields_nothing() {
     assert_eq!(e.num_chunks(), 0);
     assert_eq!(e.next_chunk(&mut [0.0; 6], &mut [0; 3]).expect("ok"), None);
 }
+
+/// Filling each buffer on its own, then moving on, gives the bytes
+/// `next_batch` / `next_chunk` give (what a feed written in place relies on),
+/// across epochs, with a rank's rows, and for a partial eval chunk.
+#[test]
+fn filling_in_parts_gives_the_same_bytes() {
+    let d = toy(23, 5);
+    let mut whole = Batcher::new(&d, 4, 9).expect("ok").with_rows(1..3).expect("rows");
+    let mut parts = whole.clone();
+    let (mut img, mut lab) = (vec![0.0; 4], vec![0; 2]);
+    let (mut pimg, mut plab) = (vec![7.0; 4], vec![7; 2]);
+    for _ in 0..12 {
+        let info = whole.next_batch(&mut img, &mut lab).expect("ok");
+        parts.fill_images(&mut pimg).expect("ok");
+        parts.fill_labels(&mut plab).expect("ok");
+        assert_eq!(parts.advance(), info);
+        assert_eq!(
+            pimg.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            img.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        assert_eq!(plab, lab);
+    }
+    assert!(parts.fill_images(&mut [0.0; 6]).is_err());
+    assert!(parts.fill_labels(&mut [0; 4]).is_err());
+
+    let mut whole = EvalChunks::new(&d, 10).expect("ok");
+    let mut parts = whole.clone();
+    let (mut img, mut lab) = (vec![0.0; 20], vec![0; 10]);
+    let (mut pimg, mut plab) = (vec![7.0; 20], vec![7; 10]);
+    while let Some(n) = whole.next_chunk(&mut img, &mut lab).expect("ok") {
+        assert_eq!(parts.peek().len(), n);
+        parts.fill_images(&mut pimg).expect("ok");
+        parts.fill_labels(&mut plab).expect("ok");
+        assert_eq!(parts.advance(), Some(n));
+        assert_eq!((&pimg, &plab), (&img, &lab));
+    }
+    assert!(parts.peek().is_empty());
+    assert_eq!(parts.advance(), None);
+    assert!(parts.fill_labels(&mut [0; 3]).is_err());
+}

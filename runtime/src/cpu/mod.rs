@@ -25,7 +25,13 @@
 //!   load; a collective hands the communicator a reserved slice list.
 //! - **Reads and writes are copies** between runs (`run` returns only when
 //!   every thread finished the step), so nothing outside this module holds a
-//!   view into its memory.
+//!   view into its memory beyond one call: a feed written in place
+//!   ([`Backend::with_feed_buffer`]) lends the closure the feed's arena
+//!   slice itself (zero copies), between runs, through `&mut self`, for the
+//!   closure's call only. Arenas are zeroed at load, so the lent slice is
+//!   always initialized: the feed's last value, or zeros. Feed buffers are
+//!   never reused for other tensors (codegen pins them), so that value is
+//!   the last feed.
 
 mod affinity;
 mod collective;
@@ -39,7 +45,8 @@ mod threads;
 
 use std::sync::Arc;
 
-use towers_codegen::{BufRef, Plan, VariableDecl};
+use towers_codegen::{BufRef, BufferKind, Plan, VariableDecl};
+use towers_graph::DType;
 
 use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
 use crate::comm::Comm;
@@ -157,6 +164,34 @@ impl Backend for CpuBackend {
         // SAFETY: no step is running (`run` holds `&mut self` until every thread is done).
         unsafe { b.slot.write(data) };
         Ok(())
+    }
+
+    /// The arena slice of the feed itself: the closure writes the feed in place.
+    fn with_feed_buffer(
+        &mut self,
+        id: ProgramId,
+        r: &BufRef,
+        fill: &mut dyn FnMut(HostSliceMut<'_>),
+    ) -> Result<bool, BackendError> {
+        let p = self.program(id)?;
+        if !p.plan.buffer(r).is_some_and(|b| b.kind == BufferKind::Feed) {
+            return Err(BackendError::Access(format!("{} is not a feed buffer", p.plan.ref_name(r))));
+        }
+        let b = resolve_aliased(&p.plan, &p.prepared.arenas, &self.store, &p.prepared.aliases, r)
+            .map_err(BackendError::Access)?;
+        // SAFETY: no step is running (`run` holds `&mut self` until every
+        // thread is done, and `&mut self` is held here), and the slice lives
+        // only for the call of `fill` (its lifetime is the call's), which
+        // cannot reach this backend: no other view of the slot is used
+        // meanwhile. The arena was zeroed at load: initialized memory.
+        let lent = unsafe {
+            match b.dtype {
+                DType::F32 => HostSliceMut::F32(b.slot.f32_mut()),
+                DType::I32 | DType::Bool => HostSliceMut::I32(b.slot.i32_mut()),
+            }
+        };
+        fill(lent);
+        Ok(true)
     }
 
     fn read_buffer(&self, id: ProgramId, r: &BufRef, out: HostSliceMut<'_>) -> Result<(), BackendError> {

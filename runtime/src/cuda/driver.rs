@@ -46,6 +46,66 @@ impl Drop for DevMem {
     }
 }
 
+/// Page-locked (pinned) host memory: the GPU's copy engines read it by DMA
+/// directly, with no staging copy by the driver.
+pub(crate) struct PinnedHost {
+    ptr: *mut c_void,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl PinnedHost {
+    /// `bytes` of pinned host memory (at least 4: never a zero-size
+    /// allocation), zeroed, so it is initialized before anyone reads it.
+    pub fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<PinnedHost, String> {
+        ctx.bind_to_thread().map_err(|e| derr("cuCtxSetCurrent", e))?;
+        let n = bytes.max(4);
+        // SAFETY: a plain page-locked allocation in the bound context (flags
+        // 0: cacheable, so the host may read it back at full speed).
+        let ptr = unsafe { drv::malloc_host(n, 0) }.map_err(|e| derr(&format!("cuMemHostAlloc of {n} bytes"), e))?;
+        if ptr.is_null() {
+            return Err(format!("cuMemHostAlloc of {n} bytes returned a null pointer"));
+        }
+        // SAFETY: `n` writable bytes at `ptr`, owned by this value alone.
+        unsafe { std::ptr::write_bytes(ptr as *mut u8, 0, n) };
+        Ok(PinnedHost { ptr, bytes, ctx: Arc::clone(ctx) })
+    }
+
+    /// The start of the memory, for the driver's copies.
+    pub fn as_ptr(&self) -> *const c_void {
+        self.ptr
+    }
+
+    /// The memory as `len` 4-byte elements of `dtype`'s host type (f32, or
+    /// i32 for i32 and bool), or None when it holds fewer.
+    pub fn slice_mut(&mut self, dtype: towers_graph::DType, len: usize) -> Option<crate::backend::HostSliceMut<'_>> {
+        use crate::backend::HostSliceMut;
+        if len.checked_mul(4)? > self.bytes {
+            return None;
+        }
+        // SAFETY: `len * 4 <= bytes` initialized (zeroed at allocation)
+        // bytes, page-aligned (so aligned for f32 and i32), owned by this
+        // value and borrowed mutably for the slice's lifetime.
+        Some(unsafe {
+            match dtype {
+                towers_graph::DType::F32 => {
+                    HostSliceMut::F32(std::slice::from_raw_parts_mut(self.ptr as *mut f32, len))
+                }
+                _ => HostSliceMut::I32(std::slice::from_raw_parts_mut(self.ptr as *mut i32, len)),
+            }
+        })
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by `zeroed`, freed once; the owner synchronized
+        // the copies that read it before dropping (see `feeds`).
+        let _ = unsafe { drv::free_host(self.ptr) };
+    }
+}
+
 /// A non-blocking stream.
 pub(crate) struct Stream {
     pub raw: sys::CUstream,

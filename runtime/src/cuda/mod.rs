@@ -11,7 +11,8 @@
 //!   GPU: a two-tower plan runs its towers as separate streams of the same
 //!   GPU ([`Backend::device_note`] says so). Variables placed on `/cpu:0`
 //!   therefore live in device memory as well (pinned host memory for them is
-//!   not done).
+//!   not done; feeds written in place are staged in pinned host memory,
+//!   [`feeds`]).
 //! - **Load** does everything that allocates or compiles: one device
 //!   allocation per plan device (`DevicePlan::arena_bytes`), every buffer
 //!   and view at its plan offset; constants uploaded; one CUDA stream per
@@ -47,11 +48,21 @@
 //!   in-place `ncclAllReduce` on its stream ([`nccl`]); without one the plan
 //!   is refused at load.
 //! - **Reads and writes** of buffers and variables are synchronous copies
-//!   between device memory and the caller's host slice.
+//!   between device memory and the caller's host slice; a buffer write
+//!   also waits for its DMA (a copy from pageable memory may return before
+//!   it lands, and the step's non-blocking streams are not ordered with the
+//!   legacy stream it runs on).
+//! - **Feeds written in place** ([`feeds`]): load makes one pinned host
+//!   staging buffer per fed placeholder; `Backend::with_feed_buffer` lends
+//!   it, then enqueues its asynchronous copy on the program's copy stream;
+//!   the next `run` makes the streams it starts on wait for those copies
+//!   on the GPU (the host does not block), and synchronous reads and writes
+//!   of the program's buffers wait for them first.
 
 mod args;
 pub mod disk_cache;
 mod driver;
+mod feeds;
 mod graph;
 pub mod libs;
 mod lower;
@@ -75,6 +86,7 @@ use crate::comm::Comm;
 use crate::trace::Trace;
 use args::Side;
 use driver::{derr, Blas, DevMem, Event, Stream};
+use feeds::Feeds;
 use graph::{GraphState, StepGraph};
 pub use libs::{CudaLibrary, CudaUnavailable};
 use lower::{lower_launch, Dev, Gemm, Modules, Op};
@@ -138,6 +150,9 @@ struct StreamRun {
 struct Program {
     /// Dropped first: the graph replays this program's buffers.
     graph: GraphState,
+    /// Pinned staging of the fed buffers; dropped (its copies synchronized)
+    /// before the arenas they write.
+    feeds: Feeds,
     plan: Plan,
     /// `(stream, item)` in host enqueue order.
     order: Vec<(usize, usize)>,
@@ -418,6 +433,7 @@ impl CudaBackend {
             }
             Some(m)
         };
+        let feeds = Feeds::new(&self.ctx, plan, |r| self.resolve(plan, &arenas, r)).map_err(dev)?;
         let order = enqueue_order(&streams, plan.num_events).map_err(bad)?;
         let graph = graph_state(self.graphs, &streams);
         let uses_step =
@@ -429,6 +445,7 @@ impl CudaBackend {
         };
         Ok(Program {
             graph,
+            feeds,
             plan: plan.clone(),
             order,
             streams,
@@ -741,11 +758,15 @@ impl Backend for CudaBackend {
         }
         let eager = p.profiling || p.tracing;
         if let (GraphState::Ready(g), false) = (&p.graph, eager) {
+            // The replay starts on the graph's origin stream: it waits there for the staged feeds.
+            p.feeds.order_before_step(std::iter::once(g.origin.raw)).map_err(BackendError::Device)?;
             g.launch().map_err(BackendError::Device)?;
             sync(&ctx)?;
+            p.feeds.completed();
             p.runs += 1;
             return Ok(());
         }
+        p.feeds.order_before_step(p.streams.iter().map(|s| s.stream.raw)).map_err(BackendError::Device)?;
         let started = Instant::now();
         let tracer = if p.tracing { p.tracer.as_ref() } else { None };
         if let (Some(t), Some(first)) = (tracer, p.streams.first()) {
@@ -763,6 +784,7 @@ impl Backend for CudaBackend {
             tracer,
         )?;
         sync(&ctx)?;
+        p.feeds.completed();
         if let (true, Some(t)) = (p.tracing, p.tracer.as_mut()) {
             let start_ns = started.duration_since(p.loaded).as_nanos() as u64;
             let wall_ns = started.elapsed().as_nanos() as u64;
@@ -808,12 +830,36 @@ impl Backend for CudaBackend {
                 data.len()
             )));
         }
+        // An older staged copy to this buffer must not land after this one.
+        p.feeds.settle().map_err(BackendError::Device)?;
         // SAFETY: `d` is a live device range of `d.len` 4-byte elements; no step is running.
         let res = match data {
             HostSlice::F32(s) => unsafe { drv::memcpy_htod_sync(d.ptr, s) },
             HostSlice::I32(s) => unsafe { drv::memcpy_htod_sync(d.ptr, s) },
         };
-        res.map_err(|e| BackendError::Device(derr("cuMemcpyHtoD", e)))
+        res.map_err(|e| BackendError::Device(derr("cuMemcpyHtoD", e)))?;
+        // From pageable memory the synchronous copy may return before its
+        // last DMA lands (CUDA's documented behaviour), and the step's
+        // non-blocking streams are not ordered with the legacy stream it
+        // ran on: wait for it, so the next step (or a later staged copy of
+        // this buffer) comes after it.
+        // SAFETY: the null handle names the context's legacy stream.
+        unsafe { drv::stream::synchronize(std::ptr::null_mut()) }
+            .map_err(|e| BackendError::Device(derr("cuStreamSynchronize (legacy stream)", e)))
+    }
+
+    /// The feed's pinned staging buffer (made at load), copied to the GPU
+    /// asynchronously when `fill` returns; the next `run` waits for it.
+    fn with_feed_buffer(
+        &mut self,
+        id: ProgramId,
+        r: &BufRef,
+        fill: &mut dyn FnMut(HostSliceMut<'_>),
+    ) -> Result<bool, BackendError> {
+        self.bind()?;
+        let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
+        p.feeds.lend(&p.plan, r, fill)?;
+        Ok(true)
     }
 
     fn read_buffer(&self, id: ProgramId, r: &BufRef, out: HostSliceMut<'_>) -> Result<(), BackendError> {
@@ -829,6 +875,8 @@ impl Backend for CudaBackend {
                 out.len()
             )));
         }
+        // A feed written in place may still be crossing the bus.
+        p.feeds.settle().map_err(BackendError::Device)?;
         // SAFETY: as `write_buffer`.
         let res = match out {
             HostSliceMut::F32(s) => unsafe { drv::memcpy_dtoh_sync(s, d.ptr) },

@@ -138,3 +138,63 @@ pub fn two_device_plan_with_all_reduce() -> Plan {
     plan.streams[gpu].steps.push(Step::AllReduce { buffers: vec![out], node: "allreduce/out".into() });
     plan
 }
+
+/// The CPU backend behind a backend that lends no feed memory (the trait's
+/// default `with_feed_buffer`): what any other backend gets, so that
+/// `Session::feed_with_*` falls back to its own scratch and `write_buffer`.
+pub struct CopyingFeeds(pub towers_runtime::CpuBackend);
+
+mod copying {
+    use std::sync::Arc;
+
+    use towers_codegen::{BufRef, Plan, VariableDecl};
+    use towers_runtime::{Backend, BackendError, Comm, HostSlice, HostSliceMut, Profiled, ProgramId, Trace};
+
+    impl Backend for super::CopyingFeeds {
+        fn name(&self) -> &'static str {
+            "copying"
+        }
+        fn create_variable(&mut self, decl: &VariableDecl, init: HostSlice<'_>) -> Result<(), BackendError> {
+            self.0.create_variable(decl, init)
+        }
+        fn load(&mut self, name: &str, plan: &Plan, comm: Arc<dyn Comm>) -> Result<ProgramId, BackendError> {
+            self.0.load(name, plan, comm)
+        }
+        fn run(&mut self, program: ProgramId) -> Result<(), BackendError> {
+            self.0.run(program)
+        }
+        fn write_buffer(&mut self, program: ProgramId, buf: &BufRef, data: HostSlice<'_>) -> Result<(), BackendError> {
+            self.0.write_buffer(program, buf, data)
+        }
+        fn read_buffer(&self, program: ProgramId, buf: &BufRef, out: HostSliceMut<'_>) -> Result<(), BackendError> {
+            self.0.read_buffer(program, buf, out)
+        }
+        fn write_variable(&mut self, name: &str, data: HostSlice<'_>) -> Result<(), BackendError> {
+            self.0.write_variable(name, data)
+        }
+        fn read_variable(&self, name: &str, out: HostSliceMut<'_>) -> Result<(), BackendError> {
+            self.0.read_variable(name, out)
+        }
+        fn set_profiling(&mut self, program: ProgramId, on: bool) {
+            self.0.set_profiling(program, on)
+        }
+        fn profile(&self, program: ProgramId) -> Vec<Profiled> {
+            self.0.profile(program)
+        }
+        fn set_tracing(&mut self, program: ProgramId, on: bool) -> Result<(), BackendError> {
+            self.0.set_tracing(program, on)
+        }
+        fn trace(&self, program: ProgramId) -> Result<Trace, BackendError> {
+            self.0.trace(program)
+        }
+        fn steps_run(&self, program: ProgramId) -> u64 {
+            self.0.steps_run(program)
+        }
+        fn set_step(&mut self, program: ProgramId, step: u64) {
+            self.0.set_step(program, step)
+        }
+        fn device_note(&self, gpus: &[String]) -> String {
+            self.0.device_note(gpus)
+        }
+    }
+}
