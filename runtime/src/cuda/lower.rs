@@ -41,36 +41,10 @@ pub(crate) struct Gemm {
     pub beta: f32,
 }
 
-/// `batch` GEMMs of one shape: the `i`th reads `a + i*stride_a`, `b +
-/// i*stride_b` and writes `c + i*stride_c` (strides in elements).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BatchedGemm {
-    pub g: Gemm,
-    pub batch: usize,
-    pub stride_a: usize,
-    pub stride_b: usize,
-    pub stride_c: usize,
-}
-
-/// Row slices of a tall convolution's filter gradient computed apart (a
-/// GEMM with two small sides and a long inner one leaves most of a GPU
-/// idle): `rows / 1024` of them, at most 64, when that is at least 4; else
-/// 0 (one GEMM). Depends on the shape alone.
-pub(crate) fn filter_grad_parts(rows: usize) -> usize {
-    let p = (rows / 1024).min(64);
-    if p >= 4 {
-        p
-    } else {
-        0
-    }
-}
-
 /// What one plan step becomes on its stream.
 pub(crate) enum Op {
     Kernel(KLaunch),
     Gemm(Gemm),
-    /// cuBLAS's strided batched SGEMM.
-    BatchedGemm(BatchedGemm),
     Copy {
         dst: u64,
         src: u64,
@@ -442,51 +416,6 @@ pub(crate) fn lower_launch(
             let chunk = (ws.len / k.max(1)).min(rows);
             if chunk == 0 {
                 return Err(format!("{name}: the workspace ({} elements) holds no row of {k}", ws.len));
-            }
-            let parts = filter_grad_parts(rows);
-            let split_k = matches!(kernel, Kernel::Conv2DBackpropFilter { .. })
-                && parts > 0
-                && chunk == rows
-                && ws.len >= rows * k + (parts + 1) * k * co;
-            if split_k {
-                // The whole column matrix, then `parts` row slices of equal
-                // height as one batched GEMM and the leftover rows as one
-                // more, each into its own partial dW after the column
-                // matrix in the workspace, then their sum in slice order.
-                let mut a = ArgPack::new();
-                a.push(g).i64(0).i64(rows).ptr(a0.ptr).ptr(ws.ptr);
-                launch(ops, "conv", "towers_im2col_f32", ew(rows * k), BLOCK, a)?;
-                let (h, kc) = (rows / parts, k * co);
-                let partial = ws.ptr + (rows * k * 4) as u64;
-                let slice = |r0: usize, r: usize, c: u64| Gemm {
-                    m: k,
-                    n: co,
-                    k: r,
-                    ta: true,
-                    tb: false,
-                    a: ws.ptr + (r0 * k * 4) as u64,
-                    b: a1.ptr + (r0 * co * 4) as u64,
-                    c,
-                    alpha: 1.0,
-                    beta: 0.0,
-                };
-                ops.push(Op::BatchedGemm(BatchedGemm {
-                    g: slice(0, h, partial),
-                    batch: parts,
-                    stride_a: h * k,
-                    stride_b: h * co,
-                    stride_c: kc,
-                }));
-                let rest = rows - parts * h;
-                let mut used = parts;
-                if rest > 0 {
-                    ops.push(Op::Gemm(slice(parts * h, rest, partial + (parts * kc * 4) as u64)));
-                    used += 1;
-                }
-                let mut a = ArgPack::new();
-                a.i64(used).i64(kc).ptr(partial).ptr(y.ptr);
-                launch(ops, "reduce", "towers_sum_partials_f32", ew(kc), BLOCK, a)?;
-                return Ok(());
             }
             let mut r0 = 0;
             while r0 < rows {

@@ -410,7 +410,7 @@ impl CudaBackend {
                 }
             }
             let stream = Stream::new(&self.ctx).map_err(dev)?;
-            let blas = if items.iter().any(|i| matches!(i.op, Op::Gemm(_) | Op::BatchedGemm(_))) {
+            let blas = if items.iter().any(|i| matches!(i.op, Op::Gemm(_))) {
                 Some(Blas::new(&self.ctx, stream.raw).map_err(dev)?)
             } else {
                 None
@@ -496,13 +496,7 @@ fn stream_workspace_bytes(s: &towers_codegen::StreamPlan) -> usize {
             };
             let pointwise = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1;
             if !pointwise {
-                let mut need = g.rows() * g.k() * 4;
-                let parts = lower::filter_grad_parts(g.rows());
-                if matches!(kernel, Kernel::Conv2DBackpropFilter { .. }) && parts > 0 {
-                    // And the filter gradient's partial sums, one per row slice.
-                    need += (parts + 1) * g.k() * g.c_out * 4;
-                }
-                bytes = bytes.max(need.min(MAX_WORKSPACE_BYTES.max(g.k() * 4)));
+                bytes = bytes.max((g.rows() * g.k() * 4).min(MAX_WORKSPACE_BYTES.max(g.k() * 4)));
             }
         }
     }
@@ -628,10 +622,6 @@ fn enqueue(
                     Some(b) => gemm(b.raw, g),
                     None => Err("no cuBLAS handle on this stream".into()),
                 },
-                Op::BatchedGemm(bg) => match &st.blas {
-                    Some(b) => gemm_batched(b.raw, bg),
-                    None => Err("no cuBLAS handle on this stream".into()),
-                },
                 Op::Copy { dst, src, bytes } => {
                     drv::memcpy_dtod_async(*dst, *src, *bytes, stream).map_err(|e| derr("cuMemcpyDtoDAsync", e))
                 }
@@ -666,38 +656,6 @@ fn enqueue(
         }
     }
     Ok(())
-}
-
-/// [`gemm`]'s row-major mapping for a strided batch.
-///
-/// # Safety
-/// As [`gemm`], for every member of the batch.
-unsafe fn gemm_batched(h: blas_sys::cublasHandle_t, bg: &lower::BatchedGemm) -> Result<(), String> {
-    use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-    let g = &bg.g;
-    let (op_a, lda) = if g.ta { (CUBLAS_OP_T, g.m) } else { (CUBLAS_OP_N, g.k) };
-    let (op_b, ldb) = if g.tb { (CUBLAS_OP_T, g.k) } else { (CUBLAS_OP_N, g.n) };
-    blas::sgemm_strided_batched(
-        h,
-        op_b,
-        op_a,
-        g.n as i32,
-        g.m as i32,
-        g.k as i32,
-        &g.alpha,
-        g.b as *const f32,
-        ldb.max(1) as i32,
-        bg.stride_b as i64,
-        g.a as *const f32,
-        lda.max(1) as i32,
-        bg.stride_a as i64,
-        &g.beta,
-        g.c as *mut f32,
-        g.n.max(1) as i32,
-        bg.stride_c as i64,
-        bg.batch as i32,
-    )
-    .map_err(|e| derr("cublasSgemmStridedBatched", e))
 }
 
 impl Backend for CudaBackend {
