@@ -42,7 +42,7 @@ grep -E "device 0|FAIL|test result|panicked|worst|checks" "$OUTD/twins.log" | ta
 
 part "2. CUDA backend"
 timeout 300 "$B/cuda_backend" --nocapture --test-threads 1 >"$OUTD/backend.log" 2>&1
-grep -E "^test |test result|panicked|MAX REL|STEP TIME|PROFILE|graph run|eager run|max rel diff" "$OUTD/backend.log" \
+grep -E "^test |test result|panicked|MAX REL|STEP TIME|PROFILE|TRACE|graph run|eager run|max rel diff" "$OUTD/backend.log" \
   | sed -e 's/ (feed + run + loss fetch)//' | cut -c1-330
 
 part "3. NCCL"
@@ -60,6 +60,21 @@ part "4. towers train --backend cuda"
   done
 } >"$OUTD/train.log" 2>&1
 grep -vE "^step [0-9]+ loss" "$OUTD/train.log" | tail -60
+
+part "4b. a traced convnet step on the GPU (towers train --trace)"
+timeout 60 "$B/towers" train --backend cuda --data mnist5k --model convnet --batch 256 --steps 30 \
+  --trace "$OUTD/trace-convnet.json" --trace-steps 3 >"$OUTD/trace.log" 2>&1
+tail -2 "$OUTD/trace.log"
+python3 - "$OUTD/trace-convnet.json" <<'PY' | tee "$OUTD/trace-summary.txt"
+import collections, json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+by = collections.Counter()
+for e in ev:
+    if e.get("ph") == "X":
+        by[e.get("cat", e.get("name"))] += e.get("dur", 0) / 3
+print("per traced step (us):", ", ".join(f"{k} {v:.1f}" for k, v in by.most_common(12)))
+PY
 
 part "5. PyTorch and JAX on this GPU"
 PYTHONUNBUFFERED=1 timeout 300 python3 bench/gpu_anchors.py >"$OUTD/anchors.log" 2>&1
