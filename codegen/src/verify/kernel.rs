@@ -163,23 +163,14 @@ impl Check<'_, '_> {
                 self.size(Out(0), self.count(m.checked_mul(*n), "m*n")?, || format!("m*n = {m}*{n}"))
             }
             Kernel::TowerMatMul { m, n, ks, weights, .. } => {
-                self.param(!ks.is_empty() && ks.len() == weights.len(), || {
-                    format!("{} k's for {} weights (one pair per replica, at least one)", ks.len(), weights.len())
-                })?;
+                self.tower_weights(ks, weights)?;
                 self.args(2 * ks.len(), 1)?;
                 self.all_f32()?;
-                for (p, k) in ks.iter().enumerate() {
-                    self.size(In(2 * p), self.count(m.checked_mul(*k), "m*k")?, || format!("pair {p}: m*k = {m}*{k}"))?;
-                    self.size(In(2 * p + 1), self.count(k.checked_mul(*n), "k*n")?, || {
-                        format!("pair {p}: k*n = {k}*{n}")
-                    })?;
-                }
+                self.tower_pairs(*m, *n, ks)?;
                 self.size(Out(0), self.count(m.checked_mul(*n), "m*n")?, || format!("m*n = {m}*{n}"))
             }
             Kernel::TowerMatMulApply { m, n, ks, weights, apply, .. } => {
-                self.param(!ks.is_empty() && ks.len() == weights.len(), || {
-                    format!("{} k's for {} weights (one pair per replica, at least one)", ks.len(), weights.len())
-                })?;
+                self.tower_weights(ks, weights)?;
                 let slots = match **apply {
                     Kernel::ApplyGradientDescent {} => 1,
                     Kernel::ApplyMomentum { nesterov: false, .. } => 2,
@@ -194,12 +185,7 @@ impl Check<'_, '_> {
                 };
                 self.args(2 * ks.len() + 1, slots)?;
                 self.all_f32()?;
-                for (p, k) in ks.iter().enumerate() {
-                    self.size(In(2 * p), self.count(m.checked_mul(*k), "m*k")?, || format!("pair {p}: m*k = {m}*{k}"))?;
-                    self.size(In(2 * p + 1), self.count(k.checked_mul(*n), "k*n")?, || {
-                        format!("pair {p}: k*n = {k}*{n}")
-                    })?;
-                }
+                self.tower_pairs(*m, *n, ks)?;
                 self.size(In(2 * ks.len()), 1, || "a scalar learning rate".into())?;
                 for s in 0..slots {
                     self.size(Out(s), self.count(m.checked_mul(*n), "m*n")?, || format!("m*n = {m}*{n}"))?;
@@ -595,6 +581,22 @@ impl Check<'_, '_> {
 
     /// An optimizer update with `grads` gradients (one per tower when fused):
     /// in: the gradients, then Adam's i32 global_step; out: the variable and its slots.
+    /// A tower product's weights: one per pair, at least one pair.
+    fn tower_weights(&self, ks: &[usize], weights: &[f32]) -> Result<(), PlanError> {
+        self.param(!ks.is_empty() && ks.len() == weights.len(), || {
+            format!("{} k's for {} weights (one pair per replica, at least one)", ks.len(), weights.len())
+        })
+    }
+
+    /// A tower product's operand pairs (inputs `2p`, `2p + 1`): `[m, k_p]` and `[k_p, n]`.
+    fn tower_pairs(&self, m: usize, n: usize, ks: &[usize]) -> Result<(), PlanError> {
+        for (p, k) in ks.iter().enumerate() {
+            self.size(Io::In(2 * p), self.count(m.checked_mul(*k), "m*k")?, || format!("pair {p}: m*k = {m}*{k}"))?;
+            self.size(Io::In(2 * p + 1), self.count(k.checked_mul(n), "k*n")?, || format!("pair {p}: k*n = {k}*{n}"))?;
+        }
+        Ok(())
+    }
+
     fn apply(&self, k: &Kernel, grads: usize) -> Result<(), PlanError> {
         let (slots, step) = match k {
             Kernel::ApplyGradientDescent { .. } => (1, 0),

@@ -177,6 +177,27 @@ fn bias_grad_launches(
     ]
 }
 
+/// A tower product's GEMMs into `c`: one per pair (operands `pair(p)`),
+/// alpha = the pair's weight, the first writing (beta 0), the others adding.
+#[allow(clippy::too_many_arguments)]
+fn tower_gemms(
+    m: usize,
+    n: usize,
+    ks: &[usize],
+    weights: &[f32],
+    (ta, tb): (bool, bool),
+    pair: impl Fn(usize) -> Result<(u64, u64), String>,
+    c: u64,
+    ops: &mut Vec<Op>,
+) -> Result<(), String> {
+    for (p, (&k, &alpha)) in ks.iter().zip(weights).enumerate() {
+        let (a, b) = pair(p)?;
+        let beta = if p == 0 { 0.0 } else { 1.0 };
+        ops.push(Op::Gemm(Gemm { m, n, k, ta, tb, a, b, c, alpha, beta }));
+    }
+    Ok(())
+}
+
 /// Build the ops of one launch. `ins`, `outs`, `ws` are resolved operands.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn lower_launch(
@@ -231,22 +252,16 @@ pub(crate) fn lower_launch(
             if g.len < m * n {
                 return Err(format!("{name}: a scratch of {} floats for a product of {}", g.len, m * n));
             }
-            for (p, (&k, &w)) in ks.iter().zip(weights).enumerate() {
-                let (a, b) = (i(2 * p)?.ptr, i(2 * p + 1)?.ptr);
-                let beta = if p == 0 { 0.0 } else { 1.0 };
-                ops.push(Op::Gemm(Gemm {
-                    m: *m,
-                    n: *n,
-                    k,
-                    ta: *trans_a,
-                    tb: *trans_b,
-                    a,
-                    b,
-                    c: g.ptr,
-                    alpha: w,
-                    beta,
-                }));
-            }
+            tower_gemms(
+                *m,
+                *n,
+                ks,
+                weights,
+                (*trans_a, *trans_b),
+                |p| Ok((i(2 * p)?.ptr, i(2 * p + 1)?.ptr)),
+                g.ptr,
+                ops,
+            )?;
             let (w, lr) = (o(0)?, i(2 * ks.len())?.ptr);
             let mut a = ArgPack::new();
             match **apply {
@@ -262,24 +277,17 @@ pub(crate) fn lower_launch(
             }
         }
         Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
-            // One GEMM per pair: the first writes c, the others add to it.
             let y = o(0)?;
-            for (p, (&k, &w)) in ks.iter().zip(weights).enumerate() {
-                let (a, b) = (i(2 * p)?.ptr, i(2 * p + 1)?.ptr);
-                let beta = if p == 0 { 0.0 } else { 1.0 };
-                ops.push(Op::Gemm(Gemm {
-                    m: *m,
-                    n: *n,
-                    k,
-                    ta: *trans_a,
-                    tb: *trans_b,
-                    a,
-                    b,
-                    c: y.ptr,
-                    alpha: w,
-                    beta,
-                }));
-            }
+            tower_gemms(
+                *m,
+                *n,
+                ks,
+                weights,
+                (*trans_a, *trans_b),
+                |p| Ok((i(2 * p)?.ptr, i(2 * p + 1)?.ptr)),
+                y.ptr,
+                ops,
+            )?;
         }
         Kernel::Binary { op, a_shape, b_shape, out_shape } => {
             let y = o(0)?;
