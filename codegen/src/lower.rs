@@ -293,33 +293,20 @@ pub fn fusable_xents(g: &Graph, stream_of: &BTreeMap<NodeId, usize>) -> BTreeMap
     out
 }
 
-/// TowerMean nodes that fuse into their consumer: (apply, mean) pairs. A
-/// mean fuses when its only consumer (data or control) is one
-/// `ApplyGradient` on the same device and no fetch of the program record names it.
-/// Plain SGD and non-Nesterov momentum updates whose gradient is a
-/// `TowerMatMul` read by nothing else (on the update's device, not fetched,
-/// no control edge to anything else): apply ->
-/// product. The update becomes one `TowerMatMulApply` launch that
-/// accumulates the towers' products straight into the variable (SGD) or its
-/// accumulator (momentum): the weight gradient is never stored.
-pub fn fusable_tower_applies(g: &Graph) -> BTreeMap<NodeId, NodeId> {
+/// (apply, producer) pairs: a node whose op `produces` accepts, read by
+/// nothing but one `ApplyGradient` whose op `applies` accepts (data or
+/// control), on the same device, and named by no fetch of the program record.
+fn sole_updates(g: &Graph, produces: impl Fn(&Op) -> bool, applies: impl Fn(&Op) -> bool) -> BTreeMap<NodeId, NodeId> {
     let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
     let mut out = BTreeMap::new();
     for id in g.node_ids() {
         let n = g.node(id);
-        if !matches!(n.op, Op::TowerMatMul { .. }) || fetched.contains(n.name.as_str()) {
+        if !produces(&n.op) || fetched.contains(n.name.as_str()) {
             continue;
         }
         if let [(a, _, 0)] = g.consumers(id)[..] {
             let apply = g.node(a);
-            let fits = matches!(
-                apply.op,
-                Op::ApplyGradient {
-                    optimizer: towers_graph::Optimizer::Sgd { .. }
-                        | towers_graph::Optimizer::Momentum { nesterov: false, .. }
-                }
-            );
-            if fits && apply.device == n.device && g.control_consumers(id).iter().all(|&c| c == a) {
+            if applies(&apply.op) && apply.device == n.device && g.control_consumers(id).iter().all(|&c| c == a) {
                 out.insert(a, id);
             }
         }
@@ -327,26 +314,26 @@ pub fn fusable_tower_applies(g: &Graph) -> BTreeMap<NodeId, NodeId> {
     out
 }
 
+/// TowerMean nodes that fuse into their consumer: (apply, mean) pairs. A
+/// mean fuses when its only consumer (data or control) is one
+/// `ApplyGradient` on the same device and no fetch of the program record names it.
 pub fn fusable_means(g: &Graph) -> BTreeMap<NodeId, NodeId> {
-    let fetched: BTreeSet<&str> = g.program().fetches.values().map(|t| t.node.as_str()).collect();
-    let mut out = BTreeMap::new();
-    for id in g.node_ids() {
-        let n = g.node(id);
-        if !matches!(n.op, Op::TowerMean { .. }) || fetched.contains(n.name.as_str()) {
-            continue;
-        }
-        let consumers = g.consumers(id);
-        if let [(a, _, 0)] = consumers[..] {
-            let apply = g.node(a);
-            if matches!(apply.op, Op::ApplyGradient { .. })
-                && apply.device == n.device
-                && g.control_consumers(id).iter().all(|&c| c == a)
-            {
-                out.insert(a, id);
-            }
-        }
-    }
-    out
+    sole_updates(g, |op| matches!(op, Op::TowerMean { .. }), |op| matches!(op, Op::ApplyGradient { .. }))
+}
+
+/// Plain SGD and non-Nesterov momentum updates whose gradient is a
+/// `TowerMatMul` read by nothing else (on the update's device, not fetched,
+/// no control edge to anything else): (apply, product) pairs. The update
+/// becomes one `TowerMatMulApply` launch that accumulates the towers'
+/// products straight into the variable (SGD) or its accumulator
+/// (momentum): the weight gradient is never stored.
+pub fn fusable_tower_applies(g: &Graph) -> BTreeMap<NodeId, NodeId> {
+    use towers_graph::Optimizer::{Momentum, Sgd};
+    sole_updates(
+        g,
+        |op| matches!(op, Op::TowerMatMul { .. }),
+        |op| matches!(op, Op::ApplyGradient { optimizer: Sgd { .. } | Momentum { nesterov: false, .. } }),
+    )
 }
 
 impl<'g> Lowerer<'g> {

@@ -262,19 +262,12 @@ pub(crate) fn lower_launch(
                 g.ptr,
                 ops,
             )?;
-            let (w, lr) = (o(0)?, i(2 * ks.len())?.ptr);
-            let mut a = ArgPack::new();
-            match **apply {
-                Kernel::ApplyGradientDescent {} => {
-                    a.i64(w.len).ptr(lr).ptr(g.ptr).ptr(w.ptr);
-                    launch(ops, "optim", "towers_apply_gradient_descent_f32", ew(w.len), BLOCK, a)?;
-                }
-                Kernel::ApplyMomentum { momentum, nesterov } => {
-                    a.i64(w.len).ptr(lr).f32(momentum).i32(nesterov as i32).ptr(g.ptr).ptr(w.ptr).ptr(o(1)?.ptr);
-                    launch(ops, "optim", "towers_apply_momentum_f32", ew(w.len), BLOCK, a)?;
-                }
-                ref other => return Err(format!("{name} cannot fuse {}", other.name())),
+            if !matches!(**apply, Kernel::ApplyGradientDescent {} | Kernel::ApplyMomentum { nesterov: false, .. }) {
+                return Err(format!("{name} cannot fuse {}", apply.name()));
             }
+            // The update exactly as its own launch lowers, reading the scratch as its gradient.
+            let grad = Dev { ptr: g.ptr, len: m * n, dtype: DType::F32 };
+            lower_launch(apply, &[grad, i(2 * ks.len())?], outs, None, mods, side, ops)?;
         }
         Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
             let y = o(0)?;

@@ -159,7 +159,7 @@ struct Program {
     streams: Vec<StreamRun>,
     events: Vec<Event>,
     arenas: Vec<DevMem>,
-    _side: Option<DevMem>,
+    _side: DevMem,
     /// Device address of the step number dropout reads, when a launch reads it.
     step_cell: Option<u64>,
     runs: u64,
@@ -417,32 +417,24 @@ impl CudaBackend {
             };
             streams.push(StreamRun { items, blas, _ws: ws_mem, _scratch: scratch, stream, name: s.name() });
         }
-        let side_mem = if side.bytes.is_empty() {
-            None
-        } else {
-            let m = DevMem::zeroed(&self.ctx, side.bytes.len()).map_err(dev)?;
-            // SAFETY: `m` holds `side.bytes.len()` bytes.
-            unsafe { drv::memcpy_htod_sync(m.ptr, &side.bytes) }
-                .map_err(|e| dev(derr("uploading launch tables", e)))?;
-            for s in &mut streams {
-                for it in &mut s.items {
-                    if let Op::Kernel(k) = &mut it.op {
-                        k.args.patch_side(m.ptr);
-                    }
+        // Never empty: its first word is the step number (`args::STEP_CELL`).
+        let side_mem = DevMem::zeroed(&self.ctx, side.bytes.len()).map_err(dev)?;
+        // SAFETY: `side_mem` holds `side.bytes.len()` bytes.
+        unsafe { drv::memcpy_htod_sync(side_mem.ptr, &side.bytes) }
+            .map_err(|e| dev(derr("uploading launch tables", e)))?;
+        for s in &mut streams {
+            for it in &mut s.items {
+                if let Op::Kernel(k) = &mut it.op {
+                    k.args.patch_side(side_mem.ptr);
                 }
             }
-            Some(m)
-        };
+        }
         let feeds = Feeds::new(&self.ctx, plan, |r| self.resolve(plan, &arenas, r)).map_err(dev)?;
         let order = enqueue_order(&streams, plan.num_events).map_err(bad)?;
         let graph = graph_state(self.graphs, &streams);
         let uses_step =
             streams.iter().flat_map(|s| &s.items).any(|i| matches!(&i.op, Op::Kernel(l) if l.args.uses_step));
-        let step_cell = match (&side_mem, uses_step) {
-            (Some(m), true) => Some(m.ptr + args::STEP_CELL as u64),
-            (None, true) => return Err(bad("dropout reads the step number, and no side buffer holds it".into())),
-            _ => None,
-        };
+        let step_cell = uses_step.then_some(side_mem.ptr + args::STEP_CELL as u64);
         Ok(Program {
             graph,
             feeds,
