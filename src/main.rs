@@ -525,6 +525,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let level = if cli.verbose { tracing::Level::DEBUG } else { tracing::Level::WARN };
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).with_target(false).init();
+    // TOWERS_SIMD names a path this CPU lacks: refused before anything runs.
+    if let Err(e) = towers_kernels::simd::selected() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let r = match cli.cmd {
         Cmd::Train(a) => run_train(a),
         Cmd::Compile(a) => run_compile(a),

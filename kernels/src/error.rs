@@ -30,4 +30,10 @@ pub enum KernelError {
     /// A fused elementwise expression breaks its invariants, or its launch does not match it.
     #[error("fused elementwise kernel: {reason}")]
     BadFusion { reason: String },
+    /// `TOWERS_SIMD` names no SIMD path.
+    #[error("{var}={value:?} names no SIMD path; use one of avx512, avx2, neon, scalar (this CPU has: {available}), or unset it for the widest")]
+    SimdUnknown { var: &'static str, value: String, available: String },
+    /// `TOWERS_SIMD` names a path this CPU cannot run.
+    #[error("{var}={path}: this CPU has no {path} instructions (this CPU has: {available}); pick one of those, or unset {var} for the widest")]
+    SimdUnsupported { var: &'static str, path: &'static str, available: String },
 }

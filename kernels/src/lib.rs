@@ -93,6 +93,7 @@ pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod shape;
+pub mod simd;
 pub mod softmax;
 pub mod window;
 
@@ -105,4 +106,5 @@ pub use elementwise::{BinaryOp, UnaryOp};
 pub use error::KernelError;
 pub use kernel::Kernel;
 pub use pool::PoolGeom;
+pub use simd::SimdPath;
 pub use window::Padding;

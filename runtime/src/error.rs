@@ -8,6 +8,10 @@ use crate::comm::CommError;
 
 #[derive(Debug, Error)]
 pub enum RuntimeError {
+    /// `TOWERS_SIMD` names no path, or one this CPU lacks.
+    #[error("{0}")]
+    SimdPath(towers_kernels::KernelError),
+
     #[error("no program named '{program}' is loaded (loaded: {loaded})")]
     UnknownProgram { program: String, loaded: String },
 

@@ -112,6 +112,9 @@ impl Session {
         if self.programs.contains_key(name) {
             return Err(RuntimeError::DuplicateProgram { program: name.into() });
         }
+        // The CPU kernels' SIMD path (TOWERS_SIMD): refused here, before any
+        // kernel runs, when it names a path this CPU lacks.
+        towers_kernels::simd::selected().map_err(RuntimeError::SimdPath)?;
         // Every plan is verified before any of it is used: a malformed plan
         // (e.g. edited JSON) is a typed error, never a bad access in a kernel.
         towers_codegen::verify(&plan)

@@ -83,14 +83,9 @@ pub(crate) fn fits(p: &ConvGeom) -> bool {
 /// workspace is im2col-sized either way): the portable body is slower than
 /// im2col.
 pub(crate) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    // The selected path (`TOWERS_SIMD`), which is only ever AVX-512 where the
+    // CPU has AVX-512F (and with it FMA).
+    crate::simd::active() == crate::simd::SimdPath::Avx512
 }
 
 /// `y = conv(x, filter)` without workspace. Requires [`fits`]; fast only

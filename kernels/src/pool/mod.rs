@@ -78,8 +78,8 @@ pub fn max_pool(p: &PoolGeom, x: &[f32], y: &mut [f32]) {
     debug_assert_eq!(x.len(), p.x_len());
     debug_assert_eq!(y.len(), p.y_len());
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: detected just above.
+    if crate::simd::active() == crate::simd::SimdPath::Avx512 {
+        // SAFETY: the AVX-512 path is selected only where the CPU has it.
         return unsafe { avx512::max_pool(p, x, y) };
     }
     max_pool_portable(p, x, y)
@@ -168,11 +168,11 @@ fn tiles(p: &PoolGeom) -> bool {
 pub(crate) fn max_pool_grad_fast(p: &PoolGeom, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32], relu: bool) -> bool {
     let disjoint = p.stride_h >= p.kh && p.stride_w >= p.kw;
     #[cfg(target_arch = "x86_64")]
-    if disjoint && std::arch::is_x86_feature_detected!("avx512f") {
+    if disjoint && crate::simd::active() == crate::simd::SimdPath::Avx512 {
         if !tiles(p) {
             dx.fill(0.0);
         }
-        // SAFETY: detected just above; windows are disjoint and `dx` is
+        // SAFETY: AVX-512 is selected only where the CPU has it; windows are disjoint and `dx` is
         // zero wherever they do not reach.
         unsafe { avx512::max_pool_grad_disjoint(p, x, y, dy, dx, relu) };
         return true;
