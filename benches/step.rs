@@ -138,19 +138,29 @@ fn main() {
         o.towers = vec![Device::gpu(0), Device::gpu(1)];
         let _ = time_steps(&m, &o, if quick { 300 } else { 1500 });
     }
+    let simd = towers::kernels::simd::active();
+    // The FMA probe's one-thread figure at this path's width (bench/run.sh
+    // passes it), for the share of peak.
+    let peak: Option<f64> = std::env::var("TOWERS_BENCH_PEAK_1T").ok().and_then(|v| v.parse().ok()).filter(|p| *p > 0.0);
+    println!("SIMD path: {simd} (TOWERS_SIMD={}), GEMM: {}", std::env::var("TOWERS_SIMD").unwrap_or_default(), towers::kernels::simd::gemm_path());
+    match peak {
+        Some(p) => println!("FMA probe at this width, one thread: {p:.1} GFLOP/s\n"),
+        None => println!("FMA probe: none (run through bench/run.sh for the share of peak)\n"),
+    }
     println!("## One training step, single device, one thread (batch {batch})\n");
-    println!("| model | step ms (median) | p10-p90 | GFLOP/s (3x fwd) |");
-    println!("|---|---|---|---|");
+    println!("| model | step ms (median) | p10-p90 | GFLOP/s (3x fwd) | share of FMA peak |");
+    println!("|---|---|---|---|---|");
     let big = mlp(&[256, 256], "mlp-784-256-256-10");
     let conv = anchor_convnet();
     for (m, n) in [(&big, n_mlp), (&conv, n_conv)] {
         let s = time_steps(m, &CompileOptions::new(sgd.clone(), batch), n);
         let gflops = 3.0 * m.fwd_flops * batch as f64 / (s.median_ms * 1e-3) / 1e9;
-        println!("| {} | {:.3} | {:.3}-{:.3} | {:.1} |", m.name, s.median_ms, s.p10_ms, s.p90_ms, gflops);
+        let share = peak.map_or("-".to_string(), |p| format!("{:.0}%", 100.0 * gflops / p));
+        println!("| {} | {:.3} | {:.3}-{:.3} | {:.1} | {share} |", m.name, s.median_ms, s.p10_ms, s.p90_ms, gflops);
         if let Some(f) = out.as_mut() {
             let _ = writeln!(
                 f,
-                "{{\"bench\":\"single\",\"model\":\"{}\",\"batch\":{batch},\"median_ms\":{:.4},\"p10_ms\":{:.4},\"p90_ms\":{:.4}}}",
+                "{{\"bench\":\"single\",\"simd\":\"{simd}\",\"model\":\"{}\",\"batch\":{batch},\"median_ms\":{:.4},\"p10_ms\":{:.4},\"p90_ms\":{:.4}}}",
                 m.name, s.median_ms, s.p10_ms, s.p90_ms
             );
         }

@@ -100,7 +100,9 @@ struct Common {
     /// Optimizer.
     #[arg(long, value_enum, default_value = "momentum")]
     optimizer: Opt,
-    /// Learning rate (default: 0.05 for sgd and momentum, 0.001 for adam).
+    /// Learning rate (default: 0.001 for adam; for sgd and momentum 0.1 for the
+    /// MLP and 0.05 for the convnet: the defaults whose worst seed clears the
+    /// documented accuracy on every SIMD path, bench/accuracy.sh).
     #[arg(long)]
     lr: Option<f32>,
     /// Momentum coefficient.
@@ -169,9 +171,10 @@ struct TrainArgs {
     /// Number of training steps (overrides --epochs).
     #[arg(long)]
     steps: Option<usize>,
-    /// Number of passes over the training set.
-    #[arg(long, default_value_t = 20)]
-    epochs: usize,
+    /// Number of passes over the training set (default: 40 for the MLP, 20 for
+    /// the convnet).
+    #[arg(long)]
+    epochs: Option<usize>,
     /// Print `step N loss L` every N steps.
     #[arg(long, default_value_t = 0)]
     log_every: usize,
@@ -197,8 +200,9 @@ struct TrainArgs {
     /// (keeps every tensor readable after the step: implies --no-memory-reuse).
     #[arg(long)]
     check_numerics: bool,
-    /// Learning-rate schedule: constant, step (x --lr-decay-rate every --lr-decay-steps) or cosine (to --lr-min).
-    #[arg(long, default_value = "constant")]
+    /// Learning-rate schedule: constant, step (x --lr-decay-rate every --lr-decay-steps) or cosine (to --lr-min;
+    /// the default: it makes the final accuracy depend far less on the rounding of one SIMD path).
+    #[arg(long, default_value = "cosine")]
     lr_schedule: LrScheduleKind,
     /// Step decay: steps between decays.
     #[arg(long, default_value_t = 1000)]
@@ -278,7 +282,11 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
         Opt::Momentum => OptimizerKind::Momentum,
         Opt::Adam => OptimizerKind::Adam,
     };
-    let lr = c.lr.unwrap_or(if optimizer == OptimizerKind::Adam { 0.001 } else { 0.05 });
+    let lr = c.lr.unwrap_or(match (optimizer, c.model) {
+        (OptimizerKind::Adam, _) => 0.001,
+        (_, Model::Mlp) => 0.1,
+        (_, Model::Convnet) => 0.05,
+    });
     Ok(TrainConfig {
         data: DataSpec::parse(&c.data).map_err(|e| e.to_string())?,
         model: match c.model {
@@ -418,7 +426,10 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     let lead = comm.rank() == 0;
     let mut cfg = config(&a.common)?;
     cfg.steps = a.steps;
-    cfg.epochs = a.epochs;
+    cfg.epochs = a.epochs.unwrap_or(match a.common.model {
+        Model::Mlp => 40,
+        Model::Convnet => 20,
+    });
     cfg.log_every = a.log_every;
     cfg.checkpoint = a.checkpoint;
     cfg.resume = a.resume;

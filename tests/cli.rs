@@ -20,18 +20,26 @@ fn losses(stdout: &str) -> Vec<(usize, f64)> {
         .collect()
 }
 
+/// The accuracy bar of the tests below: the sweep (`bench/accuracy.sh`:
+/// seeds 0-4 x every SIMD path x fusion on and off) put the worst run of the
+/// default digits recipes at 0.9722 (10 of 360 test images wrong); the test
+/// allows 4 more mistakes than that worst run, so that no rounding path, seed
+/// or fusion choice can turn it red by luck, while a real regression (a
+/// wrong gradient, a broken schedule: 0.90 and below) still does.
+const DIGITS_BAR: f64 = 0.96;
+
 #[test]
-fn mlp_reaches_95_percent_on_digits() {
+fn mlp_trains_on_digits_within_the_sweeps_margin() {
     let (out, _) = towers(&["train", "--model", "mlp"]);
     let acc = accuracy(&out);
-    assert!(acc >= 0.95, "mlp test accuracy {acc}");
+    assert!(acc >= DIGITS_BAR, "mlp test accuracy {acc}");
 }
 
 #[test]
-fn convnet_reaches_95_percent_on_digits() {
+fn convnet_trains_on_digits_within_the_sweeps_margin() {
     let (out, _) = towers(&["train", "--model", "convnet"]);
     let acc = accuracy(&out);
-    assert!(acc >= 0.95, "convnet test accuracy {acc}");
+    assert!(acc >= DIGITS_BAR, "convnet test accuracy {acc}");
 }
 
 #[test]

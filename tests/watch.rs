@@ -117,11 +117,13 @@ fn plot_rejects_png_naming_the_flag() {
 }
 
 /// The README's real-MNIST run: the seed convnet on the embedded 5000 MNIST
-/// images (4000 train / 1000 test), Adam at 0.001, batch 32, 15 epochs.
+/// images (4000 train / 1000 test) with the defaults (momentum 0.9, lr 0.05,
+/// cosine schedule, batch 32, 20 epochs). The sweep (`bench/accuracy.sh`,
+/// seeds 0-4, every SIMD path, fusion on and off) put its worst run at
+/// 0.975 or above; the bar allows 8 more mistakes than that (0.967).
 #[test]
-fn convnet_reaches_97_percent_on_mnist5k() {
-    let (out, _) =
-        towers(&["train", "--data", "mnist5k", "--model", "convnet", "--optimizer", "adam", "--epochs", "15"]);
+fn convnet_trains_on_mnist5k_within_the_sweeps_margin() {
+    let (out, _) = towers(&["train", "--data", "mnist5k", "--model", "convnet"]);
     let acc = accuracy(&out);
-    assert!(acc >= 0.97, "convnet test accuracy on mnist5k {acc}");
+    assert!(acc >= 0.967, "convnet test accuracy on mnist5k {acc}");
 }
