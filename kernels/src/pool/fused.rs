@@ -14,8 +14,16 @@
 //! windows, the ReLU's gradient is folded into the pool gradient's routing
 //! and the bias gradient summed over the pool's output instead (see
 //! `max_pool_grad_act_bias_grad`).
+//!
+//! SIMD paths: which of the two methods runs depends on the geometry and
+//! the activation alone, never on the SIMD path, and both give the same
+//! bits on every path (the pool gradient is `body.rs`'s generic body; the
+//! sums' order is fixed by the channel count). Until the generic pool body,
+//! the ReLU fold ran on AVX-512 only, so AVX2 and scalar runs' `db` now
+//! takes the AVX-512 rounding (a reassociated sum) where it took the
+//! grouped one.
 
-use super::{max_pool_grad, max_pool_grad_fast, PoolGeom};
+use super::{max_pool_grad, max_pool_grad_routed, PoolGeom};
 use crate::elementwise::{unary_grad_bias_grad_in_place, UnaryOp};
 
 /// Target floats of `dx` per group of images (256 KiB).
@@ -50,7 +58,9 @@ pub fn max_pool_grad_act_bias_grad(
     // that masked dy directly, and the bias gradient is the masked dy's
     // column sums over the pool's output (each window routes to one cell):
     // one pass over dx instead of two.
-    if act == UnaryOp::Relu && std::ptr::eq(x.as_ptr(), act_y.as_ptr()) && max_pool_grad_fast(p, x, y, dy, dx, true) {
+    let disjoint = p.stride_h >= p.kh && p.stride_w >= p.kw;
+    if act == UnaryOp::Relu && std::ptr::eq(x.as_ptr(), act_y.as_ptr()) && disjoint {
+        max_pool_grad_routed(p, x, y, dy, dx, true);
         masked_column_sums(dy, y, db);
         return;
     }
