@@ -24,19 +24,35 @@ impl WithSimd for AddPattern<'_> {
     #[inline(always)]
     fn with_simd<S: Simd>(self, s: S) {
         let AddPattern { x, pat, y } = self;
-        let (n, w) = (x.map_or(y.len(), |x| x.len().min(y.len())), pat.len());
+        let n = x.map_or(y.len(), |x| x.len().min(y.len()));
         let mut r = 0;
         while r < n {
-            let re = (r + w).min(n);
-            let mut i = 0;
-            while r + i < re {
-                let e = (i + S::F32_LANES).min(re - r);
-                let v = match x {
-                    Some(x) => load(s, &x[r + i..r + e]),
-                    None => load(s, &y[r + i..r + e]),
-                };
-                store(s, &mut y[r + i..r + e], s.add_f32s(v, load(s, &pat[i..e])));
-                i = e;
+            let re = (r + pat.len()).min(n);
+            let yc = &mut y[r..re];
+            let pc = &pat[..re - r];
+            let (ph, pt) = S::as_simd_f32s(pc);
+            match x {
+                Some(x) => {
+                    let (xh, xt) = S::as_simd_f32s(&x[r..re]);
+                    let (yh, yt) = S::as_mut_simd_f32s(yc);
+                    for ((o, v), b) in yh.iter_mut().zip(xh).zip(ph) {
+                        *o = s.add_f32s(*v, *b);
+                    }
+                    if !yt.is_empty() {
+                        let v = s.add_f32s(s.partial_load_f32s(xt), s.partial_load_f32s(pt));
+                        s.partial_store_f32s(yt, v);
+                    }
+                }
+                None => {
+                    let (yh, yt) = S::as_mut_simd_f32s(yc);
+                    for (o, b) in yh.iter_mut().zip(ph) {
+                        *o = s.add_f32s(*o, *b);
+                    }
+                    if !yt.is_empty() {
+                        let v = s.add_f32s(s.partial_load_f32s(yt), s.partial_load_f32s(pt));
+                        s.partial_store_f32s(yt, v);
+                    }
+                }
             }
             r = re;
         }
@@ -130,15 +146,26 @@ fn tile_sums<S: Simd, const NV: usize, const RELU: bool>(s: S, dy: &[f32], y: &[
 #[inline(always)]
 fn tile_sums_in_memory<S: Simd, const RELU: bool>(s: S, dy: &[f32], y: &[f32], acc: &mut [f32]) {
     let w = acc.len();
+    let zero = s.splat_f32s(0.0);
     let mut t = 0;
     while t < dy.len() {
         let n = w.min(dy.len() - t);
-        let mut i = 0;
-        while i < n {
-            let e = (i + S::F32_LANES).min(n);
-            let sum = s.add_f32s(load(s, &acc[i..e]), term::<S, RELU>(s, dy, y, t + i, t + e));
-            store(s, &mut acc[i..e], sum);
-            i = e;
+        let (ah, at) = S::as_mut_simd_f32s(&mut acc[..n]);
+        let (gh, gt) = S::as_simd_f32s(&dy[t..t + n]);
+        if RELU {
+            let (yh, _) = S::as_simd_f32s(&y[t..t + n]);
+            for ((a, g), v) in ah.iter_mut().zip(gh).zip(yh) {
+                *a = s.add_f32s(*a, s.select_f32s(s.greater_than_f32s(*v, zero), *g, zero));
+            }
+        } else {
+            for (a, g) in ah.iter_mut().zip(gh) {
+                *a = s.add_f32s(*a, *g);
+            }
+        }
+        if !at.is_empty() {
+            let lo = t + n - gt.len();
+            let sum = s.add_f32s(s.partial_load_f32s(at), term::<S, RELU>(s, dy, y, lo, t + n));
+            s.partial_store_f32s(at, sum);
         }
         t += n;
     }

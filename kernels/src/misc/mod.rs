@@ -71,17 +71,24 @@ impl pulp::WithSimd for Scaled<'_> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, s: S) {
-        use crate::lanes::{load, store};
         let Scaled { x, w, out, add } = self;
         let w = s.splat_f32s(w);
         let n = x.len().min(out.len());
-        let mut i = 0;
-        while i < n {
-            let e = (i + S::F32_LANES).min(n);
-            let p = s.mul_f32s(load(s, &x[i..e]), w);
-            let v = if add { s.add_f32s(load(s, &out[i..e]), p) } else { p };
-            store(s, &mut out[i..e], v);
-            i = e;
+        let (oh, ot) = S::as_mut_simd_f32s(&mut out[..n]);
+        let (xh, xt) = S::as_simd_f32s(&x[..n]);
+        if add {
+            for (o, x) in oh.iter_mut().zip(xh) {
+                *o = s.add_f32s(*o, s.mul_f32s(*x, w));
+            }
+        } else {
+            for (o, x) in oh.iter_mut().zip(xh) {
+                *o = s.mul_f32s(*x, w);
+            }
+        }
+        if !ot.is_empty() {
+            let p = s.mul_f32s(s.partial_load_f32s(xt), w);
+            let v = if add { s.add_f32s(s.partial_load_f32s(ot), p) } else { p };
+            s.partial_store_f32s(ot, v);
         }
     }
 }

@@ -8,11 +8,10 @@
 //! an FMA, `sqrt` and `/` are the IEEE-exact instructions. The results are
 //! therefore **bit-identical on every path**, and to the plain loops these
 //! replaced (the references in the tests). The tail shorter than a vector
-//! is one masked vector ([`crate::lanes`]).
+//! is one masked vector (pulp's partial loads and stores).
 
 use pulp::{Simd, WithSimd};
 
-use crate::lanes::{load, store};
 
 /// `w -= lr * g`.
 pub(super) struct Sgd<'a> {
@@ -28,12 +27,13 @@ impl WithSimd for Sgd<'_> {
         let Sgd { w, g, lr } = self;
         let lr = s.splat_f32s(lr);
         let n = w.len().min(g.len());
-        let mut i = 0;
-        while i < n {
-            let e = (i + S::F32_LANES).min(n);
-            let nw = s.sub_f32s(load(s, &w[i..e]), s.mul_f32s(lr, load(s, &g[i..e])));
-            store(s, &mut w[i..e], nw);
-            i = e;
+        let ((wh, wt), (gh, gt)) = (S::as_mut_simd_f32s(&mut w[..n]), S::as_simd_f32s(&g[..n]));
+        for (w, g) in wh.iter_mut().zip(gh) {
+            *w = s.sub_f32s(*w, s.mul_f32s(lr, *g));
+        }
+        if !wt.is_empty() {
+            let v = s.sub_f32s(s.partial_load_f32s(wt), s.mul_f32s(lr, s.partial_load_f32s(gt)));
+            s.partial_store_f32s(wt, v);
         }
     }
 }
@@ -56,18 +56,37 @@ impl WithSimd for Momentum<'_> {
         let Momentum { w, a, g, lr, momentum, nesterov } = self;
         let (lr, mo) = (s.splat_f32s(lr), s.splat_f32s(momentum));
         let n = w.len().min(a.len()).min(g.len());
-        let mut i = 0;
-        while i < n {
-            let e = (i + S::F32_LANES).min(n);
-            let gv = load(s, &g[i..e]);
-            let av = s.add_f32s(s.mul_f32s(load(s, &a[i..e]), mo), gv);
-            store(s, &mut a[i..e], av);
-            let step = if nesterov { s.mul_f32s(lr, s.add_f32s(gv, s.mul_f32s(mo, av))) } else { s.mul_f32s(lr, av) };
-            let nw = s.sub_f32s(load(s, &w[i..e]), step);
-            store(s, &mut w[i..e], nw);
-            i = e;
+        let (wh, wt) = S::as_mut_simd_f32s(&mut w[..n]);
+        let (ah, at) = S::as_mut_simd_f32s(&mut a[..n]);
+        let (gh, gt) = S::as_simd_f32s(&g[..n]);
+        for ((w, a), g) in wh.iter_mut().zip(ah.iter_mut()).zip(gh) {
+            (*w, *a) = momentum_step(s, *w, *a, *g, lr, mo, nesterov);
+        }
+        if !wt.is_empty() {
+            let (w, a, g) = (s.partial_load_f32s(wt), s.partial_load_f32s(at), s.partial_load_f32s(gt));
+            let (nw, na) = momentum_step(s, w, a, g, lr, mo, nesterov);
+            s.partial_store_f32s(wt, nw);
+            s.partial_store_f32s(at, na);
         }
     }
+}
+
+/// `(w, a)` from `(w, a, g)`: one vector of [`Momentum`]. A function, not
+/// a closure, so that it is always inlined into the path's
+/// `#[target_feature]` context.
+#[inline(always)]
+fn momentum_step<S: Simd>(
+    s: S,
+    w: S::f32s,
+    a: S::f32s,
+    g: S::f32s,
+    lr: S::f32s,
+    mo: S::f32s,
+    nesterov: bool,
+) -> (S::f32s, S::f32s) {
+    let a = s.add_f32s(s.mul_f32s(a, mo), g);
+    let step = if nesterov { s.mul_f32s(lr, s.add_f32s(g, s.mul_f32s(mo, a))) } else { s.mul_f32s(lr, a) };
+    (s.sub_f32s(w, step), a)
 }
 
 /// `m += (g - m) * (1 - beta1)`; `v += (g * g - v) * (1 - beta2)`;
@@ -92,20 +111,34 @@ impl WithSimd for Adam<'_> {
         let (lr_t, b1, b2, eps) =
             (s.splat_f32s(lr_t), s.splat_f32s(one_minus_beta1), s.splat_f32s(one_minus_beta2), s.splat_f32s(epsilon));
         let n = w.len().min(m.len()).min(v.len()).min(g.len());
-        let mut i = 0;
-        while i < n {
-            let e = (i + S::F32_LANES).min(n);
-            let gv = load(s, &g[i..e]);
-            let mv = load(s, &m[i..e]);
-            let mv = s.add_f32s(mv, s.mul_f32s(s.sub_f32s(gv, mv), b1));
-            store(s, &mut m[i..e], mv);
-            let vv = load(s, &v[i..e]);
-            let vv = s.add_f32s(vv, s.mul_f32s(s.sub_f32s(s.mul_f32s(gv, gv), vv), b2));
-            store(s, &mut v[i..e], vv);
-            let step = s.div_f32s(s.mul_f32s(lr_t, mv), s.add_f32s(s.sqrt_f32s(vv), eps));
-            let nw = s.sub_f32s(load(s, &w[i..e]), step);
-            store(s, &mut w[i..e], nw);
-            i = e;
+        let k = [lr_t, b1, b2, eps];
+        let (wh, wt) = S::as_mut_simd_f32s(&mut w[..n]);
+        let (mh, mt) = S::as_mut_simd_f32s(&mut m[..n]);
+        let (vh, vt) = S::as_mut_simd_f32s(&mut v[..n]);
+        let (gh, gt) = S::as_simd_f32s(&g[..n]);
+        for (((w, m), v), g) in wh.iter_mut().zip(mh.iter_mut()).zip(vh.iter_mut()).zip(gh) {
+            (*w, *m, *v) = adam_step(s, *w, *m, *v, *g, k);
+        }
+        if !wt.is_empty() {
+            let (w, m) = (s.partial_load_f32s(wt), s.partial_load_f32s(mt));
+            let (v, g) = (s.partial_load_f32s(vt), s.partial_load_f32s(gt));
+            let (nw, nm, nv) = adam_step(s, w, m, v, g, k);
+            s.partial_store_f32s(wt, nw);
+            s.partial_store_f32s(mt, nm);
+            s.partial_store_f32s(vt, nv);
         }
     }
+}
+
+/// `(w, m, v)` from `(w, m, v, g)` and `[lr_t, 1 - beta1, 1 - beta2,
+/// epsilon]`: one vector of [`Adam`] (a function, not a closure: always
+/// inlined into the path's `#[target_feature]` context; a closure that is
+/// not made every vector operation a call, 25x slower).
+#[inline(always)]
+fn adam_step<S: Simd>(s: S, w: S::f32s, m: S::f32s, v: S::f32s, g: S::f32s, k: [S::f32s; 4]) -> (S::f32s, S::f32s, S::f32s) {
+    let [lr_t, b1, b2, eps] = k;
+    let m = s.add_f32s(m, s.mul_f32s(s.sub_f32s(g, m), b1));
+    let v = s.add_f32s(v, s.mul_f32s(s.sub_f32s(s.mul_f32s(g, g), v), b2));
+    let step = s.div_f32s(s.mul_f32s(lr_t, m), s.add_f32s(s.sqrt_f32s(v), eps));
+    (s.sub_f32s(w, step), m, v)
 }
