@@ -28,7 +28,7 @@ pub use fused::max_pool_grad_act_bias_grad;
 
 use serde::{Deserialize, Serialize};
 
-use crate::window::{out_and_pad, window, Padding};
+use crate::window::{out_and_pad, Padding};
 
 /// The geometry of one pooling op: the kernel's whole parameter block
 /// (`Kernel::MaxPool { geom }`, ...).
@@ -71,9 +71,9 @@ impl PoolGeom {
         let (ow, pl) = self.out_w();
         for b in 0..self.n {
             for oy in 0..oh {
-                let (ylo, yhi, _) = window(oy, self.stride_h, pt, self.kh, self.h);
+                let (ylo, yhi, _) = crate::window::window(oy, self.stride_h, pt, self.kh, self.h);
                 for ox in 0..ow {
-                    let (xlo, xhi, _) = window(ox, self.stride_w, pl, self.kw, self.w);
+                    let (xlo, xhi, _) = crate::window::window(ox, self.stride_w, pl, self.kw, self.w);
                     f(b, oy, ox, (ylo, yhi), (xlo, xhi));
                 }
             }
