@@ -189,7 +189,7 @@ fn max_pool_grad_ref(p: &PoolGeom, x: &[f32], y: &[f32], dy: &[f32], relu: bool)
     p.for_each_window(|b, oy, ox, (ylo, yhi), (xlo, xhi)| {
         let o = ((b * oh + oy) * ow + ox) * c;
         for ch in 0..c {
-            let g = if relu && !(y[o + ch] > 0.0) { 0.0 } else { dy[o + ch] };
+            let g = if !relu || y[o + ch] > 0.0 { dy[o + ch] } else { 0.0 };
             let mut open = true;
             for iy in ylo..yhi {
                 for ix in xlo..xhi {
