@@ -12,6 +12,8 @@ use std::time::Instant;
 use towers_kernels::conv::{conv2d, conv2d_backprop_filter, conv2d_backprop_input, ConvGeom};
 use towers_kernels::elementwise::{bias_add, bias_add_grad, unary, unary_grad, UnaryOp};
 use towers_kernels::gemm::{matmul, MatMul};
+use towers_kernels::kernel::Kernel;
+use towers_kernels::optim::{apply_adam, apply_gradient_descent, apply_momentum, mean_apply};
 use towers_kernels::pool::{max_pool, max_pool_grad, PoolGeom};
 use towers_kernels::window::Padding;
 
@@ -114,6 +116,35 @@ fn elementwise(filter: &Option<String>, label: &str, len: usize, c: usize) {
     report(filter, &format!("{label} copy (yardstick)"), || time(|| black_box(&mut y).copy_from_slice(&x)), 0.0);
 }
 
+/// The optimizer updates on `len` parameters (fc1's 784x256 weights), and
+/// the two-tower reduction fused into momentum (`mean_apply`).
+fn optim(filter: &Option<String>, label: &str, len: usize) {
+    let g = data(len, 9);
+    let g1 = data(len, 10);
+    let (mut w, mut a, mut v) = (data(len, 11), data(len, 12), data(len, 13));
+    v.iter_mut().for_each(|x| *x = x.abs());
+    report(filter, &format!("{label} sgd"), || time(|| apply_gradient_descent(black_box(&mut w), &g, 1e-9)), 0.0);
+    report(
+        filter,
+        &format!("{label} momentum"),
+        || time(|| apply_momentum(black_box(&mut w), &mut a, &g, 1e-9, 0.9, false)),
+        0.0,
+    );
+    report(
+        filter,
+        &format!("{label} adam"),
+        || time(|| apply_adam(black_box(&mut w), &mut a, &mut v, &g, 1e-9, 0.9, 0.999, 1e-8, 3)),
+        0.0,
+    );
+    let k = Kernel::ApplyMomentum { momentum: 0.9, nesterov: false };
+    report(
+        filter,
+        &format!("{label} mean_apply momentum 2 towers"),
+        || time(|| mean_apply(&[&g, &g1], &[0.5, 0.5], &k, 1, 1e-9, &mut [black_box(&mut w), &mut a]).unwrap()),
+        0.0,
+    );
+}
+
 fn gemm(filter: &Option<String>, m: usize, k: usize, n: usize, ta: bool, tb: bool) {
     let p = MatMul::new(m, k, n).trans_a(ta).trans_b(tb);
     let (a, b) = (data(m * k, 6), data(k * n, 7));
@@ -157,4 +188,6 @@ fn main() {
     pool(&filter, "pool_2 10x10x24", pool_geom(10, 24));
     elementwise(&filter, "act_1 [256,24,24,12]", n * 24 * 24 * 12, 12);
     elementwise(&filter, "act_2 [256,10,10,24]", n * 10 * 10 * 24, 24);
+    elementwise(&filter, "dense [256,256]", n * 256, 256);
+    optim(&filter, "optim 784x256", 784 * 256);
 }

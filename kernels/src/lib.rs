@@ -86,6 +86,7 @@ pub mod error;
 pub mod gemm;
 pub mod init;
 pub mod kernel;
+mod lanes;
 pub mod layout;
 pub mod misc;
 pub mod optim;

@@ -1,5 +1,17 @@
 //! `bias_add` over the last axis (NHWC `[N, H, W, C]` or `[N, C]`: any
 //! tensor viewed as `[rows, C]`) and its gradient.
+//!
+//! SIMD: the add (`bias_add`, and in place in the fused epilogues) and the
+//! gradient's column sums are bodies generic over the vector width
+//! (`bias_simd.rs`), run on the process's [`crate::simd`] path. Both are
+//! **bit-identical on every path** (AVX-512, AVX2, NEON, scalar) and to the
+//! plain loops they replaced: the add is one rounding per element, and the
+//! column sums keep the tile layout below (a fixed `m * C` floats, which
+//! depends on `C` alone, never on the vector width). The activations
+//! themselves are `unary.rs`'s.
+
+#[path = "bias_simd.rs"]
+pub(crate) mod simd;
 
 /// Floats the bias is repeated to, at least, for short rows: a row of 12
 /// channels is too short a loop to vectorize, 6 rows of it (72 floats) are
@@ -7,17 +19,28 @@
 const PATTERN: usize = 256;
 
 /// The bias repeated over whole rows to at least [`PATTERN`] floats (the
-/// bias itself for rows that long), in `buf`; the pattern's length.
+/// bias itself for rows that long), in `buf`; the pattern's length is a
+/// multiple of 16 floats where that fits `buf` (no partial vector inside a
+/// pattern on any path).
 fn pattern<'a>(bias: &'a [f32], buf: &'a mut [f32; 2 * PATTERN]) -> &'a [f32] {
     let c = bias.len();
-    if c >= PATTERN {
+    if c == 0 || c >= PATTERN {
         return bias;
     }
-    let reps = PATTERN.div_ceil(c);
-    for chunk in buf.chunks_exact_mut(c).take(reps) {
+    let lcm = c / gcd(c, 16) * 16;
+    let len = if lcm <= 2 * PATTERN { PATTERN.div_ceil(lcm) * lcm } else { PATTERN.div_ceil(c) * c };
+    for chunk in buf[..len].chunks_exact_mut(c) {
         chunk.copy_from_slice(bias);
     }
-    &buf[..reps * c]
+    &buf[..len]
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// `y[r, c] = x[r, c] + bias[c]`; `x, y: [rows, C]` with `C = bias.len()`.
@@ -30,23 +53,14 @@ pub fn bias_add(x: &[f32], bias: &[f32], y: &mut [f32]) {
     }
     let mut buf = [0f32; 2 * PATTERN];
     let pat = pattern(bias, &mut buf);
-    // Chunks of whole rows (the last may be shorter, still whole rows).
-    for (orow, xrow) in y.chunks_mut(pat.len()).zip(x.chunks(pat.len())) {
-        for ((o, v), b) in orow.iter_mut().zip(xrow).zip(pat) {
-            *o = *v + *b;
-        }
-    }
+    crate::simd::dispatch(simd::AddPattern { x: Some(x), pat, y })
 }
 
 /// `y[r, c] += bias[c]`, in place, as [`bias_add`].
 fn bias_add_in_place(y: &mut [f32], bias: &[f32]) {
     let mut buf = [0f32; 2 * PATTERN];
     let pat = pattern(bias, &mut buf);
-    for orow in y.chunks_mut(pat.len()) {
-        for (o, b) in orow.iter_mut().zip(pat) {
-            *o += *b;
-        }
-    }
+    crate::simd::dispatch(simd::AddPattern { x: None, pat, y })
 }
 
 /// Floats per block of [`bias_add_act`] (16 KiB: the block stays in L1
@@ -170,25 +184,13 @@ pub fn bias_add_grad(dy: &[f32], db: &mut [f32]) {
     }
     let m = TILE / c;
     if m < 2 {
-        for row in dy.chunks_exact(c) {
-            for (o, v) in db.iter_mut().zip(row) {
-                *o += *v;
-            }
-        }
+        // Row by row: the tile is one row, summed into `db` itself.
+        crate::simd::dispatch(simd::TileSums { dy, relu_y: None, acc: db });
         return;
     }
     let mut acc = [0.0f32; TILE];
     let acc = &mut acc[..m * c];
-    let tiles = dy.chunks_exact(m * c);
-    let rest = tiles.remainder();
-    for t in tiles {
-        for (a, v) in acc.iter_mut().zip(t) {
-            *a += *v;
-        }
-    }
-    for (a, v) in acc.iter_mut().zip(rest) {
-        *a += *v;
-    }
+    crate::simd::dispatch(simd::TileSums { dy, relu_y: None, acc });
     for part in acc.chunks_exact(c) {
         for (o, v) in db.iter_mut().zip(part) {
             *o += *v;
@@ -212,6 +214,77 @@ mod tests {
             bias_add_grad(&dy, &mut db);
             let want: Vec<f32> = (0..c).map(|j| (0..rows).map(|i| dy[i * c + j] as f64).sum::<f64>() as f32).collect();
             assert_close(&db, &want, 1e-5, &format!("rows {rows} c {c}"));
+        }
+    }
+
+    /// Every path this CPU has gives the plain loops' bits: the add, in
+    /// place and not, and the tiled column sums (rows around the tile,
+    /// channel counts on both sides of it and of every vector width, -0.0
+    /// and NaN in the data, and no rows at all).
+    #[test]
+    fn every_path_matches_the_plain_loops_bit_for_bit() {
+        use crate::simd::{dispatch_on, SimdPath};
+        let mut r = Lcg::new(53);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (rows, c) in [(0, 12), (1, 12), (4, 12), (5, 12), (23, 12), (7, 1), (9, 10), (9, 24), (9, 32), (9, 33), (3, 100), (5, 255), (4, 300)] {
+            let mut dy = r.vec(rows * c);
+            for (i, v) in dy.iter_mut().enumerate() {
+                match i % 17 {
+                    4 => *v = -0.0,
+                    9 if i % 3 == 0 => *v = f32::NAN,
+                    _ => {}
+                }
+            }
+            let b = r.vec(c);
+            let want_y: Vec<f32> = dy.iter().enumerate().map(|(i, v)| *v + b[i % c]).collect();
+            // The plain loop before SIMD: tiles of m * c floats, then the fold.
+            let m = TILE / c;
+            let mut want_db = vec![0.0f32; c];
+            if m < 2 {
+                for row in dy.chunks_exact(c) {
+                    for (o, v) in want_db.iter_mut().zip(row) {
+                        *o += *v;
+                    }
+                }
+            } else {
+                let mut acc = vec![0.0f32; m * c];
+                for t in dy.chunks(m * c) {
+                    for (a, v) in acc.iter_mut().zip(t) {
+                        *a += *v;
+                    }
+                }
+                for part in acc.chunks_exact(c) {
+                    for (o, v) in want_db.iter_mut().zip(part) {
+                        *o += *v;
+                    }
+                }
+            }
+            let mut buf = [0f32; 2 * PATTERN];
+            let pat = pattern(&b, &mut buf);
+            for path in SimdPath::available() {
+                let mut y = vec![f32::NAN; rows * c];
+                dispatch_on(path, simd::AddPattern { x: Some(&dy), pat, y: &mut y });
+                assert_eq!(bits(&y), bits(&want_y), "bias_add {path} [{rows}, {c}]");
+                let mut y = dy.clone();
+                dispatch_on(path, simd::AddPattern { x: None, pat, y: &mut y });
+                assert_eq!(bits(&y), bits(&want_y), "in place {path} [{rows}, {c}]");
+                let mut db = vec![0.0f32; c];
+                if m < 2 {
+                    dispatch_on(path, simd::TileSums { dy: &dy, relu_y: None, acc: &mut db });
+                } else {
+                    let mut acc = vec![0.0f32; m * c];
+                    dispatch_on(path, simd::TileSums { dy: &dy, relu_y: None, acc: &mut acc });
+                    for part in acc.chunks_exact(c) {
+                        for (o, v) in db.iter_mut().zip(part) {
+                            *o += *v;
+                        }
+                    }
+                }
+                assert_eq!(bits(&db), bits(&want_db), "bias_add_grad {path} [{rows}, {c}]");
+            }
+            let mut db = vec![f32::NAN; c];
+            bias_add_grad(&dy, &mut db);
+            assert_eq!(bits(&db), bits(&want_db), "bias_add_grad [{rows}, {c}]");
         }
     }
 

@@ -3,7 +3,12 @@
 //!
 //! `add_n` and `weighted_sum` walk the output in blocks of [`BLOCK`]
 //! elements that stay in L1: each input is read once and the output written
-//! once (one pass over memory), with simple vectorizable inner loops.
+//! once (one pass over memory). Their inner loop is one body generic over
+//! the vector width (`Scaled`), run on the process's [`crate::simd`] path:
+//! per element `((x0 * w0) + x1 * w1) + ...`, each product and sum rounded
+//! on its own, inputs in order, so the results are **bit-identical on every
+//! path**. `l2_loss` stays a plain loop (f64 accumulators in a fixed order
+//! of 4; not hot).
 
 /// Output elements per block in `add_n` / `weighted_sum` (16 KiB).
 pub const BLOCK: usize = 4096;
@@ -37,7 +42,6 @@ pub fn weighted_sum(inputs: &[&[f32]], weights: &[f32], out: &mut [f32]) {
     blocked(inputs, out, |i| weights[i]);
 }
 
-#[inline(always)]
 fn blocked(inputs: &[&[f32]], out: &mut [f32], w: impl Fn(usize) -> f32) {
     let Some((first, rest)) = inputs.split_first() else {
         out.fill(0.0);
@@ -46,17 +50,46 @@ fn blocked(inputs: &[&[f32]], out: &mut [f32], w: impl Fn(usize) -> f32) {
     let mut start = 0;
     for ob in out.chunks_mut(BLOCK) {
         let end = start + ob.len();
-        let w0 = w(0);
-        for (o, v) in ob.iter_mut().zip(&first[start..end]) {
-            *o = *v * w0;
-        }
+        crate::simd::dispatch(Scaled { x: &first[start..end], w: w(0), out: ob, add: false });
         for (i, x) in rest.iter().enumerate() {
-            let wi = w(i + 1);
-            for (o, v) in ob.iter_mut().zip(&x[start..end]) {
-                *o += *v * wi;
-            }
+            crate::simd::dispatch(Scaled { x: &x[start..end], w: w(i + 1), out: ob, add: true });
         }
         start = end;
+    }
+}
+
+/// `out = x * w`, or `out += x * w` when `add` (the product rounded, then
+/// the sum: never an FMA), generic over the vector width.
+struct Scaled<'a> {
+    x: &'a [f32],
+    w: f32,
+    out: &'a mut [f32],
+    add: bool,
+}
+
+impl pulp::WithSimd for Scaled<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, s: S) {
+        let Scaled { x, w, out, add } = self;
+        let w = s.splat_f32s(w);
+        let n = x.len().min(out.len());
+        let (oh, ot) = S::as_mut_simd_f32s(&mut out[..n]);
+        let (xh, xt) = S::as_simd_f32s(&x[..n]);
+        if add {
+            for (o, x) in oh.iter_mut().zip(xh) {
+                *o = s.add_f32s(*o, s.mul_f32s(*x, w));
+            }
+        } else {
+            for (o, x) in oh.iter_mut().zip(xh) {
+                *o = s.mul_f32s(*x, w);
+            }
+        }
+        if !ot.is_empty() {
+            let p = s.mul_f32s(s.partial_load_f32s(xt), w);
+            let v = if add { s.add_f32s(s.partial_load_f32s(ot), p) } else { p };
+            s.partial_store_f32s(ot, v);
+        }
     }
 }
 
@@ -68,6 +101,32 @@ mod tests {
     #[test]
     fn l2_loss_value() {
         assert_eq!(l2_loss(&[1.0, 2.0, 3.0, -4.0, 0.5]), (1.0 + 4.0 + 9.0 + 16.0 + 0.25) / 2.0);
+    }
+
+    /// `weighted_sum` and `add_n` on every path this CPU has equal the
+    /// plain loop `((x0 * w0) + x1 * w1) + ...` bit for bit, at lengths
+    /// around the vector widths and the block.
+    #[test]
+    fn every_path_matches_the_plain_loop_bit_for_bit() {
+        use crate::simd::{dispatch_on, SimdPath};
+        let mut r = Lcg::new(93);
+        for n in [0usize, 1, 5, 8, 16, 17, 31, BLOCK + 9] {
+            let xs: Vec<Vec<f32>> = (0..3).map(|_| r.vec(n)).collect();
+            let w = [0.3f32, -1.7, 0.11];
+            let want: Vec<f32> = (0..n).map(|i| xs[0][i] * w[0] + xs[1][i] * w[1] + xs[2][i] * w[2]).collect();
+            for path in SimdPath::available() {
+                let mut out = vec![f32::NAN; n];
+                for (k, x) in xs.iter().enumerate() {
+                    dispatch_on(path, Scaled { x, w: w[k], out: &mut out, add: k > 0 });
+                }
+                let same = out.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{path} n={n}");
+            }
+            let refs: Vec<&[f32]> = xs.iter().map(|v| v.as_slice()).collect();
+            let mut out = vec![f32::NAN; n];
+            weighted_sum(&refs, &w, &mut out);
+            assert!(out.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "weighted_sum n={n}");
+        }
     }
 
     #[test]

@@ -14,8 +14,16 @@
 //! windows, the ReLU's gradient is folded into the pool gradient's routing
 //! and the bias gradient summed over the pool's output instead (see
 //! `max_pool_grad_act_bias_grad`).
+//!
+//! SIMD paths: which of the two methods runs depends on the geometry and
+//! the activation alone, never on the SIMD path, and both give the same
+//! bits on every path (the pool gradient is `body.rs`'s generic body; the
+//! sums' order is fixed by the channel count). Until the generic pool body,
+//! the ReLU fold ran on AVX-512 only, so AVX2 and scalar runs' `db` now
+//! takes the AVX-512 rounding (a reassociated sum) where it took the
+//! grouped one.
 
-use super::{max_pool_grad, max_pool_grad_fast, PoolGeom};
+use super::{max_pool_grad, max_pool_grad_routed, PoolGeom};
 use crate::elementwise::{unary_grad_bias_grad_in_place, UnaryOp};
 
 /// Target floats of `dx` per group of images (256 KiB).
@@ -50,7 +58,9 @@ pub fn max_pool_grad_act_bias_grad(
     // that masked dy directly, and the bias gradient is the masked dy's
     // column sums over the pool's output (each window routes to one cell):
     // one pass over dx instead of two.
-    if act == UnaryOp::Relu && std::ptr::eq(x.as_ptr(), act_y.as_ptr()) && max_pool_grad_fast(p, x, y, dy, dx, true) {
+    let disjoint = p.stride_h >= p.kh && p.stride_w >= p.kw;
+    if act == UnaryOp::Relu && std::ptr::eq(x.as_ptr(), act_y.as_ptr()) && disjoint {
+        max_pool_grad_routed(p, x, y, dy, dx, true);
         masked_column_sums(dy, y, db);
         return;
     }
@@ -80,9 +90,11 @@ pub fn max_pool_grad_act_bias_grad(
 
 /// `db[k] = sum over rows of (y > 0 ? dy : 0)[row, k]`, rows of `db.len()`
 /// channels, summed a tile of whole rows at a time (a multiple of 16
-/// floats, at least 64, so the loop vectorizes for short rows) and the
-/// tile's rows folded in order: deterministic.
+/// floats, at least 64: several vectors of independent columns on every
+/// path) and the tile's rows folded in order: deterministic, and the same
+/// bits on every SIMD path (the tile depends on the channel count alone).
 fn masked_column_sums(dy: &[f32], y: &[f32], db: &mut [f32]) {
+    use crate::elementwise::bias::simd::TileSums;
     let c = db.len();
     db.fill(0.0);
     if c == 0 {
@@ -90,29 +102,14 @@ fn masked_column_sums(dy: &[f32], y: &[f32], db: &mut [f32]) {
     }
     let lcm = c / gcd(c, 16) * 16;
     let width = lcm * 64usize.div_ceil(lcm);
-    let mut acc = [0f32; TILE_MAX];
     if width > TILE_MAX {
-        // Long rows vectorize as they are: row by row.
-        for (gd, gy) in dy.chunks_exact(c).zip(y.chunks_exact(c)) {
-            for ((d, g), v) in db.iter_mut().zip(gd).zip(gy) {
-                *d += if *v > 0.0 { *g } else { 0.0 };
-            }
-        }
+        // Long rows: row by row, into `db` itself.
+        crate::simd::dispatch(TileSums { dy, relu_y: Some(y), acc: db });
         return;
     }
+    let mut acc = [0f32; TILE_MAX];
     let acc = &mut acc[..width];
-    let (full, tail) = (dy.len() / width * width, dy.len() % width);
-    // `y > 0 ? dy : +0` as a bit mask (a branch-free select that vectorizes).
-    let masked = |g: f32, v: f32| f32::from_bits(g.to_bits() & u32::from(v > 0.0).wrapping_neg());
-    for (gd, gy) in dy[..full].chunks_exact(width).zip(y[..full].chunks_exact(width)) {
-        for ((a, g), v) in acc.iter_mut().zip(gd).zip(gy) {
-            *a += masked(*g, *v);
-        }
-    }
-    for ((a, g), v) in acc.iter_mut().zip(&dy[full..]).zip(&y[full..]) {
-        *a += masked(*g, *v);
-    }
-    let _ = tail;
+    crate::simd::dispatch(TileSums { dy, relu_y: Some(y), acc });
     for row in acc.chunks_exact(c) {
         for (d, a) in db.iter_mut().zip(row) {
             *d += *a;
@@ -167,6 +164,34 @@ mod tests {
                 max_pool_grad_act_bias_grad(&p, &x, &y, &dy, UnaryOp::Relu, act_y, &mut dx, &mut db);
                 assert!(dx.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{p:?}");
                 assert_close(&db, &want_db, 1e-5, &format!("{p:?}"));
+            }
+        }
+    }
+
+    /// The ReLU-masked column sums on every path this CPU has equal the
+    /// plain loop bit for bit (tile widths that fit the registers and that
+    /// do not, a short last tile, rows longer than the tile limit).
+    #[test]
+    fn masked_sums_match_the_plain_loop_on_every_path() {
+        use crate::elementwise::bias::simd::TileSums;
+        use crate::simd::{dispatch_on, SimdPath};
+        let mut r = Lcg::new(22);
+        for (rows, c) in [(0usize, 12usize), (1, 12), (37, 12), (50, 24), (9, 5), (7, 100), (5, 1500)] {
+            let dy = r.vec(rows * c);
+            let y: Vec<f32> = r.vec(rows * c).iter().map(|v| if *v < -0.5 { 0.0 } else { *v }).collect();
+            let lcm = c / gcd(c, 16) * 16;
+            let width = if lcm * 64usize.div_ceil(lcm) > TILE_MAX { c } else { lcm * 64usize.div_ceil(lcm) };
+            let mut want = vec![0.0f32; width];
+            for (t, ty) in dy.chunks(width).zip(y.chunks(width)) {
+                for ((a, g), v) in want.iter_mut().zip(t).zip(ty) {
+                    *a += if *v > 0.0 { *g } else { 0.0 };
+                }
+            }
+            for path in SimdPath::available() {
+                let mut acc = vec![0.0f32; width];
+                dispatch_on(path, TileSums { dy: &dy, relu_y: Some(&y), acc: &mut acc });
+                let same = acc.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{path} [{rows}, {c}]");
             }
         }
     }

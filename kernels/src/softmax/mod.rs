@@ -9,6 +9,14 @@
 //! `[rows, C] = softmax(logits) - labels`. The sparse form validates every
 //! label first and returns [`KernelError::LabelOutOfRange`] without writing
 //! anything when one is outside `[0, C)`.
+//!
+//! SIMD: plain loops, compiled once for the crate's baseline target, so
+//! they run the same instructions whatever [`crate::simd`] path the process
+//! selected: **bit-identical on every path**. They stay plain on purpose:
+//! `exp` and `ln` are `f32::exp` / `f32::ln` per element (no vector form
+//! here gives libm's bits), the row sums run in index order, and the rows
+//! are short (the seed models' logits are `[256, 10]`: the whole family is
+//! a few microseconds a step).
 
 use crate::KernelError;
 
