@@ -283,8 +283,10 @@ struct CompileArgs {
 /// `--bucket-mb` in bytes (at least one byte, finite).
 fn bucket_bytes(mb: f64) -> Result<usize, String> {
     let bytes = mb * (1u64 << 20) as f64;
-    if !bytes.is_finite() || bytes < 1.0 {
-        return Err(format!("--bucket-mb {mb}: give a positive size in MiB, e.g. 25 (PyTorch DDP's default)"));
+    if !bytes.is_finite() || bytes < 1.0 || mb > 1e6 {
+        return Err(format!(
+            "--bucket-mb {mb:e}: give a positive size in MiB, at most 1e6 (a terabyte), e.g. 25 (PyTorch DDP's default)"
+        ));
     }
     Ok(bytes as usize)
 }
@@ -401,10 +403,10 @@ fn launched_by_mpi() -> Option<usize> {
 fn communicator(timeout_secs: f64) -> Result<Arc<dyn Comm>, String> {
     let max = towers::saver::MAX_SECS;
     let timeout = match std::time::Duration::try_from_secs_f64(timeout_secs) {
-        Ok(t) if timeout_secs > 0.0 && timeout_secs <= max => t,
+        Ok(t) if (1e-3..=max).contains(&timeout_secs) => t,
         _ => {
             return Err(format!(
-                "--comm-timeout {timeout_secs}: give a number of seconds above 0 and at most {max:e}, e.g. 300"
+                "--comm-timeout {timeout_secs:e}: give a number of seconds above 0 (at least 0.001) and at most {max:e}, e.g. 300"
             ))
         }
     };

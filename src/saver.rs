@@ -132,7 +132,10 @@ impl Saver {
 
     /// Write the latest checkpoint (and its stamped copy with `--keep`).
     pub fn save(&mut self, sess: &Session) -> Result<(), TrainError> {
-        sess.save_with_run(&self.path, self.run.as_deref())?;
+        sess.save_with_run(&self.path, self.run.as_deref()).map_err(|e| match e {
+            e @ towers_runtime::RuntimeError::NonFiniteVariable { .. } => TrainError::NonFiniteState(e.to_string()),
+            e => TrainError::Runtime(e),
+        })?;
         if let Some(keep) = self.keep {
             let step = sess.read_variable_i32("global_step").ok().and_then(|g| g.first().copied()).unwrap_or(0);
             let stamped = self.stamped(step as i64);

@@ -50,6 +50,12 @@ pub enum TrainError {
     /// checkpointed from the diverged state.
     #[error("the loss is {loss} at step {step}: training diverged (try a smaller --lr){}; no checkpoint was written from this state", origin.as_ref().map(|o| format!("; {o}")).unwrap_or_default())]
     NonFiniteLoss { step: usize, loss: f32, origin: Option<String> },
+    /// The variables left the finite numbers while the loss had not: the
+    /// run stops, and the state is not saved.
+    #[error(
+        "training diverged: {0}; try a smaller --lr (--check-numerics names the first node whose output is not finite)"
+    )]
+    NonFiniteState(String),
     /// The planned buffers do not fit in the backend's memory.
     #[error("the {program} program needs {planned_gib:.2} GiB ({detail}), but the {backend} backend has only {available_gib:.2} GiB available; use a smaller --batch{}", if backend == "cpu" { " or fewer --towers (on the cpu backend every tower lives in the same host memory)" } else { ", or more --towers on more devices" })]
     Memory { program: String, backend: String, planned_gib: f64, available_gib: f64, detail: String },

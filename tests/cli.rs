@@ -266,7 +266,19 @@ fn periodic_checkpoints_and_evaluation() {
     assert!(out.contains("test accuracy: "), "{out}");
 
     // --keep K: the last K step-stamped copies (TF's max_to_keep), named by global_step.
-    let (_, _) = towers(&["train", "--steps", "50", "--checkpoint", ck_s, "--checkpoint-every", "10", "--keep", "2"]);
+    // A run that does not resume replaces the checkpoint only when told to.
+    let (_, _) = towers(&[
+        "train",
+        "--steps",
+        "50",
+        "--checkpoint",
+        ck_s,
+        "--checkpoint-every",
+        "10",
+        "--keep",
+        "2",
+        "--overwrite",
+    ]);
     let mut kept: Vec<String> = std::fs::read_dir(dir.path())
         .expect("dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().to_string())

@@ -43,7 +43,9 @@ fn rank_pid(marker: &str, rank: usize) -> Option<u32> {
 fn exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(s) => s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()).is_some_and(|st| st == "Z" || st == "X"),
+        Ok(s) => {
+            s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()).is_some_and(|st| st == "Z" || st == "X")
+        }
     }
 }
 
@@ -111,7 +113,10 @@ fn assert_intact(ck: &Path) {
     assert!(st.names().iter().any(|n| *n == "global_step"));
     for (name, t) in st.tensors() {
         if t.dtype() == safetensors::Dtype::F32 {
-            assert!(t.data().chunks_exact(4).all(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()), "{name}");
+            assert!(
+                t.data().chunks_exact(4).all(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
+                "{name}"
+            );
         }
     }
 }
