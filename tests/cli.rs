@@ -467,7 +467,8 @@ fn outputs_are_replaced_atomically() {
     for n in ["plan.txt", "trace.json", "curves.svg"] {
         std::fs::write(p(n), b"a good file of an earlier run").expect("write");
     }
-    let inodes = |names: &[&str]| names.iter().map(|n| std::fs::metadata(p(n)).expect("exists").ino()).collect::<Vec<_>>();
+    let inodes =
+        |names: &[&str]| names.iter().map(|n| std::fs::metadata(p(n)).expect("exists").ino()).collect::<Vec<_>>();
     let before = inodes(&["plan.txt", "trace.json", "curves.svg"]);
     towers(&["compile", "-o", &s("plan.txt")]);
     towers(&["train", "--steps", "3", "--trace", &s("trace.json"), "--plot", &s("curves.svg")]);
@@ -476,7 +477,9 @@ fn outputs_are_replaced_atomically() {
         assert_ne!(b, a, "{n} was rewritten in place");
     }
     assert!(std::fs::read_to_string(p("plan.txt")).expect("plan").contains("stream"));
-    let names: Vec<String> =
-        std::fs::read_dir(dir.path()).expect("dir").map(|e| e.expect("entry").file_name().to_string_lossy().into()).collect();
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into())
+        .collect();
     assert_eq!(names.len(), 3, "no temporary file left: {names:?}");
 }
