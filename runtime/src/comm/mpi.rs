@@ -32,7 +32,12 @@
 //!   [`super::local::DEFAULT_TIMEOUT`]). On a timeout it prints which rank(s)
 //!   never arrived, at which step ([`Comm::note_step`]) and in which
 //!   collective, and ends the whole job with `MPI_Abort`, so the launcher
-//!   stops every rank, the hung one included. (A rank that dies is seen by
+//!   stops every rank, the hung one included. The shared-memory path's
+//!   barriers inside the reduce have the same deadline and the same end
+//!   ([`mpi_shared`](super::mpi_shared)), so a rank stopped in the middle
+//!   of a collective is caught too (tests/mpi_faults.rs). The library
+//!   path's `MPI_Allreduce`/`MPI_Allgather` and `broadcast` after a
+//!   completed arrival check still block inside Open MPI. (A rank that dies is seen by
 //!   the launcher itself: `mpirun` then ends the others.) MPI cannot take
 //!   back a posted message, so returning an error with the exchange still
 //!   pending would leave MPI writing into freed memory; aborting is the only
