@@ -466,10 +466,10 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     towers::guards::validate(&cfg, comm.world_size()).map_err(|e| e.to_string())?;
     if let (true, Some(path)) = (lead, &a.plot) {
         // Checked now, not when the run ends.
-        towers::outputs::check_file("plot", path)?;
         if path.extension().is_none_or(|e| !e.eq_ignore_ascii_case("svg")) {
             return Err(format!("--plot {}: draws SVG only; give a file name ending in .svg", path.display()));
         }
+        towers::outputs::check_file("plot", path)?;
     }
     let mut p = Printer { log_every: a.log_every, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {

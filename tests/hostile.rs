@@ -186,10 +186,11 @@ const PATHS: &[Row] = &[
     ("train --steps 1 --trace {d}/fifo", 1, &["--trace", "a FIFO"]),
     ("train --steps 1 --trace /dev/null", 1, &["--trace", "a character device"]),
     ("train --steps 1 --plot {d}/missing/p.svg", 1, &["--plot", "does not exist"]),
-    ("train --steps 1 --plot {d}/dir", 1, &["--plot", "a folder"]),
-    ("train --steps 1 --plot {d}/fifo", 1, &["--plot", "a FIFO"]),
+    ("train --steps 1 --plot {d}/dir.svg", 1, &["--plot", "a folder"]),
+    ("train --steps 1 --plot {d}/fifo.svg", 1, &["--plot", "a FIFO"]),
     ("train --steps 1 --plot {d}/p.png", 1, &["--plot", ".svg"]),
-    ("train --steps 1 --plot /dev/null", 1, &["--plot", "a character device"]),
+    ("train --steps 1 --plot {d}/null.svg", 1, &["--plot", "a character device"]),
+    ("train --steps 1 --plot /dev/null", 1, &["--plot", ".svg"]),
     ("train --steps 1 --logdir {d}/file.txt", 1, &["--logdir"]),
     ("train --steps 1 --dump-dir {d}/file.txt", 1, &["--dump-dir", "not a folder"]),
     ("train --steps 1 --dump-dir {d}/file.txt/sub", 1, &["--dump-dir", "not a folder"]),
@@ -350,6 +351,9 @@ fn fixtures(d: &Path) {
     std::fs::write(d.join("file.txt"), b"text").unwrap();
     mkfifo(&d.join("fifo"));
     std::os::unix::fs::symlink("/dev/null", d.join("null")).unwrap();
+    std::os::unix::fs::symlink("/dev/null", d.join("null.svg")).unwrap();
+    std::fs::create_dir(d.join("dir.svg")).unwrap();
+    mkfifo(&d.join("fifo.svg"));
     let _sock = std::os::unix::net::UnixListener::bind(d.join("sock")).unwrap();
     std::mem::forget(_sock);
     std::fs::create_dir(d.join("series")).unwrap();
