@@ -7,7 +7,10 @@
 use towers_graph::Graph;
 use towers_runtime::Session;
 
+use towers_passes::ProcessGroup;
+
 use crate::models::ModelKind;
+use crate::saver::MAX_SECS;
 use crate::train::{TrainConfig, TrainError};
 
 fn bad(flag: &str, why: String) -> TrainError {
@@ -21,14 +24,44 @@ pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
     if !cfg.lr.is_finite() || cfg.lr <= 0.0 {
         return Err(bad("lr", format!("the learning rate must be a finite number above 0, got {}", cfg.lr)));
     }
-    if !cfg.momentum.is_finite() || cfg.momentum < 0.0 {
-        return Err(bad("momentum", format!("must be a finite number of at least 0, got {}", cfg.momentum)));
+    if !cfg.momentum.is_finite() || !(0.0..1.0).contains(&cfg.momentum) {
+        return Err(bad(
+            "momentum",
+            format!(
+                "must be a number in [0, 1) (0.9 is usual; 1 or more makes the updates grow without bound), got {}",
+                cfg.momentum
+            ),
+        ));
     }
     if cfg.batch == 0 {
         return Err(bad("batch", "the global batch must hold at least 1 example".into()));
     }
     if cfg.accumulate == 0 {
         return Err(bad("accumulate", "accumulate at least 1 micro-batch per tower".into()));
+    }
+    if cfg.accumulate > 1 && cfg.towers == 0 {
+        return Err(bad(
+            "accumulate",
+            format!(
+                "accumulates micro-batches per tower and needs --towers N (e.g. --towers 1 --accumulate {})",
+                cfg.accumulate
+            ),
+        ));
+    }
+    if cfg.resume && cfg.checkpoint.is_none() {
+        return Err(bad("resume", "needs --checkpoint FILE: the file to resume from".into()));
+    }
+    if cfg.restore_partial && !cfg.resume {
+        return Err(bad(
+            "restore-partial",
+            "restores partially what --resume restores: add --resume and --checkpoint FILE".into(),
+        ));
+    }
+    if cfg.overwrite && cfg.checkpoint.is_none() {
+        return Err(bad("overwrite", "needs --checkpoint FILE: the file to overwrite".into()));
+    }
+    if cfg.dump_dir.is_none() && cfg.dump_after.iter().any(|p| p != "all") {
+        return Err(bad("dump-after", "needs --dump-dir DIR: the folder to dump into".into()));
     }
     match cfg.steps {
         Some(0) => return Err(bad("steps", "train at least 1 step (or leave --steps out to use --epochs)".into())),
@@ -74,8 +107,11 @@ pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
         return Err(bad("checkpoint-secs", "needs --checkpoint FILE to know where to write".into()));
     }
     if let Some(s) = cfg.checkpoint_secs {
-        if !s.is_finite() || s <= 0.0 {
-            return Err(bad("checkpoint-secs", format!("must be a finite number of seconds above 0, got {s}")));
+        if !s.is_finite() || s <= 0.0 || s > MAX_SECS {
+            return Err(bad(
+                "checkpoint-secs",
+                format!("must be a finite number of seconds above 0 and at most {MAX_SECS:e}, got {s}"),
+            ));
         }
     }
     if cfg.keep.is_some() && cfg.checkpoint.is_none() {
@@ -91,9 +127,15 @@ pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
         if cfg.lr_decay_steps == 0 {
             return Err(bad("lr-decay-steps", "decay every 1 or more steps".into()));
         }
-        if !cfg.lr_decay_rate.is_finite() || cfg.lr_decay_rate <= 0.0 {
-            return Err(bad("lr-decay-rate", format!("must be a finite number above 0, got {}", cfg.lr_decay_rate)));
-        }
+    }
+    if !cfg.lr_decay_rate.is_finite() || cfg.lr_decay_rate <= 0.0 || cfg.lr_decay_rate > 1.0 {
+        return Err(bad(
+            "lr-decay-rate",
+            format!(
+                "must be a number in (0, 1] (a decay; above 1 the rate grows at every decay), got {}",
+                cfg.lr_decay_rate
+            ),
+        ));
     }
     if !cfg.lr_min.is_finite() || cfg.lr_min < 0.0 || cfg.lr_min > cfg.lr {
         return Err(bad("lr-min", format!("must be a finite number in 0..=--lr ({}), got {}", cfg.lr, cfg.lr_min)));
@@ -102,6 +144,43 @@ pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
         return Err(bad("eval-every", "evaluate every 1 or more steps".into()));
     }
     Ok(())
+}
+
+/// Check every output path of a run before any work (the process that
+/// writes them: rank 0): `--checkpoint`, `--trace`, `--dump-dir`. A
+/// `--checkpoint` that exists must be resumed (`--resume`) or replaced on
+/// purpose (`--overwrite`); see [`crate::saver`].
+pub fn check_outputs(cfg: &TrainConfig) -> Result<(), TrainError> {
+    let o = |e: String| TrainError::Options(e);
+    if let Some(p) = &cfg.checkpoint {
+        crate::outputs::check_file("checkpoint", p).map_err(o)?;
+        if p.exists() && !cfg.resume && !cfg.overwrite {
+            return Err(o(format!(
+                "--checkpoint {} already exists and this run does not resume from it: add --resume to continue it, --overwrite to replace it, or choose another path",
+                p.display()
+            )));
+        }
+    }
+    if let Some(p) = &cfg.trace {
+        crate::outputs::check_file("trace", p).map_err(o)?;
+    }
+    if let Some(p) = &cfg.dump_dir {
+        crate::outputs::check_dir("dump-dir", p).map_err(o)?;
+    }
+    Ok(())
+}
+
+/// Every `--dump-after` name is a pass of the pipeline this run compiles
+/// (or `all`); an unknown name is an error listing the passes.
+pub fn check_dump_after(cfg: &TrainConfig, process: ProcessGroup) -> Result<(), TrainError> {
+    let opts = cfg.compile_options_for(process);
+    let names = towers_passes::Pipeline::train("loss", &opts).names();
+    match cfg.dump_after.iter().find(|p| *p != "all" && !names.contains(&p.as_str())) {
+        Some(p) => {
+            Err(bad("dump-after", format!("no pass is named '{p}'; this run's passes are: all, {}", names.join(", "))))
+        }
+        None => Ok(()),
+    }
 }
 
 /// `--check-numerics` (TF's `tf.debugging.check_numerics`, after the fact):

@@ -14,13 +14,16 @@
 //! kernels), [`runtime`] (sessions, the CPU backend, checkpoints).
 
 pub mod compiler;
+pub mod config;
 pub mod cuda_emit;
 pub mod data;
 pub mod guards;
 pub mod logdir;
 pub mod models;
+pub mod outputs;
 pub mod plot;
 pub mod report;
+pub mod resume;
 pub mod saver;
 pub mod schedule;
 pub mod trace;

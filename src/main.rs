@@ -181,16 +181,32 @@ struct TrainArgs {
     /// Save variables here at the end (safetensors, written atomically).
     #[arg(long)]
     checkpoint: Option<PathBuf>,
-    /// Restore from --checkpoint first, when the file exists.
+    /// Restore from --checkpoint first, when the file exists. Strict, as
+    /// TF1's Saver: the checkpoint must be of the same model (every
+    /// variable with its dtype and shape, no other tensor, the same model
+    /// options) and hold only finite values.
     #[arg(long)]
     resume: bool,
+    /// With --resume: load only the checkpoint's tensors that match this
+    /// model by name, dtype and shape (fine tuning); the others keep their
+    /// initial values, and every skipped tensor is printed before the first
+    /// step. Non-finite values are still refused.
+    #[arg(long)]
+    restore_partial: bool,
+    /// Replace an existing --checkpoint that this run does not resume, and
+    /// write beside step-stamped files of another run (which --keep then
+    /// never deletes). Without it such a run is refused before it starts.
+    #[arg(long)]
+    overwrite: bool,
     /// Also write --checkpoint every N steps (atomically; never from a diverged state).
     #[arg(long)]
     checkpoint_every: Option<usize>,
-    /// Also write --checkpoint when S seconds passed since the last save.
+    /// Also write --checkpoint when S seconds passed since the last save
+    /// (above 0, at most 1e9).
     #[arg(long)]
     checkpoint_secs: Option<f64>,
-    /// Keep the last K step-stamped checkpoints (STEM-<global_step>.EXT) beside --checkpoint.
+    /// Keep the last K step-stamped checkpoints (STEM-<global_step>.EXT) beside --checkpoint;
+    /// only this run's series is pruned.
     #[arg(long)]
     keep: Option<usize>,
     /// Print `step N test accuracy A` on the held-out split every N steps.
@@ -231,7 +247,8 @@ struct TrainArgs {
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Under an MPI launcher: end every rank when a collective waits this
-    /// many seconds for another rank (a rank that hung or died).
+    /// many seconds for another rank (a rank that hung or died); above 0, at
+    /// most 1e9.
     #[arg(long, default_value_t = 300.0)]
     comm_timeout: f64,
     /// Write the last --trace-steps steps as a Chrome trace (JSON for
@@ -270,8 +287,10 @@ struct CompileArgs {
 /// `--bucket-mb` in bytes (at least one byte, finite).
 fn bucket_bytes(mb: f64) -> Result<usize, String> {
     let bytes = mb * (1u64 << 20) as f64;
-    if !bytes.is_finite() || bytes < 1.0 {
-        return Err(format!("--bucket-mb {mb}: give a positive size in MiB, e.g. 25 (PyTorch DDP's default)"));
+    if !bytes.is_finite() || bytes < 1.0 || mb > 1e6 {
+        return Err(format!(
+            "--bucket-mb {mb:e}: give a positive size in MiB, at most 1e6 (a terabyte), e.g. 25 (PyTorch DDP's default)"
+        ));
     }
     Ok(bytes as usize)
 }
@@ -390,13 +409,18 @@ fn launched_by_mpi() -> Option<usize> {
 
 /// The communicator of this run: MPI under a launcher, else this process alone.
 fn communicator(timeout_secs: f64) -> Result<Arc<dyn Comm>, String> {
-    if !(timeout_secs.is_finite() && timeout_secs > 0.0) {
-        return Err(format!("--comm-timeout {timeout_secs}: give a positive number of seconds"));
-    }
+    let max = towers::saver::MAX_SECS;
+    let timeout = match std::time::Duration::try_from_secs_f64(timeout_secs) {
+        Ok(t) if (1e-3..=max).contains(&timeout_secs) => t,
+        _ => {
+            return Err(format!(
+                "--comm-timeout {timeout_secs:e}: give a number of seconds above 0 (at least 0.001) and at most {max:e}, e.g. 300"
+            ))
+        }
+    };
     match launched_by_mpi() {
         #[cfg(feature = "mpi")]
         Some(_) => {
-            let timeout = std::time::Duration::from_secs_f64(timeout_secs);
             let c = towers::runtime::comm::MpiComm::init_with_timeout(timeout).map_err(|e| e.to_string())?;
             Ok(Arc::new(c))
         }
@@ -433,6 +457,8 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     cfg.log_every = a.log_every;
     cfg.checkpoint = a.checkpoint;
     cfg.resume = a.resume;
+    cfg.restore_partial = a.restore_partial;
+    cfg.overwrite = a.overwrite;
     cfg.backend = a.backend;
     cfg.checkpoint_every = a.checkpoint_every;
     cfg.checkpoint_secs = a.checkpoint_secs;
@@ -447,6 +473,15 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     cfg.scale_lr = a.scale_lr;
     cfg.trace = a.trace;
     cfg.trace_steps = a.trace_steps;
+    // Before anything is created (the --logdir event file): options first.
+    towers::guards::validate(&cfg, comm.world_size()).map_err(|e| e.to_string())?;
+    if let (true, Some(path)) = (lead, &a.plot) {
+        // Checked now, not when the run ends.
+        if path.extension().is_none_or(|e| !e.eq_ignore_ascii_case("svg")) {
+            return Err(format!("--plot {}: draws SVG only; give a file name ending in .svg", path.display()));
+        }
+        towers::outputs::check_file("plot", path)?;
+    }
     let mut p = Printer { log_every: a.log_every, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {
         Some(dir) if lead => Watch::with_logdir(dir).map_err(|e| e.to_string())?,
@@ -477,17 +512,38 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
 }
 
 fn parse_input(s: &str) -> Result<[usize; 3], String> {
-    let v: Vec<usize> =
-        s.split('x').map(|p| p.parse::<usize>()).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
-    match v.as_slice() {
-        [h, w, c] => Ok([*h, *w, *c]),
-        [h, w] => Ok([*h, *w, 1]),
-        _ => Err(format!("--input '{s}' must be HxWxC, e.g. 28x28x1")),
+    let v: Vec<usize> = s
+        .split('x')
+        .map(|p| p.parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--input '{s}': {e}; give HxWxC, e.g. 28x28x1"))?;
+    let dims = match v.as_slice() {
+        [h, w, c] => [*h, *w, *c],
+        [h, w] => [*h, *w, 1],
+        _ => return Err(format!("--input '{s}' must be HxWxC, e.g. 28x28x1")),
+    };
+    if dims.contains(&0) || dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > 1 << 28) {
+        return Err(format!(
+            "--input '{s}': every dimension must be at least 1, and the image at most 2^28 values, e.g. 28x28x1"
+        ));
     }
+    Ok(dims)
 }
 
 fn run_compile(a: CompileArgs) -> Result<(), String> {
     let cfg = config(&a.common)?;
+    let process = ProcessGroup::new(a.rank, a.world_size).map_err(|e| format!("--rank/--world-size: {e}"))?;
+    // The same guards as `towers train`: what compiles is what would train.
+    towers::guards::validate(&cfg, process.world).map_err(|e| e.to_string())?;
+    towers::guards::check_dump_after(&cfg, process).map_err(|e| e.to_string())?;
+    if let Some(d) = &cfg.dump_dir {
+        towers::outputs::check_dir("dump-dir", d)?;
+    }
+    match (&a.output, a.emit) {
+        (Some(o), Emit::Cuda) => towers::outputs::check_dir("output", o)?,
+        (Some(o), _) => towers::outputs::check_file("output", o)?,
+        (None, _) => {}
+    }
     let (input, classes) = match &a.input {
         Some(s) => (parse_input(s)?, 10),
         None => match &cfg.data {
@@ -501,7 +557,6 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
     spec.batch_norm = cfg.batch_norm;
     spec.seed = cfg.seed;
     let model = build(&spec).map_err(|e| e.to_string())?;
-    let process = ProcessGroup::new(a.rank, a.world_size).map_err(|e| format!("--rank/--world-size: {e}"))?;
     let opts: CompileOptions = cfg.compile_options_for(process);
     let c = compile_train(&model.graph, &model.loss, &opts).map_err(|e| e.to_string())?;
     let text = match a.emit {
@@ -513,7 +568,8 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
         Emit::Cuda => return write_cuda(&c.plan, a.output),
     };
     match a.output {
-        Some(p) => std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display())),
+        Some(p) => towers::outputs::write_atomic(&p, text.as_bytes())
+            .map_err(|e| format!("--output: cannot write {}: {e}", p.display())),
         None => {
             print!("{text}");
             Ok(())
@@ -527,7 +583,7 @@ fn write_cuda(plan: &towers::codegen::Plan, output: Option<PathBuf>) -> Result<(
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for (name, text) in towers::cuda_emit::cuda_files(plan)? {
         let p = dir.join(name);
-        std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        towers::outputs::write_atomic(&p, text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }
     Ok(())
 }

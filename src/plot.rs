@@ -37,7 +37,12 @@ pub fn plot_svg(path: &Path, h: &History) -> Result<(), PlotError> {
     if h.loss.is_empty() {
         return Err(PlotError::Empty { path: path.to_path_buf() });
     }
-    draw(path, h).map_err(|e| PlotError::Draw { path: path.to_path_buf(), detail: e.to_string() })
+    let mut svg = String::new();
+    draw(&mut svg, h).map_err(|e| PlotError::Draw { path: path.to_path_buf(), detail: e.to_string() })?;
+    // Written atomically: a full disk or a crash never leaves a torn file,
+    // and a good file is replaced only by a whole one.
+    crate::outputs::write_atomic(path, svg.as_bytes())
+        .map_err(|e| PlotError::Draw { path: path.to_path_buf(), detail: e.to_string() })
 }
 
 /// Every k-th point (and the last), at most about [`MAX_POINTS`].
@@ -52,14 +57,14 @@ fn thin(points: &[(usize, f32)]) -> Vec<(f64, f64)> {
     v
 }
 
-fn draw(path: &Path, h: &History) -> Result<(), Box<dyn std::error::Error>> {
+fn draw<'a>(svg: &'a mut String, h: &History) -> Result<(), Box<dyn std::error::Error + 'a>> {
     let loss = thin(&h.loss);
     let last_step = h.loss.iter().map(|p| p.0).chain(h.test_accuracy.iter().map(|p| p.0)).max().unwrap_or(1);
     let x_max = (last_step.max(1)) as f64;
     let finite = loss.iter().map(|p| p.1).filter(|l| l.is_finite());
     let y_max = finite.fold(0.0f64, f64::max).max(1e-3) * 1.05;
 
-    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (800, 480)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption("towers train", ("sans-serif", 20))

@@ -144,7 +144,7 @@ pub fn write_chrome_trace(path: &Path, plan: &Plan, traces: &[Trace], backend: &
     let v = chrome_trace(plan, traces, backend)?;
     let write = |source| TraceError::Write { path: path.to_path_buf(), source };
     let text = serde_json::to_string(&v).map_err(|e| write(std::io::Error::other(e)))?;
-    std::fs::write(path, text).map_err(write)
+    crate::outputs::write_atomic(path, text.as_bytes()).map_err(write)
 }
 
 #[cfg(test)]

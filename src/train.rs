@@ -7,23 +7,21 @@
 //! A training step allocates nothing: the batch buffers are allocated once and
 //! the session's buffers were planned at load.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use thiserror::Error;
-use towers_graph::layers::Activation;
-use towers_graph::{Device, Optimizer, F32};
-use towers_passes::{BnUpdates, ProcessGroup, SplitPolicy, VarPlacement};
+use towers_passes::ProcessGroup;
 use towers_runtime::comm::{Comm, LocalComm};
 use towers_runtime::cuda::{self, CudaBackend, CudaUnavailable};
 use towers_runtime::{CpuBackend, RuntimeError, Session};
 
-use crate::compiler::{compile_eval, compile_train, CompileError, CompileOptions};
-use crate::data::{Batcher, DataError, DataSpec, Dataset, EvalChunks};
-use crate::models::{build, ModelKind, ModelSpec};
+pub use crate::config::{LrScheduleKind, OptimizerKind, TrainConfig};
+
+use crate::compiler::{compile_eval, compile_train, CompileError};
+use crate::data::{Batcher, DataError, Dataset, EvalChunks};
+use crate::models::build;
 use crate::saver::Saver;
-use crate::schedule::{Decay, Schedule};
 use towers_passes::optimizer::LEARNING_RATE;
 
 /// Errors of a training run.
@@ -39,6 +37,9 @@ pub enum TrainError {
     Graph(#[from] towers_graph::GraphError),
     #[error("invalid training options: {0}")]
     Options(String),
+    /// `--resume` met a checkpoint of another model (see [`crate::resume`]).
+    #[error("--resume: {0}")]
+    Resume(String),
     #[error("--backend cuda: {0}")]
     Cuda(#[from] CudaUnavailable),
     #[error("--backend cuda across processes: {0}")]
@@ -49,8 +50,14 @@ pub enum TrainError {
     /// checkpointed from the diverged state.
     #[error("the loss is {loss} at step {step}: training diverged (try a smaller --lr){}; no checkpoint was written from this state", origin.as_ref().map(|o| format!("; {o}")).unwrap_or_default())]
     NonFiniteLoss { step: usize, loss: f32, origin: Option<String> },
+    /// The variables left the finite numbers while the loss had not: the
+    /// run stops, and the state is not saved.
+    #[error(
+        "training diverged: {0}; try a smaller --lr (--check-numerics names the first node whose output is not finite)"
+    )]
+    NonFiniteState(String),
     /// The planned buffers do not fit in the backend's memory.
-    #[error("the {program} program needs {planned_gib:.2} GiB ({detail}), but the {backend} backend has only {available_gib:.2} GiB available; use a smaller --batch, or more --towers")]
+    #[error("the {program} program needs {planned_gib:.2} GiB ({detail}), but the {backend} backend has only {available_gib:.2} GiB available; use a smaller --batch{}", if backend == "cpu" { " or fewer --towers (on the cpu backend every tower lives in the same host memory)" } else { ", or more --towers on more devices" })]
     Memory { program: String, backend: String, planned_gib: f64, available_gib: f64, detail: String },
 }
 
@@ -128,250 +135,6 @@ fn with_nccl(b: CudaBackend, comm: &Arc<dyn Comm>) -> Result<CudaBackend, TrainE
     )))
 }
 
-/// Which learning-rate schedule (`--lr-schedule`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LrScheduleKind {
-    #[default]
-    Constant,
-    Step,
-    Cosine,
-}
-
-impl std::str::FromStr for LrScheduleKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "constant" => Ok(LrScheduleKind::Constant),
-            "step" => Ok(LrScheduleKind::Step),
-            "cosine" => Ok(LrScheduleKind::Cosine),
-            o => Err(format!("unknown learning-rate schedule '{o}': expected constant, step or cosine")),
-        }
-    }
-}
-
-/// Which optimizer, with its hyper-parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OptimizerKind {
-    Sgd,
-    Momentum,
-    Adam,
-}
-
-impl std::str::FromStr for OptimizerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "sgd" => Ok(OptimizerKind::Sgd),
-            "momentum" => Ok(OptimizerKind::Momentum),
-            "adam" => Ok(OptimizerKind::Adam),
-            o => Err(format!("unknown optimizer '{o}': expected sgd, momentum or adam")),
-        }
-    }
-}
-
-/// Everything a training run needs.
-#[derive(Debug, Clone)]
-pub struct TrainConfig {
-    pub data: DataSpec,
-    pub model: ModelKind,
-    pub hidden: Vec<usize>,
-    /// The MLP's hidden activation.
-    pub activation: Activation,
-    pub batch_norm: bool,
-    pub optimizer: OptimizerKind,
-    pub lr: f32,
-    pub momentum: f32,
-    pub nesterov: bool,
-    /// Global batch size.
-    pub batch: usize,
-    /// Number of steps; when `None`, `epochs` full passes.
-    pub steps: Option<usize>,
-    pub epochs: usize,
-    pub seed: u64,
-    /// Report the loss every N steps (0 = never).
-    pub log_every: usize,
-    pub checkpoint: Option<PathBuf>,
-    /// Restore from `checkpoint` before training when it exists.
-    pub resume: bool,
-    pub dump_dir: Option<PathBuf>,
-    pub dump_after: Vec<String>,
-    /// Number of towers (0 = one device, no replication).
-    pub towers: usize,
-    pub variables: VarPlacement,
-    pub split_weights: Option<Vec<u32>>,
-    pub accumulate: usize,
-    pub bn_updates: BnUpdates,
-    /// Batch size of the evaluation program.
-    pub eval_batch: usize,
-    /// Which backend runs the programs.
-    pub backend: BackendChoice,
-    /// Also write `checkpoint` every N steps (atomically, as at the end).
-    pub checkpoint_every: Option<usize>,
-    /// Also write `checkpoint` when this many seconds passed since the last save.
-    pub checkpoint_secs: Option<f64>,
-    /// Keep the last K step-stamped checkpoints beside `checkpoint` ([`crate::saver`]).
-    pub keep: Option<usize>,
-    /// Evaluate on the test split every N steps.
-    pub eval_every: Option<usize>,
-    /// On a non-finite loss, find the first node whose output is not finite.
-    pub check_numerics: bool,
-    /// The learning-rate schedule after warmup ([`crate::schedule`]).
-    pub lr_schedule: LrScheduleKind,
-    /// Step decay: multiply by `lr_decay_rate` every `lr_decay_steps` steps.
-    pub lr_decay_steps: usize,
-    pub lr_decay_rate: f32,
-    /// Cosine: the rate at the end of the run.
-    pub lr_min: f32,
-    /// Linear warmup over the first N steps.
-    pub warmup_steps: usize,
-    /// The linear scaling rule: lr x global batch / 256.
-    pub scale_lr: bool,
-    /// Gradient bucket capacity of the cross-process all-reduce, in bytes.
-    pub bucket_bytes: usize,
-    /// Let buffers share arena bytes by liveness (off with `check_numerics`,
-    /// which reads every tensor after a failed step).
-    pub memory_reuse: bool,
-    /// Fuse kernels in lowering (`CompileOptions::fuse_kernels`).
-    pub fuse_kernels: bool,
-    /// On the CUDA backend, replay each step as a CUDA graph where the
-    /// program allows it (`CudaBackend::with_graphs`).
-    pub cuda_graphs: bool,
-    /// Write the last `trace_steps` steps of the run here as a Chrome trace
-    /// ([`crate::trace`]).
-    pub trace: Option<PathBuf>,
-    pub trace_steps: usize,
-}
-
-impl Default for TrainConfig {
-    fn default() -> Self {
-        TrainConfig {
-            data: DataSpec::Digits,
-            model: ModelKind::Mlp,
-            hidden: vec![256, 256],
-            activation: Activation::Relu,
-            batch_norm: false,
-            optimizer: OptimizerKind::Momentum,
-            lr: 0.05,
-            momentum: 0.9,
-            nesterov: false,
-            batch: 32,
-            steps: None,
-            epochs: 20,
-            seed: 0,
-            log_every: 0,
-            checkpoint: None,
-            resume: false,
-            dump_dir: None,
-            dump_after: Vec::new(),
-            towers: 0,
-            variables: VarPlacement::Cpu,
-            split_weights: None,
-            accumulate: 1,
-            bn_updates: BnUpdates::default(),
-            eval_batch: 256,
-            backend: BackendChoice::Cpu,
-            checkpoint_every: None,
-            checkpoint_secs: None,
-            keep: None,
-            eval_every: None,
-            check_numerics: false,
-            lr_schedule: LrScheduleKind::Constant,
-            lr_decay_steps: 1000,
-            lr_decay_rate: 0.5,
-            lr_min: 0.0,
-            warmup_steps: 0,
-            scale_lr: false,
-            bucket_bytes: towers_passes::DEFAULT_BUCKET_BYTES,
-            memory_reuse: true,
-            fuse_kernels: true,
-            cuda_graphs: true,
-            trace: None,
-            trace_steps: 1,
-        }
-    }
-}
-
-impl TrainConfig {
-    pub fn optimizer(&self) -> Optimizer {
-        match self.optimizer {
-            OptimizerKind::Sgd => Optimizer::Sgd { lr: F32(self.base_lr()) },
-            OptimizerKind::Momentum => {
-                Optimizer::Momentum { lr: F32(self.base_lr()), momentum: F32(self.momentum), nesterov: self.nesterov }
-            }
-            OptimizerKind::Adam => {
-                Optimizer::Adam { lr: F32(self.base_lr()), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) }
-            }
-        }
-    }
-
-    /// The base learning rate: `lr`, or with `scale_lr` the linear scaling rule's.
-    pub fn base_lr(&self) -> f32 {
-        if self.scale_lr {
-            Schedule::scaled_base(self.lr, self.batch)
-        } else {
-            self.lr
-        }
-    }
-
-    /// The learning-rate schedule of a run of `total` steps.
-    pub fn schedule(&self, total: usize) -> Schedule {
-        let decay = match self.lr_schedule {
-            LrScheduleKind::Constant => Decay::Constant,
-            LrScheduleKind::Step => Decay::Step { every: self.lr_decay_steps, rate: self.lr_decay_rate },
-            LrScheduleKind::Cosine => {
-                Decay::Cosine { total: total.saturating_sub(self.warmup_steps).max(1), min: self.lr_min }
-            }
-        };
-        Schedule { base: self.base_lr(), decay, warmup: self.warmup_steps }
-    }
-
-    /// The tower devices: `/gpu:0` .. `/gpu:N-1`.
-    pub fn tower_devices(&self) -> Vec<Device> {
-        (0..self.towers as u32).map(Device::gpu).collect()
-    }
-
-    /// The compiler options this run uses as process `process` of a group.
-    pub fn compile_options_for(&self, process: ProcessGroup) -> CompileOptions {
-        let mut o = self.compile_options();
-        o.process = process;
-        o
-    }
-
-    /// The compiler options this run uses (one process).
-    pub fn compile_options(&self) -> CompileOptions {
-        let mut o = CompileOptions::new(self.optimizer(), self.batch);
-        o.bucket_bytes = self.bucket_bytes;
-        o.towers = self.tower_devices();
-        o.variables = self.variables;
-        o.split = match &self.split_weights {
-            Some(w) => SplitPolicy::Weighted(w.clone()),
-            None => SplitPolicy::Even,
-        };
-        o.accumulate = self.accumulate;
-        o.bn_updates = self.bn_updates;
-        o.dump_dir = self.dump_dir.clone();
-        o.dump_after = self.dump_after.clone();
-        o.reuse_memory = self.memory_reuse && !self.check_numerics;
-        o.fuse_kernels = self.fuse_kernels;
-        // Folded weight-gradient products pay where the towers share one
-        // memory (the CPU backend); on GPUs each device computes its own.
-        o.fold_tower_matmuls = self.fuse_kernels && matches!(self.backend, BackendChoice::Cpu);
-        // Shared computations merged across towers: read in place where the
-        // towers share one memory; on GPUs a copy would replace a recomputation.
-        o.merge_tower_duplicates = matches!(self.backend, BackendChoice::Cpu);
-        o
-    }
-
-    pub fn model_spec(&self, data: &Dataset) -> ModelSpec {
-        let mut s = ModelSpec::new(self.model, [data.height(), data.width(), data.channels()], data.num_classes());
-        s.hidden = self.hidden.clone();
-        s.activation = self.activation;
-        s.batch_norm = self.batch_norm;
-        s.seed = self.seed;
-        s
-    }
-}
-
 /// Progress callbacks.
 pub trait TrainObserver {
     /// Before the first step: the total steps and what the backend said.
@@ -413,7 +176,7 @@ pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainRepo
 
 /// Run a training job as one rank of `comm` (an MPI process, or a thread of
 /// a [`LocalComm`] group): every rank runs the same command; each feeds its
-/// rows of every global batch ([`CompileOptions::process_rows`]), and the
+/// rows of every global batch ([`crate::compiler::CompileOptions::process_rows`]), and the
 /// plan all-reduces the gradients across ranks. The variables are checked
 /// identical on every rank before the first step and after the last
 /// ([`Session::check_replicas`]). Rank 0 alone reports progress to `obs`,
@@ -429,8 +192,20 @@ pub fn train_in(
     let mut quiet = Quiet;
     let obs: &mut dyn TrainObserver = if lead { obs } else { &mut quiet };
     crate::guards::validate(cfg, process.world)?;
+    if lead {
+        crate::guards::check_outputs(cfg)?;
+    }
+    // The session first: its memory check counts the data set against what
+    // the backend had before it was loaded ([`towers_runtime::memory`]).
+    let (sess, which) = open_session(cfg.backend, cfg.seed, &comm, cfg.cuda_graphs)?;
+    let mut sess = sess.with_comm(Arc::clone(&comm));
+    sess.note_memory_baseline();
     let (train_set, test_set) = cfg.data.load()?;
+    if sess.backend_name() == "cpu" {
+        sess.reserve_memory(train_set.host_bytes() + test_set.host_bytes());
+    }
     let model = build(&cfg.model_spec(&train_set))?;
+    crate::guards::check_dump_after(cfg, process)?;
     let t0 = Instant::now();
     let opts = cfg.compile_options_for(process);
     let rows = opts.process_rows().map_err(CompileError::from)?;
@@ -448,8 +223,6 @@ pub fn train_in(
     let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
 
-    let (sess, which) = open_session(cfg.backend, cfg.seed, &comm, cfg.cuda_graphs)?;
-    let mut sess = sess.with_comm(Arc::clone(&comm));
     let which = if process.is_single() { which } else { format!("{which}; {}", comm.describe()) };
     let memory = |e: RuntimeError| match e {
         RuntimeError::OutOfMemory { program, backend, planned, available, detail } => {
@@ -465,9 +238,12 @@ pub fn train_in(
     // whole run in global steps, as TF's max_steps, so the same command
     // with --resume trains what remains.
     let mut done = 0usize;
+    let mut resumed_at = None;
+    let mut restore_notes = Vec::new();
+    let run = crate::resume::run_description(cfg, &train_set);
     if let (true, Some(path)) = (cfg.resume, &cfg.checkpoint) {
         if path.exists() {
-            sess.restore(path)?;
+            restore_notes = crate::resume::restore(&mut sess, cfg, path, &run)?;
             // An exact resume: global_step steps were taken, so the data
             // order and every random stream (dropout) continue from there.
             if let Ok(g) = sess.read_variable_i32("global_step") {
@@ -475,6 +251,7 @@ pub fn train_in(
                 batcher.seek(done as u64);
                 sess.set_step("train", done as u64)?;
             }
+            resumed_at = Some(done as i64);
         }
     }
 
@@ -482,14 +259,21 @@ pub fn train_in(
 
     let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
     let schedule = cfg.schedule(total);
-    let note = format!("{which}\n{}", sess.backend_note());
-    obs.start(total, &note);
+    let mut note = format!("{which}\n{}", sess.backend_note());
+    for n in &restore_notes {
+        note.push('\n');
+        note.push_str(n);
+    }
     // Rank 0 writes the checkpoints.
-    let mut saver = cfg
-        .checkpoint
-        .as_ref()
-        .filter(|_| lead)
-        .map(|p| Saver::new(p, cfg.checkpoint_every, cfg.checkpoint_secs, cfg.keep));
+    let mut saver = match cfg.checkpoint.as_ref().filter(|_| lead) {
+        Some(p) => {
+            let mut s = Saver::new(p, cfg.checkpoint_every, cfg.checkpoint_secs, cfg.keep).with_run(run);
+            s.start(resumed_at, cfg.overwrite)?;
+            Some(s)
+        }
+        None => None,
+    };
+    obs.start(total, &note);
     let mut losses = Vec::new();
     let mut evals = Vec::new();
     let mut loss = [0f32];

@@ -219,7 +219,7 @@ fn user_mistakes_are_errors_not_panics() {
     bad(&["train", "--checkpoint-every", "5", "--steps", "1"], "--checkpoint-every: needs --checkpoint");
     // A plan larger than the machine is refused before allocating (it used
     // to abort: "memory allocation of 106640340160 bytes failed").
-    bad(&["train", "--batch", "10000000"], "use a smaller --batch, or more --towers");
+    bad(&["train", "--batch", "10000000"], "use a smaller --batch or fewer --towers (on the cpu backend");
 }
 
 #[test]
@@ -274,7 +274,19 @@ fn periodic_checkpoints_and_evaluation() {
     assert!(out.contains("test accuracy: "), "{out}");
 
     // --keep K: the last K step-stamped copies (TF's max_to_keep), named by global_step.
-    let (_, _) = towers(&["train", "--steps", "50", "--checkpoint", ck_s, "--checkpoint-every", "10", "--keep", "2"]);
+    // A run that does not resume replaces the checkpoint only when told to.
+    let (_, _) = towers(&[
+        "train",
+        "--steps",
+        "50",
+        "--checkpoint",
+        ck_s,
+        "--checkpoint-every",
+        "10",
+        "--keep",
+        "2",
+        "--overwrite",
+    ]);
     let mut kept: Vec<String> = std::fs::read_dir(dir.path())
         .expect("dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().to_string())
@@ -454,4 +466,33 @@ fn the_placement_report_shows_the_arena_before_and_after_reuse() {
     for (dev, all, arena) in arenas(&["--no-memory-reuse"]) {
         assert_eq!(all, arena, "{dev}");
     }
+}
+
+/// `compile -o`, `--trace` and `--plot` replace their file atomically (a
+/// new file renamed over the old one: a new inode, never the old file
+/// truncated and rewritten in place), and leave no temporary file.
+#[test]
+fn outputs_are_replaced_atomically() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = |n: &str| dir.path().join(n);
+    let s = |n: &str| p(n).to_str().expect("utf-8").to_string();
+    for n in ["plan.txt", "trace.json", "curves.svg"] {
+        std::fs::write(p(n), b"a good file of an earlier run").expect("write");
+    }
+    let inodes =
+        |names: &[&str]| names.iter().map(|n| std::fs::metadata(p(n)).expect("exists").ino()).collect::<Vec<_>>();
+    let before = inodes(&["plan.txt", "trace.json", "curves.svg"]);
+    towers(&["compile", "-o", &s("plan.txt")]);
+    towers(&["train", "--steps", "3", "--trace", &s("trace.json"), "--plot", &s("curves.svg")]);
+    let after = inodes(&["plan.txt", "trace.json", "curves.svg"]);
+    for ((b, a), n) in before.iter().zip(&after).zip(["plan.txt", "trace.json", "curves.svg"]) {
+        assert_ne!(b, a, "{n} was rewritten in place");
+    }
+    assert!(std::fs::read_to_string(p("plan.txt")).expect("plan").contains("stream"));
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into())
+        .collect();
+    assert_eq!(names.len(), 3, "no temporary file left: {names:?}");
 }

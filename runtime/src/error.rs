@@ -77,10 +77,23 @@ pub enum RuntimeError {
     #[error("checkpoint {path}: variable '{name}' is {in_file} in the checkpoint but {in_session} in the session")]
     CheckpointMismatch { path: String, name: String, in_file: String, in_session: String },
 
-    #[error("checkpoint {path}: variable '{name}' is missing from the checkpoint")]
+    #[error("checkpoint {path}: variable '{name}' is missing from the checkpoint (a checkpoint of another model?)")]
     CheckpointMissing { path: String, name: String },
 
-    #[error("program '{program}' needs {} for its buffers and new variables ({detail}), but the {backend} backend has only {} available; use a smaller batch, or more towers on more devices", gib(*planned), gib(*available))]
+    /// Tensors of the file that the session has no variable for (TF1's
+    /// Saver refuses them too).
+    #[error("checkpoint {path}: holds {} tensor(s) this model does not have: {} (a checkpoint of another model or optimizer?)", names.len(), short_list(names))]
+    CheckpointUnknown { path: String, names: Vec<String> },
+
+    /// A tensor of the file holds NaN or Inf: refused on restore.
+    #[error("checkpoint {path}: tensor '{name}' holds {value} at element {index}; refusing to resume from a non-finite state (resume from an earlier checkpoint)")]
+    CheckpointNonFinite { path: String, name: String, index: usize, value: f32 },
+
+    /// A variable holds NaN or Inf: nothing is saved.
+    #[error("checkpoint {path}: variable '{name}' holds {value} at element {index}; a non-finite state is never saved (the previous checkpoint is kept)")]
+    NonFiniteVariable { path: String, name: String, index: usize, value: f32 },
+
+    #[error("program '{program}' needs {} for its buffers and new variables ({detail}), but the {backend} backend has only {} available; use a smaller batch{}", gib(*planned), gib(*available), memory_hint(backend))]
     OutOfMemory { program: String, backend: String, planned: u64, available: u64, detail: String },
 
     /// The ranks of a group hold different variables (`Session::check_replicas`).
@@ -115,4 +128,23 @@ impl RuntimeError {
 /// Bytes as GiB with two decimals, for memory errors.
 fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// At most 8 names, then how many more.
+fn short_list(names: &[String]) -> String {
+    let mut s = names.iter().take(8).map(String::as_str).collect::<Vec<_>>().join(", ");
+    if names.len() > 8 {
+        s.push_str(&format!(" and {} more", names.len() - 8));
+    }
+    s
+}
+
+/// How to fit a plan besides a smaller batch: on the CPU backend every
+/// tower shares the host's memory, so more towers need more, not less.
+pub fn memory_hint(backend: &str) -> &'static str {
+    if backend == "cpu" {
+        " or fewer towers (on the cpu backend every tower lives in the same host memory)"
+    } else {
+        ", or more towers on more devices"
+    }
 }

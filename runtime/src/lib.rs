@@ -44,6 +44,7 @@ pub mod comm;
 pub mod cpu;
 pub mod cuda;
 pub mod error;
+pub mod memory;
 mod replicas;
 pub mod session;
 pub mod trace;

@@ -48,6 +48,7 @@ pub struct Session {
     comm: Arc<dyn Comm>,
     vars: VarTable,
     programs: BTreeMap<String, Program>,
+    memory: crate::memory::MemoryBudget,
 }
 
 fn list<'a>(it: impl Iterator<Item = &'a str>) -> String {
@@ -80,7 +81,14 @@ impl Session {
 
     /// A session on `backend`; one process (world size 1).
     pub fn with_backend(seed: u64, backend: Box<dyn Backend>) -> Session {
-        Session { seed, backend, comm: Arc::new(LocalComm::single()), vars: VarTable::new(), programs: BTreeMap::new() }
+        Session {
+            seed,
+            backend,
+            comm: Arc::new(LocalComm::single()),
+            vars: VarTable::new(),
+            programs: BTreeMap::new(),
+            memory: Default::default(),
+        }
     }
 
     /// This session as one rank of `comm`: the plans loaded from now on run
@@ -160,8 +168,8 @@ impl Session {
     /// Refuse a plan whose arenas and new variables exceed what the
     /// backend has, before anything is allocated (an allocation failure
     /// would abort the process).
-    fn check_memory(&self, name: &str, plan: &Plan) -> Result<(), RuntimeError> {
-        let Some(available) = self.backend.memory_available() else { return Ok(()) };
+    fn check_memory(&mut self, name: &str, plan: &Plan) -> Result<(), RuntimeError> {
+        let Some(now) = self.backend.memory_available() else { return Ok(()) };
         let arenas: u64 = plan.devices.iter().map(|d| d.arena_bytes as u64).sum();
         let vars: u64 = plan
             .variables
@@ -170,18 +178,37 @@ impl Session {
             .map(|v| v.shape.iter().product::<usize>() as u64 * v.dtype.size_bytes() as u64)
             .sum();
         let planned = arenas.saturating_add(vars);
-        if planned <= available {
-            return Ok(());
-        }
+        let Err(r) = self.memory.admit(now, planned) else { return Ok(()) };
         let mut parts: Vec<String> = plan.devices.iter().map(|d| format!("{} {} B", d.device, d.arena_bytes)).collect();
         parts.push(format!("variables {vars} B"));
+        let others = r.need - planned;
+        if others > 0 {
+            parts.push(format!("earlier programs and the caller's data {others} B"));
+        }
+        parts.push(format!("margin kept free {} B", r.margin));
         Err(RuntimeError::OutOfMemory {
             program: name.into(),
             backend: self.backend.name().into(),
-            planned,
-            available,
+            planned: r.need + r.margin,
+            available: r.available,
             detail: parts.join(", "),
         })
+    }
+
+    /// Take the backend's available memory now as the baseline of the
+    /// memory check ([`crate::memory`]), e.g. before the caller loads its
+    /// data set (which it then declares with [`Session::reserve_memory`]).
+    pub fn note_memory_baseline(&mut self) {
+        if let Some(now) = self.backend.memory_available() {
+            self.memory.set_baseline(now);
+        }
+    }
+
+    /// Count `bytes` this process holds besides the plans (the data set, on
+    /// a backend whose memory is the host's) in the memory check of every
+    /// later [`Session::load`] ([`crate::memory`]).
+    pub fn reserve_memory(&mut self, bytes: u64) {
+        self.memory.reserve(bytes);
     }
 
     fn program(&self, program: &str) -> Result<&Program, RuntimeError> {

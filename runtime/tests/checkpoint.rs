@@ -96,3 +96,107 @@ fn restoring_before_loading_keeps_the_values_until_a_plan_declares_them() {
     b.run("train").unwrap();
     assert_eq!(b.read_variable_i32("global_step").unwrap(), &[8]);
 }
+
+/// A variable holding NaN or Inf is never saved: the save is an error
+/// naming it, and the previous checkpoint stays as it was.
+#[test]
+fn a_non_finite_variable_is_never_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    let mut a = session();
+    a.save(&path).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    a.write_variable("fc/biases", &[1.0, f32::INFINITY]).unwrap();
+    let e = a.save(&path).unwrap_err();
+    assert!(matches!(&e, RuntimeError::NonFiniteVariable { name, index: 1, .. } if name == "fc/biases"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert!(!temp_path(&path).exists());
+}
+
+/// Restore is strict (TF1's Saver): a tensor the session does not have is
+/// refused, and a non-finite value is refused naming the tensor; the
+/// partial restore loads what matches and lists the rest.
+#[test]
+fn restore_refuses_unknown_and_non_finite_tensors_and_partial_lists_what_it_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    let mut a = session();
+    a.write_variable("fc/biases", &[0.5, -0.5]).unwrap();
+    a.save(&path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::tensor::TensorView)> =
+        st.tensors().into_iter().filter(|(n, _)| n != "fc/weights").collect();
+    let two = [0u8; 8];
+    tensors.push((
+        "other/model".into(),
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &two).unwrap(),
+    ));
+    let foreign = dir.path().join("foreign.safetensors");
+    std::fs::write(&foreign, safetensors::tensor::serialize(tensors, None).unwrap()).unwrap();
+    let mut s = session();
+    let e = s.restore(&foreign).unwrap_err();
+    assert!(matches!(&e, RuntimeError::CheckpointMissing { name, .. } if name == "fc/weights"), "{e}");
+    let skipped = s.restore_partial(&foreign).unwrap();
+    assert_eq!(skipped.missing, ["fc/weights"]);
+    assert_eq!(skipped.unknown, ["other/model"]);
+    assert_eq!(s.read_variable("fc/biases").unwrap(), &[0.5, -0.5]);
+    assert!(!s.variable_names().contains(&"other/model".to_string()), "unknown tensors are not carried on");
+    // Everything present, plus one unknown tensor: refused by name.
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::tensor::TensorView)> = st.tensors();
+    tensors.push((
+        "other/model".into(),
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &two).unwrap(),
+    ));
+    std::fs::write(&foreign, safetensors::tensor::serialize(tensors, None).unwrap()).unwrap();
+    let e = s.restore(&foreign).unwrap_err();
+    assert!(matches!(&e, RuntimeError::CheckpointUnknown { names, .. } if names == &["other/model"]), "{e}");
+    // A NaN: refused, naming the tensor, by both restores.
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let nan = [f32::NAN.to_le_bytes(), 1f32.to_le_bytes()].concat();
+    let mut tensors: Vec<(String, safetensors::tensor::TensorView)> =
+        st.tensors().into_iter().filter(|(n, _)| n != "fc/biases").collect();
+    tensors.push((
+        "fc/biases".into(),
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &nan).unwrap(),
+    ));
+    std::fs::write(&foreign, safetensors::tensor::serialize(tensors, None).unwrap()).unwrap();
+    for e in [s.restore(&foreign).unwrap_err(), s.restore_partial(&foreign).unwrap_err()] {
+        assert!(matches!(&e, RuntimeError::CheckpointNonFinite { name, index: 0, .. } if name == "fc/biases"), "{e}");
+    }
+    assert_eq!(s.read_variable("fc/biases").unwrap(), &[0.5, -0.5], "nothing written from a refused file");
+}
+
+/// A target that is not a regular file is refused before anything is
+/// opened (a FIFO would block, a device would be replaced), and a save
+/// that fails removes its temporary file.
+#[test]
+fn non_regular_targets_are_refused_and_failed_saves_leave_no_temporary() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let mut s = session();
+    for e in [s.save(&fifo).unwrap_err(), s.restore(&fifo).unwrap_err()] {
+        assert!(e.to_string().contains("is a FIFO, not a regular file"), "{e}");
+    }
+    let null = dir.path().join("null");
+    std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+    assert!(s.save(&null).unwrap_err().to_string().contains("character device"));
+    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device_like());
+    // The rename fails (a folder with a file in it is in the way).
+    let folder = dir.path().join("full");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(folder.join("x"), b"x").unwrap();
+    assert!(s.save(&folder).is_err());
+    assert!(!temp_path(&folder).exists(), "the temporary file is removed on error");
+}
+
+trait CharDevice {
+    fn is_char_device_like(&self) -> bool;
+}
+impl CharDevice for std::fs::FileType {
+    fn is_char_device_like(&self) -> bool {
+        std::os::unix::fs::FileTypeExt::is_char_device(self)
+    }
+}

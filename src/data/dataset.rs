@@ -86,6 +86,11 @@ impl Dataset {
         self.labels.len()
     }
 
+    /// Bytes of host memory its images and labels take.
+    pub fn host_bytes(&self) -> u64 {
+        (self.images.len() * std::mem::size_of::<f32>() + self.labels.len() * std::mem::size_of::<i32>()) as u64
+    }
+
     /// True when there are no examples.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()

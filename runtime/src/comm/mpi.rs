@@ -32,7 +32,12 @@
 //!   [`super::local::DEFAULT_TIMEOUT`]). On a timeout it prints which rank(s)
 //!   never arrived, at which step ([`Comm::note_step`]) and in which
 //!   collective, and ends the whole job with `MPI_Abort`, so the launcher
-//!   stops every rank, the hung one included. (A rank that dies is seen by
+//!   stops every rank, the hung one included. The shared-memory path's
+//!   barriers inside the reduce have the same deadline and the same end
+//!   ([`mpi_shared`](super::mpi_shared)), so a rank stopped in the middle
+//!   of a collective is caught too (tests/mpi_faults.rs). The library
+//!   path's `MPI_Allreduce`/`MPI_Allgather` and `broadcast` after a
+//!   completed arrival check still block inside Open MPI. (A rank that dies is seen by
 //!   the launcher itself: `mpirun` then ends the others.) MPI cannot take
 //!   back a posted message, so returning an error with the exchange still
 //!   pending would leave MPI writing into freed memory; aborting is the only
@@ -148,7 +153,7 @@ impl MpiComm {
         let world = universe.world();
         let (rank, size) = (world.rank() as usize, world.size() as usize);
         let shared = match reduce {
-            MpiReduce::Auto if size > 1 => SharedWindow::for_world(&world),
+            MpiReduce::Auto if size > 1 => SharedWindow::for_world(&world, timeout),
             _ => None,
         };
         let inner = Inner {
@@ -224,13 +229,7 @@ impl MpiComm {
             if Instant::now() >= deadline {
                 let missing: Vec<usize> = inner.reqs.iter().filter(|r| r.1 && !r.2).map(|r| r.0).collect();
                 let e = CommError::Timeout { op, rank: self.rank, waited: self.timeout, missing };
-                eprintln!(
-                    "error: rank {} of {}, step {}, collective {} of this run: {e}; ending every rank (MPI_Abort)",
-                    self.rank,
-                    self.world,
-                    self.step.load(Ordering::Relaxed),
-                    inner.issued
-                );
+                self.report_timeout(&e, inner.issued);
                 inner.world.abort(TIMEOUT_EXIT_CODE);
             }
             // The ranks of a step arrive within milliseconds of each other:
@@ -252,6 +251,17 @@ impl MpiComm {
             });
         }
         Ok(())
+    }
+
+    /// Print a collective's timeout `e` (the job is aborted next): which
+    /// rank, at which step and collective.
+    fn report_timeout(&self, e: &CommError, issued: u64) {
+        eprintln!(
+            "error: rank {} of {}, step {}, collective {issued} of this run: {e}; ending every rank (MPI_Abort)",
+            self.rank,
+            self.world,
+            self.step.load(Ordering::Relaxed),
+        );
     }
 
     /// Pack `group` into `inner.send`.
@@ -289,17 +299,22 @@ impl Comm for MpiComm {
         let n: usize = group.iter().map(|b| b.len()).sum();
         if let Some(shared) = inner.shared.as_mut() {
             let transport = |detail| CommError::Transport { op, rank: self.rank, detail };
+            let issued = inner.issued;
+            let on_timeout = |missing: &[usize], waited: Duration| {
+                let e = CommError::Timeout { op, rank: self.rank, waited, missing: missing.to_vec() };
+                self.report_timeout(&e, issued);
+            };
             let here = inner.lens[self.rank];
             if single && here[1] > 0 && inner.lens.iter().all(|l| l[1..] == here[1..]) {
                 // Every rank's bucket sits at the same place of a lent arena:
                 // summed where it lies, no copy in.
-                shared.all_reduce_lent(here[1] as usize - 1, here[2] as usize, n).map_err(transport)?;
+                shared.all_reduce_lent(here[1] as usize - 1, here[2] as usize, n, &on_timeout).map_err(transport)?;
                 return Ok(());
             }
             if single {
-                shared.all_reduce_sum(&mut group[0][..]).map_err(transport)?;
+                shared.all_reduce_sum(&mut group[0][..], &on_timeout).map_err(transport)?;
             } else {
-                shared.all_reduce_sum(&mut inner.send[..]).map_err(transport)?;
+                shared.all_reduce_sum(&mut inner.send[..], &on_timeout).map_err(transport)?;
                 let mut at = 0;
                 for b in group.iter_mut() {
                     b.copy_from_slice(&inner.send[at..at + b.len()]);

@@ -4,9 +4,14 @@
 //!
 //! Every rank maps every other rank's segment of the window, so a bucket is
 //! reduced with plain loads and stores, reduce-scatter then all-gather, and
-//! the only MPI calls per bucket are two `MPI_Barrier`s on the node
-//! communicator (each framed by `MPI_Win_sync`, MPI's memory model for
-//! shared windows). For a bucket of `n` floats over `W` ranks, with chunk
+//! the only synchronization per bucket is two barriers over the node
+//! (each framed by `MPI_Win_sync`, MPI's memory model for shared windows).
+//! A barrier is an arrival counter per rank in a small window of its own
+//! (one cache line each): a rank publishes its count (release) and polls
+//! the others' (acquire) until each reached it or the communicator's
+//! timeout passed; then it names the ranks that never arrived and ends the
+//! job (`MPI_Abort`), as the arrival check of [`super::MpiComm`] does. No
+//! rank waits forever, even for a rank stopped inside a collective. For a bucket of `n` floats over `W` ranks, with chunk
 //! `q` the `q`-th of `W` near-equal, 64-byte-aligned slices:
 //! 1. each rank `r` stores its values of every chunk `q != r` into its own
 //!    segment (its chunk `r` stays in its own buffer);
@@ -32,12 +37,17 @@
 //!   checked equal first) only when a larger bucket than any before comes;
 //!   a plan's buckets are fixed, so only the first step allocates.
 //! - Callers hold [`super::MpiComm`]'s mutex and have completed the arrival
-//!   exchange: every rank is inside this collective, so the barriers cannot
-//!   wait on a rank that never comes (a rank that dies is the launcher's to
-//!   report).
+//!   exchange; a rank that stops or dies after it (inside the collective)
+//!   is caught by the barriers' deadline (a rank that dies is also the
+//!   launcher's to report).
+//! - Every rank passes the barriers the same number of times (collectives
+//!   run in the same order on every rank), so the counters never differ by
+//!   more than one barrier.
 
 use std::os::raw::{c_int, c_void};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use mpi::ffi;
 use mpi::raw::AsRaw;
@@ -110,6 +120,9 @@ impl Drop for Lent {
 pub(super) struct SharedWindow {
     /// Arenas lent to the backend (freed before the node communicator).
     lent: Vec<Lent>,
+    /// The barrier's window: one cache line per rank, its arrival count
+    /// first (freed before the node communicator too).
+    arrivals: Lent,
     node: SimpleCommunicator,
     /// This rank in `node` (the same as in the world: the split keeps order).
     rank: usize,
@@ -120,20 +133,92 @@ pub(super) struct SharedWindow {
     cap: usize,
     /// The half the next collective uses.
     half: usize,
+    /// Barriers this rank passed (its arrival count).
+    passed: u64,
+    /// How long a barrier waits for the other ranks.
+    timeout: Duration,
+}
+
+/// Who reports a barrier's timeout: called with the ranks that never
+/// arrived and how long this rank waited, before the job is aborted.
+pub(super) type OnTimeout<'a> = &'a dyn Fn(&[usize], Duration);
+
+/// Publish `passed` as this rank's arrival count in `arrivals` and wait
+/// until every rank's count reached it (see the module docs); past
+/// `timeout`, report the missing ranks through `on_timeout` and end the job.
+fn barrier(
+    node: &SimpleCommunicator,
+    arrivals: &Lent,
+    me: usize,
+    passed: u64,
+    timeout: Duration,
+    on_timeout: OnTimeout<'_>,
+) {
+    let slot = |r: usize| {
+        // SAFETY: every rank's segment of the arrivals window holds at least
+        // one 64-byte line (allocated in `for_world`), aligned for a u64;
+        // the counters are only ever accessed atomically.
+        unsafe { &*(arrivals.segs[r].0 as *const AtomicU64) }
+    };
+    // SAFETY: the window is allocated and locked.
+    unsafe { ffi::MPI_Win_sync(arrivals.win) };
+    slot(me).store(passed, Ordering::Release);
+    let started = Instant::now();
+    loop {
+        let behind = (0..arrivals.segs.len()).filter(|&r| slot(r).load(Ordering::Acquire) < passed);
+        if behind.clone().next().is_none() {
+            break;
+        }
+        let waited = started.elapsed();
+        if waited >= timeout {
+            let missing: Vec<usize> = behind.collect();
+            on_timeout(&missing, waited);
+            node.abort(super::mpi::TIMEOUT_EXIT_CODE);
+        }
+        // As the arrival check: spin, yielding, for 50 ms, then sleep 1 ms.
+        if waited < Duration::from_millis(50) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // SAFETY: as above.
+    unsafe { ffi::MPI_Win_sync(arrivals.win) };
 }
 
 impl SharedWindow {
     /// The window's node communicator, when every rank of `world` runs on
     /// this host (collective over `world`); `None` when the job spans hosts.
-    pub(super) fn for_world(world: &SimpleCommunicator) -> Option<SharedWindow> {
+    /// Its barriers wait `timeout` at most for a rank (see the module docs).
+    pub(super) fn for_world(world: &SimpleCommunicator, timeout: Duration) -> Option<SharedWindow> {
         let node = world.split_shared(world.rank());
         if node.size() != world.size() {
             return None;
         }
         let rank = node.rank() as usize;
+        let (win, segs) = allocate_window(&node, 64).ok()?;
+        // SAFETY: this rank's segment holds 64 bytes, aligned for a u64;
+        // each rank zeroes its own counter before the barrier below, and
+        // no counter is read before it.
+        unsafe { (*(segs[rank].0 as *const AtomicU64)).store(0, Ordering::Release) };
+        // SAFETY: the window is allocated and locked.
+        unsafe { ffi::MPI_Win_sync(win) };
+        node.barrier();
+        let arrivals = Lent { win, segs };
         // SAFETY: reading an MPI constant (a static of the library).
         let win = unsafe { ffi::RSMPI_WIN_NULL };
-        Some(SharedWindow { lent: Vec::new(), node, rank, win, segs: Vec::new(), cap: 0, half: 0 })
+        Some(SharedWindow {
+            lent: Vec::new(),
+            node,
+            rank,
+            win,
+            segs: Vec::new(),
+            cap: 0,
+            half: 0,
+            arrivals,
+            passed: 0,
+            timeout,
+        })
     }
 
     /// `bytes` bytes of a new window's segment of this rank, which every
@@ -165,7 +250,13 @@ impl SharedWindow {
     /// own bucket; then copies the other chunks' sums from their owners; a
     /// barrier before, between and after (a rank's next step may write its
     /// bucket again only once every rank has copied from it).
-    pub(super) fn all_reduce_lent(&mut self, arena: usize, offset: usize, n: usize) -> Result<(), String> {
+    pub(super) fn all_reduce_lent(
+        &mut self,
+        arena: usize,
+        offset: usize,
+        n: usize,
+        on_timeout: OnTimeout<'_>,
+    ) -> Result<(), String> {
         let l = self.lent.get(arena).ok_or_else(|| format!("no lent arena {arena}"))?;
         if l.segs.iter().any(|&(_, size)| offset + 4 * n > size) || !offset.is_multiple_of(4) {
             return Err(format!("a bucket of {n} floats at byte {offset} does not fit every rank's arena"));
@@ -177,10 +268,13 @@ impl SharedWindow {
         // (checked above); the three phases below touch disjoint ranges as
         // the doc says, separated by barriers with `MPI_Win_sync`.
         let bucket = |r: usize| unsafe { (l.segs[r].0.add(offset)) as *mut f32 };
-        let fence = || {
+        let (node, arrivals, timeout) = (&self.node, &self.arrivals, self.timeout);
+        let passed = &mut self.passed;
+        let mut fence = || {
             // SAFETY: the lent window is allocated and locked.
             unsafe { ffi::MPI_Win_sync(win) };
-            self.node.barrier();
+            *passed += 1;
+            barrier(node, arrivals, me, *passed, timeout, on_timeout);
             // SAFETY: as above.
             unsafe { ffi::MPI_Win_sync(win) };
         };
@@ -270,17 +364,18 @@ impl SharedWindow {
 
     /// `MPI_Win_sync`, barrier, `MPI_Win_sync`: every rank's stores before
     /// it are visible to every rank's loads after it.
-    fn fence(&self) {
+    fn fence(&mut self, on_timeout: OnTimeout<'_>) {
         // SAFETY: the window is allocated and locked (`reserve`).
         unsafe { ffi::MPI_Win_sync(self.win) };
-        self.node.barrier();
+        self.passed += 1;
+        barrier(&self.node, &self.arrivals, self.rank, self.passed, self.timeout, on_timeout);
         // SAFETY: as above.
         unsafe { ffi::MPI_Win_sync(self.win) };
     }
 
     /// Replace `buf` by its sum over all ranks, in rank order (see the
     /// module docs). Every rank calls it with the same length.
-    pub(super) fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), String> {
+    pub(super) fn all_reduce_sum(&mut self, buf: &mut [f32], on_timeout: OnTimeout<'_>) -> Result<(), String> {
         let n = buf.len();
         self.reserve(n)?;
         let (me, world) = (self.rank, self.segs.len());
@@ -293,7 +388,7 @@ impl SharedWindow {
             let c = self.chunk(q, n);
             unsafe { self.seg(me, c.start, c.len()) }.copy_from_slice(&buf[c]);
         }
-        self.fence();
+        self.fence(on_timeout);
         let c = self.chunk(me, n);
         let value = |r: usize| -> &[f32] {
             if r == me {
@@ -312,7 +407,7 @@ impl SharedWindow {
             }
         }
         buf[c.clone()].copy_from_slice(sum);
-        self.fence();
+        self.fence(on_timeout);
         for q in (0..world).filter(|&q| q != me) {
             let c = self.chunk(q, n);
             buf[c.clone()].copy_from_slice(unsafe { self.seg(q, c.start, c.len()) });

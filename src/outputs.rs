@@ -1,0 +1,113 @@
+//! Files the CLI writes besides checkpoints (`--trace`, `--plot`,
+//! `compile -o`, `--emit cuda -o DIR`, `--dump-dir`): checked before any
+//! work, written atomically.
+//!
+//! Invariants:
+//! - A path is checked up front ([`check_file`], [`check_dir`]): its folder
+//!   exists and is a folder, and the path itself, when it exists, is a
+//!   regular file (a folder for [`check_dir`]). A bad path is an error
+//!   naming its flag before a run starts, never after it ends.
+//! - Every write goes through [`write_atomic`] (the runtime's: temporary
+//!   file in the same folder, fsync, rename; the temporary removed on
+//!   error), so a full disk or a crash never leaves a torn file and a good
+//!   file is never truncated first.
+
+use std::path::Path;
+
+use towers_runtime::checkpoint::not_regular;
+
+/// Write `bytes` to `path` atomically (see the module docs).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(kind) = not_regular(path) {
+        return Err(std::io::Error::other(format!("{} is {kind}, not a regular file", path.display())));
+    }
+    towers_runtime::checkpoint::write_atomic(path, bytes)
+}
+
+/// The folder a file `path` goes into ("." for a bare name).
+fn folder(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Check that the file `path` of `--flag` can be written (see the module
+/// docs); the error names the flag and says what to do.
+pub fn check_file(flag: &str, path: &Path) -> Result<(), String> {
+    let p = path.display();
+    if path.as_os_str().is_empty() || path.file_name().is_none() {
+        return Err(format!("--{flag} '{p}': give a file name"));
+    }
+    let dir = folder(path);
+    if !dir.exists() {
+        return Err(format!("--{flag} {p}: the folder {} does not exist; create it first", dir.display()));
+    }
+    if !dir.is_dir() {
+        return Err(format!("--{flag} {p}: {} is not a folder", dir.display()));
+    }
+    if let Some(kind) = not_regular(path) {
+        return Err(format!("--{flag} {p}: is {kind}, not a regular file; give the path of a file"));
+    }
+    Ok(())
+}
+
+/// Check that the folder `path` of `--flag` exists or can be created: it is
+/// a folder when it exists, else its nearest existing ancestor is one.
+pub fn check_dir(flag: &str, path: &Path) -> Result<(), String> {
+    let p = path.display();
+    if path.as_os_str().is_empty() {
+        return Err(format!("--{flag}: give a folder"));
+    }
+    let mut at = Some(path);
+    while let Some(a) = at {
+        let a = if a.as_os_str().is_empty() { Path::new(".") } else { a };
+        if a.exists() {
+            return if a.is_dir() {
+                Ok(())
+            } else if a == path {
+                Err(format!("--{flag} {p}: exists and is not a folder; give a folder"))
+            } else {
+                Err(format!("--{flag} {p}: {} is not a folder", a.display()))
+            };
+        }
+        at = a.parent();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_paths_name_their_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let e = check_file("plot", &d.join("missing/x.svg")).unwrap_err();
+        assert!(e.starts_with("--plot ") && e.contains("does not exist"), "{e}");
+        let e = check_file("trace", d).unwrap_err();
+        assert!(e.contains("is a folder"), "{e}");
+        let e = check_file("trace", Path::new("/dev/null")).unwrap_err();
+        assert!(e.contains("a character device"), "{e}");
+        check_file("trace", &d.join("t.json")).expect("a new file in an existing folder");
+        std::fs::write(d.join("f"), b"").unwrap();
+        let e = check_dir("dump-dir", &d.join("f/sub")).unwrap_err();
+        assert!(e.contains("is not a folder"), "{e}");
+        check_dir("dump-dir", &d.join("a/b/c")).expect("created on demand");
+    }
+
+    #[test]
+    fn atomic_writes_replace_the_file_and_leave_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("out.txt");
+        write_atomic(&f, b"one").unwrap();
+        write_atomic(&f, b"two").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary left");
+        // A folder in the way: an error, and no temporary left either.
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        assert!(write_atomic(&dir.path().join("d"), b"x").is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+}
