@@ -428,7 +428,10 @@ fn communicator(timeout_secs: f64) -> Result<Arc<dyn Comm>, String> {
         Some(n) if n > 1 => Err(format!(
             "an MPI launcher started {n} processes, but this towers was built without MPI: build it with `cargo build --release --features mpi` (each process would otherwise train alone)"
         )),
-        _ => Ok(Arc::new(LocalComm::single())),
+        _ => {
+            let _ = timeout; // used by the MPI communicator only
+            Ok(Arc::new(LocalComm::single()))
+        }
     }
 }
 
