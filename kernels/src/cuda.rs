@@ -73,7 +73,21 @@ impl Source {
     pub const fn hash(&self) -> u64 {
         fnv1a64(self.code.as_bytes())
     }
+
+    /// The family's own text: [`Source::code`] without the shared
+    /// [`PRELUDE`] in front. Two families in one translation unit (a
+    /// kernel launching entry points of both, as `--emit cuda` writes it)
+    /// take the prelude once and then each body: the prelude twice would
+    /// define `block_sum` twice.
+    pub fn body(&self) -> &'static str {
+        self.code.strip_prefix(PRELUDE).unwrap_or(self.code)
+    }
 }
+
+/// The text every family's [`Source::code`] starts with
+/// (`kernels/src/prelude.cuh`: the integer types, `GRID_STRIDE`, the block
+/// reductions and the unary op switches).
+pub const PRELUDE: &str = include_str!("prelude.cuh");
 
 /// FNV-1a, 64 bits.
 pub const fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -529,6 +543,9 @@ mod tests {
         for s in SOURCES {
             assert!(!s.code.contains("#include"), "{}", s.path);
             assert_eq!(s.hash(), fnv1a64(s.code.as_bytes()));
+            assert!(s.code.starts_with(PRELUDE), "{}: the prelude comes first", s.path);
+            assert_eq!(s.body().len() + PRELUDE.len(), s.code.len(), "{}", s.path);
+            assert!(!s.body().contains("block_sum(float v"), "{}: the body defines no prelude helper", s.path);
         }
         let a = cache_key(&SOURCES[0], "sm_90", (13, 0));
         assert_ne!(a, cache_key(&SOURCES[0], "sm_80", (13, 0)));
