@@ -57,7 +57,8 @@ pub fn cuda_files(plan: &Plan) -> Result<Vec<(String, String)>, String> {
         // The families this kernel launches, in launch order, each once.
         let mut sources: Vec<&'static cuda::Source> = Vec::new();
         for family in k.family.into_iter().chain(k.after.iter().map(|(f, _)| *f)) {
-            let src = cuda::source(family).ok_or_else(|| format!("kernel '{name}': no CUDA source for family {family}"))?;
+            let src =
+                cuda::source(family).ok_or_else(|| format!("kernel '{name}': no CUDA source for family {family}"))?;
             if !sources.iter().any(|s| s.family == src.family) {
                 sources.push(src);
             }

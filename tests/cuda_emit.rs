@@ -25,7 +25,8 @@ fn seed_plans() -> Vec<Vec<&'static str>> {
     let mut plans = Vec::new();
     for model in ["mlp", "convnet"] {
         for bn in [false, true] {
-            for towers in [None, Some(["--towers", "4", "--variables", "cpu"]), Some(["--towers", "4", "--variables", "gpu0"])]
+            for towers in
+                [None, Some(["--towers", "4", "--variables", "cpu"]), Some(["--towers", "4", "--variables", "gpu0"])]
             {
                 let mut a = vec!["compile", "--model", model];
                 if bn {
