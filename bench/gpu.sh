@@ -16,6 +16,9 @@ OUTD="${OUT:-/tmp/towers-gpu}"
 mkdir -p "$OUTD"
 B="${TOWERS_GPU_BIN:-gpu}"
 export TOWERS_CUBIN_CACHE=/tmp/towers-cubin
+# Every GPU test fails instead of skipping when the GPU, the driver or NVRTC
+# cannot be used (kernels/src/require_gpu.rs): this run cannot pass silently.
+export TOWERS_REQUIRE_GPU=1
 
 # cudarc opens libcuda.so.1, libnvrtc.so.13, libcublas.so.13 and libnccl.so
 # by bare name: put the folders holding them (the driver's, the Python

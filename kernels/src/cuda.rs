@@ -41,6 +41,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::conv::ConvGeom;
 use crate::elementwise::FusedExpr;
 use crate::pool::PoolGeom;
+use crate::{BinaryOp, UnaryOp};
 
 /// Threads per block for every launch.
 pub const BLOCK: u32 = 256;
@@ -73,6 +74,28 @@ impl Source {
     pub const fn hash(&self) -> u64 {
         fnv1a64(self.code.as_bytes())
     }
+
+    /// The family's own text: [`Source::code`] without the shared
+    /// [`prelude`] in front. Two families in one translation unit (a
+    /// kernel launching entry points of both, as `--emit cuda` writes it)
+    /// take the prelude once and then each body: the prelude twice would
+    /// define `block_sum` twice.
+    pub fn body(&self) -> &'static str {
+        self.code.strip_prefix(prelude()).unwrap_or(self.code)
+    }
+}
+
+/// The text every family's [`Source::code`] starts with:
+/// `kernels/src/prelude.cuh` (the integer types, `GRID_STRIDE`, the block
+/// reductions, `sigmoid`), then the op switches generated from the Rust
+/// tables, `unary_op`/`unary_grad_op` ([`UnaryOp::cuda_switches`]) and
+/// `binary_op` ([`BinaryOp::cuda_switch`]): an op's CUDA case is found by
+/// its code, never by its position in a list. Made once per process.
+pub fn prelude() -> &'static str {
+    static PRELUDE: OnceLock<String> = OnceLock::new();
+    PRELUDE.get_or_init(|| {
+        format!("{}{}{}", include_str!("prelude.cuh"), UnaryOp::cuda_switches(), BinaryOp::cuda_switch())
+    })
 }
 
 /// FNV-1a, 64 bits.
@@ -98,35 +121,48 @@ pub fn cache_key(source: &Source, arch: &str, nvrtc_version: (i32, i32)) -> u64 
     fnv1a64(&bytes)
 }
 
-macro_rules! source {
+/// (family, path under `kernels/src`, the family's own text).
+macro_rules! family {
     ($family:literal, $file:literal) => {
-        Source {
-            family: $family,
-            path: concat!($family, "/", $file),
-            // The shared prelude (types, GRID_STRIDE, block reductions), then the family.
-            code: concat!(include_str!("prelude.cuh"), include_str!(concat!($family, "/", $file))),
-        }
+        ($family, concat!($family, "/", $file), include_str!(concat!($family, "/", $file)))
     };
 }
 
-/// Every CUDA source, one per kernel family.
-pub const SOURCES: &[Source] = &[
-    source!("elementwise", "elementwise.cu"),
-    source!("reduce", "reduce.cu"),
-    source!("misc", "misc.cu"),
-    source!("pool", "pool.cu"),
-    source!("softmax", "softmax.cu"),
-    source!("conv", "conv.cu"),
-    source!("layout", "layout.cu"),
-    source!("batchnorm", "batchnorm.cu"),
-    source!("dropout", "dropout.cu"),
-    source!("optim", "optim.cu"),
+/// Every kernel family's `.cu`, embedded.
+const FAMILIES: &[(&str, &str, &str)] = &[
+    family!("elementwise", "elementwise.cu"),
+    family!("reduce", "reduce.cu"),
+    family!("misc", "misc.cu"),
+    family!("pool", "pool.cu"),
+    family!("softmax", "softmax.cu"),
+    family!("conv", "conv.cu"),
+    family!("layout", "layout.cu"),
+    family!("batchnorm", "batchnorm.cu"),
+    family!("dropout", "dropout.cu"),
+    family!("optim", "optim.cu"),
 ];
+
+/// Every CUDA source, one per kernel family: the [`prelude`], then the
+/// family's `.cu`. Made once per process (the prelude's op switches are
+/// generated), then fixed for its life, as the embedded text is.
+pub fn sources() -> &'static [Source] {
+    static SOURCES: OnceLock<Vec<Source>> = OnceLock::new();
+    SOURCES.get_or_init(|| {
+        FAMILIES
+            .iter()
+            .map(|&(family, path, text)| Source {
+                family,
+                path,
+                code: Box::leak(format!("{}{text}", prelude()).into_boxed_str()),
+            })
+            .collect()
+    })
+}
 
 /// The source of a family, or of a generated fused kernel by its family
 /// name (`fused_<hash>`, once [`fused_source`] has made it).
 pub fn source(family: &str) -> Option<&'static Source> {
-    SOURCES.iter().find(|s| s.family == family).or_else(|| {
+    sources().iter().find(|s| s.family == family).or_else(|| {
         let made = generated().lock().ok()?;
         made.values().find(|g| g.source.family == family).map(|g| &g.source)
     })
@@ -233,7 +269,7 @@ pub const KERNELS: &[CudaKernel] = &[
         family: None,
         entries: &[],
         after: &[("elementwise", "towers_bias_act_in_place_f32")],
-        args: "cuBLAS sgemm as gemm, then the epilogue: op (i32: the index in UnaryOp::ALL, -1 none), n = m*n (i64), c = n (i64), bias, c (in place)",
+        args: "cuBLAS sgemm as gemm, then the epilogue: op (i32: UnaryOp::code(), -1 none), n = m*n (i64), c = n (i64), bias, c (in place)",
         launch: "cublasSgemm on the launch's stream; epilogue block BLOCK, grid grid_1d(m*n)",
     },
     CudaKernel {
@@ -253,7 +289,7 @@ pub const KERNELS: &[CudaKernel] = &[
         launch: "one cublasSgemm per pair, then the update: block BLOCK, grid grid_1d(m*n)",
     },
     k!("binary", "elementwise", ["towers_binary_f32"],
-       "op (i32: 0 Add, 1 Sub, 2 Mul, 3 Div), n = numel(out) (i64), a, b, out, od: Dims4 (output dims padded to rank 4), sa, sb: Dims4 (broadcast strides, Dims4::broadcast_strides)", EW),
+       "op (i32: BinaryOp::code()), n = numel(out) (i64), a, b, out, od: Dims4 (output dims padded to rank 4), sa, sb: Dims4 (broadcast strides, Dims4::broadcast_strides)", EW),
     CudaKernel {
         kernel: "fused_elementwise",
         family: Some("elementwise"),
@@ -264,19 +300,19 @@ pub const KERNELS: &[CudaKernel] = &[
     },
     k!("add_n", "misc", ["towers_add_n_f32"], "n (i64), count (i32), xs (device array of count input pointers), out", EW),
     k!("bias_add", "elementwise", ["towers_bias_add_f32"], "n (i64), c = channels (i64), x, bias, y", EW),
-    k!("bias_add_act", "elementwise", ["towers_bias_add_act_f32"], "op (i32: the index in UnaryOp::ALL), n (i64), c = channels (i64), x, bias, y", EW),
+    k!("bias_add_act", "elementwise", ["towers_bias_add_act_f32"], "op (i32: UnaryOp::code()), n (i64), c = channels (i64), x, bias, y", EW),
     k!("unary_grad_bias_grad", "reduce", ["towers_unary_grad_bias_partial_f32", "towers_sum_partials_f32", "towers_unary_grad_bias_grad_f32"],
-       "tall [rows, c] with c <= 1024 (rows >= 4 * 264), two stages: partial(op (i32: the index in UnaryOp::ALL), rows, c, rpb = rows per block (i64), dy, y, dx, partial = scratch[parts * c]), then sum_partials(parts, c (i64), partial, db); otherwise unary_grad_bias_grad(op, rows, c (i64), dy, y, dx, db)",
+       "tall [rows, c] with c <= 1024 (rows >= 4 * 264), two stages: partial(op (i32: UnaryOp::code()), rows, c, rpb = rows per block (i64), dy, y, dx, partial = scratch[parts * c]), then sum_partials(parts, c (i64), partial, db); otherwise unary_grad_bias_grad(op, rows, c (i64), dy, y, dx, db)",
        "two stages: block (BLOCK / c) * c (or c above BLOCK), grid parts = ceil(rows / rpb) with rpb = ceil(rows / 264); then block BLOCK, grid grid_1d(c). One stage: block BLOCK, grid grid_rows(channels)"),
     k!("bias_add_grad", "reduce", ["towers_reduce_f32"],
        "n_out = channels, dy, db, xd = Dims4([1, 1, rows, channels]), reduced = 0b0100, scale = 1.0", ROWS),
-    k!("unary", "elementwise", ["towers_unary_f32"], "op (i32: the index in UnaryOp::ALL), n (i64), x, y", EW),
+    k!("unary", "elementwise", ["towers_unary_f32"], "op (i32: UnaryOp::code()), n (i64), x, y", EW),
     k!("unary_grad", "elementwise", ["towers_unary_grad_f32"], "op (i32, as unary), n (i64), dy, y, dx", EW),
     k!("conv2d", "conv", ["towers_im2col_f32"],
        "per chunk of rows [r0, r0 + r): im2col(g: ConvArgs, r0, r (i64), x, col = workspace), then GEMM y[r0..] = col * W; pointwise (1x1, stride 1): GEMM only",
        "block BLOCK, grid grid_1d(r * K)"),
     k!("conv2d_bias_act", "conv", ["towers_im2col_f32"], then [("elementwise", "towers_bias_act_in_place_f32"), ("pool", "towers_max_pool_f32")],
-       "as conv2d, then one epilogue launch: op (i32: the index in UnaryOp::ALL), n = numel(y) (i64), c = c_out (i64), bias, y (in place); with a fused pool, then max_pool(g: PoolArgs, y, pooled)",
+       "as conv2d, then one epilogue launch: op (i32: UnaryOp::code()), n = numel(y) (i64), c = c_out (i64), bias, y (in place); with a fused pool, then max_pool(g: PoolArgs, y, pooled)",
        "block BLOCK, grid grid_1d(r * K); epilogue grid_1d(numel(y)); pool grid_1d(numel(pooled))"),
     k!("conv2d_backprop_input", "conv", ["towers_col2im_f32"],
        "per chunk: GEMM dcol = dy[r0..] * W^T, then col2im(g: ConvArgs, r0, r (i64), accumulate (i32: 0 on the first chunk), dcol = workspace, dx); pointwise: GEMM only",
@@ -476,24 +512,6 @@ impl From<&ConvGeom> for ConvArgs {
 mod tests {
     use super::*;
 
-    /// The CUDA unary kernels switch on the op's index in `UnaryOp::ALL`
-    /// (the forward ones, `towers_unary_f32` and `towers_bias_add_act_f32`,
-    /// through `unary_op`): each of the two switches has exactly one case per op, numbered in
-    /// order, so an op added to the Rust table without its CUDA case fails
-    /// here (the CUDA default case writes NaN, never another op's value).
-    #[test]
-    fn the_cuda_unary_switches_cover_every_unary_op_in_order() {
-        let code = source("elementwise").expect("elementwise source").code;
-        for entry in ["float unary_op(", "float unary_grad_op("] {
-            let body = code.split(entry).nth(1).expect("the entry point");
-            let switch = body.split("switch (op)").nth(1).expect("a switch").split("default:").next().unwrap_or("");
-            let cases: Vec<usize> =
-                switch.split("case ").skip(1).filter_map(|c| c.split(':').next()?.trim().parse().ok()).collect();
-            let want: Vec<usize> = (0..crate::UnaryOp::ALL.len()).collect();
-            assert_eq!(cases, want, "{entry}: one case per UnaryOp::ALL index ({:?})", crate::UnaryOp::ALL);
-        }
-    }
-
     #[test]
     fn every_entry_point_is_defined_once_in_its_source() {
         for k in KERNELS {
@@ -526,14 +544,17 @@ mod tests {
 
     #[test]
     fn sources_are_self_contained_and_hashed() {
-        for s in SOURCES {
+        for s in sources() {
             assert!(!s.code.contains("#include"), "{}", s.path);
             assert_eq!(s.hash(), fnv1a64(s.code.as_bytes()));
+            assert!(s.code.starts_with(prelude()), "{}: the prelude comes first", s.path);
+            assert_eq!(s.body().len() + prelude().len(), s.code.len(), "{}", s.path);
+            assert!(!s.body().contains("block_sum(float v"), "{}: the body defines no prelude helper", s.path);
         }
-        let a = cache_key(&SOURCES[0], "sm_90", (13, 0));
-        assert_ne!(a, cache_key(&SOURCES[0], "sm_80", (13, 0)));
-        assert_ne!(a, cache_key(&SOURCES[0], "sm_90", (13, 1)));
-        assert_ne!(a, cache_key(&SOURCES[1], "sm_90", (13, 0)));
+        let a = cache_key(&sources()[0], "sm_90", (13, 0));
+        assert_ne!(a, cache_key(&sources()[0], "sm_80", (13, 0)));
+        assert_ne!(a, cache_key(&sources()[0], "sm_90", (13, 1)));
+        assert_ne!(a, cache_key(&sources()[1], "sm_90", (13, 0)));
     }
 
     /// A generated source is made once per expression, found by its family

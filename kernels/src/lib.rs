@@ -93,6 +93,7 @@ pub mod optim;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+pub mod require_gpu;
 pub mod shape;
 pub mod simd;
 pub mod softmax;

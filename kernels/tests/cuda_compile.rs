@@ -18,7 +18,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use towers_kernels::cuda::{KERNELS, SOURCES};
+use towers_kernels::cuda::{sources, KERNELS};
 
 const ARCHS: [(&str, &str); 2] = [("compute_80", "sm_80"), ("compute_90", "sm_90")];
 
@@ -46,7 +46,7 @@ fn every_source_compiles_with_nvrtc_and_assembles_with_ptxas() {
     let mut failures = Vec::new();
     // (arch, function, resources) of every function ptxas assembled.
     let mut resources: Vec<(String, String, String)> = Vec::new();
-    for src in SOURCES {
+    for src in sources() {
         for (virt, real) in ARCHS {
             let t = std::time::Instant::now();
             let ptx = match common::compile(src.path, src.code, virt, &[]) {
@@ -234,4 +234,71 @@ fn generated_fused_kernels_compile_and_assemble() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n\n"));
+}
+
+/// An op code no table has writes NaN, never another op's value: a probe
+/// kernel calling the generated switches (the prelude every source starts
+/// with) with constant codes compiles with NVRTC, and the constants it
+/// stores are NaN for the unknown codes and the ops' own values for codes
+/// taken from the tables (`Neg.code()` on 2.0 gives -2.0, `Mul.code()` on
+/// 3.0 and 4.0 gives 12.0): NVRTC folds each switch to the one case its
+/// code selects.
+#[test]
+fn unknown_op_codes_compile_to_nan() {
+    if !common::nvrtc_present() {
+        common::skip(
+            "cuda_compile (op codes)",
+            "libnvrtc (libnvrtc.so / libnvrtc.so.13) was not found on LD_LIBRARY_PATH.",
+        );
+        return;
+    }
+    use towers_kernels::{BinaryOp, UnaryOp};
+    let unknown = UnaryOp::ALL.iter().chain([UnaryOp::Neg].iter()).map(|o| o.code()).max().unwrap_or(0) + 1000;
+    let code = format!(
+        "{}\nextern \"C\" __global__ void towers_op_code_probe(float* o) {{\n\
+         o[0] = unary_op({unknown}, 2.0f);\n o[1] = unary_grad_op({unknown}, 3.0f, 4.0f);\n\
+         o[2] = binary_op({unknown}, 3.0f, 4.0f);\n o[3] = unary_op(-7, 2.0f);\n\
+         o[4] = unary_op({neg}, 2.0f);\n o[5] = binary_op({mul}, 3.0f, 4.0f);\n}}\n",
+        towers_kernels::cuda::prelude(),
+        neg = UnaryOp::Neg.code(),
+        mul = BinaryOp::Mul.code(),
+    );
+    for (virt, _) in ARCHS {
+        let ptx = common::compile("op_code_probe.cu", &code, virt, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let ptx = String::from_utf8_lossy(&ptx.image).to_string();
+        let body = ptx.split(".entry towers_op_code_probe(").nth(1).expect("the probe's entry");
+        // NVRTC folds every call: the probe is moves of constant bit patterns
+        // (`mov.u32 %r1, 2143289344;`) and stores (`st.global.u32 [%rd2+4], %r1;`).
+        let mut regs = std::collections::BTreeMap::new();
+        let mut stores: Vec<(u32, u32)> = Vec::new();
+        for l in body.lines().map(|l| l.trim().trim_end_matches(';')) {
+            let (op, args) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
+            let args: Vec<&str> = args.split(',').map(str::trim).collect();
+            match (op, args.as_slice()) {
+                ("mov.u32" | "mov.b32", [reg, v]) => {
+                    if let Ok(v) = v.parse::<i64>() {
+                        regs.insert(reg.to_string(), v as u32);
+                    }
+                }
+                ("st.global.u32" | "st.global.b32" | "st.global.f32", [addr, v]) => {
+                    let off =
+                        addr.trim_matches(|c| c == '[' || c == ']').split('+').nth(1).map_or(0, |o| o.parse().unwrap());
+                    let bits = match v.strip_prefix("0f") {
+                        Some(hex) => u32::from_str_radix(hex, 16).unwrap(),
+                        None => *regs.get(*v).unwrap_or_else(|| panic!("{virt}: {v} is not a constant:\n{body}")),
+                    };
+                    stores.push((off, bits));
+                }
+                _ => {}
+            }
+        }
+        stores.sort();
+        let bits: Vec<u32> = stores.iter().map(|s| s.1).collect();
+        let nan = 0x7fc0_0000u32;
+        assert_eq!(
+            bits,
+            [nan, nan, nan, nan, (-2.0f32).to_bits(), 12.0f32.to_bits()],
+            "{virt}: NaN for unknown codes, -2 for Neg.code(), 12 for Mul.code():\n{body}"
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! compile stores each kernel family's cubin, the second reads it back
 //! byte for byte, and a corrupted file is compiled again, never loaded.
 //! Skipped with a loud message without NVRTC, except under CI (`.ci/run`
-//! installs it), where it is required.
+//! installs it) or `TOWERS_REQUIRE_GPU`, where it is required.
 
 use towers_runtime::cuda::{compile_cubin, disk_cache::CubinCache, libs};
 
@@ -11,6 +11,10 @@ fn nvrtc_or_skip() -> bool {
         return true;
     }
     assert!(std::env::var_os("CI").is_none(), "CI is set: NVRTC must be on LD_LIBRARY_PATH (.ci/run installs it)");
+    assert!(
+        !towers_kernels::require_gpu::required(),
+        "TOWERS_REQUIRE_GPU is set: NVRTC must be on LD_LIBRARY_PATH (a GPU run needs it)"
+    );
     eprintln!("SKIPPED cubin_cache: libnvrtc.so.13 not found on LD_LIBRARY_PATH (see .ci/run)");
     false
 }
@@ -22,7 +26,7 @@ fn kernel_families_compile_once_per_machine() {
     }
     let dir = tempfile::tempdir().unwrap();
     let cache = CubinCache::new(dir.path());
-    let sources = &towers_kernels::cuda::SOURCES[..2];
+    let sources = &towers_kernels::cuda::sources()[..2];
     let mut first = Vec::new();
     for s in sources {
         let (image, from_disk) = compile_cubin(s, "sm_90", Some(&cache)).expect("compiles");

@@ -5,7 +5,8 @@
 //!
 //! Without a GPU (or without NVRTC/cuBLAS), asking for the CUDA backend is
 //! a typed error naming the missing library and `LD_LIBRARY_PATH`, and the
-//! GPU parts say SKIPPED.
+//! GPU parts say SKIPPED, unless `TOWERS_REQUIRE_GPU` is set
+//! (`bench/gpu.sh`): then each of them fails.
 //!
 //! Tolerance: 1e-4 relative (|a-b| / max(1, |b|)). The GPU sums in other
 //! orders than the CPU (cuBLAS's GEMM blocking, the kernels' tree
@@ -28,8 +29,31 @@ use towers_runtime::{Backend, CpuBackend, Session};
 
 const TOL: f32 = 1e-4;
 
+/// Without a GPU: a loud skip, or a failure under `TOWERS_REQUIRE_GPU`.
 fn skip(test: &str, why: &CudaUnavailable) {
-    eprintln!("\n==================== SKIPPED: {test} (GPU parts) ====================\n{why}\n");
+    match towers_kernels::require_gpu::no_gpu(&format!("{test} (GPU parts)"), &why.to_string()) {
+        Ok(skipped) => eprintln!("{skipped}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+/// The variable works end to end: the first test of this file, run again in
+/// a child process with `TOWERS_REQUIRE_GPU=1`, passes exactly where a GPU
+/// is usable and fails everywhere else (as on CI, which has none).
+#[test]
+fn require_gpu_turns_a_missing_gpu_into_a_failure() {
+    let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "asking_for_cuda_without_it_is_a_typed_error", "--test-threads", "1"])
+        .env(towers_kernels::require_gpu::VAR, "1")
+        .output()
+        .expect("the test binary runs");
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(log.contains("1 passed") || log.contains("1 failed"), "the child ran the one test:\n{log}");
+    let gpu = CudaBackend::new().is_ok();
+    assert_eq!(out.status.success(), gpu, "GPU usable here: {gpu}; the child under TOWERS_REQUIRE_GPU=1:\n{log}");
+    if !gpu {
+        assert!(log.contains("TOWERS_REQUIRE_GPU is set"), "{log}");
+    }
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! second run with `TOWERS_REQUIRE_NCCL` set) rank 0's unique id reaches
 //! every rank: real NCCL calls, no GPU needed. With a GPU, NCCL and world size 1 (NCCL refuses two ranks
 //! on one GPU), a plan whose buckets go through `ncclAllReduce` must train
-//! exactly as the same plan without NCCL; those parts say SKIPPED elsewhere.
+//! exactly as the same plan without NCCL; those parts say SKIPPED elsewhere,
+//! and fail instead when `TOWERS_REQUIRE_GPU` is set (`bench/gpu.sh`).
 #![cfg(feature = "nccl")]
 
 mod common;
@@ -20,6 +21,15 @@ use towers_runtime::Session;
 
 fn skip(test: &str, why: &str) {
     eprintln!("\n==================== SKIPPED: {test} ====================\n{why}\n");
+}
+
+/// A GPU part without its GPU (or NCCL): a skip, or a failure under
+/// `TOWERS_REQUIRE_GPU`.
+fn skip_gpu(test: &str, why: &str) {
+    match towers_kernels::require_gpu::no_gpu(test, why) {
+        Ok(skipped) => eprintln!("{skipped}"),
+        Err(failure) => panic!("{failure}"),
+    }
 }
 
 #[test]
@@ -61,10 +71,10 @@ fn with_nccl_rank_zeros_id_reaches_every_rank() {
 fn a_bucket_through_nccl_on_one_gpu() {
     let backend = match CudaBackend::new() {
         Ok(b) => b,
-        Err(e) => return skip("a_bucket_through_nccl_on_one_gpu", &e.to_string()),
+        Err(e) => return skip_gpu("a_bucket_through_nccl_on_one_gpu", &e.to_string()),
     };
     if !CudaLibrary::Nccl.present() {
-        return skip("a_bucket_through_nccl_on_one_gpu", "NCCL (libnccl.so) is not on LD_LIBRARY_PATH");
+        return skip_gpu("a_bucket_through_nccl_on_one_gpu", "NCCL (libnccl.so) is not on LD_LIBRARY_PATH");
     }
     let comm = LocalComm::single();
     let backend = backend.with_nccl(&comm).expect("NCCL over one rank");

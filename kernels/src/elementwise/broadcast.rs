@@ -12,39 +12,88 @@ use crate::reduce::sum_flags;
 use crate::shape::{broadcast_shapes, bstrides, numel, pad4};
 use crate::KernelError;
 
-/// The four broadcasting arithmetic ops (the graph's `Op::Binary`, the
-/// plan's `Kernel::Binary`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
+/// Defines [`BinaryOp`] from one table, as `unary_ops!` does for the unary
+/// ops: `Variant { name, tf, code, f: (x, y) -> out, cuda: out of x and y }`.
+/// The CPU kernel ([`binary`]) expands each `f` into its own loop; the CUDA
+/// switch `binary_op` is generated from `cuda` by [`BinaryOp::cuda_switch`].
+///
+/// CUDA links by name: an op's code is the table's `code`, never its
+/// position in [`BinaryOp::ALL`]; a code the switch does not know writes
+/// NaN, never another op's value.
+macro_rules! binary_ops {
+    ($( $(#[$doc:meta])* $v:ident { name: $name:literal, tf: $tf:literal, code: $code:literal,
+        f: $f:expr, cuda: $cuda:literal $(,)? } )*) => {
+        /// The broadcasting arithmetic ops (the graph's `Op::Binary`, the
+        /// plan's `Kernel::Binary`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum BinaryOp {
+            $( $(#[$doc])* $v, )*
+        }
+
+        impl BinaryOp {
+            /// Every op, in declaration order.
+            pub const ALL: &'static [BinaryOp] = &[$(BinaryOp::$v),*];
+
+            /// The kernel-level name (lower case, e.g. `add`).
+            pub fn name(self) -> &'static str {
+                match self { $(BinaryOp::$v => $name,)* }
+            }
+
+            /// TF's op type name (`Add`, `Sub`, `Mul`, `RealDiv`).
+            pub fn tf_name(self) -> &'static str {
+                match self { $(BinaryOp::$v => $tf,)* }
+            }
+
+            /// The op on one pair of values.
+            pub fn apply(self, x: f32, y: f32) -> f32 {
+                match self { $(BinaryOp::$v => ($f)(x, y),)* }
+            }
+
+            /// The op's code in the CUDA switch and launch arguments: the
+            /// table's `code`, never the op's position in [`BinaryOp::ALL`].
+            pub const fn code(self) -> i32 {
+                match self { $(BinaryOp::$v => $code,)* }
+            }
+
+            /// The op whose [`code`](BinaryOp::code) this is, if any.
+            pub fn from_code(code: i32) -> Option<BinaryOp> {
+                BinaryOp::ALL.iter().copied().find(|op| op.code() == code)
+            }
+
+            /// The CUDA C of `binary_op(op, x, y)`: one case per op of this
+            /// table, numbered by [`code`](BinaryOp::code); any other code
+            /// writes NaN. Deterministic: table order, same text every time.
+            pub fn cuda_switch() -> String {
+                let mut s = String::from(
+                    "\n// Generated from the table of kernels/src/elementwise/broadcast.rs (BinaryOp::cuda_switch):\n\
+                     // case N is the op whose BinaryOp::code() is N; any other code writes NaN.\n\
+                     __device__ __forceinline__ float binary_op(int op, float x, float y) {\n    switch (op) {\n",
+                );
+                $( s.push_str(&format!("    case {}: return {};  // {}\n", $code, $cuda, $name)); )*
+                s.push_str("    default: return __int_as_float(0x7fc00000);  // no such op: NaN, never another op's value\n");
+                s.push_str("    }\n}\n");
+                s
+            }
+        }
+
+        /// `out = op(a, b)` per element over the broadcast loops of [`run`].
+        fn dispatch(op: BinaryOp, a: &[f32], pa: &[usize; 4], b: &[f32], pb: &[usize; 4], od: &[usize; 4], out: &mut [f32]) {
+            match op {
+                $(BinaryOp::$v => run(a, pa, b, pb, od, out, $f),)*
+            }
+        }
+    };
 }
 
-impl BinaryOp {
-    /// Every op, in declaration order.
-    pub const ALL: &'static [BinaryOp] = &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
-
-    /// The kernel-level name (lower case, e.g. `add`).
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-        }
-    }
-
-    /// TF's op type name (`Add`, `Sub`, `Mul`, `RealDiv`).
-    pub fn tf_name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "Add",
-            BinaryOp::Sub => "Sub",
-            BinaryOp::Mul => "Mul",
-            BinaryOp::Div => "RealDiv",
-        }
-    }
+binary_ops! {
+    /// `x + y`.
+    Add { name: "add", tf: "Add", code: 0, f: |x: f32, y: f32| x + y, cuda: "x + y" }
+    /// `x - y`.
+    Sub { name: "sub", tf: "Sub", code: 1, f: |x: f32, y: f32| x - y, cuda: "x - y" }
+    /// `x * y`.
+    Mul { name: "mul", tf: "Mul", code: 2, f: |x: f32, y: f32| x * y, cuda: "x * y" }
+    /// `x / y` (TF's `RealDiv`).
+    Div { name: "div", tf: "RealDiv", code: 3, f: |x: f32, y: f32| x / y, cuda: "x / y" }
 }
 
 /// `out = a (op) b` with broadcasting. `out` has the broadcast shape of
@@ -64,12 +113,7 @@ pub fn binary(
     debug_assert_eq!(a.len(), numel(a_shape));
     debug_assert_eq!(b.len(), numel(b_shape));
     debug_assert_eq!(out.len(), od.iter().product::<usize>());
-    match op {
-        BinaryOp::Add => run(a, &pa, b, &pb, &od, out, |x, y| x + y),
-        BinaryOp::Sub => run(a, &pa, b, &pb, &od, out, |x, y| x - y),
-        BinaryOp::Mul => run(a, &pa, b, &pb, &od, out, |x, y| x * y),
-        BinaryOp::Div => run(a, &pa, b, &pb, &od, out, |x, y| x / y),
-    }
+    dispatch(op, a, &pa, b, &pb, &od, out);
     Ok(())
 }
 
@@ -197,6 +241,23 @@ pub fn sum_to_shape(x: &[f32], x_shape: &[usize], out: &mut [f32], out_shape: &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Codes are distinct and name their op back; `apply` is what the
+    /// broadcast kernel computes per element.
+    #[test]
+    fn binary_codes_are_distinct_and_name_their_op() {
+        let mut codes: Vec<i32> = BinaryOp::ALL.iter().map(|o| o.code()).collect();
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), BinaryOp::ALL.len());
+        for &op in BinaryOp::ALL {
+            assert_eq!(BinaryOp::from_code(op.code()), Some(op), "{op:?}");
+            let mut out = [0.0f32; 1];
+            binary(op, &[3.0], &[1], &[4.0], &[1], &mut out).unwrap();
+            assert_eq!(out[0], op.apply(3.0, 4.0), "{op:?}");
+        }
+        assert_eq!(BinaryOp::from_code(BinaryOp::ALL.len() as i32 + 7), None);
+    }
     use crate::testutil::{assert_close, Lcg};
 
     /// Plain multi-index reference: out[i] = f(a[idx_a(i)], b[idx_b(i)]).

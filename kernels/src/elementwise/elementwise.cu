@@ -27,17 +27,7 @@ __device__ __forceinline__ i64 bcast_offset(i64 i, const Dims4& od, const Dims4&
     return off;
 }
 
-// op: 0 Add, 1 Sub, 2 Mul, 3 Div (BinaryKind order).
-__device__ __forceinline__ float binary_op(int op, float x, float y) {
-    switch (op) {
-    case 0: return x + y;
-    case 1: return x - y;
-    case 2: return x * y;
-    default: return x / y;
-    }
-}
-
-// out[i] = a[bcast(i)] op b[bcast(i)], i < n = numel(od).
+// out[i] = a[bcast(i)] op b[bcast(i)], i < n = numel(od); `binary_op` (one case per BinaryOp::code()) is in the prelude.
 extern "C" __global__ void towers_binary_f32(int op, i64 n, const float* __restrict__ a, const float* __restrict__ b,
                                              float* __restrict__ out, Dims4 od, Dims4 sa, Dims4 sb) {
     GRID_STRIDE(i, n) { out[i] = binary_op(op, a[bcast_offset(i, od, sa)], b[bcast_offset(i, od, sb)]); }

@@ -343,7 +343,8 @@ pub fn fused(
 /// broadcast strides against the output, then the output), a 1-D grid-stride
 /// loop (block `cuda::BLOCK`, grid `cuda::grid_1d(n)`). It is compiled after
 /// the elementwise family's source, whose `Dims4`, `bcast_offset`,
-/// `unary_op` and `unary_grad_op` it calls with constant op codes.
+/// `unary_op` and `unary_grad_op` it calls with constant op codes
+/// (`UnaryOp::code`, the table's, never a position).
 pub fn cuda_kernel(expr: &FusedExpr) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "\n// Generated from {expr}:\n// {}", expr.tree());
@@ -355,13 +356,12 @@ pub fn cuda_kernel(expr: &FusedExpr) -> String {
     args.push("float* __restrict__ y".into());
     let _ = writeln!(s, "extern \"C\" __global__ void {}({}) {{", expr.entry(), args.join(", "));
     let _ = writeln!(s, "    GRID_STRIDE(i, n) {{");
-    let code = |op: UnaryOp| UnaryOp::ALL.iter().position(|u| *u == op).unwrap_or(usize::MAX);
     for (i, step) in expr.steps.iter().enumerate() {
         let rhs = match *step {
             FusedStep::Input(k) => format!("x{k}[bcast_offset(i, od, s{k})]"),
             FusedStep::Const(b) => format!("__int_as_float(0x{b:08x})"),
-            FusedStep::Unary(op, a) => format!("unary_op({}, v{a})", code(op)),
-            FusedStep::UnaryGrad(op, a, b) => format!("unary_grad_op({}, v{a}, v{b})", code(op)),
+            FusedStep::Unary(op, a) => format!("unary_op({}, v{a})", op.code()),
+            FusedStep::UnaryGrad(op, a, b) => format!("unary_grad_op({}, v{a}, v{b})", op.code()),
             FusedStep::Binary(op, a, b) => {
                 let f = match op {
                     BinaryOp::Add => "__fadd_rn",

@@ -87,7 +87,8 @@ pub fn in_ci() -> bool {
     std::env::var("CI").map(|v| !v.is_empty() && v != "0" && v != "false").unwrap_or(false)
 }
 
-/// A skipped test says so loudly; in CI a skip is a failure.
+/// A skipped test says so loudly; in CI, or with `TOWERS_REQUIRE_GPU` set
+/// (a GPU run needs NVRTC too), a skip is a failure.
 pub fn skip(test: &str, why: &str) {
     let msg = format!(
         "\n==================== SKIPPED: {test} ====================\n{why}\n\
@@ -98,6 +99,9 @@ pub fn skip(test: &str, why: &str) {
     );
     if in_ci() {
         panic!("CI is set, so this test is required:{msg}");
+    }
+    if towers_kernels::require_gpu::required() {
+        panic!("{} is set, so this test is required:{msg}", towers_kernels::require_gpu::VAR);
     }
     eprintln!("{msg}");
 }

@@ -5,7 +5,7 @@ use towers_kernels::elementwise::{self as ew, BinaryOp, UnaryOp};
 pub use towers_kernels::{batchnorm, conv, dropout, gemm, layout, misc, optim, pool, random, reduce, softmax};
 
 pub fn binary(op: i32, a: &[f32], sa: &[usize], b: &[f32], sb: &[usize], out: &mut [f32]) {
-    let op = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div][op as usize];
+    let op = BinaryOp::from_code(op).expect("a binary op code");
     ew::binary(op, a, sa, b, sb, out).unwrap();
 }
 pub fn broadcast_to(x: &[f32], xs: &[usize], out: &mut [f32], os: &[usize]) {
@@ -21,10 +21,10 @@ pub fn bias_add_grad(dy: &[f32], db: &mut [f32]) {
     ew::bias_add_grad(dy, db);
 }
 pub fn unary(op: i32, x: &[f32], y: &mut [f32]) {
-    ew::unary(UnaryOp::ALL[op as usize], x, y);
+    ew::unary(UnaryOp::from_code(op).expect("a unary op code"), x, y);
 }
 pub fn unary_grad(op: i32, dy: &[f32], y: &[f32], dx: &mut [f32]) {
-    ew::unary_grad(UnaryOp::ALL[op as usize], dy, y, dx);
+    ew::unary_grad(UnaryOp::from_code(op).expect("a unary op code"), dy, y, dx);
 }
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(m: usize, k: usize, n: usize, ta: bool, tb: bool, a: &[f32], b: &[f32], c: &mut [f32]) {

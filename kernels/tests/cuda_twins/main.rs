@@ -11,8 +11,9 @@
 //!   (1e-4: sums of up to thousands of terms in another order), softmax rows
 //!   (1e-5), transcendental functions (`expf`, `tanhf`: 2e-6) differ by rounding.
 //!
-//! Skipped, with a message, without a CUDA driver, a GPU or NVRTC (never
-//! required: CI has no GPU). The CPU bodies are called through the small
+//! Skipped, with a message, without a CUDA driver, a GPU or NVRTC (CI has
+//! no GPU), unless `TOWERS_REQUIRE_GPU` is set (`bench/gpu.sh` sets it):
+//! then that is a failure (`towers_kernels::require_gpu`). The CPU bodies are called through the small
 //! adapters in `cpu.rs`, the one place to fix when their signatures move.
 //! Files: `harness.rs` (launch, buffers, report), `math.rs`, `spatial.rs`,
 //! `training.rs` (the checks by kernel family).
@@ -58,10 +59,10 @@ fn gpu() -> Result<Gpu, String> {
 fn cuda_twins_match_cpu() {
     let g = match gpu() {
         Ok(g) => g,
-        Err(why) => {
-            eprintln!("\n========== SKIPPED: cuda_twins ({why}) ==========\n");
-            return;
-        }
+        Err(why) => match towers_kernels::require_gpu::no_gpu("cuda_twins_match_cpu", &why) {
+            Ok(skipped) => return eprintln!("{skipped}"),
+            Err(failure) => panic!("{failure}"),
+        },
     };
     let mut r = Report::default();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);

@@ -22,7 +22,7 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let (da, db) = (g.up(&a), g.up(&b));
         let len = numel(&out_shape);
         let dout = g.up(&vec![0f32; len]);
-        for op in 0..4 {
+        for op in towers_kernels::BinaryOp::ALL.iter().map(|b| b.code()) {
             g.ew(
                 EWF,
                 "towers_binary_f32",
@@ -71,7 +71,7 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         cpu::bias_add(&x, &b, &mut want);
         r.f32("bias_add", format!("[{rows}, {c}]"), &g.down(&dy, rows * c), &want, None);
         // The fused activation gradient + bias gradient (dy in [-1, 1], y = x + b as the forward output).
-        for (op, act) in towers_kernels::UnaryOp::ALL.iter().enumerate() {
+        for (op, act) in towers_kernels::UnaryOp::ALL.iter().map(|a| (a.code(), a)) {
             if ["log", "sqrt", "rsqrt", "reciprocal"].contains(&act.name()) {
                 continue;
             }
@@ -82,7 +82,7 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
                 "towers_unary_grad_bias_grad_f32",
                 grid_rows(c),
                 BLOCK,
-                &[A::I32(op as i32), n(rows), n(c), dx.a(), gy.a(), gdx.a(), gdb.a()],
+                &[A::I32(op), n(rows), n(c), dx.a(), gy.a(), gdx.a(), gdb.a()],
             );
             let (mut want_dx, mut want_db) = (vec![0f32; rows * c], vec![0f32; c]);
             towers_kernels::elementwise::unary_grad_bias_grad(*act, &x, &yv, &mut want_dx, &mut want_db);
@@ -103,17 +103,12 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         }
         // The fused bias add + activation, for the ops defined on every real
         // (log, sqrt, rsqrt and reciprocal of x + b in [-2, 2] are checked by `unary`).
-        for (op, act) in towers_kernels::UnaryOp::ALL.iter().enumerate() {
+        for (op, act) in towers_kernels::UnaryOp::ALL.iter().map(|a| (a.code(), a)) {
             if ["log", "sqrt", "rsqrt", "reciprocal"].contains(&act.name()) {
                 continue;
             }
             let out = g.up(&vec![0f32; rows * c]);
-            g.ew(
-                EWF,
-                "towers_bias_add_act_f32",
-                rows * c,
-                &[A::I32(op as i32), n(rows * c), n(c), dx.a(), db.a(), out.a()],
-            );
+            g.ew(EWF, "towers_bias_add_act_f32", rows * c, &[A::I32(op), n(rows * c), n(c), dx.a(), db.a(), out.a()]);
             let mut want = vec![0f32; rows * c];
             towers_kernels::elementwise::bias_add_act(&x, &b, *act, &mut want);
             r.f32("bias_add_act", format!("[{rows}, {c}] {}", act.name()), &g.down(&out, rows * c), &want, Some(1e-6));
@@ -142,23 +137,24 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     // Exp, Log, Sqrt, Rsqrt, Reciprocal on positive inputs in [1e-3, 6].
     let xp: Vec<f32> = x.iter().map(|v| v.abs().max(1e-3)).collect();
     let dxp = g.up(&xp);
-    // Every op of the table, by its index in UnaryOp::ALL (the CUDA switch's case number).
-    let ops = towers_kernels::UnaryOp::ALL;
-    for op in 0..ops.len() as i32 {
-        let name = ops[op as usize].tf_name();
-        let (xin, dxin) = if (4..=8).contains(&op) { (&xp, &dxp) } else { (&x, &dxx) };
+    // Every op of the table, by its code (the CUDA switch's case number).
+    use towers_kernels::UnaryOp as U;
+    for &uop in U::ALL {
+        let (op, name) = (uop.code(), uop.tf_name());
+        let positive = matches!(uop, U::Exp | U::Log | U::Sqrt | U::Rsqrt | U::Reciprocal);
+        let (xin, dxin) = if positive { (&xp, &dxp) } else { (&x, &dxx) };
         g.ew(EWF, "towers_unary_f32", len, &[A::I32(op), n(len), dxin.a(), dy.a()]);
         let mut y = vec![0f32; len];
         cpu::unary(op, xin, &mut y);
         // Transcendentals differ from Rust's libm by rounding; sqrt and division are exact.
-        let tol = if matches!(op, 2..=5 | 9) { Some(2e-6) } else { None };
+        let tol = if matches!(uop, U::Sigmoid | U::Tanh | U::Exp | U::Log | U::Elu) { Some(2e-6) } else { None };
         r.f32("unary", name, &g.down(&dy, len), &y, tol);
         // The gradient from the CPU's forward output, so both sides see the same y.
         let dyy = g.up(&y);
         g.ew(EWF, "towers_unary_grad_f32", len, &[A::I32(op), n(len), dgy.a(), dyy.a(), ddx.a()]);
         let mut want = vec![0f32; len];
         cpu::unary_grad(op, &gy, &y, &mut want);
-        let tol = if op == 5 { Some(2e-6) } else { None };
+        let tol = if uop == U::Log { Some(2e-6) } else { None };
         r.f32("unary_grad", name, &g.down(&ddx, len), &want, tol);
     }
     // add_n, weighted_sum, fill.
@@ -193,7 +189,7 @@ pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     // tall tensors (a convolution's rows; a wide dense layer), one block per
     // channel otherwise; dx may be dy (in place).
     let relu = towers_kernels::UnaryOp::Relu;
-    let code = towers_kernels::UnaryOp::ALL.iter().position(|u| *u == relu).unwrap() as i32;
+    let code = relu.code();
     for (rows, c, in_place) in
         [(256 * 28 * 28, 12usize, true), (256 * 14 * 14, 24, false), (5000, 1000, false), (256, 256, true)]
     {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext};
 use towers_kernels::cuda::{grid_1d, grid_rows, ConvArgs, Dims4, PoolArgs, BLOCK};
-use towers_kernels::{BinaryOp, DType, Kernel, UnaryOp};
+use towers_kernels::{DType, Kernel};
 
 use super::args::{ArgPack, Side};
 use super::driver::{cubin, Module};
@@ -239,7 +239,7 @@ pub(crate) fn lower_launch(
             ops.push(Op::Gemm(g));
             if let Kernel::MatMulBiasAct { act, .. } = kernel {
                 // The fused bias (and activation), in place on the product.
-                let code = act.map_or(-1, |act| UnaryOp::ALL.iter().position(|u| *u == act).unwrap_or(0) as i32);
+                let code = act.map_or(-1, |act| act.code());
                 let mut a = ArgPack::new();
                 a.i32(code).i64(y.len).i64(*n).ptr(i(2)?.ptr).ptr(y.ptr);
                 launch(ops, "elementwise", "towers_bias_act_in_place_f32", ew(y.len), BLOCK, a)?;
@@ -284,7 +284,7 @@ pub(crate) fn lower_launch(
         }
         Kernel::Binary { op, a_shape, b_shape, out_shape } => {
             let y = o(0)?;
-            let code = BinaryOp::ALL.iter().position(|b| b == op).unwrap_or(0) as i32;
+            let code = op.code();
             let mut a = ArgPack::new();
             a.i32(code).i64(y.len).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(y.ptr);
             a.push(d4(out_shape, 1, name)?);
@@ -332,14 +332,14 @@ pub(crate) fn lower_launch(
         }
         Kernel::BiasAddAct { channels, act } => {
             let y = o(0)?;
-            let code = UnaryOp::ALL.iter().position(|u| u == act).unwrap_or(0) as i32;
+            let code = act.code();
             let mut a = ArgPack::new();
             a.i32(code).i64(y.len).i64(*channels).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(y.ptr);
             launch(ops, "elementwise", "towers_bias_add_act_f32", ew(y.len), BLOCK, a)?;
         }
         Kernel::UnaryGradBiasGrad { channels, act } => {
             let dy = i(0)?;
-            let code = UnaryOp::ALL.iter().position(|u| u == act).unwrap_or(0) as i32;
+            let code = act.code();
             let rows = dy.len / (*channels).max(1);
             let [dy, y, dx, db] = [dy.ptr, i(1)?.ptr, o(0)?.ptr, o(1)?.ptr];
             for (entry, grid, block, a) in bias_grad_launches(code, rows, *channels, [dy, y, dx, db], side) {
@@ -356,14 +356,14 @@ pub(crate) fn lower_launch(
         }
         Kernel::Unary { op } => {
             let y = o(0)?;
-            let code = UnaryOp::ALL.iter().position(|u| u == op).unwrap_or(0) as i32;
+            let code = op.code();
             let mut a = ArgPack::new();
             a.i32(code).i64(y.len).ptr(i(0)?.ptr).ptr(y.ptr);
             launch(ops, "elementwise", "towers_unary_f32", ew(y.len), BLOCK, a)?;
         }
         Kernel::UnaryGrad { op } => {
             let dx = o(0)?;
-            let code = UnaryOp::ALL.iter().position(|u| u == op).unwrap_or(0) as i32;
+            let code = op.code();
             let mut a = ArgPack::new();
             a.i32(code).i64(dx.len).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(dx.ptr);
             launch(ops, "elementwise", "towers_unary_grad_f32", ew(dx.len), BLOCK, a)?;
@@ -380,7 +380,7 @@ pub(crate) fn lower_launch(
             // whole output once its last GEMM wrote it, in place.
             let epilogue = match kernel {
                 Kernel::Conv2DBiasAct { act, .. } => {
-                    let code = UnaryOp::ALL.iter().position(|u| u == act).unwrap_or(0) as i32;
+                    let code = act.code();
                     let mut a = ArgPack::new();
                     a.i32(code).i64(y.len).i64(co).ptr(i(2)?.ptr).ptr(y.ptr);
                     Some(a)
@@ -510,7 +510,7 @@ pub(crate) fn lower_launch(
             let mut a = ArgPack::new();
             a.push(PoolArgs::from(geom)).ptr(i(0)?.ptr).ptr(i(1)?.ptr).ptr(i(2)?.ptr).ptr(dx.ptr);
             launch(ops, "pool", "towers_max_pool_grad_f32", ew(dx.len), BLOCK, a)?;
-            let code = UnaryOp::ALL.iter().position(|u| u == act).unwrap_or(0) as i32;
+            let code = act.code();
             let rows = dx.len / geom.c.max(1);
             for (entry, grid, block, a) in
                 bias_grad_launches(code, rows, geom.c, [dx.ptr, i(3)?.ptr, dx.ptr, db.ptr], side)

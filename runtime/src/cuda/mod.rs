@@ -969,6 +969,10 @@ mod tests {
                         || matches!(e, CudaUnavailable::NoDevice | CudaUnavailable::Driver(_)),
                     "{msg}"
                 );
+                // bench/gpu.sh's runs must not pass here without the GPU.
+                if let Err(failure) = towers_kernels::require_gpu::no_gpu("the CUDA backend's unit test", &msg) {
+                    panic!("{failure}");
+                }
             }
         }
     }

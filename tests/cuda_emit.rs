@@ -1,0 +1,113 @@
+//! What `towers compile --emit cuda -o DIR` writes compiles: every `.cu`
+//! file of the seed plans (mlp and convnet, with and without batch norm,
+//! one tower and four towers with variables on the host and on gpu0)
+//! compiles alone, as one translation unit, with NVRTC to cubins for `sm_80`
+//! and `sm_90`, and defines every entry point `index.txt` names for it.
+//! This is the text users get, not the registry's sources one by one
+//! (`kernels/tests/cuda_compile.rs` compiles those): a kernel spanning two
+//! families is one file holding both.
+//!
+//! Files with the same text (most kernels appear in several plans) are
+//! compiled once. Without NVRTC the test prints a loud SKIPPED message and
+//! passes, unless `CI` is set: then it fails. `.ci/run` installs NVRTC from
+//! PyPI.
+
+#[path = "../kernels/tests/common/mod.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
+
+/// The seed plans: `towers compile` arguments before `--emit cuda -o DIR`.
+fn seed_plans() -> Vec<Vec<&'static str>> {
+    let mut plans = Vec::new();
+    for model in ["mlp", "convnet"] {
+        for bn in [false, true] {
+            for towers in
+                [None, Some(["--towers", "4", "--variables", "cpu"]), Some(["--towers", "4", "--variables", "gpu0"])]
+            {
+                let mut a = vec!["compile", "--model", model];
+                if bn {
+                    a.push("--batch-norm");
+                }
+                a.extend(towers.iter().flatten());
+                plans.push(a);
+            }
+        }
+    }
+    plans
+}
+
+/// Write the plan's CUDA into `dir`; its files other than `index.txt`, with
+/// the entry points `index.txt` lists for each.
+fn emit(args: &[&str], dir: &std::path::Path) -> Vec<(String, String, Vec<String>)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_towers"))
+        .args(args)
+        .args(["--emit", "cuda", "-o"])
+        .arg(dir)
+        .output()
+        .expect("the towers binary runs");
+    assert!(out.status.success(), "towers {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let index = std::fs::read_to_string(dir.join("index.txt")).expect("index.txt");
+    let mut files = Vec::new();
+    for line in index.lines().filter(|l| !l.starts_with('#')) {
+        // "<kernel>: <file> (<entry>, <entry>)" or "<kernel>: <args> (no source)".
+        let Some((_, rest)) = line.split_once(": ") else { panic!("index line '{line}'") };
+        let Some((file, entries)) = rest.split_once(' ') else { panic!("index line '{line}'") };
+        if !file.ends_with(".cu") {
+            assert!(line.ends_with("(no source)"), "index line '{line}' names no file");
+            continue;
+        }
+        let entries = entries.trim_start_matches('(').trim_end_matches(')');
+        let entries: Vec<String> = entries.split(", ").filter(|e| !e.is_empty()).map(str::to_string).collect();
+        let text = std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        files.push((file.to_string(), text, entries));
+    }
+    assert!(!files.is_empty(), "towers {args:?} wrote no .cu file:\n{index}");
+    files
+}
+
+#[test]
+fn every_emitted_file_of_the_seed_plans_compiles_alone() {
+    if !common::nvrtc_present() {
+        common::skip("cuda_emit", "libnvrtc (libnvrtc.so / libnvrtc.so.13) was not found on LD_LIBRARY_PATH.");
+        return;
+    }
+    let root = tempfile::tempdir().expect("tempdir");
+    // Text -> (the file name, the first plan that wrote it, entry points).
+    let mut unique: BTreeMap<String, (String, String, Vec<String>)> = BTreeMap::new();
+    let mut total = 0;
+    for (i, args) in seed_plans().iter().enumerate() {
+        let dir = root.path().join(i.to_string());
+        for (file, text, entries) in emit(args, &dir) {
+            total += 1;
+            unique.entry(text).or_insert_with(|| (file, format!("towers {}", args.join(" ")), entries));
+        }
+    }
+    let (mut failures, mut compiled) = (Vec::new(), 0);
+    for (text, (file, plan, entries)) in &unique {
+        let name = format!("{file} (of {plan})");
+        for arch in ARCHS {
+            match common::compile(file, text, arch, &[]) {
+                Ok(c) if c.image.starts_with(b"\x7fELF") => compiled += 1,
+                Ok(_) => failures.push(format!("{name}: NVRTC returned no ELF cubin for {arch}")),
+                Err(e) => failures.push(format!("{name}: {e}")),
+            }
+        }
+        for e in entries {
+            if !text.contains(&format!("extern \"C\" __global__ void {e}(")) {
+                failures.push(format!("{name}: index.txt names entry point {e}, which the file does not define"));
+            }
+        }
+    }
+    eprintln!(
+        "{compiled} of {} (file, architecture) pairs compile: {} distinct files ({total} written over {} plans), {}",
+        unique.len() * ARCHS.len(),
+        unique.len(),
+        seed_plans().len(),
+        ARCHS.join(" and ")
+    );
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n\n"));
+}
