@@ -14,6 +14,7 @@
 //! kernels), [`runtime`] (sessions, the CPU backend, checkpoints).
 
 pub mod compiler;
+pub mod cost;
 pub mod cuda_emit;
 pub mod data;
 pub mod guards;

@@ -1,0 +1,241 @@
+//! Calibration: what each kernel of a plan, at its shapes, and each copy
+//! and collective costs on this machine, measured with the CPU backend's
+//! own kernel calls.
+//!
+//! The plan is loaded in a fresh [`Session`] on the CPU backend, fed fixed
+//! deterministic data, run `warmup` steps untraced, then `steps` steps
+//! traced; each traced launch, copy and all-reduce is filed under its
+//! [`signature`] (the kernel's name and parameters and its operands'
+//! shapes, a copy's bytes and devices), and a signature's cost is the
+//! median of its samples. Every step runs with the threads, cores and
+//! neighbours it has in training, so the costs include what sharing the
+//! cores does to a kernel.
+//!
+//! Invariants:
+//! - a [`Calibration`] holds the machine key and plan hash it was measured
+//!   for; [`Calibration::load`] returns one only when both match;
+//! - the cache file is `<dir>/<hash of the machine key>/<plan hash>.json`,
+//!   written whole (write to a temporary name, then rename);
+//! - signatures are sorted (a `BTreeMap`): the JSON is deterministic for
+//!   given costs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use towers_codegen::text::kernel_params;
+use towers_codegen::{BufRef, Plan, Step};
+use towers_graph::DType;
+use towers_runtime::Session;
+
+use super::{fnv1a, machine_key, plan_hash, CostError};
+
+/// Measured costs of one plan's kernels on one machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// [`machine_key`] of the machine that measured it.
+    pub machine: String,
+    /// [`plan_hash`] of the plan it was measured on.
+    pub plan_hash: u64,
+    /// Traced steps behind each median.
+    pub steps: usize,
+    /// The median traced step, nanoseconds (what the plan took while calibrating).
+    pub traced_step_ns: u64,
+    /// Signature → median nanoseconds.
+    pub costs: BTreeMap<String, u64>,
+}
+
+/// The signature a step's cost is filed under (None for records and waits,
+/// which cost nothing): `gemm m=.. n=.. k=.. | f32[256,784] f32[784,256] -> f32[256,256]`,
+/// `copy 802816 B cpu:0 -> gpu:1`, `all_reduce 1 buffers 802816 B`.
+pub fn signature(plan: &Plan, step: &Step) -> Option<String> {
+    let ty = |r: &BufRef| match plan.type_of(r) {
+        Some((d, s)) => format!("{}{s:?}", dtype_name(d)),
+        None => "?".into(),
+    };
+    let device = |r: &BufRef| match r {
+        BufRef::Arena { device, .. } => plan.devices.get(*device).map(|d| plan.device_name(d.device)),
+        BufRef::Variable(n) => plan.variable(n).map(|v| plan.device_name(v.device)),
+    };
+    match step {
+        Step::Launch { kernel, inputs, outputs, .. } => {
+            let ins: Vec<String> = inputs.iter().map(ty).collect();
+            let outs: Vec<String> = outputs.iter().map(ty).collect();
+            Some(format!("{} {} | {} -> {}", kernel.name(), kernel_params(kernel), ins.join(" "), outs.join(" ")))
+        }
+        Step::Copy { from, to, bytes, .. } => Some(format!(
+            "copy {bytes} B {} -> {}",
+            device(from).unwrap_or_else(|| "?".into()),
+            device(to).unwrap_or_else(|| "?".into())
+        )),
+        Step::AllReduce { buffers, .. } => {
+            let bytes: usize = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
+            Some(format!("all_reduce {} buffers {bytes} B", buffers.len()))
+        }
+        Step::Record(_) | Step::Wait(_) => None,
+    }
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::I32 => "i32",
+        DType::Bool => "bool",
+    }
+}
+
+fn median(v: &mut [u64]) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+impl Calibration {
+    /// Measure `plan` on this machine: `warmup` untraced steps, then
+    /// `steps` traced ones (at least one).
+    pub fn measure(plan: &Plan, warmup: usize, steps: usize) -> Result<Calibration, CostError> {
+        let steps = steps.max(1);
+        let mut sess = Session::new(0);
+        sess.load("calibrate", plan.clone())?;
+        for (name, r) in &plan.feeds {
+            let Some((dtype, shape)) = plan.type_of(r) else { continue };
+            let len: usize = shape.iter().product();
+            match dtype {
+                // Small varied values: no kernel sees only zeros (a branch or
+                // a denormal could make it cheaper than in training).
+                DType::F32 => {
+                    let data: Vec<f32> = (0..len).map(|i| (i % 17) as f32 * 0.05).collect();
+                    sess.feed_f32("calibrate", name, &data)?;
+                }
+                // Class 0 is valid for every label feed.
+                DType::I32 | DType::Bool => sess.feed_i32("calibrate", name, &vec![0; len])?,
+            }
+        }
+        for _ in 0..warmup {
+            sess.run("calibrate")?;
+        }
+        // Per plan step, the signature it is filed under (computed once).
+        let sigs: Vec<Vec<Option<String>>> =
+            plan.streams.iter().map(|s| s.steps.iter().map(|st| signature(plan, st)).collect()).collect();
+        let mut samples: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut step_times = Vec::with_capacity(steps);
+        sess.set_tracing("calibrate", true)?;
+        for _ in 0..steps {
+            sess.run("calibrate")?;
+            let t = sess.trace("calibrate")?;
+            step_times.push(t.dur_ns);
+            for e in &t.events {
+                if let Some(Some(sig)) = sigs.get(e.stream).and_then(|s| s.get(e.index)) {
+                    samples.entry(sig.clone()).or_default().push(e.dur_ns);
+                }
+            }
+        }
+        sess.set_tracing("calibrate", false)?;
+        let costs = samples.into_iter().map(|(k, mut v)| (k, median(&mut v))).collect();
+        Ok(Calibration {
+            machine: machine_key(),
+            plan_hash: plan_hash(plan),
+            steps,
+            traced_step_ns: median(&mut step_times),
+            costs,
+        })
+    }
+
+    /// The cached calibration of `plan` on this machine under `dir`, or a
+    /// fresh one (then written there). The flag says whether it came from the cache.
+    pub fn cached(dir: &Path, plan: &Plan, warmup: usize, steps: usize) -> Result<(Calibration, bool), CostError> {
+        let (machine, hash) = (machine_key(), plan_hash(plan));
+        if let Some(c) = Calibration::load(dir, &machine, hash) {
+            return Ok((c, true));
+        }
+        let c = Calibration::measure(plan, warmup, steps)?;
+        c.save(dir)?;
+        Ok((c, false))
+    }
+
+    /// The cache file of a machine key and plan hash under `dir`.
+    pub fn path(dir: &Path, machine: &str, plan_hash: u64) -> PathBuf {
+        dir.join(format!("{:016x}", fnv1a(machine.as_bytes()))).join(format!("{plan_hash:016x}.json"))
+    }
+
+    /// The calibration cached under `dir` for this machine key and plan
+    /// hash; None when there is none, it does not parse, or its key differs.
+    pub fn load(dir: &Path, machine: &str, plan_hash: u64) -> Option<Calibration> {
+        let text = std::fs::read_to_string(Calibration::path(dir, machine, plan_hash)).ok()?;
+        let c: Calibration = serde_json::from_str(&text).ok()?;
+        (c.machine == machine && c.plan_hash == plan_hash).then_some(c)
+    }
+
+    /// Write this calibration to its cache file under `dir`.
+    pub fn save(&self, dir: &Path) -> Result<(), CostError> {
+        let path = Calibration::path(dir, &self.machine, self.plan_hash);
+        let err = |source| CostError::Cache { path: path.clone(), source };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(err)?;
+        }
+        let text = serde_json::to_string_pretty(self).map_err(|e| err(std::io::Error::other(e)))?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text).map_err(err)?;
+        std::fs::rename(&tmp, &path).map_err(err)
+    }
+
+    /// The cost of every step of `plan` (per stream, per step), records and
+    /// waits free; an error names the first signature this calibration lacks.
+    pub fn step_costs(&self, plan: &Plan) -> Result<Vec<Vec<u64>>, CostError> {
+        plan.streams
+            .iter()
+            .map(|s| {
+                s.steps
+                    .iter()
+                    .map(|st| match signature(plan, st) {
+                        None => Ok(0),
+                        Some(sig) => self.costs.get(&sig).copied().ok_or(CostError::Uncalibrated(sig)),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiler::{compile_train, CompileOptions};
+    use crate::models::{build, ModelKind, ModelSpec};
+    use towers_graph::{Device, Optimizer, F32};
+
+    fn plan(towers: u32) -> Plan {
+        let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+        o.towers = (0..towers).map(Device::gpu).collect();
+        compile_train(&model.graph, &model.loss, &o).expect("compiles").plan
+    }
+
+    /// A measured calibration covers every step of its plan, is written and
+    /// read back equal under its plan's hash, and is not found under
+    /// another plan's hash or another machine's key.
+    #[test]
+    fn the_cache_round_trips_keyed_by_machine_and_plan_hash() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (p1, p2) = (plan(1), plan(2));
+        assert_ne!(plan_hash(&p1), plan_hash(&p2));
+        assert_eq!(plan_hash(&p1), plan_hash(&plan(1)), "the hash is stable");
+        let (c, cached) = Calibration::cached(dir.path(), &p2, 1, 2).expect("calibrates");
+        assert!(!cached);
+        let costs = c.step_costs(&p2).expect("every signature was measured");
+        assert_eq!(costs.len(), p2.streams.len());
+        let (again, cached) = Calibration::cached(dir.path(), &p2, 1, 2).expect("loads");
+        assert!(cached);
+        assert_eq!(again, c);
+        assert!(Calibration::load(dir.path(), &c.machine, plan_hash(&p1)).is_none());
+        assert!(Calibration::load(dir.path(), "another machine", c.plan_hash).is_none());
+        // A file under the right name but for another plan is not used.
+        let forged = Calibration { plan_hash: plan_hash(&p1), ..c.clone() };
+        let path = Calibration::path(dir.path(), &c.machine, c.plan_hash);
+        std::fs::write(&path, serde_json::to_string(&forged).expect("json")).expect("write");
+        assert!(Calibration::load(dir.path(), &c.machine, c.plan_hash).is_none());
+        // The one-tower plan has kernels at other shapes: the two-tower
+        // calibration lacks them, and says which.
+        let e = c.step_costs(&p1).expect_err("other shapes");
+        assert!(matches!(e, CostError::Uncalibrated(_)), "{e}");
+    }
+}
