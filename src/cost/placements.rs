@@ -63,3 +63,24 @@ pub fn auto(model: &Graph, loss: &str, base: &CompileOptions, towers: usize, cac
     }
     choose(&preds).ok_or_else(|| CostError::Shape("no placement to choose from".into()))
 }
+
+/// Input geometry and classes of a data set without loading it: the
+/// embedded digits are 8x8x1, MNIST (embedded or IDX files) 28x28x1; both
+/// have 10 classes.
+pub fn geometry(data: &crate::data::DataSpec) -> ([usize; 3], usize) {
+    match data {
+        crate::data::DataSpec::Digits => ([8, 8, 1], 10),
+        crate::data::DataSpec::Mnist5k | crate::data::DataSpec::Mnist(_) => ([28, 28, 1], 10),
+    }
+}
+
+/// The model a training configuration builds, at this input geometry
+/// (what [`crate::train::TrainConfig::model_spec`] builds from the loaded data).
+pub fn model_spec(cfg: &crate::train::TrainConfig, input: [usize; 3], classes: usize) -> crate::models::ModelSpec {
+    let mut s = crate::models::ModelSpec::new(cfg.model, input, classes);
+    s.hidden = cfg.hidden.clone();
+    s.activation = cfg.activation;
+    s.batch_norm = cfg.batch_norm;
+    s.seed = cfg.seed;
+    s
+}
