@@ -76,9 +76,10 @@ fn main() {
                 if let Some(f) = out.as_mut() {
                     let _ = writeln!(
                         f,
-                        "{{\"bench\":\"cost\",\"model\":\"{}\",\"towers\":{towers},\"variables\":\"{}\",\"batch\":{batch},\"predicted_ms\":{predicted:.4},\"measured_ms\":{measured:.4},\"traced_ms\":{:.4},\"ratio\":{ratio:.4}}}",
+                        "{{\"bench\":\"cost\",\"model\":\"{}\",\"towers\":{towers},\"variables\":\"{}\",\"batch\":{batch},\"fwd_flops\":{},\"predicted_ms\":{predicted:.4},\"measured_ms\":{measured:.4},\"traced_ms\":{:.4},\"ratio\":{ratio:.4}}}",
                         m.name,
                         v.name(),
+                        m.fwd_flops,
                         cal.traced_step_ns as f64 / 1e6
                     );
                 }

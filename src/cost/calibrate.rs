@@ -7,7 +7,9 @@
 //! traced; each traced launch, copy and all-reduce is filed under its
 //! [`signature`] (the kernel's name and parameters and its operands'
 //! shapes, a copy's bytes and devices), and a signature's cost is the
-//! median of its samples. Every step runs with the threads, cores and
+//! median of its samples. The same traces give the backend's two
+//! latencies: an event's handoff between threads and the per-step start
+//! and join. Every step runs with the threads, cores and
 //! neighbours it has in training, so the costs include what sharing the
 //! cores does to a kernel.
 //!
@@ -43,6 +45,15 @@ pub struct Calibration {
     pub traced_step_ns: u64,
     /// Signature → median nanoseconds.
     pub costs: BTreeMap<String, u64>,
+    /// Median time from a record to the end of a wait for it that blocked
+    /// on another thread (the record's time: the end of the traced step
+    /// before it on its stream).
+    #[serde(default)]
+    pub handoff_ns: u64,
+    /// Median per step of the time before its first item starts plus the
+    /// time after its last item ends (waking and joining the threads).
+    #[serde(default)]
+    pub step_overhead_ns: u64,
 }
 
 /// The signature a step's cost is filed under (None for records and waits,
@@ -118,11 +129,52 @@ impl Calibration {
             plan.streams.iter().map(|s| s.steps.iter().map(|st| signature(plan, st)).collect()).collect();
         let mut samples: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         let mut step_times = Vec::with_capacity(steps);
+        let (mut handoffs, mut overheads) = (Vec::new(), Vec::with_capacity(steps));
+        let threads = super::explain::cpu_threads(plan, super::cores())?;
+        // Where each event is recorded: (stream, step index).
+        let mut record_at = vec![None; plan.num_events];
+        for (si, s) in plan.streams.iter().enumerate() {
+            for (i, st) in s.steps.iter().enumerate() {
+                if let Step::Record(e) = st {
+                    if let Some(r) = record_at.get_mut(*e) {
+                        *r = Some((si, i));
+                    }
+                }
+            }
+        }
+        let mut spans: Vec<Vec<Option<(u64, u64)>>> = plan.streams.iter().map(|s| vec![None; s.steps.len()]).collect();
         sess.set_tracing("calibrate", true)?;
         for _ in 0..steps {
             sess.run("calibrate")?;
             let t = sess.trace("calibrate")?;
             step_times.push(t.dur_ns);
+            spans.iter_mut().for_each(|s| s.iter_mut().for_each(|x| *x = None));
+            let (mut first, mut last) = (u64::MAX, 0u64);
+            for e in &t.events {
+                if let Some(x) = spans.get_mut(e.stream).and_then(|s| s.get_mut(e.index)) {
+                    *x = Some((e.start_ns, e.start_ns + e.dur_ns));
+                }
+                first = first.min(e.start_ns);
+                last = last.max(e.start_ns + e.dur_ns);
+            }
+            if first <= last {
+                overheads.push(first + t.dur_ns.saturating_sub(last));
+            }
+            for e in t.events.iter().filter(|e| e.kind == "wait") {
+                let Some(Step::Wait(ev)) = plan.streams.get(e.stream).and_then(|s| s.steps.get(e.index)) else {
+                    continue;
+                };
+                let Some((rs, ri)) = record_at.get(*ev).copied().flatten() else { continue };
+                if threads.get(rs) == threads.get(e.stream) {
+                    continue;
+                }
+                let recorded = spans[rs][..ri].iter().rev().find_map(|x| x.map(|(_, end)| end)).unwrap_or(0);
+                let end = e.start_ns + e.dur_ns;
+                // Only a wait that blocked shows the handoff.
+                if e.start_ns < recorded && end >= recorded {
+                    handoffs.push(end - recorded);
+                }
+            }
             for e in &t.events {
                 if let Some(Some(sig)) = sigs.get(e.stream).and_then(|s| s.get(e.index)) {
                     samples.entry(sig.clone()).or_default().push(e.dur_ns);
@@ -137,6 +189,8 @@ impl Calibration {
             steps,
             traced_step_ns: median(&mut step_times),
             costs,
+            handoff_ns: median(&mut handoffs),
+            step_overhead_ns: median(&mut overheads),
         })
     }
 

@@ -12,6 +12,9 @@
 //!   first (ties: the lower stream index), so start times never decrease and
 //!   the result is deterministic for a given plan and costs;
 //! - records, waits and zero-cost steps take no time and hold no thread;
+//!   a wait for a record made on another thread passes `handoff_ns` after
+//!   the record (the calibrated wake-up latency between threads, seed
+//!   001's per-message α);
 //! - the critical path is the chain of steps, each the reason the next
 //!   could not start sooner (its stream's previous step, the record it
 //!   waited for, or the step that held its thread), ending at the step that
@@ -37,8 +40,9 @@ pub struct Schedule {
 
 /// Simulate one step of `plan`: `thread_of[s]` is the thread that runs
 /// stream `s`, `cost[s][i]` the nanoseconds step `i` of stream `s` takes
-/// (records and waits are free whatever it says).
-pub fn simulate(plan: &Plan, thread_of: &[usize], cost: &[Vec<u64>]) -> Result<Schedule, CostError> {
+/// (records and waits are free whatever it says), `handoff_ns` what an
+/// event costs between two threads.
+pub fn simulate(plan: &Plan, thread_of: &[usize], cost: &[Vec<u64>], handoff_ns: u64) -> Result<Schedule, CostError> {
     let n = plan.streams.len();
     if thread_of.len() != n || cost.len() != n || plan.streams.iter().zip(cost).any(|(s, c)| s.steps.len() != c.len()) {
         return Err(CostError::Shape(format!(
@@ -53,7 +57,8 @@ pub fn simulate(plan: &Plan, thread_of: &[usize], cost: &[Vec<u64>]) -> Result<S
     let mut stream_prev: Vec<Option<(usize, usize)>> = vec![None; n];
     let mut free = vec![0u64; threads];
     let mut thread_prev: Vec<Option<(usize, usize)>> = vec![None; threads];
-    let mut recorded: Vec<Option<(u64, Option<(usize, usize)>)>> = vec![None; plan.num_events];
+    // Per event: (time recorded, the costly step behind it, recording thread).
+    let mut recorded: Vec<Option<(u64, Option<(usize, usize)>, usize)>> = vec![None; plan.num_events];
     let mut times: Vec<Vec<(u64, u64)>> = plan.streams.iter().map(|s| vec![(0, 0); s.steps.len()]).collect();
     let mut why: Vec<Vec<Option<(usize, usize)>>> = plan.streams.iter().map(|s| vec![None; s.steps.len()]).collect();
     let total: usize = plan.streams.iter().map(|s| s.steps.len()).sum();
@@ -66,8 +71,12 @@ pub fn simulate(plan: &Plan, thread_of: &[usize], cost: &[Vec<u64>]) -> Result<S
             if let Step::Wait(e) = step {
                 match recorded.get(*e).copied().flatten() {
                     None => continue,
-                    Some((t, who)) if t > start => (start, reason) = (t, who),
-                    Some(_) => {}
+                    Some((t, who, th)) => {
+                        let t = if th == thread_of[si] { t } else { t + handoff_ns };
+                        if t > start {
+                            (start, reason) = (t, who);
+                        }
+                    }
                 }
             }
             if takes_time(step, cost[si][pos[si]]) && free[thread_of[si]] > start {
@@ -100,7 +109,7 @@ pub fn simulate(plan: &Plan, thread_of: &[usize], cost: &[Vec<u64>]) -> Result<S
         }
         if let Step::Record(e) = step {
             if let Some(r) = recorded.get_mut(*e) {
-                *r = Some((end, me));
+                *r = Some((end, me, thread_of[si]));
             }
         }
         pos[si] += 1;
@@ -178,7 +187,7 @@ mod tests {
     /// critical path runs through tower 1.
     #[test]
     fn towers_overlap_and_the_slower_one_is_critical() {
-        let s = simulate(&towers_plan(), &[0, 1, 2], &costs()).expect("simulates");
+        let s = simulate(&towers_plan(), &[0, 1, 2], &costs(), 0).expect("simulates");
         assert_eq!(s.step_ns, 10);
         assert_eq!(s.critical, vec![(2, 0), (2, 1), (0, 2)]);
         assert_eq!(s.times[0][2], (8, 2));
@@ -191,9 +200,9 @@ mod tests {
     /// 2+3+4+4+2 = 15, and the path holds every launch.
     #[test]
     fn a_shared_thread_serializes_its_streams() {
-        let s = simulate(&towers_plan(), &[1, 0, 1], &costs()).expect("simulates");
+        let s = simulate(&towers_plan(), &[1, 0, 1], &costs(), 0).expect("simulates");
         assert_eq!(s.step_ns, 10);
-        let one = simulate(&towers_plan(), &[0, 0, 0], &costs()).expect("simulates");
+        let one = simulate(&towers_plan(), &[0, 0, 0], &costs(), 0).expect("simulates");
         assert_eq!(one.step_ns, 15);
         assert_eq!(one.critical.len(), 5);
         // Each step on one thread starts when the one before it on the path ends.
@@ -208,9 +217,21 @@ mod tests {
     fn the_critical_path_follows_the_costs() {
         let mut c = costs();
         c[1] = vec![6, 6, 0];
-        let s = simulate(&towers_plan(), &[0, 1, 2], &c).expect("simulates");
+        let s = simulate(&towers_plan(), &[0, 1, 2], &c, 0).expect("simulates");
         assert_eq!(s.step_ns, 14);
         assert_eq!(s.critical, vec![(1, 0), (1, 1), (0, 2)]);
+    }
+
+    /// A handoff of 3 between threads delays the host's update after the
+    /// slower tower (10 + 3); with the host on tower 1's thread only tower
+    /// 0's record crosses threads, and it is not the late one (10).
+    #[test]
+    fn events_between_threads_cost_the_handoff() {
+        let s = simulate(&towers_plan(), &[0, 1, 2], &costs(), 3).expect("simulates");
+        assert_eq!(s.step_ns, 13);
+        assert_eq!(s.times[0][2], (11, 2));
+        let joined = simulate(&towers_plan(), &[1, 0, 1], &costs(), 3).expect("simulates");
+        assert_eq!(joined.step_ns, 10);
     }
 
     /// A wait on an event never recorded is an error naming the stuck
@@ -219,9 +240,9 @@ mod tests {
     fn bad_plans_and_costs_are_errors() {
         let mut p = towers_plan();
         p.streams[2].steps.pop();
-        let e = simulate(&p, &[0, 1, 2], &[vec![0, 0, 2], vec![2, 3, 0], vec![4, 4]]).expect_err("stuck");
+        let e = simulate(&p, &[0, 1, 2], &[vec![0, 0, 2], vec![2, 3, 0], vec![4, 4]], 0).expect_err("stuck");
         assert!(e.to_string().contains("cpu:0/compute at step 1"), "{e}");
-        let e = simulate(&towers_plan(), &[0, 1], &costs()).expect_err("shape");
+        let e = simulate(&towers_plan(), &[0, 1], &costs(), 0).expect_err("shape");
         assert!(matches!(e, CostError::Shape(_)), "{e}");
     }
 }

@@ -43,10 +43,21 @@ pub struct PathItem {
     pub ns: u64,
 }
 
+/// The backend's own latencies, calibrated beside the kernels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Latencies {
+    /// From a record on one thread to the wait it ends on another.
+    pub handoff_ns: u64,
+    /// Per step: starting the threads and joining them at the end.
+    pub step_ns: u64,
+}
+
 /// A plan's predicted step, explained.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prediction {
+    /// The critical path plus the per-step latency.
     pub step_ns: u64,
+    pub latencies: Latencies,
     /// Per device (plan order): nanoseconds of compute launches.
     pub compute: Vec<(String, u64)>,
     pub links: Vec<Link>,
@@ -78,12 +89,20 @@ pub fn cpu_threads(plan: &Plan, cores: usize) -> Result<Vec<usize>, CostError> {
 /// Predict `plan` on the CPU backend with `cores` cores from a calibration.
 pub fn predict(plan: &Plan, cal: &Calibration, cores: usize, top: usize) -> Result<Prediction, CostError> {
     let costs = cal.step_costs(plan)?;
-    predict_with(plan, &cpu_threads(plan, cores)?, &costs, top)
+    let lat = Latencies { handoff_ns: cal.handoff_ns, step_ns: cal.step_overhead_ns };
+    predict_with(plan, &cpu_threads(plan, cores)?, &costs, lat, top)
 }
 
 /// Predict `plan` with a thread per stream and a cost per step (fakes in tests).
-pub fn predict_with(plan: &Plan, thread_of: &[usize], costs: &[Vec<u64>], top: usize) -> Result<Prediction, CostError> {
-    let Schedule { step_ns, critical, .. } = simulate(plan, thread_of, costs)?;
+pub fn predict_with(
+    plan: &Plan,
+    thread_of: &[usize],
+    costs: &[Vec<u64>],
+    latencies: Latencies,
+    top: usize,
+) -> Result<Prediction, CostError> {
+    let Schedule { step_ns, critical, .. } = simulate(plan, thread_of, costs, latencies.handoff_ns)?;
+    let step_ns = step_ns + latencies.step_ns;
     let dev_name = |i: usize| plan.devices.get(i).map(|d| plan.device_name(d.device)).unwrap_or_else(|| "?".into());
     let device_of = |r: &BufRef| match r {
         BufRef::Arena { device, .. } => dev_name(*device),
@@ -136,7 +155,7 @@ pub fn predict_with(plan: &Plan, thread_of: &[usize], costs: &[Vec<u64>], top: u
     // Stable: equal costs keep their path order.
     items.sort_by_key(|it| std::cmp::Reverse(it.ns));
     items.truncate(top);
-    Ok(Prediction { step_ns, compute, links: links.into_values().collect(), path_len, top: items })
+    Ok(Prediction { step_ns, latencies, compute, links: links.into_values().collect(), path_len, top: items })
 }
 
 fn ms(ns: u64) -> String {
@@ -146,7 +165,12 @@ fn ms(ns: u64) -> String {
 impl Prediction {
     /// The prediction as indented lines, under a heading the caller gives.
     pub fn text(&self, heading: &str) -> String {
-        let mut out = format!("{heading}: predicted step {}\n", ms(self.step_ns));
+        let mut out = format!(
+            "{heading}: predicted step {} (handoff between threads {}, per-step start and join {})\n",
+            ms(self.step_ns),
+            ms(self.latencies.handoff_ns),
+            ms(self.latencies.step_ns)
+        );
         let compute: Vec<String> = self.compute.iter().map(|(d, ns)| format!("{d} {}", ms(*ns))).collect();
         out += &format!("  compute per device: {}\n", compute.join(", "));
         if self.links.is_empty() {
@@ -234,7 +258,7 @@ mod tests {
                     .collect()
             })
             .collect();
-        predict_with(plan, &threads, &costs, 3).expect("predicts")
+        predict_with(plan, &threads, &costs, Latencies::default(), 3).expect("predicts")
     }
 
     /// With a fast host, keeping the variables there wins (their updates
