@@ -7,7 +7,7 @@
 //! traced; each traced launch, copy and all-reduce is filed under its
 //! [`signature`] (the kernel's name and parameters and its operands'
 //! shapes, a copy's bytes and devices), and a signature's cost is the
-//! median of its samples. The same traces give the backend's two
+//! mean of its samples (what a training run's throughput pays). The same traces give the backend's two
 //! latencies: an event's handoff between threads and the per-step start
 //! and join. Every step runs with the threads, cores and
 //! neighbours it has in training, so the costs include what sharing the
@@ -41,16 +41,16 @@ pub struct Calibration {
     pub plan_hash: u64,
     /// Traced steps behind each median.
     pub steps: usize,
-    /// The median traced step, nanoseconds (what the plan took while calibrating).
+    /// The mean traced step, nanoseconds (what the plan took while calibrating).
     pub traced_step_ns: u64,
-    /// Signature → median nanoseconds.
+    /// Signature → mean nanoseconds.
     pub costs: BTreeMap<String, u64>,
-    /// Median time from a record to the end of a wait for it that blocked
+    /// Mean time from a record to the end of a wait for it that blocked
     /// on another thread (the record's time: the end of the traced step
     /// before it on its stream).
     #[serde(default)]
     pub handoff_ns: u64,
-    /// Median per step of the time before its first item starts plus the
+    /// Mean per step of the time before its first item starts plus the
     /// time after its last item ends (waking and joining the threads).
     #[serde(default)]
     pub step_overhead_ns: u64,
@@ -98,6 +98,16 @@ fn dtype_name(d: DType) -> &'static str {
 fn median(v: &mut [u64]) -> u64 {
     v.sort_unstable();
     v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+/// The mean (0 for none): a chain of steps costs the sum of its items'
+/// means on average, where the sum of medians falls short whenever the
+/// times are skewed (a preempted kernel, a cold cache).
+fn mean(v: &[u64]) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    (v.iter().map(|&x| x as u128).sum::<u128>() / v.len() as u128) as u64
 }
 
 impl Calibration {
@@ -182,15 +192,15 @@ impl Calibration {
             }
         }
         sess.set_tracing("calibrate", false)?;
-        let costs = samples.into_iter().map(|(k, mut v)| (k, median(&mut v))).collect();
+        let costs = samples.into_iter().map(|(k, v)| (k, mean(&v))).collect();
         Ok(Calibration {
             machine: machine_key(),
             plan_hash: plan_hash(plan),
             steps,
-            traced_step_ns: median(&mut step_times),
+            traced_step_ns: mean(&step_times),
             costs,
-            handoff_ns: median(&mut handoffs),
-            step_overhead_ns: median(&mut overheads),
+            handoff_ns: mean(&handoffs),
+            step_overhead_ns: mean(&overheads),
         })
     }
 
