@@ -46,7 +46,9 @@ fn main() {
     let batch = 256;
     let cores = towers::cost::cores();
     println!("machine: {}\n", towers::cost::machine_key());
-    println!("| model | towers | variables | predicted ms | measured ms (mean) | median | predicted/measured | within 20% |");
+    println!(
+        "| model | towers | variables | predicted ms | measured ms (mean) | median | predicted/measured | within 20% |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     let models: [(Model, usize, usize); 2] = [
         (mlp(&[256, 256], "mlp-784-256-256-10"), if quick { 15 } else { 40 }, if quick { 40 } else { 200 }),
@@ -77,11 +79,14 @@ fn main() {
                 if let Some(f) = out.as_mut() {
                     let _ = writeln!(
                         f,
-                        "{{\"bench\":\"cost\",\"model\":\"{}\",\"towers\":{towers},\"variables\":\"{}\",\"batch\":{batch},\"fwd_flops\":{},\"predicted_ms\":{predicted:.4},\"measured_ms\":{measured:.4},\"median_ms\":{median:.4},\"traced_ms\":{:.4},\"ratio\":{ratio:.4}}}",
+                        "{{\"bench\":\"cost\",\"model\":\"{}\",\"towers\":{towers},\"variables\":\"{}\",\"batch\":{batch},\"fwd_flops\":{},\"predicted_ms\":{predicted:.4},\"measured_ms\":{measured:.4},\"median_ms\":{median:.4},\"traced_ms\":{:.4},\"ratio\":{ratio:.4},\"handoff_us\":{:.1},\"step_overhead_us\":{:.1},\"launch_gap_us\":{:.1}}}",
                         m.name,
                         v.name(),
                         m.fwd_flops,
-                        cal.traced_step_ns as f64 / 1e6
+                        cal.traced_step_ns as f64 / 1e6,
+                        cal.handoff_ns as f64 / 1e3,
+                        cal.step_overhead_ns as f64 / 1e3,
+                        cal.launch_gap_ns as f64 / 1e3
                     );
                 }
             }

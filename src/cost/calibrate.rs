@@ -54,6 +54,12 @@ pub struct Calibration {
     /// time after its last item ends (waking and joining the threads).
     #[serde(default)]
     pub step_overhead_ns: u64,
+    /// Mean idle time on a thread before a launch, since the item before it
+    /// on that thread (a launch, copy or passed wait) ended: the runtime's
+    /// bookkeeping, and on a loaded machine the time the OS ran another process. Every launch
+    /// and collective costs it on top of its kernel ([`Calibration::step_costs`]).
+    #[serde(default)]
+    pub launch_gap_ns: u64,
 }
 
 /// The signature a step's cost is filed under (None for records and waits,
@@ -95,11 +101,6 @@ fn dtype_name(d: DType) -> &'static str {
     }
 }
 
-fn median(v: &mut [u64]) -> u64 {
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
-}
-
 /// The mean (0 for none): a chain of steps costs the sum of its items'
 /// means on average, where the sum of medians falls short whenever the
 /// times are skewed (a preempted kernel, a cold cache).
@@ -139,8 +140,10 @@ impl Calibration {
             plan.streams.iter().map(|s| s.steps.iter().map(|st| signature(plan, st)).collect()).collect();
         let mut samples: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         let mut step_times = Vec::with_capacity(steps);
-        let (mut handoffs, mut overheads) = (Vec::new(), Vec::with_capacity(steps));
+        let (mut handoffs, mut overheads, mut gaps) = (Vec::new(), Vec::with_capacity(steps), Vec::new());
         let threads = super::explain::cpu_threads(plan, super::cores())?;
+        let mut by_thread: Vec<Vec<(u64, u64, bool)>> =
+            vec![Vec::new(); threads.iter().copied().max().map_or(0, |m| m + 1)];
         // Where each event is recorded: (stream, step index).
         let mut record_at = vec![None; plan.num_events];
         for (si, s) in plan.streams.iter().enumerate() {
@@ -169,6 +172,28 @@ impl Calibration {
             }
             if first <= last {
                 overheads.push(first + t.dur_ns.saturating_sub(last));
+            }
+            // Per thread, its items by start: a launch's gap is the idle time
+            // since the item before it on its thread ended.
+            by_thread.iter_mut().for_each(Vec::clear);
+            for e in &t.events {
+                let work = matches!(
+                    plan.streams.get(e.stream).and_then(|s| s.steps.get(e.index)),
+                    Some(Step::Launch { .. } | Step::AllReduce { .. })
+                );
+                if let Some(v) = threads.get(e.stream).and_then(|&th| by_thread.get_mut(th)) {
+                    v.push((e.start_ns, e.start_ns + e.dur_ns, work));
+                }
+            }
+            for v in by_thread.iter_mut() {
+                v.sort_unstable();
+                let mut end = None;
+                for &(a, b, work) in v.iter() {
+                    if let (true, Some(e)) = (work, end) {
+                        gaps.push(a.saturating_sub(e));
+                    }
+                    end = Some(end.map_or(b, |e: u64| e.max(b)));
+                }
             }
             for e in t.events.iter().filter(|e| e.kind == "wait") {
                 let Some(Step::Wait(ev)) = plan.streams.get(e.stream).and_then(|s| s.steps.get(e.index)) else {
@@ -201,6 +226,7 @@ impl Calibration {
             costs,
             handoff_ns: mean(&handoffs),
             step_overhead_ns: mean(&overheads),
+            launch_gap_ns: mean(&gaps),
         })
     }
 
@@ -242,8 +268,10 @@ impl Calibration {
         std::fs::rename(&tmp, &path).map_err(err)
     }
 
-    /// The cost of every step of `plan` (per stream, per step), records and
-    /// waits free; an error names the first signature this calibration lacks.
+    /// The cost of every step of `plan` (per stream, per step): a launch's
+    /// or collective's measured mean plus the launch gap, a copy's measured
+    /// mean, records and waits free; an error names the first signature
+    /// this calibration lacks.
     pub fn step_costs(&self, plan: &Plan) -> Result<Vec<Vec<u64>>, CostError> {
         plan.streams
             .iter()
@@ -252,7 +280,10 @@ impl Calibration {
                     .iter()
                     .map(|st| match signature(plan, st) {
                         None => Ok(0),
-                        Some(sig) => self.costs.get(&sig).copied().ok_or(CostError::Uncalibrated(sig)),
+                        Some(sig) => {
+                            let gap = if matches!(st, Step::Copy { .. }) { 0 } else { self.launch_gap_ns };
+                            self.costs.get(&sig).map(|c| c + gap).ok_or(CostError::Uncalibrated(sig))
+                        }
                     })
                     .collect()
             })

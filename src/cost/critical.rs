@@ -148,7 +148,13 @@ mod tests {
     use towers_kernels::Kernel;
 
     fn launch(node: &str) -> Step {
-        Step::Launch { kernel: Kernel::Fill { value: 0.0 }, inputs: vec![], outputs: vec![], workspace: None, node: node.into() }
+        Step::Launch {
+            kernel: Kernel::Fill { value: 0.0 },
+            inputs: vec![],
+            outputs: vec![],
+            workspace: None,
+            node: node.into(),
+        }
     }
 
     fn stream(device: Device, kind: StreamKind, steps: Vec<Step>) -> StreamPlan {

@@ -79,9 +79,10 @@ pub fn cpu_threads(plan: &Plan, cores: usize) -> Result<Vec<usize>, CostError> {
     plan.streams
         .iter()
         .map(|s| {
-            threads.iter().position(|t| t.devices.contains(&s.device)).ok_or_else(|| {
-                CostError::Threads(format!("no thread runs {}", plan.stream_name(s)))
-            })
+            threads
+                .iter()
+                .position(|t| t.devices.contains(&s.device))
+                .ok_or_else(|| CostError::Threads(format!("no thread runs {}", plan.stream_name(s))))
         })
         .collect()
 }
@@ -122,14 +123,20 @@ pub fn predict_with(
             let ns = costs[si][i];
             match st {
                 Step::Launch { kernel, outputs, .. } if is_reduction(kernel.name()) => {
-                    let bytes = outputs.iter().filter_map(|o| plan.type_of(o)).map(|(d, sh)| d.size_bytes() * sh.iter().product::<usize>()).sum();
+                    let bytes = outputs
+                        .iter()
+                        .filter_map(|o| plan.type_of(o))
+                        .map(|(d, sh)| d.size_bytes() * sh.iter().product::<usize>())
+                        .sum();
                     add_link(format!("towers -> {dev}"), bytes, ns);
                 }
                 Step::Launch { .. } => match compute.iter_mut().find(|(d, _)| *d == dev) {
                     Some((_, t)) => *t += ns,
                     None => compute.push((dev.clone(), ns)),
                 },
-                Step::Copy { from, to, bytes, .. } => add_link(format!("{} -> {}", device_of(from), device_of(to)), *bytes, ns),
+                Step::Copy { from, to, bytes, .. } => {
+                    add_link(format!("{} -> {}", device_of(from), device_of(to)), *bytes, ns)
+                }
                 Step::AllReduce { buffers, .. } => {
                     let bytes = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
                     add_link("all-reduce".into(), bytes, ns);
@@ -176,8 +183,11 @@ impl Prediction {
         if self.links.is_empty() {
             out += "  transfer per link: none\n";
         } else {
-            let links: Vec<String> =
-                self.links.iter().map(|l| format!("{} {} ({} steps, {} B)", l.name, ms(l.ns), l.steps, l.bytes)).collect();
+            let links: Vec<String> = self
+                .links
+                .iter()
+                .map(|l| format!("{} {} ({} steps, {} B)", l.name, ms(l.ns), l.steps, l.bytes))
+                .collect();
             out += &format!("  transfer per link: {}\n", links.join("; "));
         }
         out += &format!("  critical path ({} items), costliest:\n", self.path_len);

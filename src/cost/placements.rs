@@ -56,7 +56,13 @@ pub fn candidate(
 
 /// Every placement of [`PLACEMENTS`] at `towers` towers, predicted, and the
 /// fastest with its reason.
-pub fn auto(model: &Graph, loss: &str, base: &CompileOptions, towers: usize, cache: &Path) -> Result<Choice, CostError> {
+pub fn auto(
+    model: &Graph,
+    loss: &str,
+    base: &CompileOptions,
+    towers: usize,
+    cache: &Path,
+) -> Result<Choice, CostError> {
     let mut preds = Vec::with_capacity(PLACEMENTS.len());
     for v in PLACEMENTS {
         preds.push((v, candidate(model, loss, base, towers, v, cache)?.prediction));
