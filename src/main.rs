@@ -299,8 +299,9 @@ fn explain_cost(c: &Common, cfg: &TrainConfig, input: [usize; 3], classes: usize
     println!("cost model on {} (calibrations under {})", towers::cost::machine_key(), c.cost_cache.display());
     for towers in [1, 2, 4] {
         for v in towers::cost::PLACEMENTS {
-            let k = towers::cost::candidate(&model.graph, &model.loss, &cfg.compile_options(), towers, v, &c.cost_cache)
-                .map_err(|e| format!("--explain-cost: {e}"))?;
+            let k =
+                towers::cost::candidate(&model.graph, &model.loss, &cfg.compile_options(), towers, v, &c.cost_cache)
+                    .map_err(|e| format!("--explain-cost: {e}"))?;
             let from = if k.cached { ", calibration cached" } else { "" };
             print!("{}", k.prediction.text(&format!("towers={towers} variables={}{from}", v.name())));
         }
