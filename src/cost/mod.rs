@@ -23,6 +23,20 @@
 //! - library code prints nothing: it returns data and text;
 //! - output is deterministic for given costs (sorted maps, stable ties).
 //!
+//! What the calibration measures besides kernels: the CPU backend's own
+//! latencies ([`explain::Latencies`]: an event's handoff between threads, a
+//! step's start and join, the idle gap before each launch), from the same
+//! traces. On a loaded machine these carry the operating system's
+//! scheduling delays (milliseconds at a load of 13 on 2 cores), which is
+//! why a calibration belongs to the moment and the machine it was taken on.
+//!
+//! Measured (`cargo bench --bench cost`, 2-vCPU AMD EPYC, AVX-512 path, at
+//! a load average of 12-14 from other builds): 10 to 15 of the 24
+//! predictions (MLP 784-256-256-10 and the convnet, 1/2/4 towers, four
+//! placements, batch 256) within 20% of the mean measured step; the worst
+//! rows are the ones whose measured time swung between calibration and
+//! measurement. The bench is the check to rerun on a quiet machine.
+//!
 //! Copies between devices are elided on the CPU backend (one host memory),
 //! so a copy's calibrated cost is its traced (near zero) time; the model
 //! keeps them so that a backend with real links gets their measured costs
