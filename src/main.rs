@@ -280,10 +280,23 @@ struct CompileArgs {
 }
 
 /// `--variables auto`: the placement with the fastest predicted step for
-/// this model and tower count on this machine; says why on stderr.
-fn auto_variables(c: &Common, cfg: &mut TrainConfig, input: [usize; 3], classes: usize) -> Result<(), String> {
+/// this model and tower count on this machine; says why on stderr. With
+/// several processes each would time its own machine and might choose
+/// differently, so it is refused there.
+fn auto_variables(
+    c: &Common,
+    cfg: &mut TrainConfig,
+    input: [usize; 3],
+    classes: usize,
+    processes: usize,
+) -> Result<(), String> {
     if !matches!(c.variables, Vars::Auto) {
         return Ok(());
+    }
+    if processes > 1 {
+        return Err(format!(
+            "--variables auto: each of the {processes} processes would time its own machine and could choose another placement; give one (cpu, gpu0, round-robin, greedy), e.g. the one `towers compile --variables auto` picks"
+        ));
     }
     let model = build(&towers::cost::placements::model_spec(cfg, input, classes)).map_err(|e| e.to_string())?;
     let choice = towers::cost::auto(&model.graph, &model.loss, &cfg.compile_options(), cfg.towers, &c.cost_cache)
@@ -470,7 +483,7 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     let lead = comm.rank() == 0;
     let mut cfg = config(&a.common)?;
     let (input, classes) = towers::cost::placements::geometry(&cfg.data);
-    auto_variables(&a.common, &mut cfg, input, classes)?;
+    auto_variables(&a.common, &mut cfg, input, classes, comm.world_size())?;
     cfg.steps = a.steps;
     cfg.epochs = a.epochs.unwrap_or(match a.common.model {
         Model::Mlp => 40,
@@ -544,7 +557,7 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
     if a.explain_cost {
         return explain_cost(&a.common, &cfg, input, classes);
     }
-    auto_variables(&a.common, &mut cfg, input, classes)?;
+    auto_variables(&a.common, &mut cfg, input, classes, a.world_size)?;
     let mut spec = ModelSpec::new(cfg.model, input, classes);
     spec.hidden = cfg.hidden.clone();
     spec.activation = cfg.activation;

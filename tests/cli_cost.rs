@@ -52,3 +52,15 @@ fn variables_auto_picks_a_placement_and_says_why() {
     let (_, err) = towers(&[&["train", "--steps", "3"][..], &args].concat());
     assert!(err.contains(&format!("--variables auto: variables={chosen} has the lowest")), "{err}");
 }
+
+/// With several processes each would time its own machine: refused, naming the flag.
+#[test]
+fn variables_auto_is_refused_across_processes() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_towers"))
+        .args(["compile", "--variables", "auto", "--towers", "2", "--world-size", "2"])
+        .output()
+        .expect("the towers binary runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error: --variables auto: each of the 2 processes would time its own machine"), "{err}");
+}
