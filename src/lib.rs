@@ -15,6 +15,7 @@
 
 pub mod compiler;
 pub mod config;
+pub mod cost;
 pub mod cuda_emit;
 pub mod data;
 pub mod guards;

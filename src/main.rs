@@ -62,6 +62,8 @@ enum Vars {
     Gpu0,
     RoundRobin,
     Greedy,
+    /// The fastest placement the cost model predicts on this machine (`towers::cost`).
+    Auto,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -162,6 +164,10 @@ struct Common {
     /// instead of replaying the step as a CUDA graph.
     #[arg(long)]
     no_cuda_graphs: bool,
+    /// Where `--variables auto` and `--explain-cost` cache their
+    /// calibrations (by machine and plan hash).
+    #[arg(long, default_value = "target/towers-cost")]
+    cost_cache: PathBuf,
 }
 
 #[derive(Args)]
@@ -282,6 +288,55 @@ struct CompileArgs {
     /// Which rank of --world-size to compile for.
     #[arg(long, default_value_t = 0)]
     rank: usize,
+    /// Instead of --emit: for each placement (cpu, gpu0, round-robin,
+    /// greedy) at 1, 2 and 4 towers, the cost model's predicted compute per
+    /// device, transfer per link, step and critical path on this machine
+    /// (calibrated on the CPU backend, cached under --cost-cache).
+    #[arg(long)]
+    explain_cost: bool,
+}
+
+/// `--variables auto`: the placement with the fastest predicted step for
+/// this model and tower count on this machine; says why on stderr. With
+/// several processes each would time its own machine and might choose
+/// differently, so it is refused there.
+fn auto_variables(
+    c: &Common,
+    cfg: &mut TrainConfig,
+    input: [usize; 3],
+    classes: usize,
+    processes: usize,
+) -> Result<(), String> {
+    if !matches!(c.variables, Vars::Auto) {
+        return Ok(());
+    }
+    if processes > 1 {
+        return Err(format!(
+            "--variables auto: each of the {processes} processes would time its own machine and could choose another placement; give one (cpu, gpu0, round-robin, greedy), e.g. the one `towers compile --variables auto` picks"
+        ));
+    }
+    let model = build(&towers::cost::placements::model_spec(cfg, input, classes)).map_err(|e| e.to_string())?;
+    let choice = towers::cost::auto(&model.graph, &model.loss, &cfg.compile_options(), cfg.towers, &c.cost_cache)
+        .map_err(|e| format!("--variables auto: {e}"))?;
+    eprintln!("--variables auto: {}", choice.reason);
+    cfg.variables = choice.placement;
+    Ok(())
+}
+
+/// `--explain-cost`: every placement at 1, 2 and 4 towers, predicted.
+fn explain_cost(c: &Common, cfg: &TrainConfig, input: [usize; 3], classes: usize) -> Result<(), String> {
+    let model = build(&towers::cost::placements::model_spec(cfg, input, classes)).map_err(|e| e.to_string())?;
+    println!("cost model on {} (calibrations under {})", towers::cost::machine_key(), c.cost_cache.display());
+    for towers in [1, 2, 4] {
+        for v in towers::cost::PLACEMENTS {
+            let k =
+                towers::cost::candidate(&model.graph, &model.loss, &cfg.compile_options(), towers, v, &c.cost_cache)
+                    .map_err(|e| format!("--explain-cost: {e}"))?;
+            let from = if k.cached { ", calibration cached" } else { "" };
+            print!("{}", k.prediction.text(&format!("towers={towers} variables={}{from}", v.name())));
+        }
+    }
+    Ok(())
 }
 
 /// `--bucket-mb` in bytes (at least one byte, finite).
@@ -336,6 +391,8 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
             Vars::Gpu0 => VarPlacement::Gpu0,
             Vars::RoundRobin => VarPlacement::RoundRobin,
             Vars::Greedy => VarPlacement::Greedy,
+            // Replaced by the cost model's choice (`auto_variables`) before any compile.
+            Vars::Auto => VarPlacement::default(),
         },
         split_weights: c.split_weights.clone(),
         accumulate: c.accumulate,
@@ -452,6 +509,8 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
 fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     let lead = comm.rank() == 0;
     let mut cfg = config(&a.common)?;
+    let (input, classes) = towers::cost::placements::geometry(&cfg.data);
+    auto_variables(&a.common, &mut cfg, input, classes, comm.world_size())?;
     cfg.steps = a.steps;
     cfg.epochs = a.epochs.unwrap_or(match a.common.model {
         Model::Mlp => 40,
@@ -534,7 +593,7 @@ fn parse_input(s: &str) -> Result<[usize; 3], String> {
 }
 
 fn run_compile(a: CompileArgs) -> Result<(), String> {
-    let cfg = config(&a.common)?;
+    let mut cfg = config(&a.common)?;
     let process = ProcessGroup::new(a.rank, a.world_size).map_err(|e| format!("--rank/--world-size: {e}"))?;
     // The same guards as `towers train`: what compiles is what would train.
     towers::guards::validate(&cfg, process.world).map_err(|e| e.to_string())?;
@@ -554,6 +613,10 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
             DataSpec::Mnist(_) | DataSpec::Mnist5k => ([28, 28, 1], 10),
         },
     };
+    if a.explain_cost {
+        return explain_cost(&a.common, &cfg, input, classes);
+    }
+    auto_variables(&a.common, &mut cfg, input, classes, a.world_size)?;
     let mut spec = ModelSpec::new(cfg.model, input, classes);
     spec.hidden = cfg.hidden.clone();
     spec.activation = cfg.activation;

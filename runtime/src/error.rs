@@ -12,6 +12,10 @@ pub enum RuntimeError {
     #[error("{0}")]
     SimdPath(towers_kernels::KernelError),
 
+    /// A plan device that no backend of this machine serves (issue 21, item 7).
+    #[error("program '{program}' asks for device {device}, but {has}: {how}")]
+    UnservableDevice { program: String, device: String, has: String, how: String },
+
     #[error("no program named '{program}' is loaded (loaded: {loaded})")]
     UnknownProgram { program: String, loaded: String },
 

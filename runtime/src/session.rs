@@ -67,6 +67,29 @@ fn lookup<'a>(programs: &'a BTreeMap<String, Program>, program: &str) -> Result<
     })
 }
 
+/// Refuse, before anything is created, a plan device this machine cannot
+/// serve: a host device other than `cpu:0` (a process has one host; every
+/// backend runs `/gpu:N` devices, the CPU backend as CPU devices). The
+/// error names the device, what the machine has and how to map it.
+fn check_devices(program: &str, plan: &Plan) -> Result<(), RuntimeError> {
+    let devices = plan.devices.iter().map(|d| d.device).chain(plan.streams.iter().map(|s| s.device));
+    let devices = devices.chain(plan.variables.iter().map(|v| v.device));
+    for d in devices {
+        if d.kind == DeviceKind::Cpu && d.index != 0 {
+            return Err(RuntimeError::UnservableDevice {
+                program: program.into(),
+                device: plan.device_name(d),
+                has: "a process has one host device, cpu:0".into(),
+                how: format!(
+                    "place what is on /cpu:{} on /cpu:0, or on a tower device /gpu:N (the CPU backend runs /gpu:N as CPU devices of their own)",
+                    d.index
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Whether a tensor of dtype `actual` can be fed or fetched as `requested`.
 fn compatible(actual: DType, requested: DType) -> bool {
     actual == requested || (requested == DType::I32 && actual == DType::Bool)
@@ -127,6 +150,7 @@ impl Session {
         // (e.g. edited JSON) is a typed error, never a bad access in a kernel.
         towers_codegen::verify(&plan)
             .map_err(|e| RuntimeError::InvalidPlan { program: name.into(), source: Box::new(e) })?;
+        check_devices(name, &plan)?;
         self.check_memory(name, &plan)?;
         let backend = |e: BackendError| RuntimeError::from_backend(name, e);
         // Check every declaration before creating anything.

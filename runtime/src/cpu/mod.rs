@@ -43,6 +43,9 @@ mod sched;
 mod store;
 mod threads;
 
+/// Which thread runs which step (read by the cost model, `towers::cost`).
+pub use threads::{thread_plans, ThreadPlan};
+
 use std::sync::Arc;
 
 use towers_codegen::{BufRef, BufferKind, Plan, VariableDecl};

@@ -1,0 +1,336 @@
+//! Calibration: what each kernel of a plan, at its shapes, and each copy
+//! and collective costs on this machine, measured with the CPU backend's
+//! own kernel calls.
+//!
+//! The plan is loaded in a fresh [`Session`] on the CPU backend, fed fixed
+//! deterministic data, run `warmup` steps untraced, then `steps` steps
+//! traced; each traced launch, copy and all-reduce is filed under its
+//! [`signature`] (the kernel's name and parameters and its operands'
+//! shapes, a copy's bytes and devices), and a signature's cost is the
+//! mean of its samples (what a training run's throughput pays). The same traces give the backend's two
+//! latencies: an event's handoff between threads and the per-step start
+//! and join. Every step runs with the threads, cores and
+//! neighbours it has in training, so the costs include what sharing the
+//! cores does to a kernel.
+//!
+//! Invariants:
+//! - a [`Calibration`] holds the machine key and plan hash it was measured
+//!   for; [`Calibration::load`] returns one only when both match;
+//! - the cache file is `<dir>/<hash of the machine key>/<plan hash>.json`,
+//!   written whole (write to a temporary name, then rename);
+//! - signatures are sorted (a `BTreeMap`): the JSON is deterministic for
+//!   given costs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use towers_codegen::text::kernel_params;
+use towers_codegen::{BufRef, Plan, Step};
+use towers_graph::DType;
+use towers_runtime::Session;
+
+use super::{fnv1a, machine_key, plan_hash, CostError};
+
+/// Measured costs of one plan's kernels on one machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// [`machine_key`] of the machine that measured it.
+    pub machine: String,
+    /// [`plan_hash`] of the plan it was measured on.
+    pub plan_hash: u64,
+    /// Traced steps behind each median.
+    pub steps: usize,
+    /// The mean traced step, nanoseconds (what the plan took while calibrating).
+    pub traced_step_ns: u64,
+    /// Signature → mean nanoseconds.
+    pub costs: BTreeMap<String, u64>,
+    /// Mean time from a record to the end of a wait for it that blocked
+    /// on another thread (the record's time: the end of the traced step
+    /// before it on its stream).
+    #[serde(default)]
+    pub handoff_ns: u64,
+    /// Mean per step of the time before its first item starts plus the
+    /// time after its last item ends (waking and joining the threads).
+    #[serde(default)]
+    pub step_overhead_ns: u64,
+    /// Mean idle time on a thread before a launch, since the item before it
+    /// on that thread (a launch, copy or passed wait) ended: the runtime's
+    /// bookkeeping, and on a loaded machine the time the OS ran another process. Every launch
+    /// and collective costs it on top of its kernel ([`Calibration::step_costs`]).
+    #[serde(default)]
+    pub launch_gap_ns: u64,
+}
+
+/// The signature a step's cost is filed under (None for records and waits,
+/// which cost nothing): `gemm m=.. n=.. k=.. | f32[256,784] f32[784,256] -> f32[256,256]`,
+/// `copy 802816 B cpu:0 -> gpu:1`, `all_reduce 1 buffers 802816 B`.
+pub fn signature(plan: &Plan, step: &Step) -> Option<String> {
+    let ty = |r: &BufRef| match plan.type_of(r) {
+        Some((d, s)) => format!("{}{s:?}", dtype_name(d)),
+        None => "?".into(),
+    };
+    let device = |r: &BufRef| match r {
+        BufRef::Arena { device, .. } => plan.devices.get(*device).map(|d| plan.device_name(d.device)),
+        BufRef::Variable(n) => plan.variable(n).map(|v| plan.device_name(v.device)),
+    };
+    match step {
+        Step::Launch { kernel, inputs, outputs, .. } => {
+            let ins: Vec<String> = inputs.iter().map(ty).collect();
+            let outs: Vec<String> = outputs.iter().map(ty).collect();
+            Some(format!("{} {} | {} -> {}", kernel.name(), kernel_params(kernel), ins.join(" "), outs.join(" ")))
+        }
+        Step::Copy { from, to, bytes, .. } => Some(format!(
+            "copy {bytes} B {} -> {}",
+            device(from).unwrap_or_else(|| "?".into()),
+            device(to).unwrap_or_else(|| "?".into())
+        )),
+        Step::AllReduce { buffers, .. } => {
+            let bytes: usize = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
+            Some(format!("all_reduce {} buffers {bytes} B", buffers.len()))
+        }
+        Step::Record(_) | Step::Wait(_) => None,
+    }
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::I32 => "i32",
+        DType::Bool => "bool",
+    }
+}
+
+/// The mean (0 for none): a chain of steps costs the sum of its items'
+/// means on average, where the sum of medians falls short whenever the
+/// times are skewed (a preempted kernel, a cold cache).
+fn mean(v: &[u64]) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    (v.iter().map(|&x| x as u128).sum::<u128>() / v.len() as u128) as u64
+}
+
+impl Calibration {
+    /// Measure `plan` on this machine: `warmup` untraced steps, then
+    /// `steps` traced ones (at least one).
+    pub fn measure(plan: &Plan, warmup: usize, steps: usize) -> Result<Calibration, CostError> {
+        let steps = steps.max(1);
+        let mut sess = Session::new(0);
+        sess.load("calibrate", plan.clone())?;
+        for (name, r) in &plan.feeds {
+            let Some((dtype, shape)) = plan.type_of(r) else { continue };
+            let len: usize = shape.iter().product();
+            match dtype {
+                // Small varied values: no kernel sees only zeros (a branch or
+                // a denormal could make it cheaper than in training).
+                DType::F32 => {
+                    let data: Vec<f32> = (0..len).map(|i| (i % 17) as f32 * 0.05).collect();
+                    sess.feed_f32("calibrate", name, &data)?;
+                }
+                // Class 0 is valid for every label feed.
+                DType::I32 | DType::Bool => sess.feed_i32("calibrate", name, &vec![0; len])?,
+            }
+        }
+        for _ in 0..warmup {
+            sess.run("calibrate")?;
+        }
+        // Per plan step, the signature it is filed under (computed once).
+        let sigs: Vec<Vec<Option<String>>> =
+            plan.streams.iter().map(|s| s.steps.iter().map(|st| signature(plan, st)).collect()).collect();
+        let mut samples: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut step_times = Vec::with_capacity(steps);
+        let (mut handoffs, mut overheads, mut gaps) = (Vec::new(), Vec::with_capacity(steps), Vec::new());
+        let threads = super::explain::cpu_threads(plan, super::cores())?;
+        let mut by_thread: Vec<Vec<(u64, u64, bool)>> =
+            vec![Vec::new(); threads.iter().copied().max().map_or(0, |m| m + 1)];
+        // Where each event is recorded: (stream, step index).
+        let mut record_at = vec![None; plan.num_events];
+        for (si, s) in plan.streams.iter().enumerate() {
+            for (i, st) in s.steps.iter().enumerate() {
+                if let Step::Record(e) = st {
+                    if let Some(r) = record_at.get_mut(*e) {
+                        *r = Some((si, i));
+                    }
+                }
+            }
+        }
+        let mut spans: Vec<Vec<Option<(u64, u64)>>> = plan.streams.iter().map(|s| vec![None; s.steps.len()]).collect();
+        sess.set_tracing("calibrate", true)?;
+        for _ in 0..steps {
+            sess.run("calibrate")?;
+            let t = sess.trace("calibrate")?;
+            step_times.push(t.dur_ns);
+            spans.iter_mut().for_each(|s| s.iter_mut().for_each(|x| *x = None));
+            let (mut first, mut last) = (u64::MAX, 0u64);
+            for e in &t.events {
+                if let Some(x) = spans.get_mut(e.stream).and_then(|s| s.get_mut(e.index)) {
+                    *x = Some((e.start_ns, e.start_ns + e.dur_ns));
+                }
+                first = first.min(e.start_ns);
+                last = last.max(e.start_ns + e.dur_ns);
+            }
+            if first <= last {
+                overheads.push(first + t.dur_ns.saturating_sub(last));
+            }
+            // Per thread, its items by start: a launch's gap is the idle time
+            // since the item before it on its thread ended.
+            by_thread.iter_mut().for_each(Vec::clear);
+            for e in &t.events {
+                let work = matches!(
+                    plan.streams.get(e.stream).and_then(|s| s.steps.get(e.index)),
+                    Some(Step::Launch { .. } | Step::AllReduce { .. })
+                );
+                if let Some(v) = threads.get(e.stream).and_then(|&th| by_thread.get_mut(th)) {
+                    v.push((e.start_ns, e.start_ns + e.dur_ns, work));
+                }
+            }
+            for v in by_thread.iter_mut() {
+                v.sort_unstable();
+                let mut end = None;
+                for &(a, b, work) in v.iter() {
+                    if let (true, Some(e)) = (work, end) {
+                        gaps.push(a.saturating_sub(e));
+                    }
+                    end = Some(end.map_or(b, |e: u64| e.max(b)));
+                }
+            }
+            for e in t.events.iter().filter(|e| e.kind == "wait") {
+                let Some(Step::Wait(ev)) = plan.streams.get(e.stream).and_then(|s| s.steps.get(e.index)) else {
+                    continue;
+                };
+                let Some((rs, ri)) = record_at.get(*ev).copied().flatten() else { continue };
+                if threads.get(rs) == threads.get(e.stream) {
+                    continue;
+                }
+                let recorded = spans[rs][..ri].iter().rev().find_map(|x| x.map(|(_, end)| end)).unwrap_or(0);
+                let end = e.start_ns + e.dur_ns;
+                // Only a wait that blocked shows the handoff.
+                if e.start_ns < recorded && end >= recorded {
+                    handoffs.push(end - recorded);
+                }
+            }
+            for e in &t.events {
+                if let Some(Some(sig)) = sigs.get(e.stream).and_then(|s| s.get(e.index)) {
+                    samples.entry(sig.clone()).or_default().push(e.dur_ns);
+                }
+            }
+        }
+        sess.set_tracing("calibrate", false)?;
+        let costs = samples.into_iter().map(|(k, v)| (k, mean(&v))).collect();
+        Ok(Calibration {
+            machine: machine_key(),
+            plan_hash: plan_hash(plan),
+            steps,
+            traced_step_ns: mean(&step_times),
+            costs,
+            handoff_ns: mean(&handoffs),
+            step_overhead_ns: mean(&overheads),
+            launch_gap_ns: mean(&gaps),
+        })
+    }
+
+    /// The cached calibration of `plan` on this machine under `dir`, or a
+    /// fresh one (then written there). The flag says whether it came from the cache.
+    pub fn cached(dir: &Path, plan: &Plan, warmup: usize, steps: usize) -> Result<(Calibration, bool), CostError> {
+        let (machine, hash) = (machine_key(), plan_hash(plan));
+        if let Some(c) = Calibration::load(dir, &machine, hash) {
+            return Ok((c, true));
+        }
+        let c = Calibration::measure(plan, warmup, steps)?;
+        c.save(dir)?;
+        Ok((c, false))
+    }
+
+    /// The cache file of a machine key and plan hash under `dir`.
+    pub fn path(dir: &Path, machine: &str, plan_hash: u64) -> PathBuf {
+        dir.join(format!("{:016x}", fnv1a(machine.as_bytes()))).join(format!("{plan_hash:016x}.json"))
+    }
+
+    /// The calibration cached under `dir` for this machine key and plan
+    /// hash; None when there is none, it does not parse, or its key differs.
+    pub fn load(dir: &Path, machine: &str, plan_hash: u64) -> Option<Calibration> {
+        let text = std::fs::read_to_string(Calibration::path(dir, machine, plan_hash)).ok()?;
+        let c: Calibration = serde_json::from_str(&text).ok()?;
+        (c.machine == machine && c.plan_hash == plan_hash).then_some(c)
+    }
+
+    /// Write this calibration to its cache file under `dir`.
+    pub fn save(&self, dir: &Path) -> Result<(), CostError> {
+        let path = Calibration::path(dir, &self.machine, self.plan_hash);
+        let err = |source| CostError::Cache { path: path.clone(), source };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(err)?;
+        }
+        let text = serde_json::to_string_pretty(self).map_err(|e| err(std::io::Error::other(e)))?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text).map_err(err)?;
+        std::fs::rename(&tmp, &path).map_err(err)
+    }
+
+    /// The cost of every step of `plan` (per stream, per step): a launch's
+    /// or collective's measured mean plus the launch gap, a copy's measured
+    /// mean, records and waits free; an error names the first signature
+    /// this calibration lacks.
+    pub fn step_costs(&self, plan: &Plan) -> Result<Vec<Vec<u64>>, CostError> {
+        plan.streams
+            .iter()
+            .map(|s| {
+                s.steps
+                    .iter()
+                    .map(|st| match signature(plan, st) {
+                        None => Ok(0),
+                        Some(sig) => {
+                            let gap = if matches!(st, Step::Copy { .. }) { 0 } else { self.launch_gap_ns };
+                            self.costs.get(&sig).map(|c| c + gap).ok_or(CostError::Uncalibrated(sig))
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiler::{compile_train, CompileOptions};
+    use crate::models::{build, ModelKind, ModelSpec};
+    use towers_graph::{Device, Optimizer, F32};
+
+    fn plan(towers: u32) -> Plan {
+        let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+        o.towers = (0..towers).map(Device::gpu).collect();
+        compile_train(&model.graph, &model.loss, &o).expect("compiles").plan
+    }
+
+    /// A measured calibration covers every step of its plan, is written and
+    /// read back equal under its plan's hash, and is not found under
+    /// another plan's hash or another machine's key.
+    #[test]
+    fn the_cache_round_trips_keyed_by_machine_and_plan_hash() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (p1, p2) = (plan(1), plan(2));
+        assert_ne!(plan_hash(&p1), plan_hash(&p2));
+        assert_eq!(plan_hash(&p1), plan_hash(&plan(1)), "the hash is stable");
+        let (c, cached) = Calibration::cached(dir.path(), &p2, 1, 2).expect("calibrates");
+        assert!(!cached);
+        let costs = c.step_costs(&p2).expect("every signature was measured");
+        assert_eq!(costs.len(), p2.streams.len());
+        let (again, cached) = Calibration::cached(dir.path(), &p2, 1, 2).expect("loads");
+        assert!(cached);
+        assert_eq!(again, c);
+        assert!(Calibration::load(dir.path(), &c.machine, plan_hash(&p1)).is_none());
+        assert!(Calibration::load(dir.path(), "another machine", c.plan_hash).is_none());
+        // A file under the right name but for another plan is not used.
+        let forged = Calibration { plan_hash: plan_hash(&p1), ..c.clone() };
+        let path = Calibration::path(dir.path(), &c.machine, c.plan_hash);
+        std::fs::write(&path, serde_json::to_string(&forged).expect("json")).expect("write");
+        assert!(Calibration::load(dir.path(), &c.machine, c.plan_hash).is_none());
+        // The one-tower plan has kernels at other shapes: the two-tower
+        // calibration lacks them, and says which.
+        let e = c.step_costs(&p1).expect_err("other shapes");
+        assert!(matches!(e, CostError::Uncalibrated(_)), "{e}");
+    }
+}

@@ -1,0 +1,317 @@
+//! A plan's predicted step, explained: compute per device, transfer per
+//! link (copies between devices, the towers' in-process reductions, the
+//! all-reduce across processes), the predicted step and the critical
+//! path's costliest items; and the choice of the fastest placement.
+//!
+//! Invariants:
+//! - devices are listed in plan order, links sorted by (from, to), path
+//!   items by cost, largest first (ties in path order): the text is
+//!   deterministic for given costs;
+//! - a launch counts as a reduction when its kernel combines the towers'
+//!   gradients in process (`weighted_sum`, `mean_apply`, `multi_apply`,
+//!   `gemm_tower_mean`, `gemm_tower_apply`); it is then a transfer on the
+//!   link `towers -> <its device>`, not compute;
+//! - [`choose`] takes the lowest predicted step; ties go to the earlier
+//!   candidate, so listing `cpu` first keeps TF1's default on a tie.
+
+use std::collections::BTreeMap;
+
+use towers_codegen::{BufRef, Plan, Step};
+use towers_passes::VarPlacement;
+
+use super::calibrate::Calibration;
+use super::critical::{simulate, Schedule};
+use super::CostError;
+
+/// Traffic on one link, predicted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// `cpu:0 -> gpu:1`, `towers -> cpu:0` (in-process reduction), `all-reduce`.
+    pub name: String,
+    pub steps: usize,
+    pub bytes: usize,
+    pub ns: u64,
+}
+
+/// One item of the critical path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathItem {
+    pub stream: String,
+    /// The kernel's name, `copy` or `all_reduce`.
+    pub kind: String,
+    pub node: String,
+    pub ns: u64,
+}
+
+/// The backend's own latencies, calibrated beside the kernels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Latencies {
+    /// From a record on one thread to the wait it ends on another.
+    pub handoff_ns: u64,
+    /// Per step: starting the threads and joining them at the end.
+    pub step_ns: u64,
+}
+
+/// A plan's predicted step, explained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prediction {
+    /// The critical path plus the per-step latency.
+    pub step_ns: u64,
+    pub latencies: Latencies,
+    /// Per device (plan order): nanoseconds of compute launches.
+    pub compute: Vec<(String, u64)>,
+    pub links: Vec<Link>,
+    /// Steps on the critical path.
+    pub path_len: usize,
+    /// The path's costliest items, largest first.
+    pub top: Vec<PathItem>,
+}
+
+/// Whether a kernel reduces the towers' gradients in process.
+fn is_reduction(kernel: &str) -> bool {
+    matches!(kernel, "weighted_sum" | "mean_apply" | "multi_apply" | "gemm_tower_mean" | "gemm_tower_apply")
+}
+
+/// The threads of the CPU backend for `plan` on `cores` cores, as a thread
+/// index per stream ([`towers_runtime::cpu::thread_plans`]).
+pub fn cpu_threads(plan: &Plan, cores: usize) -> Result<Vec<usize>, CostError> {
+    let threads = towers_runtime::cpu::thread_plans(plan, cores).map_err(CostError::Threads)?;
+    plan.streams
+        .iter()
+        .map(|s| {
+            threads
+                .iter()
+                .position(|t| t.devices.contains(&s.device))
+                .ok_or_else(|| CostError::Threads(format!("no thread runs {}", plan.stream_name(s))))
+        })
+        .collect()
+}
+
+/// Predict `plan` on the CPU backend with `cores` cores from a calibration.
+pub fn predict(plan: &Plan, cal: &Calibration, cores: usize, top: usize) -> Result<Prediction, CostError> {
+    let costs = cal.step_costs(plan)?;
+    let lat = Latencies { handoff_ns: cal.handoff_ns, step_ns: cal.step_overhead_ns };
+    predict_with(plan, &cpu_threads(plan, cores)?, &costs, lat, top)
+}
+
+/// Predict `plan` with a thread per stream and a cost per step (fakes in tests).
+pub fn predict_with(
+    plan: &Plan,
+    thread_of: &[usize],
+    costs: &[Vec<u64>],
+    latencies: Latencies,
+    top: usize,
+) -> Result<Prediction, CostError> {
+    let Schedule { step_ns, critical, .. } = simulate(plan, thread_of, costs, latencies.handoff_ns)?;
+    let step_ns = step_ns + latencies.step_ns;
+    let dev_name = |i: usize| plan.devices.get(i).map(|d| plan.device_name(d.device)).unwrap_or_else(|| "?".into());
+    let device_of = |r: &BufRef| match r {
+        BufRef::Arena { device, .. } => dev_name(*device),
+        BufRef::Variable(n) => plan.variable(n).map(|v| plan.device_name(v.device)).unwrap_or_else(|| "?".into()),
+    };
+    let mut compute: Vec<(String, u64)> = plan.devices.iter().map(|d| (plan.device_name(d.device), 0)).collect();
+    let mut links: BTreeMap<String, Link> = BTreeMap::new();
+    let mut add_link = |name: String, bytes: usize, ns: u64| {
+        let l = links.entry(name.clone()).or_insert(Link { name, steps: 0, bytes: 0, ns: 0 });
+        l.steps += 1;
+        l.bytes += bytes;
+        l.ns += ns;
+    };
+    for (si, s) in plan.streams.iter().enumerate() {
+        let dev = plan.device_name(s.device);
+        for (i, st) in s.steps.iter().enumerate() {
+            let ns = costs[si][i];
+            match st {
+                Step::Launch { kernel, outputs, .. } if is_reduction(kernel.name()) => {
+                    let bytes = outputs
+                        .iter()
+                        .filter_map(|o| plan.type_of(o))
+                        .map(|(d, sh)| d.size_bytes() * sh.iter().product::<usize>())
+                        .sum();
+                    add_link(format!("towers -> {dev}"), bytes, ns);
+                }
+                Step::Launch { .. } => match compute.iter_mut().find(|(d, _)| *d == dev) {
+                    Some((_, t)) => *t += ns,
+                    None => compute.push((dev.clone(), ns)),
+                },
+                Step::Copy { from, to, bytes, .. } => {
+                    add_link(format!("{} -> {}", device_of(from), device_of(to)), *bytes, ns)
+                }
+                Step::AllReduce { buffers, .. } => {
+                    let bytes = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
+                    add_link("all-reduce".into(), bytes, ns);
+                }
+                Step::Record(_) | Step::Wait(_) => {}
+            }
+        }
+    }
+    let mut items: Vec<PathItem> = critical
+        .iter()
+        .map(|&(si, i)| {
+            let s = &plan.streams[si];
+            let (kind, node) = match &s.steps[i] {
+                Step::Launch { kernel, node, .. } => (kernel.name().to_string(), node.clone()),
+                Step::Copy { node, .. } => ("copy".into(), node.clone()),
+                Step::AllReduce { node, .. } => ("all_reduce".into(), node.clone()),
+                Step::Record(e) | Step::Wait(e) => ("event".into(), format!("e{e}")),
+            };
+            PathItem { stream: plan.stream_name(s), kind, node, ns: costs[si][i] }
+        })
+        .collect();
+    let path_len = items.len();
+    // Stable: equal costs keep their path order.
+    items.sort_by_key(|it| std::cmp::Reverse(it.ns));
+    items.truncate(top);
+    Ok(Prediction { step_ns, latencies, compute, links: links.into_values().collect(), path_len, top: items })
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+impl Prediction {
+    /// The prediction as indented lines, under a heading the caller gives.
+    pub fn text(&self, heading: &str) -> String {
+        let mut out = format!(
+            "{heading}: predicted step {} (handoff between threads {}, per-step start and join {})\n",
+            ms(self.step_ns),
+            ms(self.latencies.handoff_ns),
+            ms(self.latencies.step_ns)
+        );
+        let compute: Vec<String> = self.compute.iter().map(|(d, ns)| format!("{d} {}", ms(*ns))).collect();
+        out += &format!("  compute per device: {}\n", compute.join(", "));
+        if self.links.is_empty() {
+            out += "  transfer per link: none\n";
+        } else {
+            let links: Vec<String> = self
+                .links
+                .iter()
+                .map(|l| format!("{} {} ({} steps, {} B)", l.name, ms(l.ns), l.steps, l.bytes))
+                .collect();
+            out += &format!("  transfer per link: {}\n", links.join("; "));
+        }
+        out += &format!("  critical path ({} items), costliest:\n", self.path_len);
+        for it in &self.top {
+            out += &format!("    {:>10}  {} {} {}\n", ms(it.ns), it.stream, it.kind, it.node);
+        }
+        out
+    }
+}
+
+/// A placement chosen by predicted step, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub placement: VarPlacement,
+    pub reason: String,
+}
+
+/// The candidate with the lowest predicted step (ties: the earlier one),
+/// and a reason naming every candidate's prediction; None without candidates.
+pub fn choose(candidates: &[(VarPlacement, Prediction)]) -> Option<Choice> {
+    let (best, p) = candidates.iter().fold(None::<&(VarPlacement, Prediction)>, |b, c| match b {
+        Some(b) if b.1.step_ns <= c.1.step_ns => Some(b),
+        _ => Some(c),
+    })?;
+    let others: Vec<String> = candidates
+        .iter()
+        .filter(|(v, _)| v != best)
+        .map(|(v, o)| {
+            let pct = 100.0 * (o.step_ns as f64 / p.step_ns.max(1) as f64 - 1.0);
+            format!("{} {} (+{pct:.0}%)", v.name(), ms(o.step_ns))
+        })
+        .collect();
+    let mut reason = format!("variables={} has the lowest predicted step, {}", best.name(), ms(p.step_ns));
+    if !others.is_empty() {
+        reason += &format!("; {}", others.join(", "));
+    }
+    if let Some(t) = p.top.first() {
+        reason += &format!("; its critical path is led by {} {} on {} ({})", t.kind, t.node, t.stream, ms(t.ns));
+    }
+    Some(Choice { placement: *best, reason })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiler::{compile_train, CompileOptions};
+    use crate::models::{build, ModelKind, ModelSpec};
+    use towers_graph::{Device, DeviceKind, Optimizer, F32};
+
+    const PLACEMENTS: [VarPlacement; 4] =
+        [VarPlacement::Cpu, VarPlacement::Gpu0, VarPlacement::RoundRobin, VarPlacement::Greedy];
+
+    fn plan(vars: VarPlacement) -> Plan {
+        let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+        o.towers = vec![Device::gpu(0), Device::gpu(1)];
+        o.variables = vars;
+        compile_train(&model.graph, &model.loss, &o).expect("compiles").plan
+    }
+
+    /// Fake costs on a fake machine of 8 cores (every device a thread of its
+    /// own): each launch costs 10 on a GPU device and `host` on the CPU one,
+    /// copies and collectives 1.
+    fn fake(plan: &Plan, host: u64) -> Prediction {
+        let threads = cpu_threads(plan, 8).expect("threads");
+        let costs: Vec<Vec<u64>> = plan
+            .streams
+            .iter()
+            .map(|s| {
+                s.steps
+                    .iter()
+                    .map(|st| match st {
+                        Step::Launch { .. } if s.device.kind == DeviceKind::Cpu => host,
+                        Step::Launch { .. } => 10,
+                        Step::Copy { .. } | Step::AllReduce { .. } => 1,
+                        Step::Record(_) | Step::Wait(_) => 0,
+                    })
+                    .collect()
+            })
+            .collect();
+        predict_with(plan, &threads, &costs, Latencies::default(), 3).expect("predicts")
+    }
+
+    /// With a fast host, keeping the variables there wins (their updates
+    /// run beside the towers); with a host 100x slower than a tower device,
+    /// any placement that keeps work off it wins, and the reason says so.
+    #[test]
+    fn auto_picks_the_fastest_predicted_placement() {
+        let plans: Vec<(VarPlacement, Plan)> = PLACEMENTS.iter().map(|&v| (v, plan(v))).collect();
+        let fast: Vec<(VarPlacement, Prediction)> = plans.iter().map(|(v, p)| (*v, fake(p, 1))).collect();
+        let c = choose(&fast).expect("a choice");
+        assert_eq!(c.placement, VarPlacement::Cpu, "{}", c.reason);
+        let slow: Vec<(VarPlacement, Prediction)> = plans.iter().map(|(v, p)| (*v, fake(p, 1000))).collect();
+        let c = choose(&slow).expect("a choice");
+        assert_ne!(c.placement, VarPlacement::Cpu, "{}", c.reason);
+        let best = slow.iter().map(|(_, p)| p.step_ns).min().expect("min");
+        assert_eq!(slow.iter().find(|(v, _)| *v == c.placement).map(|(_, p)| p.step_ns), Some(best));
+        assert!(c.reason.starts_with(&format!("variables={} has the lowest predicted step", c.placement.name())));
+        assert!(c.reason.contains("cpu "), "{}", c.reason);
+        assert!(choose(&[]).is_none());
+    }
+
+    /// The explanation adds up: the compute per device and the reductions
+    /// account for every launch's fake cost, and the top items are sorted.
+    #[test]
+    fn the_prediction_accounts_for_every_launch() {
+        let p = plan(VarPlacement::Cpu);
+        let pred = fake(&p, 3);
+        let launches: u64 = p
+            .streams
+            .iter()
+            .flat_map(|s| s.steps.iter().map(move |st| (s.device.kind, st)))
+            .map(|(k, st)| match (k, st) {
+                (DeviceKind::Cpu, Step::Launch { .. }) => 3,
+                (_, Step::Launch { .. }) => 10,
+                _ => 0,
+            })
+            .sum();
+        let reduced: u64 = pred.links.iter().filter(|l| l.name.starts_with("towers")).map(|l| l.ns).sum();
+        assert_eq!(pred.compute.iter().map(|(_, ns)| ns).sum::<u64>() + reduced, launches);
+        assert!(pred.top.windows(2).all(|w| w[0].ns >= w[1].ns));
+        assert!(pred.step_ns > 0 && pred.step_ns <= launches + 100);
+        let text = pred.text("mlp, 2 towers, variables=cpu");
+        assert!(text.contains("compute per device: cpu:0"), "{text}");
+        assert_eq!(text, fake(&p, 3).text("mlp, 2 towers, variables=cpu"), "deterministic");
+    }
+}

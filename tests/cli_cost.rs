@@ -1,0 +1,66 @@
+//! The cost model on the command line (root package integration test):
+//! `towers compile --explain-cost` and `--variables auto` on `compile` and
+//! `train`, with their calibrations cached in a temporary folder. Which
+//! placement wins depends on this machine's timings, so the tests check
+//! that a choice is made, said and applied, never which one.
+
+#[path = "cli_support.rs"]
+#[allow(dead_code)]
+mod cli_support;
+use cli_support::towers;
+
+const PLACEMENTS: [&str; 4] = ["cpu", "gpu0", "round_robin", "greedy"];
+
+/// Every placement at 1, 2 and 4 towers gets a predicted step, compute per
+/// device, transfer per link and critical path; a second run reads every
+/// calibration from the cache (keyed by machine and plan hash).
+#[test]
+fn explain_cost_predicts_every_placement_and_tower_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().to_str().expect("utf-8 path");
+    let (out, _) = towers(&["compile", "--explain-cost", "--cost-cache", cache]);
+    for n in [1, 2, 4] {
+        for v in PLACEMENTS {
+            let heading = format!("towers={n} variables={v}");
+            let line = out.lines().find(|l| l.starts_with(&heading)).unwrap_or_else(|| panic!("{heading}:\n{out}"));
+            assert!(line.contains(": predicted step "), "{line}");
+        }
+    }
+    for part in ["  compute per device: cpu:0 ", "  transfer per link: ", "  critical path ("] {
+        assert_eq!(out.matches(part).count(), 12, "{part}:\n{out}");
+    }
+    let (again, _) = towers(&["compile", "--explain-cost", "--cost-cache", cache]);
+    assert_eq!(again.matches(", calibration cached: predicted step").count(), 12, "{again}");
+}
+
+/// `--variables auto` says which placement it chose and why, and the
+/// placement report shows that placement; `train` runs with it.
+#[test]
+fn variables_auto_picks_a_placement_and_says_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().to_str().expect("utf-8 path");
+    let args = ["--variables", "auto", "--towers", "2", "--cost-cache", cache];
+    let (report, err) = towers(&[&["compile", "--emit", "placement"][..], &args].concat());
+    let reason = err.lines().find_map(|l| l.strip_prefix("--variables auto: variables=")).expect(&err);
+    let chosen =
+        PLACEMENTS.iter().find(|v| reason.starts_with(&format!("{v} has the lowest predicted step"))).expect(reason);
+    for other in PLACEMENTS.iter().filter(|v| *v != chosen) {
+        assert!(reason.contains(&format!("{other} ")), "{reason}");
+    }
+    assert!(report.contains(&format!("variables={chosen}")), "{report}");
+    // Same options, same plans, same cached calibrations: the same choice.
+    let (_, err) = towers(&[&["train", "--steps", "3"][..], &args].concat());
+    assert!(err.contains(&format!("--variables auto: variables={chosen} has the lowest")), "{err}");
+}
+
+/// With several processes each would time its own machine: refused, naming the flag.
+#[test]
+fn variables_auto_is_refused_across_processes() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_towers"))
+        .args(["compile", "--variables", "auto", "--towers", "2", "--world-size", "2"])
+        .output()
+        .expect("the towers binary runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error: --variables auto: each of the 2 processes would time its own machine"), "{err}");
+}
