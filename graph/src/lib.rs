@@ -19,6 +19,7 @@ pub mod infer;
 pub mod layers;
 pub mod op;
 pub mod program;
+pub mod seeds;
 pub mod suggest;
 pub mod text;
 pub mod types;

@@ -39,6 +39,9 @@ struct Program {
     /// Per feed (in `plan.feeds` order): the scratch `feed_with_*` fills
     /// where the backend lends no memory, made at the feed's first such call.
     scratch: Vec<Option<HostVec>>,
+    /// Per feed (in `plan.feeds` order): whether it was written since the
+    /// program was loaded; `run` refuses while any is not.
+    fed: Vec<bool>,
 }
 
 /// Executes plans on a [`Backend`] (the CPU backend by default); see the module docs.
@@ -72,8 +75,10 @@ fn compatible(actual: DType, requested: DType) -> bool {
 }
 
 impl Session {
-    /// A session on the CPU backend whose variables are initialized from
-    /// `seed` and their names; one process (world size 1).
+    /// A session on the CPU backend; one process (world size 1). A
+    /// variable's initial value comes from its name and the graph seed
+    /// when its graph had one set (`GraphBuilder::with_seed`, TF's
+    /// `tf.set_random_seed`), else from `seed`.
     pub fn new(seed: u64) -> Session {
         Session::with_backend(seed, Box::new(CpuBackend::new()))
     }
@@ -137,7 +142,7 @@ impl Session {
         for v in &plan.variables {
             let Some(known) = self.vars.get_mut(&v.name) else {
                 // First declaration: the backend creates it with its seeded initial values.
-                self.backend.create_variable(v, initial_host(v, self.seed).as_slice()).map_err(backend)?;
+                self.backend.create_variable(v, initial_host(v, v.seed.unwrap_or(self.seed)).as_slice()).map_err(backend)?;
                 self.vars.insert(v.name.clone(), VarInfo { dtype: v.dtype, shape: v.shape.clone(), pending: None });
                 continue;
             };
@@ -153,7 +158,8 @@ impl Session {
         }
         let id = self.backend.load(name, &plan, Arc::clone(&self.comm)).map_err(backend)?;
         let scratch = plan.feeds.iter().map(|_| None).collect();
-        self.programs.insert(name.into(), Program { id, plan, scratch });
+        let fed = vec![false; plan.feeds.len()];
+        self.programs.insert(name.into(), Program { id, plan, scratch, fed });
         Ok(())
     }
 
@@ -201,14 +207,20 @@ impl Session {
         }
     }
 
+    /// The shape of what `r` names in `plan` (empty when unknown).
+    fn shape_of(plan: &Plan, r: &BufRef) -> Vec<usize> {
+        plan.type_of(r).map(|(_, s)| s.to_vec()).unwrap_or_default()
+    }
+
     fn feed(&mut self, program: &str, feed: &str, data: HostSlice<'_>, dtype: DType) -> Result<(), RuntimeError> {
         // Borrow the field only: the backend is written below.
         let p = lookup(&self.programs, program)?;
-        let (_, r) = p.plan.feeds.iter().find(|(n, _)| n == feed).ok_or_else(|| RuntimeError::UnknownFeed {
+        let index = p.plan.feeds.iter().position(|(n, _)| n == feed).ok_or_else(|| RuntimeError::UnknownFeed {
             program: program.into(),
             feed: feed.into(),
             feeds: list(p.plan.feeds.iter().map(|(n, _)| n.as_str())),
         })?;
+        let r = &p.plan.feeds[index].1;
         let (len, actual) = Session::extent(&p.plan, r);
         if !compatible(actual, dtype) {
             return Err(RuntimeError::WrongDtype {
@@ -222,11 +234,16 @@ impl Session {
             return Err(RuntimeError::FeedLength {
                 program: program.into(),
                 feed: feed.into(),
+                shape: Session::shape_of(&p.plan, r),
                 expected: len,
                 got: data.len(),
             });
         }
-        self.backend.write_buffer(p.id, r, data).map_err(|e| RuntimeError::from_backend(program, e))
+        self.backend.write_buffer(p.id, r, data).map_err(|e| RuntimeError::from_backend(program, e))?;
+        if let Some(p) = self.programs.get_mut(program) {
+            p.fed[index] = true;
+        }
+        Ok(())
     }
 
     /// Write the feed `feed` of `program` in place: `fill` gets the memory
@@ -242,7 +259,7 @@ impl Session {
     ) -> Result<R, RuntimeError> {
         // Borrow the fields apart: the backend lends while the plan is read.
         let Session { programs, backend, .. } = self;
-        let Program { id, plan, scratch } = match programs.get_mut(program) {
+        let Program { id, plan, scratch, fed } = match programs.get_mut(program) {
             Some(p) => p,
             None => {
                 let loaded = list(programs.keys().map(|s| s.as_str()));
@@ -284,7 +301,10 @@ impl Session {
             backend.write_buffer(*id, r, s.as_slice()).map_err(|e| RuntimeError::from_backend(program, e))?;
         }
         match got {
-            Some(Ok(r)) => Ok(r),
+            Some(Ok(r)) => {
+                fed[index] = true;
+                Ok(r)
+            }
             Some(Err(n)) => Err(RuntimeError::Backend {
                 program: program.into(),
                 detail: format!(
@@ -360,8 +380,25 @@ impl Session {
     }
 
     /// Run one step of `program`. Allocates nothing on success.
+    ///
+    /// Every placeholder must have been fed since the program was loaded
+    /// (by `feed_*` or in place by `feed_with_*`); a feed keeps its value
+    /// for later runs until it is fed again. A placeholder never fed is
+    /// [`RuntimeError::Unfed`], TF1's "You must feed a value for
+    /// placeholder tensor 'Y'", and nothing runs.
     pub fn run(&mut self, program: &str) -> Result<(), RuntimeError> {
-        let id = self.program(program)?.id;
+        let p = self.program(program)?;
+        if let Some(i) = p.fed.iter().position(|&f| !f) {
+            let (feed, r) = &p.plan.feeds[i];
+            let dtype = Session::extent(&p.plan, r).1;
+            return Err(RuntimeError::Unfed {
+                program: program.into(),
+                feed: feed.clone(),
+                dtype: dtype.to_string(),
+                shape: Session::shape_of(&p.plan, r),
+            });
+        }
+        let id = p.id;
         self.backend.run(id).map_err(|e| RuntimeError::from_backend(program, e))
     }
 
