@@ -13,6 +13,7 @@
 pub mod builder;
 pub mod device;
 pub mod dot;
+pub mod dot_collapsed;
 pub mod error;
 pub mod graph;
 pub mod infer;
