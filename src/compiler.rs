@@ -69,6 +69,8 @@ pub fn compile_train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result
 /// graph as built. Options that only the compiler's own towers use
 /// (`split`, `accumulate`, `fold_tower_matmuls`, `merge_tower_duplicates`,
 /// `process`) are ignored; `optimizer` too (the graph has its apply nodes).
+/// `fetches` are fetched as the graph computes them (a per-tower metric is
+/// the user's to combine, e.g. with `average_gradients` as the loss).
 ///
 /// Seed 000's loop compiled this way equals [`compile_train`]'s towers bit
 /// for bit, dropout and batch norm included, when both are built with the

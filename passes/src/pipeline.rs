@@ -59,12 +59,12 @@ use crate::{
 #[derive(Debug, Clone)]
 enum Program {
     /// A training step minimizing the scalar loss (a node name, output 0).
-    Train { loss: String },
+    Train { loss: String, fetches: Vec<(String, String)> },
     /// A forward-only program fetching (user name, node name) pairs, output 0 each.
     Eval { fetches: Vec<(String, String)> },
     /// A hand-built training graph (its `apply_gradients` already ran),
     /// fetching its loss node.
-    Manual { loss: String, bn_updates: crate::options::BnUpdates },
+    Manual { loss: String, bn_updates: crate::options::BnUpdates, fetches: Vec<(String, String)> },
 }
 
 /// A list of passes and how to seed them (see the module docs).
@@ -123,7 +123,12 @@ impl Pipeline {
         }
         passes.push(Box::new(ScheduleStreams));
         let dump = opts.dump_dir.clone().map(|d| (d, opts.dump_after.clone()));
-        Pipeline { program: Program::Train { loss: loss.to_string() }, passes, dump, verify: None }
+        Pipeline {
+            program: Program::Train { loss: loss.to_string(), fetches: opts.fetches.clone() },
+            passes,
+            dump,
+            verify: None,
+        }
     }
 
     /// The evaluation pipeline: forward only, on one device (variables on the
@@ -152,7 +157,11 @@ impl Pipeline {
         ];
         let dump = opts.dump_dir.clone().map(|d| (d, opts.dump_after.clone()));
         Pipeline {
-            program: Program::Manual { loss: loss.to_string(), bn_updates: opts.bn_updates },
+            program: Program::Manual {
+                loss: loss.to_string(),
+                bn_updates: opts.bn_updates,
+                fetches: opts.fetches.clone(),
+            },
             passes,
             dump,
             verify: None,
@@ -192,8 +201,17 @@ impl Pipeline {
         let mut g = model.clone();
         let mut st = CompileState::default();
         match &self.program {
-            Program::Train { loss } => {
+            Program::Train { loss, fetches } => {
                 st.loss = Some(TensorRef::new(loss, 0));
+                for (user, node) in fetches {
+                    if user == "loss" {
+                        return Err(PassError::Options(format!(
+                            "the extra fetch 'loss' (node '{node}') would hide the training loss, which the program fetches as 'loss'; give it another name"
+                        )));
+                    }
+                    g.find(node)?;
+                    g.program_mut().fetches.insert(user.clone(), TensorRef::new(node, 0));
+                }
                 // Prune drops the variables the loss does not reach.
                 st.var_list = g.collection(keys::TRAINABLE_VARIABLES).to_vec();
             }
@@ -205,7 +223,7 @@ impl Pipeline {
                 // Evaluation has no update ops and no optimizer.
                 g.set_collection(keys::UPDATE_OPS, Vec::new());
             }
-            Program::Manual { loss, bn_updates } => {
+            Program::Manual { loss, bn_updates, fetches } => {
                 g.find(loss)?;
                 let train_op = match g.collection(keys::TRAIN_OP) {
                     [one] => one.clone(),
@@ -227,6 +245,12 @@ impl Pipeline {
                 let program = g.program_mut();
                 program.fetches.insert("loss".into(), TensorRef::new(loss, 0));
                 program.train_op = Some(train_op);
+                // The user's towers are theirs: a metric is fetched as built
+                // (combine per-tower values with average_gradients, as the loss).
+                for (user, node) in fetches {
+                    g.find(node)?;
+                    g.program_mut().fetches.insert(user.clone(), TensorRef::new(node, 0));
+                }
             }
         }
         let mut pm = PassManager::new();
