@@ -42,8 +42,6 @@ pub mod prelude {
     pub use towers_graph::{
         keys, DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, Padding, Reuse, Shape, Tensor, F32,
     };
-    pub use towers_passes::{
-        apply_gradients, average_gradients, gradients, BnUpdates, SplitPolicy, VarPlacement,
-    };
+    pub use towers_passes::{apply_gradients, average_gradients, gradients, BnUpdates, SplitPolicy, VarPlacement};
     pub use towers_runtime::Session;
 }

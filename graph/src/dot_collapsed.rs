@@ -64,7 +64,8 @@ pub fn to_dot_collapsed(g: &Graph) -> Result<String> {
         });
         groups[gi].1 += 1;
         if is_var {
-            groups[gi].2 += n.outputs.first().map(|t| t.shape.num_elements().unwrap_or(0) * t.dtype.size_bytes()).unwrap_or(0);
+            groups[gi].2 +=
+                n.outputs.first().map(|t| t.shape.num_elements().unwrap_or(0) * t.dtype.size_bytes()).unwrap_or(0);
         }
         of_node.insert(id, gi);
     }

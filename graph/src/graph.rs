@@ -499,7 +499,13 @@ impl Graph {
                 tower: n.tower,
             });
         }
-        Ok(SerialGraph { seed: self.seed, seed_set: self.seed_set, nodes, collections: self.collections.clone(), program: self.program.clone() })
+        Ok(SerialGraph {
+            seed: self.seed,
+            seed_set: self.seed_set,
+            nodes,
+            collections: self.collections.clone(),
+            program: self.program.clone(),
+        })
     }
 
     pub fn from_serial(s: &SerialGraph) -> Result<Graph> {

@@ -142,7 +142,9 @@ impl Session {
         for v in &plan.variables {
             let Some(known) = self.vars.get_mut(&v.name) else {
                 // First declaration: the backend creates it with its seeded initial values.
-                self.backend.create_variable(v, initial_host(v, v.seed.unwrap_or(self.seed)).as_slice()).map_err(backend)?;
+                self.backend
+                    .create_variable(v, initial_host(v, v.seed.unwrap_or(self.seed)).as_slice())
+                    .map_err(backend)?;
                 self.vars.insert(v.name.clone(), VarInfo { dtype: v.dtype, shape: v.shape.clone(), pending: None });
                 continue;
             };

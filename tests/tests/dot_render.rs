@@ -57,12 +57,18 @@ pub fn slim_convnet() -> Result<(Graph, String), GraphError> {
 /// Graphviz's "trouble in init_rank", or past `limit`.
 fn render(what: &str, text: &str, limit: Duration) -> Option<Duration> {
     let start = Instant::now();
-    let child = Command::new("dot").arg("-Tsvg").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let child =
+        Command::new("dot").arg("-Tsvg").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
-            assert!(std::env::var_os("CI").is_none(), "CI is set but Graphviz's `dot` cannot run ({e}): apt-get install graphviz");
-            eprintln!("\n!!! SKIPPED rendering {what}: Graphviz's `dot` is not installed ({e}); apt-get install graphviz\n");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but Graphviz's `dot` cannot run ({e}): apt-get install graphviz"
+            );
+            eprintln!(
+                "\n!!! SKIPPED rendering {what}: Graphviz's `dot` is not installed ({e}); apt-get install graphviz\n"
+            );
             return None;
         }
     };
@@ -70,7 +76,12 @@ fn render(what: &str, text: &str, limit: Duration) -> Option<Duration> {
     let out = child.wait_with_output().expect("dot ran");
     let took = start.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{what}: dot -Tsvg failed ({}): {}", out.status, err.lines().take(5).collect::<Vec<_>>().join("\n"));
+    assert!(
+        out.status.success(),
+        "{what}: dot -Tsvg failed ({}): {}",
+        out.status,
+        err.lines().take(5).collect::<Vec<_>>().join("\n")
+    );
     assert!(!err.contains("trouble in init_rank"), "{what}: {err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"), "{what}: no SVG");
     assert!(took < limit, "{what}: dot took {took:?}");

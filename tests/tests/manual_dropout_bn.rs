@@ -110,7 +110,8 @@ fn seed_000_style_with_dropout_and_batch_norm_equals_the_automatic_towers_bit_fo
     o.bn_updates = BnUpdates::Mean;
     let manual = compile_manual(&g, &loss, &o).expect("compile_manual");
     // One moving-average update per variable, reading the towers' mean.
-    let updates = manual.graph.node_ids().into_iter().filter(|&i| manual.graph.node(i).op.type_name() == "AssignMovingAvg");
+    let updates =
+        manual.graph.node_ids().into_iter().filter(|&i| manual.graph.node(i).op.type_name() == "AssignMovingAvg");
     assert_eq!(updates.count(), 2, "one update per moving average");
     let (manual_losses, manual_vars) = train(manual.plan, 1, &data);
 
