@@ -211,7 +211,6 @@ impl Session {
         }
     }
 
-
     /// Run one step of `program`. Allocates nothing on success.
     ///
     /// Every placeholder must have been fed since the program was loaded
