@@ -55,6 +55,42 @@ pub fn compile_train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result
     Ok(Compiled { graph, state, plan, timings })
 }
 
+/// Compile a training graph whose towers the user built by hand, as
+/// cifar10_multi_gpu_train.py did (`tf.split` of the batch, a `tower_i`
+/// name scope and `/gpu:i` device per tower, variables reused, `gradients`
+/// per tower, [`towers_passes::average_gradients`],
+/// [`towers_passes::apply_gradients`]): everything after the user's
+/// `apply_gradients`, i.e. the fetches ("loss" is the node `loss`), the one
+/// train op, one moving-average update per batch-norm variable
+/// (`opts.bn_updates`, see [`towers_passes::manual`]), batch binding,
+/// `simplify`, placement (`opts.variables`; the devices are `opts.towers`,
+/// or the GPUs the graph's device scopes name), the stream schedule and
+/// lowering. TF1 has no such function: there `sess.run(train_op)` ran the
+/// graph as built. Options that only the compiler's own towers use
+/// (`split`, `accumulate`, `fold_tower_matmuls`, `merge_tower_duplicates`,
+/// `process`) are ignored; `optimizer` too (the graph has its apply nodes).
+/// `fetches` are fetched as the graph computes them (a per-tower metric is
+/// the user's to combine, e.g. with `average_gradients` as the loss).
+///
+/// Seed 000's loop compiled this way equals [`compile_train`]'s towers bit
+/// for bit, dropout and batch norm included, when both are built with the
+/// same graph seed and the automatic towers neither fold the weight
+/// gradients into one product nor merge the towers' duplicates
+/// (`fold_tower_matmuls = false`, `merge_tower_duplicates = false`), since
+/// those reorder sums.
+pub fn compile_manual(graph: &Graph, loss: &str, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    let PipelineOutput { graph, state, timings } = pipeline::manual(graph, loss, opts)?;
+    let lower_opts = LowerOptions {
+        fuse_reductions: opts.fuse_reductions,
+        fuse_tower_updates: opts.fuse_tower_updates,
+        fuse_kernels: opts.fuse_kernels,
+        reuse_memory: opts.reuse_memory,
+        ..LowerOptions::new(Mode::Train, "train")
+    };
+    let plan = lower(&graph, &lower_opts)?;
+    Ok(Compiled { graph, state, plan, timings })
+}
+
 /// Compile a forward-only evaluation program fetching `fetches` (user name,
 /// node name) at batch size `batch`, on one device.
 pub fn compile_eval(model: &Graph, fetches: &[(&str, &str)], batch: usize) -> Result<Compiled, CompileError> {

@@ -39,11 +39,13 @@ pub use towers_runtime as runtime;
 
 /// Everything a model-building program needs.
 pub mod prelude {
-    pub use crate::compiler::{compile_eval, compile_train, CompileOptions, Compiled};
+    pub use crate::compiler::{compile_eval, compile_manual, compile_train, CompileOptions, Compiled};
+    pub use crate::report::placement_report;
+    pub use towers_graph::dot::to_dot;
     pub use towers_graph::layers::{self, Activation};
     pub use towers_graph::{
-        DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, Padding, Reuse, Shape, Tensor, F32,
+        keys, DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, Padding, Reuse, Shape, Tensor, F32,
     };
-    pub use towers_passes::{BnUpdates, SplitPolicy, VarPlacement};
+    pub use towers_passes::{apply_gradients, average_gradients, gradients, BnUpdates, SplitPolicy, VarPlacement};
     pub use towers_runtime::Session;
 }

@@ -278,6 +278,10 @@ struct CompileArgs {
     /// Output file (default: standard output).
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// With --emit dot: the collapsed view, one node per name scope per
+    /// device, variables grouped by device, edges labelled with bytes per step.
+    #[arg(long)]
+    collapse: bool,
     /// Input geometry HxWxC when not taken from --data (e.g. 28x28x1).
     #[arg(long)]
     input: Option<String>,
@@ -606,6 +610,9 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
         (Some(o), _) => towers::outputs::check_file("output", o)?,
         (None, _) => {}
     }
+    if a.collapse && !matches!(a.emit, Emit::Dot) {
+        return Err("--collapse is a view of the dot output: use it with --emit dot".into());
+    }
     let (input, classes) = match &a.input {
         Some(s) => (parse_input(s)?, 10),
         None => match &cfg.data {
@@ -627,6 +634,7 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
     let c = compile_train(&model.graph, &model.loss, &opts).map_err(|e| e.to_string())?;
     let text = match a.emit {
         Emit::Graph => towers::graph::text::to_text(&c.graph).map_err(|e| e.to_string())?,
+        Emit::Dot if a.collapse => towers::graph::dot::to_dot_collapsed(&c.graph).map_err(|e| e.to_string())?,
         Emit::Dot => towers::graph::dot::to_dot(&c.graph).map_err(|e| e.to_string())?,
         Emit::Plan => c.plan.to_text(),
         Emit::PlanJson => c.plan.to_json(),

@@ -138,7 +138,7 @@ fn convnet(b: &mut GraphBuilder, spec: &ModelSpec, images: Tensor) -> Result<Ten
         let x = b.max_pool(x, [2, 2], [2, 2], Padding::Same)?;
         let x = b.flatten(x)?;
         let x = layers::dense(b, "fc", x, 100, Activation::Relu)?;
-        let x = b.dropout(x, spec.dropout, spec.seed ^ 0x5eed)?;
+        let x = b.dropout_with_seed(x, spec.dropout, spec.seed ^ 0x5eed)?;
         layers::dense(b, "logits", x, spec.classes, Activation::None)
     })
 }

@@ -963,6 +963,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
                     init: init.clone(),
                     trainable: *trainable,
                     device: lw.device_of(id)?,
+                    seed: g.random_seed(),
                 });
                 lw.bind.insert(Tensor::new(id, 0), BufRef::Variable(n.name.clone()));
             }

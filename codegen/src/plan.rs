@@ -166,6 +166,10 @@ pub struct VariableDecl {
     pub init: Initializer,
     pub trainable: bool,
     pub device: Device,
+    /// The graph seed its initial value derives from, when the graph had
+    /// one set (`GraphBuilder::with_seed`); else the session's seed decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
 }
 
 /// A constant buffer's value.

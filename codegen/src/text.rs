@@ -1,6 +1,13 @@
 //! The readable text form of a plan: every buffer on a device, every launch
 //! on a stream, every cross-stream dependency an explicit event. Byte for
 //! byte deterministic: it only walks the plan's vectors in order.
+//!
+//! Two forms: [`Plan::to_text`], everything, arena offsets and byte counts
+//! included; and [`Plan::to_structure_text`], the structural view for
+//! snapshot tests, the same lines without arena sizes, offsets and byte
+//! counts, so that changing one layer's width changes only the lines whose
+//! shapes or kernel parameters depend on it (memory planning moves every
+//! offset after a buffer that grew).
 
 use std::fmt::Write;
 
@@ -231,6 +238,23 @@ impl Plan {
 
     /// The readable, deterministic text form.
     pub fn to_text(&self) -> String {
+        self.render(false)
+    }
+
+    /// The structural text form, for snapshots: as [`Plan::to_text`]
+    /// without arena sizes, buffer offsets and byte counts (see the module
+    /// docs).
+    ///
+    /// A user's snapshot test of their own plan (see
+    /// `examples/snapshot_plan.rs`):
+    /// ```ignore
+    /// insta::assert_snapshot!("my_model_plan", compiled.plan.to_structure_text());
+    /// ```
+    pub fn to_structure_text(&self) -> String {
+        self.render(true)
+    }
+
+    fn render(&self, structural: bool) -> String {
         let mut o = String::new();
         let mode = match self.mode {
             crate::Mode::Train => "train",
@@ -245,10 +269,19 @@ impl Plan {
             }
         }
         for d in &self.devices {
-            let _ = writeln!(o, "device {}  arena {} B", self.device_name(d.device), d.arena_bytes);
+            if structural {
+                let _ = writeln!(o, "device {}", self.device_name(d.device));
+            } else {
+                let _ = writeln!(o, "device {}  arena {} B", self.device_name(d.device), d.arena_bytes);
+            }
             for b in &d.buffers {
                 let kind = b.kind.name();
-                let _ = writeln!(o, "  {} {}{} @{} {} B {kind}", b.name, b.dtype, dims(&b.shape), b.offset, b.bytes);
+                if structural {
+                    let _ = writeln!(o, "  {} {}{} {kind}", b.name, b.dtype, dims(&b.shape));
+                } else {
+                    let _ =
+                        writeln!(o, "  {} {}{} @{} {} B {kind}", b.name, b.dtype, dims(&b.shape), b.offset, b.bytes);
+                }
             }
         }
         if !self.variables.is_empty() {
@@ -293,15 +326,19 @@ impl Plan {
                             self.refs(outputs)
                         );
                     }
+                    Step::Copy { from, to, node, .. } if structural => {
+                        let _ = writeln!(o, "  copy {} -> {}  ; {node}", self.ref_name(from), self.ref_name(to));
+                    }
                     Step::Copy { from, to, bytes, node } => {
                         let _ =
                             writeln!(o, "  copy {} -> {}  ; {node} {bytes} B", self.ref_name(from), self.ref_name(to));
                     }
                     Step::AllReduce { buffers, node } => {
                         let bytes: usize = buffers.iter().filter_map(|b| self.buffer(b)).map(|b| b.bytes).sum();
+                        let bytes = if structural { String::new() } else { format!(" {bytes} B") };
                         let _ = writeln!(
                             o,
-                            "  all_reduce sum over ranks {bytes} B ({})  ; {node}",
+                            "  all_reduce sum over ranks{bytes} ({})  ; {node}",
                             self.members(buffers).join(", ")
                         );
                     }

@@ -86,7 +86,7 @@ fn conv_gets_a_workspace_and_eval_dropout_is_a_copy() {
     let x = b.placeholder("x", DType::F32, [2, 5, 5, 3]).unwrap();
     let f = b.get_variable("conv/filter", [3, 3, 3, 4], Initializer::GlorotUniform).unwrap();
     let y = b.conv2d(x, f, [1, 1], towers_graph::Padding::Same).unwrap();
-    let y = b.dropout(y, 0.5, 3).unwrap();
+    let y = b.dropout_with_seed(y, 0.5, 3).unwrap();
     let _ = b.reshape(y, &[2, -1]).unwrap();
     let mut g = b.finish();
     one_stream(&mut g);

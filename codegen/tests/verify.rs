@@ -22,6 +22,7 @@ fn var(name: &str, dtype: DType, shape: &[usize]) -> VariableDecl {
         init: Initializer::Zeros,
         trainable: dtype == DType::F32,
         device: Device::CPU0,
+        seed: None,
     }
 }
 

@@ -127,10 +127,19 @@ impl GraphBuilder {
         }
     }
 
-    /// A builder with a graph-level seed for initializers and dropout.
+    /// A builder with a graph-level seed, TF's `tf.set_random_seed(seed)`:
+    /// the variables' initial values (by name) and the op seeds of
+    /// [`GraphBuilder::dropout`] derive from it, whatever seed the session
+    /// has. See [`crate::seeds`] for which seed decides what.
+    ///
+    /// ```
+    /// use towers_graph::GraphBuilder;
+    /// let b = GraphBuilder::with_seed(7);
+    /// assert_eq!(b.graph().random_seed(), Some(7));
+    /// ```
     pub fn with_seed(seed: u64) -> GraphBuilder {
         let mut b = GraphBuilder::new();
-        b.graph.seed = seed;
+        b.graph.set_random_seed(seed);
         b
     }
 
@@ -543,9 +552,36 @@ impl GraphBuilder {
     pub fn cast(&mut self, x: Tensor, dtype: DType) -> Result<Tensor> {
         self.op1("Cast", Op::Cast { dtype }, &[x])
     }
-    /// Dropout with drop probability `rate`; identity when the program runs in eval mode.
-    pub fn dropout(&mut self, x: Tensor, rate: f32, seed: u64) -> Result<Tensor> {
-        self.op1("dropout", Op::Dropout { rate: F32(rate), seed, first_row: 0 }, &[x])
+    /// TF's `tf.nn.dropout(x, rate=rate)`: drop probability `rate`,
+    /// identity when the program runs in eval mode. No seed is needed: the
+    /// op seed derives from the graph seed and the op's name without its
+    /// `tower_<i>/` scope ([`crate::seeds::op_seed`]), so every tower of a
+    /// hand-built tower loop, and every replica the compiler makes, draws
+    /// from one stream. The rows come from the tower it is built in: when
+    /// `x` is computed from output `i` of a batch `split` (axis 0), the
+    /// masks are those of the global rows that output holds, as on one
+    /// device ([`Op::Dropout`]'s `first_row`).
+    pub fn dropout(&mut self, x: Tensor, rate: f32) -> Result<Tensor> {
+        let id = self.op("dropout", Op::Dropout { rate: F32(rate), seed: 0, first_row: 0 }, &[x])?;
+        let seed = crate::seeds::op_seed(self.graph.seed, &self.graph.node(id).name);
+        self.finish_dropout(id, seed)
+    }
+
+    /// TF's `tf.nn.dropout(x, rate=rate, seed=seed)`: as
+    /// [`GraphBuilder::dropout`] with the op seed `seed`, used as given.
+    pub fn dropout_with_seed(&mut self, x: Tensor, rate: f32, seed: u64) -> Result<Tensor> {
+        let id = self.op("dropout", Op::Dropout { rate: F32(rate), seed, first_row: 0 }, &[x])?;
+        self.finish_dropout(id, seed)
+    }
+
+    /// Set a new dropout node's seed and its first global row.
+    fn finish_dropout(&mut self, id: NodeId, seed: u64) -> Result<Tensor> {
+        let row = crate::seeds::split_row_of(&self.graph, id)?;
+        if let Op::Dropout { seed: s, first_row, .. } = &mut self.graph.node_mut(id).op {
+            *s = seed;
+            *first_row = row;
+        }
+        Ok(Tensor::new(id, 0))
     }
     pub fn l2_loss(&mut self, x: Tensor) -> Result<Tensor> {
         self.op1("L2Loss", Op::L2Loss, &[x])

@@ -79,8 +79,14 @@ pub struct Graph {
     next_seq: u64,
     /// What the graph is compiled for (fetches, train op, schedule): filled in by the passes, read by lowering.
     program: Program,
-    /// Graph-level seed for initializers and dropout.
+    /// Graph-level seed (`tf.set_random_seed`): with [`Graph::seed_set`],
+    /// it decides the variables' initial values and every op seed derived
+    /// from it (dropout); see [`crate::seeds`].
     pub seed: u64,
+    /// Whether [`Graph::seed`] was set (`GraphBuilder::with_seed`,
+    /// [`Graph::set_random_seed`]); unset, the session's seed initializes
+    /// the variables.
+    pub seed_set: bool,
 }
 
 /// Well-known collection keys, as TF's `GraphKeys`.
@@ -453,6 +459,9 @@ impl Graph {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SerialGraph {
     pub seed: u64,
+    /// Whether the seed was set (absent from the JSON when not).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seed_set: bool,
     pub nodes: Vec<SerialNode>,
     pub collections: BTreeMap<String, Vec<String>>,
     /// The program record; absent from the JSON of a graph that has none.
@@ -490,11 +499,17 @@ impl Graph {
                 tower: n.tower,
             });
         }
-        Ok(SerialGraph { seed: self.seed, nodes, collections: self.collections.clone(), program: self.program.clone() })
+        Ok(SerialGraph {
+            seed: self.seed,
+            seed_set: self.seed_set,
+            nodes,
+            collections: self.collections.clone(),
+            program: self.program.clone(),
+        })
     }
 
     pub fn from_serial(s: &SerialGraph) -> Result<Graph> {
-        let mut g = Graph { seed: s.seed, ..Graph::default() };
+        let mut g = Graph { seed: s.seed, seed_set: s.seed_set, ..Graph::default() };
         for n in &s.nodes {
             let lookup = |name: &str, g: &Graph| {
                 g.get(name).ok_or_else(|| {

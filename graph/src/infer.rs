@@ -445,6 +445,11 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
                 if merge_dim(l.shape.0[0], y.shape.0[0]).is_err() {
                     return detail(format!("logits {} and labels {} must have one batch size", l.shape, y.shape));
                 }
+            } else if y.dtype != DType::F32 && y.shape.rank() == 1 {
+                return detail(format!(
+                    "labels {y} are class indices, but softmax_cross_entropy_with_logits takes one-hot (or probability) labels of the logits' shape {}; use sparse_softmax_cross_entropy_with_logits for integer class labels",
+                    l.shape
+                ));
             } else if !l.shape.compatible(&y.shape) || y.dtype != DType::F32 {
                 return detail(format!("logits {} and labels {} must have one shape", l, y));
             }

@@ -13,12 +13,14 @@
 pub mod builder;
 pub mod device;
 pub mod dot;
+pub mod dot_collapsed;
 pub mod error;
 pub mod graph;
 pub mod infer;
 pub mod layers;
 pub mod op;
 pub mod program;
+pub mod seeds;
 pub mod suggest;
 pub mod text;
 pub mod types;

@@ -119,3 +119,15 @@ fn flatten_with_unknown_inner_dimension_names_the_scope() {
     let e = b.name_scope("net", |b| b.flatten(x)).unwrap_err();
     assert!(e.to_string().starts_with("Reshape 'net/Flatten' (in scope 'net')"), "{e}");
 }
+
+/// Integer class labels given to the dense cross-entropy: the error points
+/// to the sparse variant.
+#[test]
+fn dense_cross_entropy_with_integer_labels_suggests_the_sparse_variant() {
+    let mut b = GraphBuilder::new();
+    let logits = b.placeholder("logits", DType::F32, [None, Some(10)]).unwrap();
+    let labels = b.placeholder("labels", DType::I32, [None]).unwrap();
+    let e = b.softmax_cross_entropy_with_logits(logits, labels).unwrap_err().to_string();
+    assert!(e.contains("SoftmaxCrossEntropyWithLogits"), "{e}");
+    assert!(e.contains("use sparse_softmax_cross_entropy_with_logits for integer class labels"), "{e}");
+}

@@ -9,11 +9,25 @@
 //! `average_gradients`; with unequal shares it is the gradient one device
 //! computes on the whole batch, where TF's plain mean of per-tower means is
 //! not (the DataParallel pitfall).
+//!
+//! Batch norm in hand-built towers, as TF1 did it: each tower normalizes
+//! with its own batch's statistics (the towers' `FusedBatchNorm` nodes
+//! share `gamma`, `beta` and the moving averages by reuse), and each
+//! tower's `batch_norm` adds its own moving-average updates to
+//! `UPDATE_OPS`. TF1 recipes then ran the first tower's updates only
+//! (`tf.get_collection(UPDATE_OPS, scope='tower_0')`); running them all
+//! would update each moving average once per tower per step.
+//! [`merge_tower_updates`] makes one update per moving average, as the
+//! compiler's own towers have: from the first tower's statistics
+//! ([`BnUpdates::Tower0`], TF1's choice) or from the towers' mean
+//! ([`BnUpdates::Mean`], equal weights: a hand-built split of equal
+//! shares).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use towers_graph::{Graph, NewNode, Op, Tensor, F32};
+use towers_graph::{keys, Graph, NewNode, Op, Tensor, F32};
 
+use crate::options::BnUpdates;
 use crate::state::PassError;
 
 /// Add one weighted `TowerMean` node named `name` (uniquified) over `inputs`.
@@ -103,4 +117,62 @@ pub(crate) fn weighted_gradients(
         out.push((v.clone(), tower_mean(g, &format!("{v}/grad_mean"), inputs, weights)?));
     }
     Ok(out)
+}
+
+/// Make one moving-average update per variable out of hand-built towers'
+/// updates (see the module docs): the `AssignMovingAvg` nodes of
+/// `UPDATE_OPS` that update the same variable are merged into the first
+/// one (in collection order, i.e. tower 0's); with [`BnUpdates::Mean`] it
+/// reads a `TowerMean` of every tower's statistic (in tower order, equal
+/// weights), with [`BnUpdates::Tower0`] tower 0's alone. The other updates
+/// are removed from the graph (and so from the train op's dependencies).
+/// Returns how many updates were removed. A graph with one update per
+/// variable is left as it is.
+pub fn merge_tower_updates(g: &mut Graph, bn: BnUpdates) -> Result<usize, PassError> {
+    let mut by_var: BTreeMap<String, Vec<towers_graph::NodeId>> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for name in g.collection(keys::UPDATE_OPS).to_vec() {
+        let id = g.find(&name)?;
+        if !matches!(g.node(id).op, Op::AssignMovingAverage { .. }) {
+            continue;
+        }
+        let var = g.node(g.inputs(id)[0].node).name.clone();
+        if !by_var.contains_key(&var) {
+            order.push(var.clone());
+        }
+        by_var.entry(var).or_default().push(id);
+    }
+    let mut removed = 0;
+    for var in order {
+        let ups = &by_var[&var];
+        if ups.len() < 2 {
+            continue;
+        }
+        if bn == BnUpdates::Mean {
+            let stats: Vec<Tensor> = ups.iter().map(|&u| g.inputs(u)[1]).collect();
+            let first = stats[0];
+            let base = format!("{}/tower_mean", g.node(first.node).name);
+            let base = if first.slot == 0 { base } else { format!("{base}_{}", first.slot) };
+            let w = F32(1.0 / ups.len() as f32);
+            let mean = tower_mean(g, &base, stats, &vec![w.0; ups.len()])?;
+            g.set_input(ups[0], 1, mean)?;
+        }
+        for &u in &ups[1..] {
+            g.remove(u);
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// The GPUs a hand-built graph's nodes ask for (`/gpu:i` device scopes),
+/// sorted: the towers' devices.
+pub fn requested_gpus(g: &Graph) -> Vec<towers_graph::Device> {
+    let set: BTreeSet<towers_graph::Device> = g
+        .node_ids()
+        .into_iter()
+        .filter_map(|id| g.node(id).requested_device.concrete())
+        .filter(|d| d.kind == towers_graph::DeviceKind::Gpu)
+        .collect();
+    set.into_iter().collect()
 }

@@ -83,6 +83,15 @@ pub struct CompileOptions {
     /// GPUs, where each other device would copy the result instead of
     /// recomputing it (`towers train` turns it off for `--backend cuda|auto`).
     pub merge_tower_duplicates: bool,
+    /// Extra fetches of the training program, `(user name, node name)`
+    /// (output 0), besides "loss": TF1's `sess.run([train_op, loss, acc])`
+    /// named at compile time. A fetch the towers compute (a training
+    /// accuracy) is computed in every tower and, being a scalar, combined
+    /// across the towers by each tower's share of the batch, like the loss:
+    /// the value one device computes on the whole batch. A fetch that is not
+    /// a scalar float inside the towers is an error (reduce it, or fetch it
+    /// from an evaluation program). Empty by default.
+    pub fetches: Vec<(String, String)>,
 }
 
 /// The default gradient bucket capacity: 25 MiB, as PyTorch DDP's `bucket_cap_mb=25`.
@@ -148,6 +157,7 @@ impl CompileOptions {
             fold_tower_matmuls: true,
             fuse_tower_updates: true,
             merge_tower_duplicates: true,
+            fetches: Vec::new(),
         }
     }
 }

@@ -3,7 +3,13 @@
 //! ```text
 //! train: prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> [tower_cse] -> [tower_matmul] -> apply -> place -> {all_reduce} -> schedule
 //! eval:  prune -> bind_batch -> simplify -> place -> schedule
+//! manual: bind_batch -> simplify -> place -> schedule
 //! ```
+//! The manual pipeline compiles towers a user built by hand (seed 000's
+//! style: `split`, `tower_i` scopes, `gradients`, `average_gradients`,
+//! `apply_gradients`): its run fetches the loss as "loss", runs the one
+//! `train_op` of the `train_op` collection, and first merges the towers'
+//! moving-average updates ([`crate::manual::merge_tower_updates`]).
 //! The bracketed passes run when towers are given (`tower_cse` also needs
 //! `opts.merge_tower_duplicates`, `tower_matmul` needs
 //! `opts.fold_tower_matmuls` and one process); `all_reduce` runs with
@@ -53,9 +59,12 @@ use crate::{
 #[derive(Debug, Clone)]
 enum Program {
     /// A training step minimizing the scalar loss (a node name, output 0).
-    Train { loss: String },
+    Train { loss: String, fetches: Vec<(String, String)> },
     /// A forward-only program fetching (user name, node name) pairs, output 0 each.
     Eval { fetches: Vec<(String, String)> },
+    /// A hand-built training graph (its `apply_gradients` already ran),
+    /// fetching its loss node.
+    Manual { loss: String, bn_updates: crate::options::BnUpdates, fetches: Vec<(String, String)> },
 }
 
 /// A list of passes and how to seed them (see the module docs).
@@ -114,7 +123,12 @@ impl Pipeline {
         }
         passes.push(Box::new(ScheduleStreams));
         let dump = opts.dump_dir.clone().map(|d| (d, opts.dump_after.clone()));
-        Pipeline { program: Program::Train { loss: loss.to_string() }, passes, dump, verify: None }
+        Pipeline {
+            program: Program::Train { loss: loss.to_string(), fetches: opts.fetches.clone() },
+            passes,
+            dump,
+            verify: None,
+        }
     }
 
     /// The evaluation pipeline: forward only, on one device (variables on the
@@ -129,6 +143,29 @@ impl Pipeline {
         ];
         let fetches = fetches.iter().map(|(u, n)| (u.to_string(), n.to_string())).collect();
         Pipeline { program: Program::Eval { fetches }, passes, dump: None, verify: None }
+    }
+
+    /// The pipeline for towers built by hand (see the module docs), on
+    /// `devices` (the towers' devices; `place` refuses a node that asks for
+    /// another).
+    pub fn manual(loss: &str, opts: &CompileOptions, devices: Vec<Device>) -> Pipeline {
+        let passes: Vec<Box<dyn Pass>> = vec![
+            Box::new(BindBatch::new(opts.batch)),
+            Box::new(Simplify { fuse: opts.fuse_kernels }),
+            Box::new(Place { strategy: opts.variables, devices }),
+            Box::new(ScheduleStreams),
+        ];
+        let dump = opts.dump_dir.clone().map(|d| (d, opts.dump_after.clone()));
+        Pipeline {
+            program: Program::Manual {
+                loss: loss.to_string(),
+                bn_updates: opts.bn_updates,
+                fetches: opts.fetches.clone(),
+            },
+            passes,
+            dump,
+            verify: None,
+        }
     }
 
     /// The passes' names, in order.
@@ -164,8 +201,17 @@ impl Pipeline {
         let mut g = model.clone();
         let mut st = CompileState::default();
         match &self.program {
-            Program::Train { loss } => {
+            Program::Train { loss, fetches } => {
                 st.loss = Some(TensorRef::new(loss, 0));
+                for (user, node) in fetches {
+                    if user == "loss" {
+                        return Err(PassError::Options(format!(
+                            "the extra fetch 'loss' (node '{node}') would hide the training loss, which the program fetches as 'loss'; give it another name"
+                        )));
+                    }
+                    g.find(node)?;
+                    g.program_mut().fetches.insert(user.clone(), TensorRef::new(node, 0));
+                }
                 // Prune drops the variables the loss does not reach.
                 st.var_list = g.collection(keys::TRAINABLE_VARIABLES).to_vec();
             }
@@ -176,6 +222,35 @@ impl Pipeline {
                 }
                 // Evaluation has no update ops and no optimizer.
                 g.set_collection(keys::UPDATE_OPS, Vec::new());
+            }
+            Program::Manual { loss, bn_updates, fetches } => {
+                g.find(loss)?;
+                let train_op = match g.collection(keys::TRAIN_OP) {
+                    [one] => one.clone(),
+                    [] => {
+                        return Err(PassError::Options(format!(
+                            "the hand-built graph of loss '{loss}' has no train op: call apply_gradients on the averaged gradients before compile_manual"
+                        )))
+                    }
+                    many => {
+                        return Err(PassError::Options(format!(
+                            "the hand-built graph has {} train ops ({}); apply_gradients once, on the averaged gradients",
+                            many.len(),
+                            many.join(", ")
+                        )))
+                    }
+                };
+                crate::manual::merge_tower_updates(&mut g, *bn_updates)?;
+                st.loss = Some(TensorRef::new(loss, 0));
+                let program = g.program_mut();
+                program.fetches.insert("loss".into(), TensorRef::new(loss, 0));
+                program.train_op = Some(train_op);
+                // The user's towers are theirs: a metric is fetched as built
+                // (combine per-tower values with average_gradients, as the loss).
+                for (user, node) in fetches {
+                    g.find(node)?;
+                    g.program_mut().fetches.insert(user.clone(), TensorRef::new(node, 0));
+                }
             }
         }
         let mut pm = PassManager::new();
@@ -196,6 +271,14 @@ impl Pipeline {
 /// Run the training pipeline (see [`Pipeline::train`]) over `model`.
 pub fn train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result<PipelineOutput, PassError> {
     Pipeline::train(loss, opts).run(model)
+}
+
+/// Run the manual pipeline (see [`Pipeline::manual`]) over a hand-built
+/// graph, on `opts.towers`, or where none are given on the GPUs its nodes
+/// ask for ([`crate::manual::requested_gpus`]).
+pub fn manual(model: &Graph, loss: &str, opts: &CompileOptions) -> Result<PipelineOutput, PassError> {
+    let devices = if opts.towers.is_empty() { crate::manual::requested_gpus(model) } else { opts.towers.clone() };
+    Pipeline::manual(loss, opts, devices).run(model)
 }
 
 /// Run the evaluation pipeline (see [`Pipeline::eval`]) over `model`.

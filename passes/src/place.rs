@@ -266,6 +266,8 @@ impl Pass for Place {
                 (d, format!("requested {}", d.spec()))
             } else if let Some(p) = var_dev.get(&id) {
                 p.clone()
+            } else if steps.contains(&id) && n.name == crate::optimizer::LEARNING_RATE {
+                host("learning rate, set between steps")
             } else if steps.contains(&id) {
                 host("global step")
             } else if Some(id) == train_op {

@@ -116,6 +116,10 @@ impl Pass for Replicate {
             st.grads.iter().map(|(v, t)| Ok((v.clone(), t.resolve(g)?))).collect::<Result<_, PassError>>()?;
         let mut seeds = vec![loss.node];
         seeds.extend(grads.iter().map(|(_, t)| t.node));
+        // The extra fetches (a training accuracy) are computed per replica too.
+        for f in g.program().fetches.values() {
+            seeds.push(f.resolve(g)?.node);
+        }
         let set = tower_set(g, &seeds);
         let order: Vec<NodeId> = g.topo_order()?.into_iter().filter(|n| set.contains(n)).collect();
 
@@ -233,11 +237,28 @@ impl Pass for Replicate {
             }
         }
 
+        // A fetch computed in the replicas: their share-weighted mean (the
+        // weights are set by `split`, as the loss's), for a scalar float.
         let mut fetches = std::mem::take(&mut g.program_mut().fetches);
-        for (_, f) in fetches.iter_mut() {
+        for (user, f) in fetches.iter_mut() {
             if let Some(id) = g.get(&f.node) {
                 if set.contains(&id) {
-                    *f = TensorRef::of(g, mapped(&maps[0], Tensor::new(id, f.slot)));
+                    let t = Tensor::new(id, f.slot);
+                    let ty = g.tensor_type(t)?.clone();
+                    if ty.shape.rank() != 0 || !ty.dtype.is_float() {
+                        return Err(PassError::Options(format!(
+                            "fetch '{user}' ('{}') is computed in every tower as {ty}; only scalar float fetches are combined across towers (by each tower's share, like the loss): reduce it to a scalar (reduce_mean), or fetch it from an evaluation program",
+                            f.node
+                        )));
+                    }
+                    let name = g.unique_name(&format!("{}/tower_mean", f.node));
+                    let w = F32(1.0 / r as f32);
+                    let mean = g.add(NewNode::new(
+                        name,
+                        Op::TowerMean { weights: vec![w; r] },
+                        maps.iter().map(|m| mapped(m, t)).collect(),
+                    ))?;
+                    *f = TensorRef::of(g, Tensor::new(mean, 0));
                 }
             }
         }

@@ -42,6 +42,10 @@ fn placement_invariants_for_1_to_4_towers_and_every_strategy() {
             }
             let step = g.node(g.get("global_step").unwrap());
             assert_eq!(step.device, Some(Device::CPU0), "{ctx}");
+            assert_eq!(step.placement_reason.as_deref(), Some("host: global step"), "{ctx}");
+            let lr = g.node(g.get("learning_rate").unwrap());
+            assert_eq!(lr.device, Some(Device::CPU0), "{ctx}");
+            assert_eq!(lr.placement_reason.as_deref(), Some("host: learning rate, set between steps"), "{ctx}");
             // Every tower node on its tower's device.
             for id in g.node_ids() {
                 let node = g.node(id);

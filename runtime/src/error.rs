@@ -22,8 +22,15 @@ pub enum RuntimeError {
     #[error("program '{program}' has no feed named '{feed}' (feeds: {feeds})")]
     UnknownFeed { program: String, feed: String, feeds: String },
 
-    #[error("feed '{feed}' of program '{program}' expects {expected} elements, got {got}")]
-    FeedLength { program: String, feed: String, expected: usize, got: usize },
+    /// A feed of the wrong size, said in shapes: "expects [200,784], got
+    /// 78400 elements = 100 rows".
+    #[error("feed '{feed}' of program '{program}' expects {}, got {got} elements{}; feed exactly the placeholder's shape (the batch is fixed when the program is compiled)", shape_text(.shape), rows_note(.shape, *.got))]
+    FeedLength { program: String, feed: String, shape: Vec<usize>, expected: usize, got: usize },
+
+    /// A run whose placeholder was never fed (TF1's "You must feed a value
+    /// for placeholder tensor").
+    #[error("You must feed a value for placeholder tensor '{feed}' with dtype {dtype} and shape {} (program '{program}' was never given it since it was loaded): call Session::feed_f32/feed_i32, or write it in place with feed_with_f32/feed_with_i32, before run", shape_text(.shape))]
+    Unfed { program: String, feed: String, dtype: String, shape: Vec<usize> },
 
     #[error("'{name}' of program '{program}' is {actual}, not {requested}")]
     WrongDtype { program: String, name: String, actual: String, requested: String },
@@ -150,5 +157,23 @@ pub fn memory_hint(backend: &str) -> &'static str {
         " or fewer towers (on the cpu backend every tower lives in the same host memory)"
     } else {
         ", or more towers on more devices"
+    }
+}
+
+/// A shape as TF prints it: `[200,784]`.
+pub(crate) fn shape_text(shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", dims.join(","))
+}
+
+/// " = 100 rows" when `got` is a whole number of the shape's rows; else
+/// what one row holds.
+fn rows_note(shape: &[usize], got: usize) -> String {
+    let row: usize = shape.iter().skip(1).product();
+    match shape.len() {
+        0 => String::new(),
+        1 => format!(" = {got} rows"),
+        _ if row > 0 && got % row == 0 => format!(" = {} rows", got / row),
+        _ => format!(", not a whole number of rows of {row} elements ({})", shape_text(&shape[1..])),
     }
 }

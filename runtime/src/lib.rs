@@ -29,7 +29,7 @@
 //! returns only when the step is complete, so reads, writes and
 //! checkpoints never race with kernels; variables are shared by name across
 //! programs and their dtype and shape never change; a variable's initial
-//! value depends only on the session seed and its name. Outside `cpu/` (and
+//! value depends only on its name and the graph seed (when set) or the session seed. Outside `cpu/` (and
 //! the CUDA probe) the runtime has no `unsafe`: the session, checkpoints and
 //! the in-process communicator only ever see host copies.
 //!

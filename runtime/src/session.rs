@@ -33,12 +33,17 @@ use crate::variables::{initial_host, HostVec, VarInfo, VarTable};
 pub use crate::backend::Profiled;
 use crate::trace::Trace;
 
+mod feeds;
+
 struct Program {
     id: ProgramId,
     plan: Plan,
     /// Per feed (in `plan.feeds` order): the scratch `feed_with_*` fills
     /// where the backend lends no memory, made at the feed's first such call.
     scratch: Vec<Option<HostVec>>,
+    /// Per feed (in `plan.feeds` order): whether it was written since the
+    /// program was loaded; `run` refuses while any is not.
+    fed: Vec<bool>,
 }
 
 /// Executes plans on a [`Backend`] (the CPU backend by default); see the module docs.
@@ -96,8 +101,10 @@ fn compatible(actual: DType, requested: DType) -> bool {
 }
 
 impl Session {
-    /// A session on the CPU backend whose variables are initialized from
-    /// `seed` and their names; one process (world size 1).
+    /// A session on the CPU backend; one process (world size 1). A
+    /// variable's initial value comes from its name and the graph seed
+    /// when its graph had one set (`GraphBuilder::with_seed`, TF's
+    /// `tf.set_random_seed`), else from `seed`.
     pub fn new(seed: u64) -> Session {
         Session::with_backend(seed, Box::new(CpuBackend::new()))
     }
@@ -169,7 +176,9 @@ impl Session {
         for v in &plan.variables {
             let Some(known) = self.vars.get_mut(&v.name) else {
                 // First declaration: the backend creates it with its seeded initial values.
-                self.backend.create_variable(v, initial_host(v, self.seed).as_slice()).map_err(backend)?;
+                self.backend
+                    .create_variable(v, initial_host(v, v.seed.unwrap_or(self.seed)).as_slice())
+                    .map_err(backend)?;
                 self.vars.insert(v.name.clone(), VarInfo { dtype: v.dtype, shape: v.shape.clone(), pending: None });
                 continue;
             };
@@ -185,7 +194,8 @@ impl Session {
         }
         let id = self.backend.load(name, &plan, Arc::clone(&self.comm)).map_err(backend)?;
         let scratch = plan.feeds.iter().map(|_| None).collect();
-        self.programs.insert(name.into(), Program { id, plan, scratch });
+        let fed = vec![false; plan.feeds.len()];
+        self.programs.insert(name.into(), Program { id, plan, scratch, fed });
         Ok(())
     }
 
@@ -252,167 +262,26 @@ impl Session {
         }
     }
 
-    fn feed(&mut self, program: &str, feed: &str, data: HostSlice<'_>, dtype: DType) -> Result<(), RuntimeError> {
-        // Borrow the field only: the backend is written below.
-        let p = lookup(&self.programs, program)?;
-        let (_, r) = p.plan.feeds.iter().find(|(n, _)| n == feed).ok_or_else(|| RuntimeError::UnknownFeed {
-            program: program.into(),
-            feed: feed.into(),
-            feeds: list(p.plan.feeds.iter().map(|(n, _)| n.as_str())),
-        })?;
-        let (len, actual) = Session::extent(&p.plan, r);
-        if !compatible(actual, dtype) {
-            return Err(RuntimeError::WrongDtype {
-                program: program.into(),
-                name: feed.into(),
-                actual: actual.to_string(),
-                requested: dtype.to_string(),
-            });
-        }
-        if len != data.len() {
-            return Err(RuntimeError::FeedLength {
-                program: program.into(),
-                feed: feed.into(),
-                expected: len,
-                got: data.len(),
-            });
-        }
-        self.backend.write_buffer(p.id, r, data).map_err(|e| RuntimeError::from_backend(program, e))
-    }
-
-    /// Write the feed `feed` of `program` in place: `fill` gets the memory
-    /// the next run reads (see [`Session::feed_with_f32`]); `take` unwraps
-    /// the lent slice of the requested type (`None`: the backend lent
-    /// another type, an error).
-    fn feed_with<R>(
-        &mut self,
-        program: &str,
-        feed: &str,
-        dtype: DType,
-        take: impl FnOnce(HostSliceMut<'_>) -> Option<R>,
-    ) -> Result<R, RuntimeError> {
-        // Borrow the fields apart: the backend lends while the plan is read.
-        let Session { programs, backend, .. } = self;
-        let Program { id, plan, scratch } = match programs.get_mut(program) {
-            Some(p) => p,
-            None => {
-                let loaded = list(programs.keys().map(|s| s.as_str()));
-                return Err(RuntimeError::UnknownProgram { program: program.into(), loaded });
-            }
-        };
-        let Some(index) = plan.feeds.iter().position(|(n, _)| n == feed) else {
-            return Err(RuntimeError::UnknownFeed {
-                program: program.into(),
-                feed: feed.into(),
-                feeds: list(plan.feeds.iter().map(|(n, _)| n.as_str())),
-            });
-        };
-        let r = &plan.feeds[index].1;
-        let (len, actual) = Session::extent(plan, r);
-        if !compatible(actual, dtype) {
-            return Err(RuntimeError::WrongDtype {
-                program: program.into(),
-                name: feed.into(),
-                actual: actual.to_string(),
-                requested: dtype.to_string(),
-            });
-        }
-        // The closure is called at most once, by the backend or below; a
-        // lent slice of another length or type is refused before the
-        // caller sees it.
-        let mut take = Some(take);
-        let mut got: Option<Result<R, usize>> = None;
-        let mut lend = |s: HostSliceMut<'_>| {
-            if let Some(f) = take.take() {
-                let n = s.len();
-                got = Some(if n == len { f(s).ok_or(n) } else { Err(n) });
-            }
-        };
-        let lent = backend.with_feed_buffer(*id, r, &mut lend).map_err(|e| RuntimeError::from_backend(program, e))?;
-        if !lent {
-            let s = scratch[index].get_or_insert_with(|| HostVec::zeros(actual, len));
-            lend(s.as_mut_slice());
-            backend.write_buffer(*id, r, s.as_slice()).map_err(|e| RuntimeError::from_backend(program, e))?;
-        }
-        match got {
-            Some(Ok(r)) => Ok(r),
-            Some(Err(n)) => Err(RuntimeError::Backend {
-                program: program.into(),
-                detail: format!(
-                    "the {} backend lent {n} elements, or another type, for feed '{feed}' ({actual}, {len} elements)",
-                    backend.name()
-                ),
-            }),
-            None => Err(RuntimeError::Backend {
-                program: program.into(),
-                detail: format!("the {} backend lent no memory for feed '{feed}'", backend.name()),
-            }),
-        }
-    }
-
-    /// Write the f32 placeholder `feed` of `program` in place, without a
-    /// copy from a vector of the caller's: `fill` gets the memory the next
-    /// [`Session::run`] reads (on the CPU backend the arena itself, on the
-    /// CUDA backend pinned host memory that is copied to the GPU when `fill`
-    /// returns), of the feed's length, and its return value is returned.
-    /// Checks and errors as [`Session::feed_f32`]: an unknown program or
-    /// feed, or a feed of another dtype, is an error and `fill` is not
-    /// called. Allocates nothing on the CPU and CUDA backends (on another
-    /// backend, once per feed: a scratch vector then handed to its
-    /// `write_buffer`).
-    ///
-    /// **`fill` must write every element.** The slice is initialized memory
-    /// (never undefined behaviour to read) but its values are unspecified:
-    /// the feed's last value on the CPU backend, the last value lent for
-    /// this feed on the CUDA backend, zeros at first. Whatever `fill` leaves
-    /// there is fed, even when it returns an error value of its own.
-    ///
-    /// ```
-    /// # use towers_runtime::Session;
-    /// # fn f(s: &mut Session, batch: &[f32]) -> Result<(), towers_runtime::RuntimeError> {
-    /// // Gather a batch straight into the feed: no intermediate vector.
-    /// s.feed_with_f32("train", "images", |x| x.copy_from_slice(batch))?;
-    /// s.run("train")?;
-    /// # Ok(()) }
-    /// ```
-    pub fn feed_with_f32<R>(
-        &mut self,
-        program: &str,
-        feed: &str,
-        fill: impl FnOnce(&mut [f32]) -> R,
-    ) -> Result<R, RuntimeError> {
-        self.feed_with(program, feed, DType::F32, |s| match s {
-            HostSliceMut::F32(x) => Some(fill(x)),
-            HostSliceMut::I32(_) => None,
-        })
-    }
-
-    /// As [`Session::feed_with_f32`], for an i32 (or bool: 0/1) placeholder.
-    pub fn feed_with_i32<R>(
-        &mut self,
-        program: &str,
-        feed: &str,
-        fill: impl FnOnce(&mut [i32]) -> R,
-    ) -> Result<R, RuntimeError> {
-        self.feed_with(program, feed, DType::I32, |s| match s {
-            HostSliceMut::I32(x) => Some(fill(x)),
-            HostSliceMut::F32(_) => None,
-        })
-    }
-
-    /// Copy `data` into the placeholder `feed` of `program`.
-    pub fn feed_f32(&mut self, program: &str, feed: &str, data: &[f32]) -> Result<(), RuntimeError> {
-        self.feed(program, feed, HostSlice::F32(data), DType::F32)
-    }
-
-    /// Copy `data` into the i32 (or bool) placeholder `feed` of `program`.
-    pub fn feed_i32(&mut self, program: &str, feed: &str, data: &[i32]) -> Result<(), RuntimeError> {
-        self.feed(program, feed, HostSlice::I32(data), DType::I32)
-    }
-
     /// Run one step of `program`. Allocates nothing on success.
+    ///
+    /// Every placeholder must have been fed since the program was loaded
+    /// (by `feed_*` or in place by `feed_with_*`); a feed keeps its value
+    /// for later runs until it is fed again. A placeholder never fed is
+    /// [`RuntimeError::Unfed`], TF1's "You must feed a value for
+    /// placeholder tensor 'Y'", and nothing runs.
     pub fn run(&mut self, program: &str) -> Result<(), RuntimeError> {
-        let id = self.program(program)?.id;
+        let p = self.program(program)?;
+        if let Some(i) = p.fed.iter().position(|&f| !f) {
+            let (feed, r) = &p.plan.feeds[i];
+            let dtype = Session::extent(&p.plan, r).1;
+            return Err(RuntimeError::Unfed {
+                program: program.into(),
+                feed: feed.clone(),
+                dtype: dtype.to_string(),
+                shape: Session::shape_of(&p.plan, r),
+            });
+        }
+        let id = p.id;
         self.backend.run(id).map_err(|e| RuntimeError::from_backend(program, e))
     }
 

@@ -1,7 +1,8 @@
 //! The session's variable table, backend-neutral: each variable's dtype and
 //! shape, and where its value is. A variable is *resident* once a loaded
 //! plan declared it (its storage then lives in the backend, created with its
-//! initial values seeded by (session seed, variable name), so the same seed
+//! initial values seeded by (graph seed if the plan's declaration carries
+//! one, else session seed; variable name), so the same seed
 //! and name always give the same values whatever the load order), or
 //! *pending* when a checkpoint restored it before any plan declared it: its
 //! value then waits in host memory and becomes the backend's initial value

@@ -45,6 +45,7 @@ fn fed_session() -> towers_runtime::Session {
     s.load("two", common::two_device_plan()).unwrap();
     s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
     s.feed_i32("train", "labels", &[0, 1]).unwrap();
+    s.feed_f32("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
     s.feed_f32("two", "x", &[1.0; 6]).unwrap();
     s
 }

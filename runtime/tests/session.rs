@@ -56,6 +56,8 @@ fn a_tensor_whose_bytes_are_reused_is_not_fetchable_after_the_step() {
     plain.load("train", common::mlp_plan_without_reuse()).unwrap();
     plain.write_variable("fc/weights", &[1.0, 0.0, 0.0, -1.0]).unwrap();
     plain.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    plain.feed_i32("train", "labels", &[0, 1]).unwrap();
+    plain.feed_f32("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
     plain.run("train").unwrap();
     // x·w = [[1,-2],[3,-4]].
     assert_eq!(plain.fetch_f32("train", "MatMul").unwrap(), &[1.0, -2.0, 3.0, -4.0]);
@@ -291,4 +293,41 @@ fn feed_with_errors_are_typed_and_the_closure_is_not_called() {
     // The errors left the feeds as they were.
     s.run("train").unwrap();
     assert_eq!(s.fetch_f32("train", "Relu").unwrap(), &[1.5, 0.0, 3.5, 0.0]);
+}
+
+/// TF1's "You must feed a value for placeholder tensor": a run with a
+/// placeholder never fed since the program was loaded is refused, naming it;
+/// a feed written in place counts; a fed value stays for later runs.
+#[test]
+fn a_placeholder_never_fed_is_an_error_naming_it() {
+    let mut s = Session::new(42);
+    s.load("train", common::mlp_plan()).unwrap();
+    s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    s.feed_f32("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let e = s.run("train").unwrap_err();
+    assert!(matches!(&e, RuntimeError::Unfed { feed, .. } if feed == "labels"), "{e}");
+    assert!(
+        e.to_string().starts_with("You must feed a value for placeholder tensor 'labels' with dtype i32 and shape [2]"),
+        "{e}"
+    );
+    assert_eq!(s.read_variable_i32("global_step").unwrap(), &[0], "nothing ran");
+    s.feed_with_i32("train", "labels", |l| l.copy_from_slice(&[0, 1])).unwrap();
+    s.run("train").unwrap();
+    s.run("train").unwrap();
+    assert_eq!(s.read_variable_i32("global_step").unwrap(), &[2], "a fed value stays fed");
+    // Another program of the same model starts unfed.
+    s.load("again", common::mlp_plan()).unwrap();
+    let e = s.run("again").unwrap_err().to_string();
+    assert!(e.contains("placeholder tensor 'g'") && e.contains("'again'"), "{e}");
+}
+
+/// Feed sizes are said in shapes and rows.
+#[test]
+fn feed_length_errors_speak_in_shapes_and_rows() {
+    let mut s = Session::new(42);
+    s.load("train", common::mlp_plan()).unwrap();
+    let e = s.feed_f32("train", "x", &[1.0, 2.0]).unwrap_err().to_string();
+    assert!(e.starts_with("feed 'x' of program 'train' expects [2,2], got 2 elements = 1 rows;"), "{e}");
+    let e = s.feed_f32("train", "x", &[1.0, 2.0, 3.0]).unwrap_err().to_string();
+    assert!(e.contains("expects [2,2], got 3 elements, not a whole number of rows of 2 elements ([2])"), "{e}");
 }

@@ -213,9 +213,17 @@ fn ranks_whose_variables_differ_all_stop_with_the_same_error() {
                 s.spawn(move || {
                     o.process = ProcessGroup::new(r, 2).unwrap();
                     let c = compile_train(&model.graph, &model.loss, &o).unwrap();
-                    // Rank 1 starts from another seed.
-                    let mut sess = Session::new(model.spec.seed + r as u64).with_comm(Arc::new(comm));
+                    // Rank 1's first variable drifts (the graph seed gives
+                    // both ranks the same initial values).
+                    let mut sess = Session::new(model.spec.seed).with_comm(Arc::new(comm));
                     sess.load("train", c.plan).unwrap();
+                    if r == 1 {
+                        let name = model.graph.trainable_variables()[0];
+                        let name = model.graph.node(name).name.clone();
+                        let mut v = sess.read_variable(&name).unwrap();
+                        v[0] += 1.0;
+                        sess.write_variable(&name, &v).unwrap();
+                    }
                     match sess.check_replicas("before the first step") {
                         Err(e @ RuntimeError::ReplicasDiffer { .. }) => e.to_string(),
                         other => panic!("rank {r}: expected ReplicasDiffer, got {other:?}"),

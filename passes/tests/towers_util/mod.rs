@@ -18,7 +18,7 @@ pub fn mlp(dropout: bool, bn: bool) -> (Graph, CompileState) {
     let y = b.placeholder("labels", DType::I32, [None]).unwrap();
     let mut h = dense(&mut b, "fc1", x, 16, Activation::Relu).unwrap();
     if dropout {
-        h = b.dropout(h, 0.5, 3).unwrap();
+        h = b.dropout_with_seed(h, 0.5, 3).unwrap();
     }
     if bn {
         h = batch_norm(&mut b, "bn", h, 0.9, 1e-3).unwrap();

@@ -187,7 +187,7 @@ fn identity_and_dropout() {
     case(|b| {
         let x = var(b, "x", &[4, 5]);
         let i = b.identity(x, "id").unwrap();
-        let d = b.dropout(i, 0.4, 9).unwrap();
+        let d = b.dropout_with_seed(i, 0.4, 9).unwrap();
         (vec![x], vec![d])
     });
 }

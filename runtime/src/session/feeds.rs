@@ -1,0 +1,189 @@
+//! Feeds of a [`Session`]'s programs: copied in (`feed_f32`, `feed_i32`)
+//! or written in place (`feed_with_f32`, `feed_with_i32`), with the same
+//! checks and errors (see the session's module docs). Every write marks
+//! the feed fed; `Session::run` refuses a program with a feed never fed
+//! since it was loaded ([`RuntimeError::Unfed`]). Sizes are checked against
+//! the placeholder's shape and said in shapes and rows
+//! ([`RuntimeError::FeedLength`]).
+
+use towers_codegen::{BufRef, Plan};
+use towers_graph::DType;
+
+use super::{compatible, list, lookup, Program, Session};
+use crate::backend::{HostSlice, HostSliceMut};
+use crate::error::RuntimeError;
+use crate::variables::HostVec;
+
+impl Session {
+    /// The shape of what `r` names in `plan` (empty when unknown).
+    pub(super) fn shape_of(plan: &Plan, r: &BufRef) -> Vec<usize> {
+        plan.type_of(r).map(|(_, s)| s.to_vec()).unwrap_or_default()
+    }
+
+    fn feed(&mut self, program: &str, feed: &str, data: HostSlice<'_>, dtype: DType) -> Result<(), RuntimeError> {
+        // Borrow the field only: the backend is written below.
+        let p = lookup(&self.programs, program)?;
+        let index = p.plan.feeds.iter().position(|(n, _)| n == feed).ok_or_else(|| RuntimeError::UnknownFeed {
+            program: program.into(),
+            feed: feed.into(),
+            feeds: list(p.plan.feeds.iter().map(|(n, _)| n.as_str())),
+        })?;
+        let r = &p.plan.feeds[index].1;
+        let (len, actual) = Session::extent(&p.plan, r);
+        if !compatible(actual, dtype) {
+            return Err(RuntimeError::WrongDtype {
+                program: program.into(),
+                name: feed.into(),
+                actual: actual.to_string(),
+                requested: dtype.to_string(),
+            });
+        }
+        if len != data.len() {
+            return Err(RuntimeError::FeedLength {
+                program: program.into(),
+                feed: feed.into(),
+                shape: Session::shape_of(&p.plan, r),
+                expected: len,
+                got: data.len(),
+            });
+        }
+        self.backend.write_buffer(p.id, r, data).map_err(|e| RuntimeError::from_backend(program, e))?;
+        if let Some(p) = self.programs.get_mut(program) {
+            p.fed[index] = true;
+        }
+        Ok(())
+    }
+
+    /// Write the feed `feed` of `program` in place: `fill` gets the memory
+    /// the next run reads (see [`Session::feed_with_f32`]); `take` unwraps
+    /// the lent slice of the requested type (`None`: the backend lent
+    /// another type, an error).
+    fn feed_with<R>(
+        &mut self,
+        program: &str,
+        feed: &str,
+        dtype: DType,
+        take: impl FnOnce(HostSliceMut<'_>) -> Option<R>,
+    ) -> Result<R, RuntimeError> {
+        // Borrow the fields apart: the backend lends while the plan is read.
+        let Session { programs, backend, .. } = self;
+        let Program { id, plan, scratch, fed } = match programs.get_mut(program) {
+            Some(p) => p,
+            None => {
+                let loaded = list(programs.keys().map(|s| s.as_str()));
+                return Err(RuntimeError::UnknownProgram { program: program.into(), loaded });
+            }
+        };
+        let Some(index) = plan.feeds.iter().position(|(n, _)| n == feed) else {
+            return Err(RuntimeError::UnknownFeed {
+                program: program.into(),
+                feed: feed.into(),
+                feeds: list(plan.feeds.iter().map(|(n, _)| n.as_str())),
+            });
+        };
+        let r = &plan.feeds[index].1;
+        let (len, actual) = Session::extent(plan, r);
+        if !compatible(actual, dtype) {
+            return Err(RuntimeError::WrongDtype {
+                program: program.into(),
+                name: feed.into(),
+                actual: actual.to_string(),
+                requested: dtype.to_string(),
+            });
+        }
+        // The closure is called at most once, by the backend or below; a
+        // lent slice of another length or type is refused before the
+        // caller sees it.
+        let mut take = Some(take);
+        let mut got: Option<Result<R, usize>> = None;
+        let mut lend = |s: HostSliceMut<'_>| {
+            if let Some(f) = take.take() {
+                let n = s.len();
+                got = Some(if n == len { f(s).ok_or(n) } else { Err(n) });
+            }
+        };
+        let lent = backend.with_feed_buffer(*id, r, &mut lend).map_err(|e| RuntimeError::from_backend(program, e))?;
+        if !lent {
+            let s = scratch[index].get_or_insert_with(|| HostVec::zeros(actual, len));
+            lend(s.as_mut_slice());
+            backend.write_buffer(*id, r, s.as_slice()).map_err(|e| RuntimeError::from_backend(program, e))?;
+        }
+        match got {
+            Some(Ok(r)) => {
+                fed[index] = true;
+                Ok(r)
+            }
+            Some(Err(n)) => Err(RuntimeError::Backend {
+                program: program.into(),
+                detail: format!(
+                    "the {} backend lent {n} elements, or another type, for feed '{feed}' ({actual}, {len} elements)",
+                    backend.name()
+                ),
+            }),
+            None => Err(RuntimeError::Backend {
+                program: program.into(),
+                detail: format!("the {} backend lent no memory for feed '{feed}'", backend.name()),
+            }),
+        }
+    }
+
+    /// Write the f32 placeholder `feed` of `program` in place, without a
+    /// copy from a vector of the caller's: `fill` gets the memory the next
+    /// [`Session::run`] reads (on the CPU backend the arena itself, on the
+    /// CUDA backend pinned host memory that is copied to the GPU when `fill`
+    /// returns), of the feed's length, and its return value is returned.
+    /// Checks and errors as [`Session::feed_f32`]: an unknown program or
+    /// feed, or a feed of another dtype, is an error and `fill` is not
+    /// called. Allocates nothing on the CPU and CUDA backends (on another
+    /// backend, once per feed: a scratch vector then handed to its
+    /// `write_buffer`).
+    ///
+    /// **`fill` must write every element.** The slice is initialized memory
+    /// (never undefined behaviour to read) but its values are unspecified:
+    /// the feed's last value on the CPU backend, the last value lent for
+    /// this feed on the CUDA backend, zeros at first. Whatever `fill` leaves
+    /// there is fed, even when it returns an error value of its own.
+    ///
+    /// ```
+    /// # use towers_runtime::Session;
+    /// # fn f(s: &mut Session, batch: &[f32]) -> Result<(), towers_runtime::RuntimeError> {
+    /// // Gather a batch straight into the feed: no intermediate vector.
+    /// s.feed_with_f32("train", "images", |x| x.copy_from_slice(batch))?;
+    /// s.run("train")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn feed_with_f32<R>(
+        &mut self,
+        program: &str,
+        feed: &str,
+        fill: impl FnOnce(&mut [f32]) -> R,
+    ) -> Result<R, RuntimeError> {
+        self.feed_with(program, feed, DType::F32, |s| match s {
+            HostSliceMut::F32(x) => Some(fill(x)),
+            HostSliceMut::I32(_) => None,
+        })
+    }
+
+    /// As [`Session::feed_with_f32`], for an i32 (or bool: 0/1) placeholder.
+    pub fn feed_with_i32<R>(
+        &mut self,
+        program: &str,
+        feed: &str,
+        fill: impl FnOnce(&mut [i32]) -> R,
+    ) -> Result<R, RuntimeError> {
+        self.feed_with(program, feed, DType::I32, |s| match s {
+            HostSliceMut::I32(x) => Some(fill(x)),
+            HostSliceMut::F32(_) => None,
+        })
+    }
+
+    /// Copy `data` into the placeholder `feed` of `program`.
+    pub fn feed_f32(&mut self, program: &str, feed: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        self.feed(program, feed, HostSlice::F32(data), DType::F32)
+    }
+
+    /// Copy `data` into the i32 (or bool) placeholder `feed` of `program`.
+    pub fn feed_i32(&mut self, program: &str, feed: &str, data: &[i32]) -> Result<(), RuntimeError> {
+        self.feed(program, feed, HostSlice::I32(data), DType::I32)
+    }
+}

@@ -1,0 +1,82 @@
+//! Extra fetches in the training program (`CompileOptions::fetches`), TF1's
+//! `sess.run([train_op, loss, acc])`: a training accuracy computed in every
+//! tower is combined by each tower's share of the batch, like the loss, so
+//! uneven towers fetch the accuracy one device computes on the whole batch.
+
+use towers::prelude::*;
+use towers_graph::GraphError;
+use towers_tests::batches;
+
+const BATCH: usize = 32;
+
+/// An MLP with its loss and its training accuracy (names returned).
+fn model() -> Result<(Graph, String, String), GraphError> {
+    let mut b = GraphBuilder::with_seed(4);
+    let x = b.placeholder("images", DType::F32, [None, Some(8), Some(8), Some(1)])?;
+    let y = b.placeholder("labels", DType::I32, [None])?;
+    let logits = b.variable_scope("MLP", Reuse::No, |b| {
+        let h = b.flatten(x)?;
+        let h = layers::dense(b, "fc1", h, 16, Activation::Relu)?;
+        layers::dense(b, "logits", h, 10, Activation::None)
+    })?;
+    let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y)?;
+    let loss = b.reduce_mean_all(xent)?;
+    let pred = b.argmax(logits, 1)?;
+    let hit = b.equal(pred, y)?;
+    let hit = b.cast(hit, DType::F32)?;
+    let acc = b.reduce_mean_all(hit)?;
+    let acc = b.identity(acc, "accuracy")?;
+    let g = b.finish();
+    let (l, a) = (g.node(loss.node).name.clone(), g.node(acc.node).name.clone());
+    Ok((g, l, a))
+}
+
+/// Train 3 steps; each step's (loss, accuracy).
+fn run(towers: usize, split: SplitPolicy) -> Vec<(f32, f32)> {
+    let (g, loss, acc) = model().expect("builds");
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, BATCH);
+    o.towers = (0..towers as u32).map(Device::gpu).collect();
+    o.split = split;
+    o.fetches = vec![("accuracy".into(), acc)];
+    let c = compile_train(&g, &loss, &o).expect("compiles");
+    let mut s = Session::new(0);
+    s.load("train", c.plan).expect("loads");
+    batches(BATCH, 3, 9)
+        .iter()
+        .map(|(x, y)| {
+            s.feed_f32("train", "images", x).expect("feed");
+            s.feed_i32("train", "labels", y).expect("feed");
+            s.run("train").expect("runs");
+            (s.fetch_f32("train", "loss").expect("loss")[0], s.fetch_f32("train", "accuracy").expect("accuracy")[0])
+        })
+        .collect()
+}
+
+#[test]
+fn a_training_accuracy_is_combined_across_towers_by_share() {
+    let one = run(0, SplitPolicy::Even);
+    for (towers, split) in [(2, SplitPolicy::Even), (2, SplitPolicy::Weighted(vec![3, 1]))] {
+        let many = run(towers, split.clone());
+        for (step, ((l1, a1), (l, a))) in one.iter().zip(&many).enumerate() {
+            // The accuracy is a count over 32 rows: k/32, exact in f32 either way.
+            assert!((a - a1).abs() < 1e-6, "{split:?} step {step}: accuracy {a} vs one device {a1}");
+            assert!((l - l1).abs() <= 2e-5 * l1.abs().max(1.0), "{split:?} step {step}: loss {l} vs {l1}");
+            assert!((0.0..=1.0).contains(a), "{a}");
+        }
+    }
+    // Some accuracy is not all of it: the fetch is not a constant.
+    assert!(one.iter().any(|(_, a)| *a > 0.0 && *a < 1.0), "{one:?}");
+}
+
+#[test]
+fn a_fetch_that_is_not_a_scalar_in_the_towers_is_an_error_naming_it() {
+    let (g, loss, _) = model().expect("builds");
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, BATCH);
+    o.towers = vec![Device::gpu(0), Device::gpu(1)];
+    o.fetches = vec![("logits".into(), "MLP/logits/BiasAdd".into())];
+    let e = compile_train(&g, &loss, &o).unwrap_err().to_string();
+    assert!(e.contains("fetch 'logits'") && e.contains("scalar"), "{e}");
+    o.fetches = vec![("loss".into(), "accuracy".into())];
+    let e = compile_train(&g, &loss, &o).unwrap_err().to_string();
+    assert!(e.contains("'loss'") && e.contains("another name"), "{e}");
+}
