@@ -66,14 +66,16 @@
 //! selected only where that fits. A 1x1, stride-1 convolution needs no
 //! workspace (the input already is the column matrix).
 
-#[cfg(target_arch = "x86_64")]
-mod blocked_avx512;
-#[cfg(target_arch = "x86_64")]
-mod blocked_dx_avx512;
+mod blocked;
+mod blocked_dw;
+mod blocked_dx;
 mod cpu;
 mod direct;
-#[cfg(target_arch = "x86_64")]
-mod direct_avx512;
+mod direct_dw;
+mod direct_fwd;
+#[cfg(test)]
+mod paths_tests;
+mod vec;
 
 pub use cpu::{conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_bias_act, conv2d_bias_act_max_pool};
 
@@ -175,21 +177,16 @@ impl ConvGeom {
     /// output channels, the packed filters fit on the stack and the padded
     /// images in the workspace.
     pub(crate) fn blocked_fits(&self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let k = self.k();
-            self.stride_h == 1
-                && self.stride_w == 1
-                && !self.is_pointwise()
-                && BLOCKED_C_IN.contains(&self.c_in)
-                && (1..=32).contains(&self.c_out)
-                && self.rows() > 0
-                && k * self.c_out.div_ceil(direct::LANES) <= direct::MAX_PACKED
-                && self.kh * self.kw * self.c_out <= direct::MAX_PACKED
-                && blocked_avx512::workspace_need(self) <= self.workspace_len()
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
+        let k = self.k();
+        self.stride_h == 1
+            && self.stride_w == 1
+            && !self.is_pointwise()
+            && BLOCKED_C_IN.contains(&self.c_in)
+            && (1..=32).contains(&self.c_out)
+            && self.rows() > 0
+            && k * self.c_out.div_ceil(vec::MAX_LANES) <= vec::MAX_PACKED
+            && self.kh * self.kw * self.c_out * self.c_in.div_ceil(vec::MAX_LANES) <= vec::MAX_PACKED
+            && blocked::workspace_need(self) <= self.workspace_len()
     }
     /// Output pixels per im2col chunk.
     pub(crate) fn chunk_rows(&self) -> usize {
