@@ -12,10 +12,9 @@
 //! - [`Algorithm::Pointwise`] (1x1, stride 1): one GEMM, no workspace;
 //! - [`Algorithm::Direct`] (`1 <= c_in <= DIRECT_MAX_C_IN`, packed filter
 //!   fits): the forward pass and the filter gradient by direct loops over
-//!   output-channel vectors (`direct.rs`, AVX-512 form in
-//!   `direct_avx512.rs`) on CPUs with AVX-512 (elsewhere by im2col, which the
-//!   workspace still allows: the portable direct body is slower); the input
-//!   gradient by im2col. Measured at
+//!   output-channel vectors (`direct.rs`, `direct_fwd.rs`, `direct_dw.rs`)
+//!   on every SIMD path; the input gradient by im2col. Measured (on
+//!   AVX-512, with the intrinsics form these generic kernels replaced) at
 //!   the seed's first layer (batch 256, 28x28x1, 5x5 -> 12 VALID, one
 //!   thread, `cargo bench -p towers-kernels --bench kernels`): forward
 //!   5.9 ms (15 GFLOP/s) by im2col -> 1.0 ms (87 GFLOP/s) direct, then
@@ -30,10 +29,10 @@
 //!   layer, 3x3 -> 24) im2col + GEMM runs at 62-70 GFLOP/s, direct at 59;
 //! - [`Algorithm::Blocked`] (stride 1, `c_in` in [`BLOCKED_C_IN`], `c_out <=
 //!   32`, packed filters and padded images fit): all three kernels by
-//!   register-blocked direct loops (`blocked_avx512.rs`: a row of output
-//!   pixels times all output channels in registers, or for the filter
+//!   register-blocked direct loops (`blocked.rs`, `blocked_dw.rs`: a row of
+//!   output pixels times all output channels in registers, or for the filter
 //!   gradient one filter tap's input channels times all output channels) on
-//!   CPUs with AVX-512 (elsewhere im2col). Measured at the seed's second
+//!   every SIMD path. Measured (AVX-512, intrinsics form) at the seed's second
 //!   layer (batch 256, 12x12x12, 3x3 -> 24 VALID, one thread, interleaved
 //!   runs against the im2col build): forward 1.70-1.90 ms (70-78 GFLOP/s)
 //!   by im2col -> 0.94-1.10 ms (120-142 GFLOP/s); input gradient
@@ -44,7 +43,7 @@
 //!   read padding), which bounds them at 75% of the FMA peak. The VALID
 //!   input gradient instead computes each `dy` pixel's column row
 //!   (`kh * kw * c_in` lanes: 108 in 7 vectors at the seed) in registers and adds it
-//!   into `dx` (`blocked_dx_avx512.rs`): at the seed 1.25-1.34 ms (99-106
+//!   into `dx` (`blocked_dx.rs`): at the seed 1.25-1.34 ms (99-106
 //!   GFLOP/s) against 1.55-1.67 ms (80-86) for the padded correlation in
 //!   the same interleaved runs (this machine ran 10-20% slower than when
 //!   the figures above were taken; the forward then measured 1.07-1.16
@@ -56,6 +55,29 @@
 //! - backprop input: `dcol[rows, K] = dy[rows, c_out] * W^T`, then col2im
 //!   scatters (adds) `dcol` into `dx` (zeroed first);
 //! - backprop filter: `dW[K, c_out] += col^T * dy`, accumulated over chunks.
+//!
+//! ## SIMD paths
+//!
+//! The direct and blocked kernels are written once, generic over
+//! [`pulp::Simd`], and run on the process's path ([`crate::simd::active`]:
+//! AVX-512, AVX2 + FMA, NEON or scalar, `TOWERS_SIMD` to force one); vector
+//! lanes are output channels (columns of the column row for the VALID
+//! blocked input gradient), the register blocks are sized per path from its
+//! register count (`vec.rs`). Invariants:
+//! - [`ConvGeom::algorithm`] is a function of the geometry only, the same on
+//!   every path and every CPU (the geometry checks count 16-lane vectors);
+//! - the direct and blocked kernels give **the same bits on every path**
+//!   (each output sums its terms in one order fixed by the geometry, fused
+//!   multiply-adds throughout; tested in `paths_tests.rs` on every path the
+//!   CPU has). So a convolution's bits no longer depend on the CPU, except
+//!   where the GEMM runs: [`Algorithm::Pointwise`], [`Algorithm::Im2col`] and
+//!   the direct geometries' input gradient go through `gemm`, whose
+//!   micro-kernel (and so its summation order) follows the CPU and the
+//!   `avx512-gemm` feature, not `TOWERS_SIMD` ([`crate::simd::gemm_path`]);
+//! - the scalar path runs the same bodies with one lane (`f32::mul_add`, a
+//!   libm call on the baseline x86-64 target): slow, kept for its bits and
+//!   for testing, not for speed. NEON builds and is tested only where an
+//!   aarch64 machine runs the tests; its speed is unmeasured.
 //!
 //! Chunking keeps the workspace small (about [`CHUNK_ELEMS`] floats) and in
 //! cache; the workspace length is [`ConvGeom::workspace_len`] for all three
@@ -103,7 +125,7 @@ pub enum Algorithm {
     /// Few input channels: direct loops over output-channel vectors ([`direct`]).
     Direct,
     /// Stride 1, moderate channel counts: register-blocked direct loops for
-    /// all three kernels (`blocked_avx512.rs`).
+    /// all three kernels (`blocked.rs`).
     Blocked,
     /// im2col into the workspace, chunk by chunk, then GEMM.
     Im2col,
