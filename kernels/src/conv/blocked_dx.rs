@@ -243,29 +243,24 @@ fn block_body<S: Simd, const R: usize, const NC: usize>(simd: S, b: Block<'_>) {
             let i = s.v - b.v0;
             debug_assert!(i < NC);
             // The vector's lane 0 at dx[at]; lanes s.a..s.b lie in dx.
-            let at = (b.bases[r] + s.off) as isize;
+            let at = b.bases[r] + s.off;
             let sum = a[i.min(NC - 1)];
             if s.a == 0 && s.b == l {
-                let d = &mut dx[at as usize..at as usize + l];
+                let d = &mut dx[at..at + l];
                 // SAFETY: `d` is one vector of `dx`.
                 unsafe { vec::store::<S>(d.as_mut_ptr(), simd.add_f32s(vec::load::<S>(d.as_ptr()), sum)) };
-            } else if at >= 0 && at as usize + l <= dx.len() {
-                let d = &mut dx[at as usize..at as usize + l];
+            } else if l == 16 || at + l > dx.len() {
+                assert!(at + s.b <= dx.len());
+                // SAFETY: lanes a..b of the vector at `at` lie in `dx` (asserted).
+                unsafe { vec::add_lanes_or_store::<S, true>(simd, dx.as_mut_ptr().add(at), s.a, s.b, sum) };
+            } else {
+                let d = &mut dx[at..at + l];
                 // SAFETY: `d` is one vector of `dx`; lanes outside a..b are
                 // stored back unchanged.
                 unsafe {
                     let t = vec::load::<S>(d.as_ptr());
                     let m = vec::lanes_between(simd, s.a, s.b);
                     vec::store::<S>(d.as_mut_ptr(), simd.select_f32s(m, simd.add_f32s(t, sum), t));
-                }
-            } else {
-                let mut lanes = [0.0f32; MAX_LANES];
-                // SAFETY: `lanes` holds MAX_LANES >= l floats.
-                unsafe { vec::store::<S>(lanes.as_mut_ptr(), sum) };
-                let start = at + s.a as isize;
-                let d = &mut dx[start as usize..start as usize + (s.b - s.a)];
-                for (x, v) in d.iter_mut().zip(&lanes[s.a..s.b]) {
-                    *x += *v;
                 }
             }
         }

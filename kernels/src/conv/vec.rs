@@ -39,7 +39,8 @@ impl Packed {
 }
 
 /// Vector registers of the path with `lanes` f32 lanes: 32 on AVX-512 and
-/// NEON, 16 on AVX2 (and, for scalar, the 16 x86 XMM registers).
+/// NEON, 16 on AVX2 (and, for scalar, the 16 x86 XMM registers). The
+/// kernels size their register blocks to leave one or two spare.
 pub(super) const fn registers(lanes: usize) -> usize {
     match lanes {
         16 | 4 => 32,
@@ -80,7 +81,7 @@ pub(super) unsafe fn store_first<S: Simd>(simd: S, p: *mut f32, v: S::f32s, nb: 
     if nb >= S::F32_LANES {
         store::<S>(p, v)
     } else {
-        simd.mask_store_ptr_f32s(simd.mask_between_m32s(0, nb as u32), p, v)
+        add_lanes_or_store::<S, false>(simd, p, 0, nb, v)
     }
 }
 
@@ -90,10 +91,71 @@ pub(super) unsafe fn store_first<S: Simd>(simd: S, p: *mut f32, v: S::f32s, nb: 
 /// `p..p + min(nb, L)` is readable.
 #[inline(always)]
 pub(super) unsafe fn load_first<S: Simd>(simd: S, p: *const f32, nb: usize) -> S::f32s {
+    let _ = simd;
     if nb >= S::F32_LANES {
-        load::<S>(p)
-    } else {
-        simd.mask_load_ptr_f32s(simd.mask_between_m32s(0, nb as u32), p)
+        return load::<S>(p);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if S::F32_LANES == 16 {
+        // SAFETY: of the types `simd::dispatch_on` runs (V4, V3, Neon,
+        // Scalar) only V4 has 16 lanes, so AVX-512F is enabled wherever
+        // this body runs with 16 lanes (inlined into pulp's `vectorize`);
+        // the mask reads `p..p + nb` only.
+        use std::arch::x86_64::*;
+        let v = _mm512_maskz_loadu_ps(mask16(0, nb), p);
+        return core::mem::transmute_copy::<__m512, S::f32s>(&v);
+    }
+    let mut lanes = [0.0f32; MAX_LANES];
+    core::ptr::copy_nonoverlapping(p, lanes.as_mut_ptr(), nb);
+    load::<S>(lanes.as_ptr())
+}
+
+/// The AVX-512 mask of lanes `a..b` (`a <= b <= 16`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn mask16(a: usize, b: usize) -> u16 {
+    (((1u32 << b) - 1) & !((1u32 << a) - 1)) as u16
+}
+
+/// `p[i] += v[i]` (`ADD`) or `p[i] = v[i]` for the lanes `i` in `a..b`,
+/// the floats of `p` outside them untouched: by masked AVX-512 loads and
+/// stores (one instruction each, measured faster than pulp's masked stores,
+/// which jump to a table of stubs), elsewhere lane by lane through the
+/// stack.
+///
+/// # Safety
+/// `p + a..p + b` is readable and writable; `a <= b <= L`.
+#[inline(always)]
+pub(super) unsafe fn add_lanes_or_store<S: Simd, const ADD: bool>(
+    simd: S,
+    p: *mut f32,
+    a: usize,
+    b: usize,
+    v: S::f32s,
+) {
+    let _ = simd;
+    debug_assert!(a <= b && b <= S::F32_LANES);
+    #[cfg(target_arch = "x86_64")]
+    if S::F32_LANES == 16 {
+        // SAFETY: as in `load_first` (S = V4, AVX-512F enabled); the mask
+        // reads and writes `p + a..p + b` only.
+        use std::arch::x86_64::*;
+        let m = mask16(a, b);
+        let mut x = core::mem::transmute_copy::<S::f32s, __m512>(&v);
+        if ADD {
+            x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), x);
+        }
+        _mm512_mask_storeu_ps(p, m, x);
+        return;
+    }
+    let mut lanes = [0.0f32; MAX_LANES];
+    store::<S>(lanes.as_mut_ptr(), v);
+    for (i, l) in lanes.iter().enumerate().take(b).skip(a) {
+        if ADD {
+            *p.add(i) += *l;
+        } else {
+            *p.add(i) = *l;
+        }
     }
 }
 
