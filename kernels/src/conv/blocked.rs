@@ -319,8 +319,8 @@ fn valid_image<S: Simd>(
 /// pixels `co` floats apart.
 ///
 /// Safety (kept by [`valid_image`]): every `x[ky * row + r * pixel + jj]`
-/// (`ky < nky, r < R, jj < j`), the filter vectors `w[ky * filter_row + jj
-/// * tap + v * L..]` (`v < NV`) and the outputs `y[r * co + 0..min(NV * L,
+/// (`ky < nky, r < R, jj < j`), the filter vectors at `w + ky * filter_row +
+/// jj * tap + v * L` (`v < NV`) and the outputs `y[r * co + 0..min(NV * L,
 /// co - c0)]` are in bounds.
 struct Block<'a> {
     x: *const f32,

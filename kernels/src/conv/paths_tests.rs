@@ -118,7 +118,7 @@ fn direct_kernels_match_the_definition_and_agree_bitwise_on_every_path() {
         let (x, f, dy, bias) = (r.vec(p.x_len()), r.vec(p.filter_len()), r.vec(p.y_len()), r.vec(p.c_out));
         let (want_y, _, want_df) = naive(&p, &x, &f, &dy);
         let want_yb = bias_relu(&want_y, &bias);
-        let mut first: Option<(SimdPath, Vec<u32>, Vec<u32>, Vec<u32>)> = None;
+        let mut first: Option<(SimdPath, [Vec<u32>; 3])> = None;
         for path in SimdPath::available() {
             let mut y = vec![f32::NAN; p.y_len()];
             direct::conv2d_on(path, &p, &x, &f, None, &mut y);
@@ -129,12 +129,13 @@ fn direct_kernels_match_the_definition_and_agree_bitwise_on_every_path() {
             let mut df = vec![f32::NAN; p.filter_len()];
             direct::conv2d_backprop_filter_on(path, &p, &x, &dy, &mut df);
             assert_close(&df, &want_df, 1e-4, &format!("{path} filter grad {p:?}"));
+            let got = [bits(&y), bits(&yb), bits(&df)];
             match &first {
-                None => first = Some((path, bits(&y), bits(&yb), bits(&df))),
-                Some((p0, y0, yb0, df0)) => {
-                    assert_eq!(&bits(&y), y0, "forward {path} vs {p0} {p:?}");
-                    assert_eq!(&bits(&yb), yb0, "forward+bias+relu {path} vs {p0} {p:?}");
-                    assert_eq!(&bits(&df), df0, "filter grad {path} vs {p0} {p:?}");
+                None => first = Some((path, got)),
+                Some((p0, want)) => {
+                    for (i, name) in ["forward", "forward+bias+relu", "filter grad"].iter().enumerate() {
+                        assert_eq!(got[i], want[i], "{name} {path} vs {p0} {p:?}");
+                    }
                 }
             }
         }
