@@ -79,6 +79,28 @@
 //!   for testing, not for speed. NEON builds and is tested only where an
 //!   aarch64 machine runs the tests; its speed is unmeasured.
 //!
+//! Measured (2026-11-27, a shared 2-vCPU AMD EPYC Zen 5 with AVX-512, FMA
+//! probe 269 / 133 GFLOP/s one thread at 512 / 256 bits; `cargo bench -p
+//! towers-kernels --bench kernels -- conv_`, batch 256, one thread, best of
+//! two interleaved runs against the intrinsics build, in microseconds):
+//!
+//! | kernel | AVX-512 intrinsics | AVX-512 generic | AVX2 im2col (AVX-512 GEMM) | AVX2 generic |
+//! |---|---|---|---|---|
+//! | conv_1 forward | 552 | 573 | 4799 | 2420 |
+//! | conv_1 filter grad | 643 | 785 | 5000 | 3287 |
+//! | conv_2 forward | 811 | 1016 | 1304 | 1563 |
+//! | conv_2 input grad | 1043 | 1358 | 1696 | 1572 |
+//! | conv_2 filter grad | 1025 | 1032 | 1330 | 1304 |
+//!
+//! The generic AVX-512 forms of the direct filter gradient, the blocked
+//! forward and the column-row input gradient measured 20-30% slower than the
+//! intrinsics forms they replaced (not yet recovered: the per-kernel cause
+//! is unmeasured); the whole convnet step was not slower (11.7-12.2 ms
+//! against 12.2-12.9, `cargo bench --bench step`). Under `TOWERS_SIMD=avx2`
+//! the AVX2 column is what runs; its im2col comparison still had the
+//! AVX-512 GEMM (the `avx512-gemm` feature), so against an AVX2 GEMM the
+//! blocked kernels' margin is larger than shown.
+//!
 //! Chunking keeps the workspace small (about [`CHUNK_ELEMS`] floats) and in
 //! cache; the workspace length is [`ConvGeom::workspace_len`] for all three
 //! kernels. Direct geometries keep their im2col-sized workspace: their input
