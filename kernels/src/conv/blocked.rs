@@ -427,6 +427,11 @@ pub(super) fn conv2d_backprop_input_on(
     dx: &mut [f32],
     ws: &mut [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if path == crate::simd::SimdPath::Avx512 && path.supported() && super::blocked_dx_avx512::fits(p) {
+        // SAFETY: `supported` detected AVX-512F (and with it FMA); `fits` checked.
+        return unsafe { super::blocked_dx_avx512::conv2d_backprop_input(p, dy, filter, dx) };
+    }
     if super::blocked_dx::fits(p) {
         crate::simd::dispatch_on(path, super::blocked_dx::InputGrad { p, dy, filter, dx })
     } else {

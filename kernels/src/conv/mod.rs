@@ -79,27 +79,27 @@
 //!   for testing, not for speed. NEON builds and is tested only where an
 //!   aarch64 machine runs the tests; its speed is unmeasured.
 //!
-//! Measured (2026-11-27, a shared 2-vCPU AMD EPYC Zen 5 with AVX-512, FMA
-//! probe 269 / 133 GFLOP/s one thread at 512 / 256 bits; `cargo bench -p
-//! towers-kernels --bench kernels -- conv_`, batch 256, one thread, best of
-//! two interleaved runs against the intrinsics build, in microseconds):
+//! Measured (2026-11-27, a shared 2-vCPU AMD EPYC Zen 5 with AVX-512, at a
+//! quiet moment: FMA probe 266-271 / 133-135 GFLOP/s one thread at 512 /
+//! 256 bits before and after; `cargo bench -p towers-kernels --bench kernels
+//! -- conv_`, batch 256, one thread, best of two interleaved runs against
+//! the intrinsics build, in microseconds):
 //!
-//! | kernel | AVX-512 intrinsics | AVX-512 generic | AVX2 im2col (AVX-512 GEMM) | AVX2 generic |
+//! | kernel | AVX-512 intrinsics | AVX-512 generic | AVX2: im2col (AVX-512 GEMM) | AVX2 generic |
 //! |---|---|---|---|---|
-//! | conv_1 forward | 552 | 573 | 4799 | 2420 |
-//! | conv_1 filter grad | 643 | 785 | 5000 | 3287 |
-//! | conv_2 forward | 811 | 1016 | 1304 | 1563 |
-//! | conv_2 input grad | 1043 | 1358 | 1696 | 1572 |
-//! | conv_2 filter grad | 1025 | 1032 | 1330 | 1304 |
+//! | conv_1 forward | 484 | 469 | 3050 | 1633 |
+//! | conv_1 filter grad | 612 | 565 | 3173 | 2141 |
+//! | conv_2 forward | 672 | 687 | 1025 | 1205 |
+//! | conv_2 input grad | 708 | 921 | 1076 | 1348 |
+//! | conv_2 filter grad | 705 | 668 | 1098 | 1118 |
 //!
-//! The generic AVX-512 forms of the direct filter gradient, the blocked
-//! forward and the column-row input gradient measured 20-30% slower than the
-//! intrinsics forms they replaced (not yet recovered: the per-kernel cause
-//! is unmeasured); the whole convnet step was not slower (11.7-12.2 ms
-//! against 12.2-12.9, `cargo bench --bench step`). Under `TOWERS_SIMD=avx2`
-//! the AVX2 column is what runs; its im2col comparison still had the
-//! AVX-512 GEMM (the `avx512-gemm` feature), so against an AVX2 GEMM the
-//! blocked kernels' margin is larger than shown.
+//! The generic column-row input gradient was 30% slower on AVX-512, so its
+//! intrinsics form stays for that path (`blocked_dx_avx512.rs`, 723-734 us,
+//! the same bits); every other AVX-512 kernel is generic. Under
+//! `TOWERS_SIMD=avx2` the last column runs; its im2col comparison still had
+//! the AVX-512 GEMM (the `avx512-gemm` feature), so the seed's second layer
+//! there looks slower than im2col by 0-25%: against an AVX2 GEMM (an
+//! AVX2-only CPU) that comparison is unmeasured.
 //!
 //! Chunking keeps the workspace small (about [`CHUNK_ELEMS`] floats) and in
 //! cache; the workspace length is [`ConvGeom::workspace_len`] for all three
@@ -113,6 +113,8 @@
 mod blocked;
 mod blocked_dw;
 mod blocked_dx;
+#[cfg(target_arch = "x86_64")]
+mod blocked_dx_avx512;
 mod cpu;
 mod direct;
 mod direct_dw;
