@@ -100,6 +100,11 @@
 //! the AVX-512 GEMM (the `avx512-gemm` feature), so the seed's second layer
 //! there looks slower than im2col by 0-25%: against an AVX2 GEMM (an
 //! AVX2-only CPU) that comparison is unmeasured.
+//! The seed convnet's training step (`TOWERS_BENCH_QUICK=1 cargo bench
+//! --bench step`, one thread, same hour, probe 263-265 / 133 GFLOP/s): with
+//! AVX-512 7.20-7.77 ms before, 6.96-7.86 ms after (no slower); with
+//! `TOWERS_SIMD=avx2` 15.5-15.6 ms (48-49 GFLOP/s, 37% of the AVX2 probe)
+//! before, 11.7-11.9 ms (64-65 GFLOP/s, 48%) after.
 //!
 //! Chunking keeps the workspace small (about [`CHUNK_ELEMS`] floats) and in
 //! cache; the workspace length is [`ConvGeom::workspace_len`] for all three
