@@ -104,7 +104,10 @@
 //! --bench step`, one thread, same hour, probe 263-265 / 133 GFLOP/s): with
 //! AVX-512 7.20-7.77 ms before, 6.96-7.86 ms after (no slower); with
 //! `TOWERS_SIMD=avx2` 15.5-15.6 ms (48-49 GFLOP/s, 37% of the AVX2 probe)
-//! before, 11.7-11.9 ms (64-65 GFLOP/s, 48%) after.
+//! before, 11.7-11.9 ms (64-65 GFLOP/s, 48%) after; built without
+//! `avx512-gemm` as well (an AVX2-only CPU's whole step, probe 128-131
+//! GFLOP/s): 18.1-18.3 ms (41-42 GFLOP/s, 32%) before, 12.4-13.1 ms
+//! (58-61 GFLOP/s, 44-47%) after.
 //!
 //! Chunking keeps the workspace small (about [`CHUNK_ELEMS`] floats) and in
 //! cache; the workspace length is [`ConvGeom::workspace_len`] for all three
