@@ -5,6 +5,7 @@
 //! runs of ~0.1 s each, in microseconds per call:
 //! `cargo bench -p towers-kernels --bench kernels [-- FILTER]`.
 //! Repeat runs and compare ratios from the same run: the host is shared.
+//! Prints the SIMD path first (`TOWERS_SIMD=avx2` etc. to force one).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -155,6 +156,15 @@ fn gemm(filter: &Option<String>, m: usize, k: usize, n: usize, ta: bool, tb: boo
 
 fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    // Which SIMD path the hand-vectorized kernels (convolutions, pools) ran
+    // on (`TOWERS_SIMD` forces a lower one), and the GEMM's micro-kernel.
+    match towers_kernels::simd::selected() {
+        Ok(p) => println!("simd path: {p} (gemm: {})", towers_kernels::simd::gemm_path()),
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    }
     for (m, k, n, ta, tb) in [
         (256, 784, 256, false, false),
         (256, 784, 256, true, false),

@@ -26,13 +26,16 @@
 //!   needs it has a `workspace_len`: [`ConvGeom::workspace_len`]) or is a
 //!   fixed-size stack buffer ([`optim::mean_apply`]; the direct convolution's
 //!   packed filter, 16 KiB).
-//! - SIMD: the crate is built for the baseline x86-64 target; the hottest
-//!   bodies (direct convolution, max pooling) also have an AVX-512 form
-//!   picked at run time that gives the same bits as its portable body (tests
-//!   compare them). One exception: without AVX-512, convolutions with 1-2
-//!   input channels take im2col instead of the direct loops (equal up to
-//!   reassociation), so their bits differ between such CPUs; on one machine
-//!   every run gives the same bits.
+//! - SIMD: the crate is built for the baseline x86-64 target; the hot
+//!   bodies are chosen at run time per [`simd::SimdPath`] (one per process,
+//!   `TOWERS_SIMD` forces a lower one). The convolutions' direct and blocked
+//!   kernels (with their bias/ReLU/max-pool epilogues) are written once,
+//!   generic over `pulp::Simd`, and give the same bits on every path
+//!   (tested); their [`conv::Algorithm`] is a function of the geometry only,
+//!   on every CPU. Bits still differ between CPUs where a GEMM runs (the
+//!   `gemm` crate's micro-kernel follows the CPU, [`simd::gemm_path`]) and
+//!   where a kernel's docs say so; on one machine every run gives the same
+//!   bits.
 //! - Slice lengths are the caller's contract: checked with `debug_assert!`
 //!   only. Kernels do not panic on correctly sized inputs (including empty
 //!   ones). Value- or shape-argument-dependent failures return

@@ -1,9 +1,10 @@
-//! CPU implementation of the convolution kernels: im2col/col2im and GEMM.
-//! See the parent module for layouts.
+//! CPU implementation of the convolution kernels: the dispatch on
+//! [`Algorithm`] (the direct and blocked kernels run on the selected SIMD
+//! path, [`crate::simd::active`]), im2col/col2im and GEMM. See the parent
+//! module for layouts.
 
-#[cfg(target_arch = "x86_64")]
-use super::blocked_avx512 as blocked;
-use super::{direct, Algorithm, ConvGeom, CHUNK_ELEMS};
+use super::{blocked, direct, Algorithm, ConvGeom, CHUNK_ELEMS};
+use crate::simd::active;
 use crate::elementwise::{bias_add_act_in_place, UnaryOp};
 use crate::gemm::{matmul, MatMul};
 use crate::window::window;
@@ -23,11 +24,9 @@ pub fn conv2d(p: &ConvGeom, x: &[f32], filter: &[f32], y: &mut [f32], workspace:
     }
     match p.algorithm() {
         Algorithm::Pointwise => matmul(&MatMul::new(rows, k, co), x, filter, y),
-        Algorithm::Direct if direct::available() => direct::conv2d(p, x, filter, y),
-        // SAFETY: `available` detected AVX-512F and FMA; `algorithm` checked `blocked_fits`.
-        #[cfg(target_arch = "x86_64")]
-        Algorithm::Blocked if direct::available() => unsafe { blocked::conv2d(p, x, filter, y, workspace, None) },
-        Algorithm::Direct | Algorithm::Blocked | Algorithm::Im2col => im2col_conv2d(p, x, filter, y, workspace),
+        Algorithm::Direct => direct::conv2d_on(active(), p, x, filter, None, y),
+        Algorithm::Blocked => blocked::conv2d_on(active(), p, x, filter, None, y, workspace),
+        Algorithm::Im2col => im2col_conv2d(p, x, filter, y, workspace),
     }
 }
 
@@ -72,29 +71,17 @@ pub fn conv2d_bias_act(
                 r0 += r;
             }
         }
-        Algorithm::Direct if direct::available() => {
-            // Bias (and ReLU) in registers before each store; any other
-            // activation on the output afterwards.
-            let relu = act == UnaryOp::Relu;
-            direct::conv2d_bias_relu(p, x, filter, bias, relu, y);
-            if !relu {
-                crate::elementwise::unary::unary_in_place(act, y);
-            }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Algorithm::Blocked if direct::available() => {
-            blocked_bias_act(p, x, filter, bias, act, y, workspace);
-        }
-        Algorithm::Direct | Algorithm::Blocked | Algorithm::Im2col => {
-            im2col_conv2d_then(p, x, filter, y, workspace, epilogue)
-        }
+        alg @ (Algorithm::Direct | Algorithm::Blocked) => direct_bias_act(alg, p, x, filter, bias, act, y, workspace),
+        Algorithm::Im2col => im2col_conv2d_then(p, x, filter, y, workspace, epilogue),
     }
 }
 
-/// The blocked forward with the bias, and ReLU when `act` is ReLU, in
-/// registers before each store; any other activation on the output after.
-#[cfg(target_arch = "x86_64")]
-fn blocked_bias_act(
+/// The direct or blocked forward (`alg`, the whole geometry's algorithm)
+/// with the bias, and ReLU when `act` is ReLU, in registers before each
+/// store; any other activation on the output after.
+#[allow(clippy::too_many_arguments)]
+fn direct_bias_act(
+    alg: Algorithm,
     p: &ConvGeom,
     x: &[f32],
     filter: &[f32],
@@ -104,10 +91,11 @@ fn blocked_bias_act(
     workspace: &mut [f32],
 ) {
     let relu = act == UnaryOp::Relu;
-    let epi = super::direct_avx512::Epilogue::new(bias, relu);
-    // SAFETY: callers checked `direct::available` (AVX-512F and FMA) and
-    // `blocked_fits` (of the whole geometry: the workspace need is per image).
-    unsafe { blocked::conv2d(p, x, filter, y, workspace, Some(&epi)) };
+    if alg == Algorithm::Blocked {
+        blocked::conv2d_on(active(), p, x, filter, Some((bias, relu)), y, workspace);
+    } else {
+        direct::conv2d_on(active(), p, x, filter, Some((bias, relu)), y);
+    }
     if !relu {
         crate::elementwise::unary::unary_in_place(act, y);
     }
@@ -133,30 +121,22 @@ pub fn conv2d_bias_act_max_pool(
     debug_assert_eq!(pool.x_len(), y.len());
     debug_assert_eq!(pool.n, p.n);
     let alg = p.algorithm();
-    if p.n == 0 || !(matches!(alg, Algorithm::Direct | Algorithm::Blocked) && direct::available()) {
+    if p.n == 0 || !matches!(alg, Algorithm::Direct | Algorithm::Blocked) {
         conv2d_bias_act(p, x, filter, bias, act, y, workspace);
         crate::pool::max_pool(pool, y, pooled);
         return;
     }
     let (x_img, y_img, p_img) = (p.h * p.w * p.c_in, p.y_len() / p.n, pool.y_len() / p.n);
     let step = (CHUNK_ELEMS / y_img.max(1)).max(1);
-    let relu = act == UnaryOp::Relu;
     let mut n0 = 0;
     while n0 < p.n {
         let n = step.min(p.n - n0);
         let (sub, sub_pool) = (ConvGeom { n, ..*p }, crate::pool::PoolGeom { n, ..*pool });
         let yb = &mut y[n0 * y_img..(n0 + n) * y_img];
         let xb = &x[n0 * x_img..(n0 + n) * x_img];
-        match alg {
-            #[cfg(target_arch = "x86_64")]
-            Algorithm::Blocked => blocked_bias_act(&sub, xb, filter, bias, act, yb, workspace),
-            _ => {
-                direct::conv2d_bias_relu(&sub, xb, filter, bias, relu, yb);
-                if !relu {
-                    crate::elementwise::unary::unary_in_place(act, yb);
-                }
-            }
-        }
+        // The whole geometry's algorithm: the blocked kernels' workspace
+        // need is per image, so what fits the whole fits the part.
+        direct_bias_act(alg, &sub, xb, filter, bias, act, yb, workspace);
         crate::pool::max_pool(&sub_pool, yb, &mut pooled[n0 * p_img..(n0 + n) * p_img]);
         n0 += n;
     }
@@ -210,10 +190,8 @@ pub fn conv2d_backprop_input(p: &ConvGeom, dy: &[f32], filter: &[f32], dx: &mut 
         matmul(&MatMul::new(rows, co, k).trans_b(true), dy, filter, dx);
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if rows > 0 && p.algorithm() == Algorithm::Blocked && direct::available() {
-        // SAFETY: `available` detected AVX-512F and FMA; `algorithm` checked `blocked_fits`.
-        return unsafe { blocked::conv2d_backprop_input(p, dy, filter, dx, workspace) };
+    if rows > 0 && p.algorithm() == Algorithm::Blocked {
+        return blocked::conv2d_backprop_input_on(active(), p, dy, filter, dx, workspace);
     }
     dx.fill(0.0);
     if rows == 0 {
@@ -248,15 +226,9 @@ pub fn conv2d_backprop_filter(p: &ConvGeom, x: &[f32], dy: &[f32], dfilter: &mut
     match p.algorithm() {
         // dW[c_in, c_out] = x^T dy, x stored [rows, c_in].
         Algorithm::Pointwise => matmul(&MatMul::new(k, rows, co).trans_a(true), x, dy, dfilter),
-        Algorithm::Direct if direct::available() => direct::conv2d_backprop_filter(p, x, dy, dfilter),
-        // SAFETY: `available` detected AVX-512F and FMA; `algorithm` checked `blocked_fits`.
-        #[cfg(target_arch = "x86_64")]
-        Algorithm::Blocked if direct::available() => unsafe {
-            blocked::conv2d_backprop_filter(p, x, dy, dfilter, workspace)
-        },
-        Algorithm::Direct | Algorithm::Blocked | Algorithm::Im2col => {
-            im2col_conv2d_backprop_filter(p, x, dy, dfilter, workspace)
-        }
+        Algorithm::Direct => direct::conv2d_backprop_filter_on(active(), p, x, dy, dfilter),
+        Algorithm::Blocked => blocked::conv2d_backprop_filter_on(active(), p, x, dy, dfilter, workspace),
+        Algorithm::Im2col => im2col_conv2d_backprop_filter(p, x, dy, dfilter, workspace),
     }
 }
 
