@@ -8,6 +8,7 @@
 #   bench/accuracy.sh                      # every recipe, path and seed
 #   ACC_SEEDS="0 1" ACC_PATHS="avx2" ACC_RECIPES="digits-convnet" bench/accuracy.sh
 #   ACC_EXTRA="--lr-schedule cosine" bench/accuracy.sh   # try other flags on every recipe
+#   ACC_NO_BUILD=1 bench/accuracy.sh       # with the binaries already built
 #
 # The paths below AVX-512 run a binary built with --no-default-features, so
 # that the GEMM runs its AVX2 micro-kernels as it does on an AVX2-only CPU
@@ -33,8 +34,10 @@ detected=""
 detected+="scalar"
 PATHS=${ACC_PATHS:-$detected}
 
-cargo build --release --quiet
-cargo build --release --quiet --no-default-features --target-dir target/no-avx512-gemm
+if [ -z "${ACC_NO_BUILD:-}" ]; then # ACC_NO_BUILD=1: use the binaries built before
+  cargo build --release --quiet
+  cargo build --release --quiet --no-default-features --target-dir target/no-avx512-gemm
+fi
 bin_for() { [ "$1" = avx512 ] && echo target/release/towers || echo target/no-avx512-gemm/release/towers; }
 
 stats() { # min median max of the numbers on stdin
