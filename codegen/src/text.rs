@@ -246,8 +246,9 @@ impl Plan {
     /// docs).
     ///
     /// A user's snapshot test of their own plan (see
-    /// `examples/snapshot_plan.rs`):
-    /// ```ignore
+    /// `examples/snapshot_plan.rs`, where `compiled` comes from
+    /// `towers::compiler::compile_train`):
+    /// ```text
     /// insta::assert_snapshot!("my_model_plan", compiled.plan.to_structure_text());
     /// ```
     pub fn to_structure_text(&self) -> String {
