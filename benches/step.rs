@@ -141,8 +141,13 @@ fn main() {
     let simd = towers::kernels::simd::active();
     // The FMA probe's one-thread figure at this path's width (bench/run.sh
     // passes it), for the share of peak.
-    let peak: Option<f64> = std::env::var("TOWERS_BENCH_PEAK_1T").ok().and_then(|v| v.parse().ok()).filter(|p| *p > 0.0);
-    println!("SIMD path: {simd} (TOWERS_SIMD={}), GEMM: {}", std::env::var("TOWERS_SIMD").unwrap_or_default(), towers::kernels::simd::gemm_path());
+    let peak: Option<f64> =
+        std::env::var("TOWERS_BENCH_PEAK_1T").ok().and_then(|v| v.parse().ok()).filter(|p| *p > 0.0);
+    println!(
+        "SIMD path: {simd} (TOWERS_SIMD={}), GEMM: {}",
+        std::env::var("TOWERS_SIMD").unwrap_or_default(),
+        towers::kernels::simd::gemm_path()
+    );
     match peak {
         Some(p) => println!("FMA probe at this width, one thread: {p:.1} GFLOP/s\n"),
         None => println!("FMA probe: none (run through bench/run.sh for the share of peak)\n"),

@@ -66,7 +66,23 @@ fn rank_zero_writes_the_checkpoint_and_every_rank_resumes_from_it() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = dir.path().join("model.safetensors");
     let ckpt = ckpt.to_str().unwrap();
-    let first = ["train", "--steps", "20", "--batch", "32", "--towers", "1", "--checkpoint", ckpt, "--keep", "3"];
+    // A constant rate: the default cosine schedule spans --steps, which the
+    // first run shortens.
+    let first = [
+        "train",
+        "--steps",
+        "20",
+        "--batch",
+        "32",
+        "--towers",
+        "1",
+        "--checkpoint",
+        ckpt,
+        "--keep",
+        "3",
+        "--lr-schedule",
+        "constant",
+    ];
     let Some((ok, stdout, stderr)) = mpirun_towers(&first) else { return };
     assert!(ok, "{stderr}\n{stdout}");
     let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -85,11 +101,14 @@ fn rank_zero_writes_the_checkpoint_and_every_rank_resumes_from_it() {
         "--resume",
         "--log-every",
         "40",
+        "--lr-schedule",
+        "constant",
     ];
     let (ok, stdout, stderr) = mpirun_towers(&resumed).unwrap();
     assert!(ok, "{stderr}\n{stdout}");
     // The same 40 steps in one process, without stopping.
-    let (straight, _) = towers(&["train", "--steps", "40", "--batch", "32", "--log-every", "40"]);
+    let (straight, _) =
+        towers(&["train", "--steps", "40", "--batch", "32", "--log-every", "40", "--lr-schedule", "constant"]);
     let (a, b) = (losses(&stdout), losses(&straight));
     assert_eq!(a.len(), 1, "{stdout}");
     assert!((a[0] - b[0]).abs() <= 1e-4 * b[0].abs().max(1.0), "resumed {a:?} vs straight {b:?}");

@@ -4,9 +4,9 @@
 //! module for layouts.
 
 use super::{blocked, direct, Algorithm, ConvGeom, CHUNK_ELEMS};
-use crate::simd::active;
 use crate::elementwise::{bias_add_act_in_place, UnaryOp};
 use crate::gemm::{matmul, MatMul};
+use crate::simd::active;
 use crate::window::window;
 
 /// Forward convolution: `y = conv(x, filter)`.

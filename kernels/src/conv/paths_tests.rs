@@ -36,7 +36,8 @@ fn naive(p: &ConvGeom, x: &[f32], f: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>,
                         for c in 0..ci {
                             let xi = ((b * p.h + iy as usize) * p.w + ix as usize) * ci + c;
                             for o in 0..co {
-                                let (yi, fi) = (((b * oh + oy) * ow + ox) * co + o, ((ky * p.kw + kx) * ci + c) * co + o);
+                                let (yi, fi) =
+                                    (((b * oh + oy) * ow + ox) * co + o, ((ky * p.kw + kx) * ci + c) * co + o);
                                 y[yi] += x[xi] as f64 * f[fi] as f64;
                                 dx[xi] += dy[yi] as f64 * f[fi] as f64;
                                 df[fi] += x[xi] as f64 * dy[yi] as f64;

@@ -226,7 +226,21 @@ mod tests {
         use crate::simd::{dispatch_on, SimdPath};
         let mut r = Lcg::new(53);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        for (rows, c) in [(0, 12), (1, 12), (4, 12), (5, 12), (23, 12), (7, 1), (9, 10), (9, 24), (9, 32), (9, 33), (3, 100), (5, 255), (4, 300)] {
+        for (rows, c) in [
+            (0, 12),
+            (1, 12),
+            (4, 12),
+            (5, 12),
+            (23, 12),
+            (7, 1),
+            (9, 10),
+            (9, 24),
+            (9, 32),
+            (9, 33),
+            (3, 100),
+            (5, 255),
+            (4, 300),
+        ] {
             let mut dy = r.vec(rows * c);
             for (i, v) in dy.iter_mut().enumerate() {
                 match i % 17 {

@@ -12,7 +12,6 @@
 
 use pulp::{Simd, WithSimd};
 
-
 /// `w -= lr * g`.
 pub(super) struct Sgd<'a> {
     pub w: &'a mut [f32],
@@ -135,7 +134,14 @@ impl WithSimd for Adam<'_> {
 /// inlined into the path's `#[target_feature]` context; a closure that is
 /// not made every vector operation a call, 25x slower).
 #[inline(always)]
-fn adam_step<S: Simd>(s: S, w: S::f32s, m: S::f32s, v: S::f32s, g: S::f32s, k: [S::f32s; 4]) -> (S::f32s, S::f32s, S::f32s) {
+fn adam_step<S: Simd>(
+    s: S,
+    w: S::f32s,
+    m: S::f32s,
+    v: S::f32s,
+    g: S::f32s,
+    k: [S::f32s; 4],
+) -> (S::f32s, S::f32s, S::f32s) {
     let [lr_t, b1, b2, eps] = k;
     let m = s.add_f32s(m, s.mul_f32s(s.sub_f32s(g, m), b1));
     let v = s.add_f32s(v, s.mul_f32s(s.sub_f32s(s.mul_f32s(g, g), v), b2));

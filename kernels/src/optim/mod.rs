@@ -308,7 +308,10 @@ mod tests {
                 assert_eq!(bits(&w), bits(&sgd), "sgd {path} n={n}");
                 for (k, (ww, wa)) in mom.iter().enumerate() {
                     let (mut w, mut a) = (w0.clone(), a0.clone());
-                    dispatch_on(path, body::Momentum { w: &mut w, a: &mut a, g: &g, lr, momentum: mo, nesterov: k == 1 });
+                    dispatch_on(
+                        path,
+                        body::Momentum { w: &mut w, a: &mut a, g: &g, lr, momentum: mo, nesterov: k == 1 },
+                    );
                     assert_eq!((bits(&w), bits(&a)), (bits(ww), bits(wa)), "momentum {k} {path} n={n}");
                 }
                 let (mut w, mut m, mut v) = (w0.clone(), a0.clone(), a0.clone());

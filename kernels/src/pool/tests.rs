@@ -35,12 +35,9 @@ fn naive(p: &PoolGeom, x: &[f32], max: bool) -> Vec<f32> {
 fn cases() -> Vec<PoolGeom> {
     let mut v = Vec::new();
     for padding in [Padding::Same, Padding::Valid] {
-        for &(n, h, w, c, kh, kw, sh, sw) in &[
-            (2, 6, 6, 3, 2, 2, 2, 2),
-            (1, 7, 5, 2, 3, 3, 2, 2),
-            (2, 5, 7, 1, 3, 2, 1, 1),
-            (1, 9, 9, 2, 3, 3, 3, 2),
-        ] {
+        for &(n, h, w, c, kh, kw, sh, sw) in
+            &[(2, 6, 6, 3, 2, 2, 2, 2), (1, 7, 5, 2, 3, 3, 2, 2), (2, 5, 7, 1, 3, 2, 1, 1), (1, 9, 9, 2, 3, 3, 3, 2)]
+        {
             v.push(PoolGeom { n, h, w, c, kh, kw, stride_h: sh, stride_w: sw, padding });
         }
     }
