@@ -44,15 +44,7 @@ pub struct Compiled {
 /// Compile the training program of `model` (whose scalar loss is the node `loss`).
 pub fn compile_train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     let PipelineOutput { graph, state, timings } = pipeline::train(model, loss, opts)?;
-    let lower_opts = LowerOptions {
-        fuse_reductions: opts.fuse_reductions,
-        fuse_tower_updates: opts.fuse_tower_updates,
-        fuse_kernels: opts.fuse_kernels,
-        reuse_memory: opts.reuse_memory,
-        ..LowerOptions::new(Mode::Train, "train")
-    };
-    let plan = lower(&graph, &lower_opts)?;
-    Ok(Compiled { graph, state, plan, timings })
+    lower_train(graph, state, timings, opts)
 }
 
 /// Compile a training graph whose towers the user built by hand, as
@@ -80,6 +72,17 @@ pub fn compile_train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result
 /// those reorder sums.
 pub fn compile_manual(graph: &Graph, loss: &str, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     let PipelineOutput { graph, state, timings } = pipeline::manual(graph, loss, opts)?;
+    lower_train(graph, state, timings, opts)
+}
+
+/// Lower a training pipeline's output with the options' fusion and memory
+/// choices: the one lowering both [`compile_train`] and [`compile_manual`] use.
+fn lower_train(
+    graph: Graph,
+    state: CompileState,
+    timings: Vec<PassTiming>,
+    opts: &CompileOptions,
+) -> Result<Compiled, CompileError> {
     let lower_opts = LowerOptions {
         fuse_reductions: opts.fuse_reductions,
         fuse_tower_updates: opts.fuse_tower_updates,
