@@ -9,6 +9,9 @@
 #   ACC_SEEDS="0 1" ACC_PATHS="avx2" ACC_RECIPES="digits-convnet" bench/accuracy.sh
 #   ACC_EXTRA="--lr-schedule cosine" bench/accuracy.sh   # try other flags on every recipe
 #   ACC_NO_BUILD=1 bench/accuracy.sh       # with the binaries already built
+#   # NEON rows on an x86 machine: the aarch64 binary under qemu-user
+#   ACC_NO_BUILD=1 ACC_PATHS="neon scalar" ACC_BIN=target/aarch64-unknown-linux-gnu/release/towers \
+#     ACC_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" bench/accuracy.sh
 #
 # The paths below AVX-512 run a binary built with --no-default-features, so
 # that the GEMM runs its AVX2 micro-kernels as it does on an AVX2-only CPU
@@ -38,7 +41,10 @@ if [ -z "${ACC_NO_BUILD:-}" ]; then # ACC_NO_BUILD=1: use the binaries built bef
   cargo build --release --quiet
   cargo build --release --quiet --no-default-features --target-dir target/no-avx512-gemm
 fi
-bin_for() { [ "$1" = avx512 ] && echo target/release/towers || echo target/no-avx512-gemm/release/towers; }
+bin_for() {
+  if [ -n "${ACC_BIN:-}" ]; then echo "$ACC_BIN"; return; fi
+  [ "$1" = avx512 ] && echo target/release/towers || echo target/no-avx512-gemm/release/towers
+}
 
 stats() { # min median max of the numbers on stdin
   sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.4f | %.4f | %.4f", a[1], m, a[NR]}'
@@ -56,8 +62,8 @@ for r in $RECIPES; do
       extra=""; [ "$fusion" = off ] && extra="--no-fusion"
       accs=()
       for s in $SEEDS; do
-        # shellcheck disable=SC2086
-        a=$(TOWERS_SIMD=$p "$(bin_for "$p")" ${RECIPE[$r]} --seed "$s" $extra ${ACC_EXTRA:-} 2>/dev/null \
+        # shellcheck disable=SC2086 # ACC_RUNNER and the recipe split into words
+        a=$(TOWERS_SIMD=$p ${ACC_RUNNER:-} "$(bin_for "$p")" ${RECIPE[$r]} --seed "$s" $extra ${ACC_EXTRA:-} 2>/dev/null \
               | awk '/^test accuracy:/{print $3}')
         accs+=("${a:-nan}")
       done

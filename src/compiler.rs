@@ -83,15 +83,27 @@ fn lower_train(
     timings: Vec<PassTiming>,
     opts: &CompileOptions,
 ) -> Result<Compiled, CompileError> {
-    let lower_opts = LowerOptions {
+    let plan = lower(&graph, &train_lower_options(opts))?;
+    Ok(Compiled { graph, state, plan, timings })
+}
+
+/// The lowering options of a training program compiled with `opts`.
+pub fn train_lower_options(opts: &CompileOptions) -> LowerOptions {
+    LowerOptions {
         fuse_reductions: opts.fuse_reductions,
         fuse_tower_updates: opts.fuse_tower_updates,
         fuse_kernels: opts.fuse_kernels,
         reuse_memory: opts.reuse_memory,
         ..LowerOptions::new(Mode::Train, "train")
-    };
-    let plan = lower(&graph, &lower_opts)?;
-    Ok(Compiled { graph, state, plan, timings })
+    }
+}
+
+impl Compiled {
+    /// The fused launches lowering made of this training program, compiled
+    /// with `opts` (one group per launch: its kernel, lead and members).
+    pub fn fusions(&self, opts: &CompileOptions) -> Result<towers_codegen::fusion::FusionPlan, CompileError> {
+        Ok(towers_codegen::fusion::find_fusions(&self.graph, &train_lower_options(opts))?)
+    }
 }
 
 /// Compile a forward-only evaluation program fetching `fetches` (user name,

@@ -26,6 +26,7 @@
 
 pub mod arena;
 pub mod error;
+pub mod fusion;
 pub mod liveness;
 pub mod lower;
 mod multi_apply;

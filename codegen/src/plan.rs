@@ -46,7 +46,7 @@ pub struct LowerOptions {
     /// `weighted_sum` launch on the collective stream.
     pub fuse_reductions: bool,
     /// With `fuse_reductions`, fuse folded tower products into their SGD or
-    /// momentum updates ([`crate::lower::fusable_tower_applies`]).
+    /// momentum updates ([`crate::fusion::fusable_tower_applies`]).
     pub fuse_tower_updates: bool,
     /// Fuse elementwise neighbours into one launch and run activation
     /// gradients in place (`BiasAddAct`, `Conv2DBiasAct`,

@@ -56,6 +56,43 @@ fn fused_and_unfused_runs_agree() {
     }
 }
 
+/// The fusion plan names every fused launch once, in node order, and agrees
+/// with the plan: each group's kernel appears as many times as the plan
+/// launches it, no node is in two groups, and fusion off means no group.
+#[test]
+fn fusion_plan_lists_each_fused_launch_once() {
+    let adam = Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) };
+    let model = small_model(ModelKind::Convnet, false, 5);
+    let mut o = CompileOptions::new(adam, 24);
+    o.towers = (0..2).map(Device::gpu).collect();
+    let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+    let f = c.fusions(&o).expect("fusions");
+    let groups = f.groups(&c.graph);
+    let text = c.plan.to_text();
+    for (kernel, launch) in [
+        ("Conv2DBiasAct", " conv2d_bias_act"),
+        ("MaxPoolGradActBiasGrad", " max_pool_grad_act_bias_grad"),
+        ("SparseSoftmaxXentMeanGrad", " sparse_softmax_xent_mean_grad"),
+    ] {
+        let n = groups.iter().filter(|g| g.kernel == kernel).count();
+        assert!(n >= 2, "{kernel}: {n} groups at 2 towers\n{}", f.to_text(&c.graph));
+        assert_eq!(n, text.matches(launch).count(), "{kernel}: groups and launches differ");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for g in &groups {
+        assert!(g.members.contains(&g.lead), "{g:?}: the lead is a member");
+        for m in &g.members {
+            assert!(seen.insert(m.clone()), "{m} is in two groups");
+        }
+    }
+    assert_eq!(f.len(), groups.len());
+    assert_eq!(f.to_text(&c.graph), c.fusions(&o).expect("again").to_text(&c.graph), "deterministic");
+    o.fuse_kernels = false;
+    o.fuse_reductions = false;
+    let plain = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+    assert!(plain.fusions(&o).expect("fusions").is_empty());
+}
+
 /// A large fused reduction + update (`mean_apply` over at least
 /// `SPLIT_MIN` elements) runs as two halves on two threads when a tower's
 /// thread is idle; every element is computed by the same body either way,
