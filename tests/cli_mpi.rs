@@ -39,7 +39,11 @@ fn mpirun_towers(args: &[&str]) -> Option<(bool, String, String)> {
 fn losses(stdout: &str) -> Vec<f64> {
     stdout
         .lines()
-        .filter_map(|l| l.strip_prefix("step ").and_then(|r| r.split_once(" loss ")).map(|(_, v)| v.parse().unwrap()))
+        .filter_map(|l| {
+            l.strip_prefix("step ")
+                .and_then(|r| r.split_once(" loss "))
+                .map(|(_, v)| v.split_whitespace().next().unwrap().parse().unwrap())
+        })
         .collect()
 }
 
