@@ -50,7 +50,7 @@ impl TrainObserver for Lines {
         self.acc = accuracy;
     }
     fn step(&mut self, step: usize, loss: f32, _examples_per_sec: f64) {
-        if step % 50 == 0 {
+        if step.is_multiple_of(50) {
             println!("step {step} loss {loss:.4} train acc {:.4}", self.acc);
         }
     }

@@ -257,7 +257,7 @@ fn no_mutated_model_file_panics_the_loader_or_the_compiler() {
     let text = model_file();
     let good: serde_json::Value = serde_json::from_str(&text).unwrap();
     let n = leaves(&good);
-    let mut rng = Rng(0x70_3E25_0022);
+    let mut rng = Rng(0x0070_3E25_0022);
     let mut counts = [0usize; 3];
     let mut panics = Vec::new();
     let cases = 900;

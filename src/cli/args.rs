@@ -102,8 +102,8 @@ pub struct Common {
     #[arg(long, value_enum, default_value = "momentum")]
     pub optimizer: Opt,
     /// Learning rate (default: 0.001 for adam; for sgd and momentum 0.1 for the
-    /// MLP and 0.05 for the convnet and --graph: the defaults whose worst seed clears the
-    /// documented accuracy on every SIMD path, bench/accuracy.sh).
+    /// MLP and 0.05 for the convnet, the defaults whose worst seed clears the
+    /// documented accuracy on every SIMD path, bench/accuracy.sh; 0.05 for --graph).
     #[arg(long)]
     pub lr: Option<f32>,
     /// Momentum coefficient.

@@ -45,10 +45,10 @@ pub enum ModelFileError {
     Format { file: PathBuf, message: String },
     /// The graph does not rebuild (a dangling edge, a cycle, shapes that do not infer).
     #[error("{file}: {source}")]
-    Graph { file: PathBuf, source: GraphError },
+    Graph { file: PathBuf, source: Box<GraphError> },
     /// The graph rebuilt, but the model's names or kinds do not fit ([`Model::check`]).
     #[error("{file}: {source}")]
-    Model { file: PathBuf, source: ModelError },
+    Model { file: PathBuf, source: Box<ModelError> },
 }
 
 #[derive(Serialize)]
@@ -120,8 +120,8 @@ impl Model {
     /// file written here loads.
     pub fn save_json(&self, path: &Path) -> Result<(), ModelFileError> {
         let file = path.to_path_buf();
-        self.check().map_err(|source| ModelFileError::Model { file: file.clone(), source })?;
-        let text = self.to_json().map_err(|source| ModelFileError::Graph { file: file.clone(), source })?;
+        self.check().map_err(|e| ModelFileError::Model { file: file.clone(), source: Box::new(e) })?;
+        let text = self.to_json().map_err(|e| ModelFileError::Graph { file: file.clone(), source: Box::new(e) })?;
         crate::outputs::write_atomic(path, text.as_bytes()).map_err(|source| ModelFileError::Io {
             file,
             what: "write",
@@ -173,8 +173,8 @@ impl Model {
             None => return Err(format(format!("no \"version\" field (this towers reads version {VERSION})"))),
         }
         let f: FileIn = serde_json::from_str(text).map_err(json)?;
-        let graph =
-            Graph::from_serial(&f.graph).map_err(|source| ModelFileError::Graph { file: file.clone(), source })?;
+        let graph = Graph::from_serial(&f.graph)
+            .map_err(|e| ModelFileError::Graph { file: file.clone(), source: Box::new(e) })?;
         let m = Model {
             graph,
             loss: f.loss,
@@ -184,7 +184,7 @@ impl Model {
             accuracy: f.accuracy,
             builtin: false,
         };
-        m.check().map_err(|source| ModelFileError::Model { file, source })?;
+        m.check().map_err(|e| ModelFileError::Model { file, source: Box::new(e) })?;
         Ok(m)
     }
 }
