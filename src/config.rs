@@ -270,3 +270,71 @@ impl TrainConfig {
         s
     }
 }
+
+/// Builder-style setters: `TrainConfig::default().with_steps(200).with_towers(2)`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($field:ident: $ty:ty) $(=> $wrap:path)?;)*) => {
+        impl TrainConfig {
+            $(
+                $(#[$doc])*
+                pub fn $name(mut self, value: $ty) -> Self {
+                    self.$field = $($wrap)?(value);
+                    self
+                }
+            )*
+        }
+    };
+}
+
+setters! {
+    /// The data set (`--data`).
+    with_data(data: DataSpec);
+    /// The optimizer (`--optimizer`).
+    with_optimizer(optimizer: OptimizerKind);
+    /// The base learning rate (`--lr`).
+    with_lr(lr: f32);
+    /// The momentum coefficient (`--momentum`).
+    with_momentum(momentum: f32);
+    /// The global batch (`--batch`).
+    with_batch(batch: usize);
+    /// Train this many global steps (`--steps`, overrides `epochs`).
+    with_steps(steps: usize) => Some;
+    /// Train this many passes over the training set (`--epochs`).
+    with_epochs(epochs: usize);
+    /// Seed of the initial values, dropout and batch order (`--seed`).
+    with_seed(seed: u64);
+    /// Number of towers `/gpu:0..N-1` (`--towers`; 0 = one device).
+    with_towers(towers: usize);
+    /// Where the variables live (`--variables`).
+    with_variables(variables: VarPlacement);
+    /// Split the batch by these weights, one per tower (`--split-weights`).
+    with_split_weights(split_weights: Vec<u32>) => Some;
+    /// Report the loss (and training accuracy) every N steps (`--log-every`).
+    with_log_every(log_every: usize);
+    /// Save the variables here at the end (`--checkpoint`).
+    with_checkpoint(checkpoint: PathBuf) => Some;
+    /// Restore from the checkpoint first when it exists (`--resume`).
+    with_resume(resume: bool);
+    /// Also save every N steps (`--checkpoint-every`).
+    with_checkpoint_every(checkpoint_every: usize) => Some;
+    /// Keep the last K step-stamped checkpoints (`--keep`).
+    with_keep(keep: usize) => Some;
+    /// Evaluate on the test split every N steps (`--eval-every`).
+    with_eval_every(eval_every: usize) => Some;
+    /// The learning-rate schedule (`--lr-schedule`).
+    with_lr_schedule(lr_schedule: LrScheduleKind);
+    /// Linear warmup over the first N steps (`--warmup-steps`).
+    with_warmup_steps(warmup_steps: usize);
+    /// Which backend runs the step (`--backend`).
+    with_backend(backend: BackendChoice);
+    /// Write the last steps as a Chrome trace (`--trace`).
+    with_trace(trace: PathBuf) => Some;
+}
+
+impl TrainConfig {
+    /// Check every option as `towers train` does (one process); the first
+    /// problem is an error naming its flag ([`crate::train::TrainError::InvalidOption`]).
+    pub fn validate(&self) -> Result<(), crate::train::TrainError> {
+        crate::guards::validate(self, 1)
+    }
+}

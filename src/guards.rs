@@ -13,8 +13,8 @@ use crate::models::ModelKind;
 use crate::saver::MAX_SECS;
 use crate::train::{TrainConfig, TrainError};
 
-fn bad(flag: &str, why: String) -> TrainError {
-    TrainError::Options(format!("--{flag}: {why}"))
+fn bad(flag: &'static str, why: String) -> TrainError {
+    TrainError::InvalidOption { flag, reason: why }
 }
 
 /// Check every option of a run; the first problem is an error naming its flag.

@@ -29,6 +29,7 @@ pub mod saver;
 pub mod schedule;
 pub mod trace;
 pub mod train;
+pub mod trainer;
 pub mod watch;
 
 pub use towers_codegen as codegen;

@@ -6,7 +6,11 @@
 //!
 //! Every model exposes the same names: placeholders `images` (f32
 //! `[?, h, w, c]`) and `labels` (i32 `[?]`), the scalar `loss` (mean softmax
-//! cross-entropy), `logits` and `predictions` (argmax, i32 `[?]`).
+//! cross-entropy), `logits`, `predictions` (argmax, i32 `[?]`) and
+//! `accuracy` (the batch's fraction of correct predictions, a scalar f32:
+//! the training step fetches it, [`crate::trainer`]). The accuracy nodes
+//! come after every other node, so a program that does not fetch them
+//! prunes them and is unchanged.
 
 use towers_graph::layers::{self, Activation};
 use towers_graph::{DType, Graph, GraphBuilder, GraphError, Padding, Reuse, Shape, Tensor};
@@ -75,6 +79,10 @@ pub struct Model {
     pub predictions: String,
 }
 
+/// The node of every seed model's batch accuracy: the mean of
+/// `predictions == labels` as a scalar f32.
+pub const ACCURACY: &str = "accuracy";
+
 /// Build a model graph.
 pub fn build(spec: &ModelSpec) -> Result<Model, GraphError> {
     let mut b = GraphBuilder::with_seed(spec.seed);
@@ -91,6 +99,10 @@ pub fn build(spec: &ModelSpec) -> Result<Model, GraphError> {
     let loss = b.identity(mean, "loss")?;
     let pred = b.argmax(logits, 1)?;
     let pred = b.identity(pred, "predictions")?;
+    let hit = b.equal(pred, labels)?;
+    let hit = b.cast(hit, DType::F32)?;
+    let acc = b.reduce_mean_all(hit)?;
+    b.identity(acc, ACCURACY)?;
     let name = |b: &GraphBuilder, t: Tensor| b.graph().node(t.node).name.clone();
     Ok(Model {
         images: name(&b, images),

@@ -30,13 +30,18 @@ use crate::train::TrainError;
 
 /// The one-line description of a run that its checkpoints carry, e.g.
 /// `model=mlp; input=8x8x1; classes=10; hidden=256,256; activation=relu; optimizer=momentum; batch=32`.
-pub fn run_description(cfg: &TrainConfig, data: &Dataset) -> String {
+/// A user's model ([`crate::trainer::Model`]) is `model=graph` with
+/// `graph=` a fingerprint of its model file's text (FNV-1a, 64 bits): a
+/// checkpoint of another graph is refused by name before its tensors are compared.
+pub fn run_description(cfg: &TrainConfig, data: &Dataset, model: &crate::trainer::Model) -> String {
+    let user = !model.builtin;
     let mut f = vec![
-        ("model", format!("{:?}", cfg.model).to_lowercase()),
+        ("model", if user { "graph".into() } else { format!("{:?}", cfg.model).to_lowercase() }),
         ("input", format!("{}x{}x{}", data.height(), data.width(), data.channels())),
         ("classes", data.num_classes().to_string()),
     ];
     match cfg.model {
+        _ if user => f.push(("graph", fingerprint(model))),
         ModelKind::Mlp => {
             let h: Vec<String> = cfg.hidden.iter().map(|w| w.to_string()).collect();
             f.push(("hidden", h.join(",")));
@@ -49,6 +54,13 @@ pub fn run_description(cfg: &TrainConfig, data: &Dataset) -> String {
     f.push(("optimizer", format!("{:?}{nesterov}", cfg.optimizer).to_lowercase()));
     f.push(("batch", cfg.batch.to_string()));
     f.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ")
+}
+
+/// FNV-1a of the model file's text, as 16 hex digits.
+fn fingerprint(model: &crate::trainer::Model) -> String {
+    let text = model.to_json().unwrap_or_default();
+    let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+    format!("{h:016x}")
 }
 
 fn fields(desc: &str) -> BTreeMap<&str, &str> {

@@ -1,6 +1,7 @@
-//! Training end to end: data, model, compile (train and eval programs), a
-//! session on the CPU or the CUDA backend ([`BackendChoice`]), the step
-//! loop, checkpoints and the test accuracy.
+//! Training's shared parts: its errors ([`TrainError`]), the backend
+//! choice and session ([`BackendChoice`], [`open_session`]), the progress
+//! callbacks ([`TrainObserver`]), the report and the evaluation; [`train`]
+//! runs a seed model through the one training loop, [`crate::trainer`]'s.
 //!
 //! The library never prints: progress goes to a [`TrainObserver`] the caller
 //! supplies (the CLI prints `step N loss L` lines and a progress bar).
@@ -8,21 +9,16 @@
 //! the session's buffers were planned at load.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use thiserror::Error;
-use towers_passes::ProcessGroup;
 use towers_runtime::comm::{Comm, LocalComm};
 use towers_runtime::cuda::{self, CudaBackend, CudaUnavailable};
 use towers_runtime::{CpuBackend, RuntimeError, Session};
 
 pub use crate::config::{LrScheduleKind, OptimizerKind, TrainConfig};
 
-use crate::compiler::{compile_eval, compile_train, CompileError};
-use crate::data::{Batcher, DataError, Dataset, EvalChunks};
-use crate::models::build;
-use crate::saver::Saver;
-use towers_passes::optimizer::LEARNING_RATE;
+use crate::compiler::CompileError;
+use crate::data::{DataError, Dataset, EvalChunks};
 
 /// Errors of a training run.
 #[derive(Debug, Error)]
@@ -37,6 +33,13 @@ pub enum TrainError {
     Graph(#[from] towers_graph::GraphError),
     #[error("invalid training options: {0}")]
     Options(String),
+    /// An option out of its range: `flag` is the command line's name of
+    /// the [`TrainConfig`] field (`--lr` for `lr`, `--checkpoint-every` for `checkpoint_every`).
+    #[error("invalid training options: --{flag}: {reason}")]
+    InvalidOption { flag: &'static str, reason: String },
+    /// The model's names or graph do not fit together or the data set.
+    #[error(transparent)]
+    Model(#[from] crate::trainer::ModelError),
     /// `--resume` met a checkpoint of another model (see [`crate::resume`]).
     #[error("--resume: {0}")]
     Resume(String),
@@ -139,6 +142,9 @@ fn with_nccl(b: CudaBackend, comm: &Arc<dyn Comm>) -> Result<CudaBackend, TrainE
 pub trait TrainObserver {
     /// Before the first step: the total steps and what the backend said.
     fn start(&mut self, _total_steps: usize, _backend_note: &str) {}
+    /// The step's training accuracy (models that name one), combined
+    /// across towers by share; called just before [`TrainObserver::step`].
+    fn train_accuracy(&mut self, _step: usize, _accuracy: f32) {}
     /// After each step with its loss; `examples_per_sec` over the run so far.
     fn step(&mut self, _step: usize, _loss: f32, _examples_per_sec: f64) {}
     /// The placed, scheduled training graph, once compiled (before `start`).
@@ -159,6 +165,9 @@ impl TrainObserver for Quiet {}
 pub struct TrainReport {
     /// (step, loss) at every `log_every` step, and the last step.
     pub losses: Vec<(usize, f32)>,
+    /// (step, training accuracy) at the same steps as `losses`, when the
+    /// model names an accuracy (empty otherwise).
+    pub train_accuracies: Vec<(usize, f32)>,
     pub steps: usize,
     pub test_accuracy: f64,
     pub examples_per_sec: f64,
@@ -169,204 +178,21 @@ pub struct TrainReport {
     pub evals: Vec<(usize, f64)>,
 }
 
-/// Run a training job in this process alone and evaluate on the test split.
+/// Train the seed model `cfg` describes ([`TrainConfig::model`]) in this
+/// process alone and evaluate it on the test split ([`crate::trainer::fit`]
+/// trains a model of your own).
 pub fn train(cfg: &TrainConfig, obs: &mut dyn TrainObserver) -> Result<TrainReport, TrainError> {
     train_in(cfg, Arc::new(LocalComm::single()), obs)
 }
 
-/// Run a training job as one rank of `comm` (an MPI process, or a thread of
-/// a [`LocalComm`] group): every rank runs the same command; each feeds its
-/// rows of every global batch ([`crate::compiler::CompileOptions::process_rows`]), and the
-/// plan all-reduces the gradients across ranks. The variables are checked
-/// identical on every rank before the first step and after the last
-/// ([`Session::check_replicas`]). Rank 0 alone reports progress to `obs`,
-/// writes checkpoints (every rank reads them on resume) and computes the
-/// test accuracy, which it broadcasts, so every rank's report holds it.
+/// [`train`] as one rank of `comm`: see [`crate::trainer::fit_in`], whose
+/// loop this is.
 pub fn train_in(
     cfg: &TrainConfig,
     comm: Arc<dyn Comm>,
     obs: &mut dyn TrainObserver,
 ) -> Result<TrainReport, TrainError> {
-    let process = ProcessGroup::new(comm.rank(), comm.world_size()).map_err(CompileError::from)?;
-    let lead = process.rank == 0;
-    let mut quiet = Quiet;
-    let obs: &mut dyn TrainObserver = if lead { obs } else { &mut quiet };
-    crate::guards::validate(cfg, process.world)?;
-    if lead {
-        crate::guards::check_outputs(cfg)?;
-    }
-    // The session first: its memory check counts the data set against what
-    // the backend had before it was loaded ([`towers_runtime::memory`]).
-    let (sess, which) = open_session(cfg.backend, cfg.seed, &comm, cfg.cuda_graphs)?;
-    let mut sess = sess.with_comm(Arc::clone(&comm));
-    sess.note_memory_baseline();
-    let (train_set, test_set) = cfg.data.load()?;
-    if sess.backend_name() == "cpu" {
-        sess.reserve_memory(train_set.host_bytes() + test_set.host_bytes());
-    }
-    let model = build(&cfg.model_spec(&train_set))?;
-    crate::guards::check_dump_after(cfg, process)?;
-    let t0 = Instant::now();
-    let opts = cfg.compile_options_for(process);
-    let rows = opts.process_rows().map_err(CompileError::from)?;
-    let compiled = compile_train(&model.graph, &model.loss, &opts)?;
-    for t in &compiled.timings {
-        tracing::debug!(pass = t.pass, micros = t.elapsed.as_micros() as u64, "compiler pass");
-    }
-    tracing::debug!(
-        micros = t0.elapsed().as_micros() as u64,
-        nodes = compiled.graph.len(),
-        events = compiled.plan.num_events,
-        "compiled the training program"
-    );
-    obs.compiled(&compiled.graph);
-    let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
-    let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
-
-    let which = if process.is_single() { which } else { format!("{which}; {}", comm.describe()) };
-    let memory = |e: RuntimeError| match e {
-        RuntimeError::OutOfMemory { program, backend, planned, available, detail } => {
-            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-            TrainError::Memory { program, backend, planned_gib: gib(planned), available_gib: gib(available), detail }
-        }
-        e => TrainError::Runtime(e),
-    };
-    sess.load("train", compiled.plan).map_err(memory)?;
-    sess.load("eval", eval.plan).map_err(memory)?;
-    let mut batcher = Batcher::new(&train_set, cfg.batch, cfg.seed)?.with_rows(rows.clone())?;
-    // Steps already taken (a resumed run): --steps and --epochs count the
-    // whole run in global steps, as TF's max_steps, so the same command
-    // with --resume trains what remains.
-    let mut done = 0usize;
-    let mut resumed_at = None;
-    let mut restore_notes = Vec::new();
-    let run = crate::resume::run_description(cfg, &train_set);
-    if let (true, Some(path)) = (cfg.resume, &cfg.checkpoint) {
-        if path.exists() {
-            restore_notes = crate::resume::restore(&mut sess, cfg, path, &run)?;
-            // An exact resume: global_step steps were taken, so the data
-            // order and every random stream (dropout) continue from there.
-            if let Ok(g) = sess.read_variable_i32("global_step") {
-                done = g.first().copied().unwrap_or(0).max(0) as usize;
-                batcher.seek(done as u64);
-                sess.set_step("train", done as u64)?;
-            }
-            resumed_at = Some(done as i64);
-        }
-    }
-
-    sess.check_replicas(if done > 0 { "after resuming" } else { "before the first step" })?;
-
-    let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
-    let schedule = cfg.schedule(total);
-    let mut note = format!("{which}\n{}", sess.backend_note());
-    for n in &restore_notes {
-        note.push('\n');
-        note.push_str(n);
-    }
-    // Rank 0 writes the checkpoints.
-    let mut saver = match cfg.checkpoint.as_ref().filter(|_| lead) {
-        Some(p) => {
-            let mut s = Saver::new(p, cfg.checkpoint_every, cfg.checkpoint_secs, cfg.keep).with_run(run);
-            s.start(resumed_at, cfg.overwrite)?;
-            Some(s)
-        }
-        None => None,
-    };
-    obs.start(total, &note);
-    let mut losses = Vec::new();
-    let mut evals = Vec::new();
-    let mut loss = [0f32];
-    // Traced: the last `trace_steps` steps of the run (steady state: the
-    // first steps' one-time costs, such as waking the workers, stay out).
-    let first_traced = cfg.trace.as_ref().map(|_| total.saturating_sub(cfg.trace_steps.max(1)).max(done) + 1);
-    if first_traced.is_some() {
-        // A backend that cannot trace says so now, not after the run.
-        sess.set_tracing("train", true)?;
-        sess.set_tracing("train", false)?;
-    }
-    let mut traces = Vec::new();
-    let started = Instant::now();
-    for step in done + 1..=total {
-        if first_traced == Some(step) {
-            sess.set_tracing("train", true)?;
-        }
-        // The batch is gathered straight into the feeds' memory (the CPU
-        // backend's arena, the CUDA backend's pinned staging): no vector
-        // in between, the same bytes.
-        sess.feed_with_f32("train", &model.images, |b| batcher.fill_images(b))??;
-        sess.feed_with_i32("train", &model.labels, |b| batcher.fill_labels(b))??;
-        batcher.advance();
-        // The schedule's rate of this update (0-based global step), into the
-        // plan's learning_rate variable: no recompilation, no allocation.
-        let lr = schedule.at(step - 1);
-        sess.write_variable(LEARNING_RATE, &[lr])?;
-        obs.learning_rate(step, lr);
-        comm.note_step(step as u64);
-        sess.run("train")?;
-        if first_traced.is_some_and(|f| step >= f) {
-            traces.push(sess.trace("train")?);
-        }
-        sess.fetch_f32_into("train", "loss", &mut loss)?;
-        let loss = loss[0];
-        if !loss.is_finite() {
-            let origin = if cfg.check_numerics {
-                crate::guards::first_non_finite(&sess, "train", &compiled.graph)
-            } else {
-                Some("--check-numerics names the first node whose output is not finite".into())
-            };
-            return Err(TrainError::NonFiniteLoss { step, loss, origin });
-        }
-        if let Some(saver) = saver.as_mut() {
-            saver.after_step(&sess, step)?;
-        }
-        if lead && cfg.eval_every.is_some_and(|every| step % every == 0 && step < total) {
-            let acc = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
-            evals.push((step, acc));
-            obs.eval(step, acc);
-        }
-        let eps = ((step - done) * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
-        if (cfg.log_every > 0 && step % cfg.log_every == 0) || step == total {
-            losses.push((step, loss));
-        }
-        obs.step(step, loss, eps);
-    }
-    let examples_per_sec = (total.saturating_sub(done) * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
-    if let Some(path) = &cfg.trace {
-        sess.set_tracing("train", false)?;
-        crate::trace::write_chrome_trace(path, sess.plan("train")?, &traces, sess.backend_name())?;
-    }
-    sess.check_replicas("after the last step")?;
-    if let Some(saver) = saver.as_mut() {
-        saver.save(&sess)?;
-    }
-    // Computed once, on rank 0, and broadcast to the others.
-    let (mut test_accuracy, mut accuracy) = (0.0, [0f32; 2]);
-    if lead {
-        test_accuracy = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
-        // An f64 as two f32s (high part, remainder), to cross the f32 communicator.
-        accuracy = [test_accuracy as f32, (test_accuracy - test_accuracy as f32 as f64) as f32];
-    }
-    if !process.is_single() {
-        comm.broadcast(0, &mut [&mut accuracy[..]]).map_err(|e| RuntimeError::Collective {
-            program: "eval".into(),
-            node: "test accuracy".into(),
-            source: Box::new(e),
-        })?;
-    }
-    if !lead {
-        test_accuracy = accuracy[0] as f64 + accuracy[1] as f64;
-    }
-    obs.eval(total, test_accuracy);
-    Ok(TrainReport {
-        losses,
-        steps: total,
-        test_accuracy,
-        examples_per_sec,
-        backend_note: note,
-        diagnostics: compiled.state.diagnostics.iter().map(|d| format!("{}: {}", d.pass, d.message)).collect(),
-        evals,
-    })
+    crate::trainer::fit_seed_in(cfg, comm, obs)
 }
 
 /// Accuracy of the loaded "eval" program over a data set, every example counted once.

@@ -4,7 +4,8 @@
 //! file as they come; [`Tee`] hands every callback to two observers (the
 //! CLI's printer and a `Watch`).
 //!
-//! Scalar tags: `loss` and `examples_per_sec` every step, `test_accuracy`
+//! Scalar tags: `loss` and `examples_per_sec` every step, `train_accuracy`
+//! every step of a model that names one, `test_accuracy`
 //! when the run evaluates, `learning_rate` when a schedule reports it.
 //! Observer callbacks cannot fail, so the first write error is kept and
 //! returned by [`Watch::finish`]; after it nothing more is written.
@@ -82,6 +83,10 @@ impl TrainObserver for Watch {
         self.write(|w| w.scalars(step as i64, &[("loss", loss), ("examples_per_sec", examples_per_sec as f32)]));
     }
 
+    fn train_accuracy(&mut self, step: usize, accuracy: f32) {
+        self.write(|w| w.scalars(step as i64, &[("train_accuracy", accuracy)]));
+    }
+
     fn eval(&mut self, step: usize, accuracy: f64) {
         self.history.test_accuracy.push((step, accuracy));
         self.write(|w| w.scalars(step as i64, &[("test_accuracy", accuracy as f32)]));
@@ -104,6 +109,10 @@ impl TrainObserver for Tee<'_> {
     fn step(&mut self, step: usize, loss: f32, examples_per_sec: f64) {
         self.0.step(step, loss, examples_per_sec);
         self.1.step(step, loss, examples_per_sec);
+    }
+    fn train_accuracy(&mut self, step: usize, accuracy: f32) {
+        self.0.train_accuracy(step, accuracy);
+        self.1.train_accuracy(step, accuracy);
     }
     fn compiled(&mut self, graph: &Graph) {
         self.0.compiled(graph);

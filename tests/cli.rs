@@ -14,8 +14,10 @@ fn losses(stdout: &str) -> Vec<(usize, f64)> {
         .lines()
         .filter_map(|l| {
             let rest = l.strip_prefix("step ")?;
-            let (step, loss) = rest.split_once(" loss ")?;
-            Some((step.parse().ok()?, loss.trim().parse().ok()?))
+            let (step, rest) = rest.split_once(" loss ")?;
+            // `step N loss L` or `step N loss L train acc A`.
+            let loss = rest.split_whitespace().next()?;
+            Some((step.parse().ok()?, loss.parse().ok()?))
         })
         .collect()
 }

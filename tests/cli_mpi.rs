@@ -39,7 +39,11 @@ fn mpirun_towers(args: &[&str]) -> Option<(bool, String, String)> {
 fn losses(stdout: &str) -> Vec<f64> {
     stdout
         .lines()
-        .filter_map(|l| l.strip_prefix("step ").and_then(|r| r.split_once(" loss ")).map(|(_, v)| v.parse().unwrap()))
+        .filter_map(|l| {
+            l.strip_prefix("step ")
+                .and_then(|r| r.split_once(" loss "))
+                .map(|(_, v)| v.split_whitespace().next().unwrap().parse().unwrap())
+        })
         .collect()
 }
 
@@ -59,6 +63,19 @@ fn two_mpi_processes_train_what_one_process_trains() {
     }
     assert_eq!(stdout.matches("test accuracy").count(), 1, "{stdout}");
     assert!((accuracy(&stdout) - accuracy(&single)).abs() <= 0.01, "{stdout}\nvs\n{single}");
+    // The training accuracy is the whole global batch's (both ranks' rows):
+    // a count over 64 rows, which one prediction flipped by reassociation
+    // may move by 1/64.
+    let (a, b) = (train_accs(&stdout), train_accs(&single));
+    assert_eq!(a.len(), 3, "{stdout}");
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1.5 / 64.0, "train acc {x} vs one process's {y}\n{stdout}");
+    }
+}
+
+/// The `train acc A` of each `step N loss L train acc A` line.
+fn train_accs(stdout: &str) -> Vec<f64> {
+    stdout.lines().filter_map(|l| l.split_once(" train acc ").and_then(|(_, a)| a.trim().parse().ok())).collect()
 }
 
 #[test]

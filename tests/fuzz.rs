@@ -10,6 +10,12 @@
 //!   verified (`codegen::verify`) and, when the verifier passes, loaded into
 //!   a CPU session (which checks it again and plans its memory).
 //!
+//! - The model file (`towers train --graph`, [`Model::from_json`]): the
+//!   file of the convnet with batch norm with hostile leaves, arrays
+//!   dropped, doubled or reversed (nodes out of order: dangling edges and
+//!   cycles), truncated or flipped text, random JSON of the file's outline;
+//!   what loads is compiled at 2 towers. And one valid-JSON case per check.
+//!
 //! Each test prints its counts; the cases are the same on every run.
 
 use std::io::Write;
@@ -20,6 +26,7 @@ use towers::compiler::{compile_train, CompileOptions};
 use towers::data::{read_idx_images, read_idx_labels};
 use towers::models::{build, ModelKind, ModelSpec};
 use towers::runtime::Session;
+use towers::trainer::Model;
 use towers_graph_reexport::*;
 
 mod towers_graph_reexport {
@@ -201,4 +208,179 @@ fn no_mutated_plan_json_panics_the_parser_the_verifier_or_the_loader() {
         panics.len()
     );
     assert!(panics.is_empty(), "cases {panics:?} panicked");
+}
+
+/// Load a model file's text as `towers train --graph` does and, when it
+/// loads, compile its training program at 2 towers: 0 refused naming the
+/// file, 1 loaded but refused by the compiler, 2 compiled.
+fn load_model_text(text: &str) -> u8 {
+    let file = std::path::Path::new("fuzzed-model.json");
+    match Model::from_json(text, file) {
+        Err(e) => {
+            assert!(e.to_string().contains("fuzzed-model.json"), "the error names the file: {e}");
+            0
+        }
+        Ok(m) => {
+            let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+            o.towers = vec![towers::graph::Device::gpu(0), towers::graph::Device::gpu(1)];
+            if let Some(a) = &m.accuracy {
+                o.fetches.push(("accuracy".into(), a.clone()));
+            }
+            match compile_train(&m.graph, &m.loss, &o) {
+                Ok(_) => 2,
+                Err(_) => 1,
+            }
+        }
+    }
+}
+
+/// A seed model's file: the convnet with batch norm (dropout, update ops,
+/// collections) and its accuracy.
+fn model_file() -> String {
+    let mut spec = ModelSpec::new(ModelKind::Convnet, [8, 8, 1], 10);
+    spec.batch_norm = true;
+    let m = Model::from_builtin(build(&spec).unwrap());
+    assert!(m.accuracy.is_some());
+    let text = m.to_json().unwrap();
+    assert_eq!(load_model_text(&text), 2, "the seed model's file loads and compiles");
+    assert_eq!(text, Model::from_json(&text, "m.json".as_ref()).unwrap().to_json().unwrap(), "it round-trips");
+    text
+}
+
+/// Mutated model files (`towers train --graph`): hostile leaves, dropped,
+/// doubled and reversed arrays (nodes out of order: dangling edges and
+/// cycles), truncated text, flipped bytes and random JSON. Every case is a
+/// model or an error naming the file; none panics the parser, the checks
+/// or the compiler of what loads.
+#[test]
+fn no_mutated_model_file_panics_the_loader_or_the_compiler() {
+    let text = model_file();
+    let good: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let n = leaves(&good);
+    let mut rng = Rng(0x0070_3E25_0022);
+    let mut counts = [0usize; 3];
+    let mut panics = Vec::new();
+    let cases = 900;
+    for case in 0..cases {
+        let t = match case % 3 {
+            0 => {
+                let mut v = good.clone();
+                for _ in 0..1 + rng.below(3) {
+                    let mut pick = rng.below(n);
+                    mutate(&mut v, &mut pick, &mut rng);
+                }
+                serde_json::to_string(&v).unwrap()
+            }
+            1 => {
+                let mut b = text.as_bytes().to_vec();
+                if rng.below(2) == 0 {
+                    b.truncate(rng.below(b.len()));
+                } else {
+                    for _ in 0..1 + rng.below(4) {
+                        let i = rng.below(b.len());
+                        let alphabet = b" {}[],:\"0a-9e";
+                        b[i] = alphabet[rng.below(alphabet.len())];
+                    }
+                }
+                String::from_utf8_lossy(&b).into_owned()
+            }
+            _ => {
+                // Random JSON of the file's outline.
+                let names = ["loss", "images", "labels", "predictions", "accuracy", "nope", ""];
+                let pick = |rng: &mut Rng| names[rng.below(names.len())];
+                let nodes: Vec<String> = (0..rng.below(4))
+                    .map(|i| {
+                        format!(
+                            r#"{{"name":"{}","op":{},"inputs":[["{}",{}]],"control_inputs":[],"scope":"","requested_device":{{}},"device":null,"placement_reason":null,"tower":null}}"#,
+                            pick(&mut rng),
+                            ["\"NoOp\"", "\"Identity\"", "{\"Placeholder\":{\"dtype\":\"F32\",\"shape\":[null]}}", "7"][rng.below(4)],
+                            pick(&mut rng),
+                            [0, 1, usize::MAX][i % 3]
+                        )
+                    })
+                    .collect();
+                format!(
+                    r#"{{"format":"towers-model","version":1,"loss":"{}","images":"{}","labels":"{}","predictions":"{}","graph":{{"seed":0,"nodes":[{}],"collections":{{}}}}}}"#,
+                    pick(&mut rng),
+                    pick(&mut rng),
+                    pick(&mut rng),
+                    pick(&mut rng),
+                    nodes.join(",")
+                )
+            }
+        };
+        match catch_unwind(AssertUnwindSafe(|| load_model_text(&t))) {
+            Ok(k) => counts[k as usize] += 1,
+            Err(_) => panics.push(case),
+        }
+    }
+    eprintln!(
+        "model file fuzz: {cases} cases, {} refused naming the file, {} loaded but refused by the compiler, {} compiled, {} panics",
+        counts[0],
+        counts[1],
+        counts[2],
+        panics.len()
+    );
+    assert!(panics.is_empty(), "cases {panics:?} panicked");
+    assert!(counts[0] > 500 && counts[2] > 10, "the outcomes are exercised: {counts:?}");
+}
+
+/// Structurally valid JSON of a wrong graph, one case per check: each is a
+/// typed error saying what is wrong.
+#[test]
+fn valid_json_of_a_wrong_model_is_a_typed_error_saying_what_is_wrong() {
+    use towers::trainer::{ModelError, ModelFileError};
+    let text = model_file();
+    let good: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let nodes = |v: &mut serde_json::Value| v["graph"]["nodes"].as_array_mut().unwrap().clone();
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v = good.clone();
+        f(&mut v);
+        Model::from_json(&serde_json::to_string(&v).unwrap(), "w.json".as_ref()).unwrap_err()
+    };
+    // A cycle: the first node's input is the last node.
+    let e = edit(&|v| {
+        let last = nodes(v).last().unwrap()["name"].clone();
+        let n = v["graph"]["nodes"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|n| !n["inputs"].as_array().unwrap().is_empty())
+            .unwrap();
+        n["inputs"][0][0] = last;
+    });
+    assert!(matches!(&e, ModelFileError::Graph { .. }) && e.to_string().contains("not defined before it"), "{e}");
+    // An input slot the node does not have.
+    let e = edit(&|v| {
+        let n = v["graph"]["nodes"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|n| !n["inputs"].as_array().unwrap().is_empty())
+            .unwrap();
+        n["inputs"][0][1] = serde_json::json!(5);
+    });
+    assert!(matches!(&e, ModelFileError::Graph { .. }), "{e}");
+    // Names of the parts that are missing or of the wrong kind.
+    for (field, to, want) in [
+        ("loss", "logits", "loss 'logits'"),
+        ("images", "labels", "images 'labels'"),
+        ("labels", "images", "labels 'images'"),
+        ("predictions", "loss", "predictions 'loss'"),
+        ("accuracy", "predictions", "accuracy 'predictions'"),
+        ("loss", "no/such/node", "not a node of the graph"),
+    ] {
+        let e = edit(&|v| v[field] = serde_json::json!(to));
+        assert!(matches!(&e, ModelFileError::Model { .. }) && e.to_string().contains(want), "{field}: {e}");
+    }
+    let e = edit(&|v| v["graph"]["collections"]["update_ops"] = serde_json::json!(["ghost"]));
+    assert!(e.to_string().contains("ghost"), "{e}");
+    let e = edit(&|v| v["version"] = serde_json::json!("1"));
+    assert!(matches!(&e, ModelFileError::Format { .. }), "{e}");
+    let e = edit(&|v| v["extra"] = serde_json::json!(1));
+    assert!(matches!(&e, ModelFileError::Json { .. }) && e.to_string().contains("extra"), "{e}");
+    // A model that loads but does not fit the data set's images.
+    let m = Model::from_json(&text, "m.json".as_ref()).unwrap();
+    let (mnist, _) = towers::data::DataSpec::Mnist5k.load().unwrap();
+    assert!(matches!(m.check_data(&mnist), Err(ModelError::DataMismatch { .. })));
 }

@@ -1,0 +1,164 @@
+//! The flags' meaning: [`config`] turns [`Common`] into a [`TrainConfig`],
+//! [`model`] loads `--graph` or names the seed model, and `--variables auto`
+//! and `--explain-cost` ask the cost model about the model that would train.
+
+use towers::data::DataSpec;
+use towers::graph::layers::Activation;
+use towers::models::{build, ModelKind};
+use towers::passes::{BnUpdates, VarPlacement};
+use towers::train::{OptimizerKind, TrainConfig};
+use towers::trainer::Model as UserModel;
+
+use super::args::{Act, Bn, Common, Model, Opt, Vars};
+
+/// `--data`, or the embedded digits.
+pub fn data_spec(c: &Common) -> Result<DataSpec, String> {
+    DataSpec::parse(c.data.as_deref().unwrap_or("digits")).map_err(|e| e.to_string())
+}
+
+/// The `--graph` model file, loaded and checked (None: a seed model).
+pub fn user_model(c: &Common) -> Result<Option<UserModel>, String> {
+    match &c.graph {
+        Some(p) => UserModel::load_json(p).map(Some).map_err(|e| format!("--graph {e}")),
+        None => Ok(None),
+    }
+}
+
+/// The model the cost model times: the `--graph` model, or the seed model
+/// `cfg` describes at this input geometry.
+fn cost_model(
+    user: Option<&UserModel>,
+    cfg: &TrainConfig,
+    input: [usize; 3],
+    classes: usize,
+) -> Result<(towers::graph::Graph, String), String> {
+    match user {
+        Some(m) => Ok((m.graph.clone(), m.loss.clone())),
+        None => {
+            let m = build(&towers::cost::placements::model_spec(cfg, input, classes)).map_err(|e| e.to_string())?;
+            Ok((m.graph, m.loss))
+        }
+    }
+}
+
+/// `--variables auto`: the placement with the fastest predicted step for
+/// this model and tower count on this machine; says why on stderr. With
+/// several processes each would time its own machine and might choose
+/// differently, so it is refused there.
+pub fn auto_variables(
+    c: &Common,
+    user: Option<&UserModel>,
+    cfg: &mut TrainConfig,
+    input: [usize; 3],
+    classes: usize,
+    processes: usize,
+) -> Result<(), String> {
+    if !matches!(c.variables, Vars::Auto) {
+        return Ok(());
+    }
+    if processes > 1 {
+        return Err(format!(
+            "--variables auto: each of the {processes} processes would time its own machine and could choose another placement; give one (cpu, gpu0, round-robin, greedy), e.g. the one `towers compile --variables auto` picks"
+        ));
+    }
+    let (graph, loss) = cost_model(user, cfg, input, classes)?;
+    let choice = towers::cost::auto(&graph, &loss, &cfg.compile_options(), cfg.towers, &c.cost_cache)
+        .map_err(|e| format!("--variables auto: {e}"))?;
+    eprintln!("--variables auto: {}", choice.reason);
+    cfg.variables = choice.placement;
+    Ok(())
+}
+
+/// `--explain-cost`: every placement at 1, 2 and 4 towers, predicted.
+pub fn explain_cost(
+    c: &Common,
+    user: Option<&UserModel>,
+    cfg: &TrainConfig,
+    input: [usize; 3],
+    classes: usize,
+) -> Result<(), String> {
+    let (graph, loss) = cost_model(user, cfg, input, classes)?;
+    println!("cost model on {} (calibrations under {})", towers::cost::machine_key(), c.cost_cache.display());
+    for towers in [1, 2, 4] {
+        for v in towers::cost::PLACEMENTS {
+            let k = towers::cost::candidate(&graph, &loss, &cfg.compile_options(), towers, v, &c.cost_cache)
+                .map_err(|e| format!("--explain-cost: {e}"))?;
+            let from = if k.cached { ", calibration cached" } else { "" };
+            print!("{}", k.prediction.text(&format!("towers={towers} variables={}{from}", v.name())));
+        }
+    }
+    Ok(())
+}
+
+/// `--bucket-mb` in bytes (at least one byte, finite).
+fn bucket_bytes(mb: f64) -> Result<usize, String> {
+    let bytes = mb * (1u64 << 20) as f64;
+    if !bytes.is_finite() || bytes < 1.0 || mb > 1e6 {
+        return Err(format!(
+            "--bucket-mb {mb:e}: give a positive size in MiB, at most 1e6 (a terabyte), e.g. 25 (PyTorch DDP's default)"
+        ));
+    }
+    Ok(bytes as usize)
+}
+
+/// The options both commands share, as a training configuration.
+pub fn config(c: &Common) -> Result<TrainConfig, String> {
+    let optimizer = match c.optimizer {
+        Opt::Sgd => OptimizerKind::Sgd,
+        Opt::Momentum => OptimizerKind::Momentum,
+        Opt::Adam => OptimizerKind::Adam,
+    };
+    let lr = c.lr.unwrap_or(match (optimizer, c.model) {
+        (OptimizerKind::Adam, _) => 0.001,
+        _ if c.graph.is_some() => 0.05,
+        (_, Model::Mlp) => 0.1,
+        (_, Model::Convnet) => 0.05,
+    });
+    Ok(TrainConfig {
+        data: data_spec(c)?,
+        model: match c.model {
+            Model::Mlp => ModelKind::Mlp,
+            Model::Convnet => ModelKind::Convnet,
+        },
+        hidden: c.hidden.clone(),
+        activation: match c.activation {
+            Act::Relu => Activation::Relu,
+            Act::Sigmoid => Activation::Sigmoid,
+            Act::Tanh => Activation::Tanh,
+            Act::Swish => Activation::Swish,
+        },
+        batch_norm: c.batch_norm,
+        optimizer,
+        lr,
+        momentum: c.momentum,
+        nesterov: c.nesterov,
+        batch: c.batch,
+        seed: c.seed,
+        towers: match c.towers {
+            Some(0) => return Err("--towers must be at least 1 (omit it for one device without towers)".into()),
+            Some(n) => n,
+            None => 0,
+        },
+        variables: match c.variables {
+            Vars::Cpu => VarPlacement::Cpu,
+            Vars::Gpu0 => VarPlacement::Gpu0,
+            Vars::RoundRobin => VarPlacement::RoundRobin,
+            Vars::Greedy => VarPlacement::Greedy,
+            // Replaced by the cost model's choice (`auto_variables`) before any compile.
+            Vars::Auto => VarPlacement::default(),
+        },
+        split_weights: c.split_weights.clone(),
+        accumulate: c.accumulate,
+        bn_updates: match c.bn_updates {
+            Bn::Tower0 => BnUpdates::Tower0,
+            Bn::Mean => BnUpdates::Mean,
+        },
+        dump_dir: c.dump_dir.clone(),
+        dump_after: c.dump_after.clone(),
+        bucket_bytes: bucket_bytes(c.bucket_mb)?,
+        memory_reuse: !c.no_memory_reuse,
+        fuse_kernels: !c.no_fusion,
+        cuda_graphs: !c.no_cuda_graphs,
+        ..TrainConfig::default()
+    })
+}
