@@ -111,3 +111,53 @@ fn every_emitted_file_of_the_seed_plans_compiles_alone() {
     );
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n\n"));
 }
+
+/// A plan launching the array kernels of issue 22 (one_hot, transpose, pad,
+/// gather and its gradient, tile and its gradient), compiled at two towers:
+/// `cuda_files` gives each kernel a file, and every file compiles alone.
+#[test]
+fn the_array_kernels_of_a_compiled_plan_compile_alone() {
+    use towers::prelude::*;
+    let mut b = GraphBuilder::with_seed(2);
+    let x = b.placeholder("images", DType::F32, [None, Some(6)]).expect("x");
+    let y = b.placeholder("labels", DType::I32, [None]).expect("y");
+    let w = b.get_variable("w", vec![6, 4], Initializer::GlorotUniform).expect("w");
+    let emb = b.get_variable("emb", vec![6, 4], Initializer::GlorotUniform).expect("emb");
+    let h = b.matmul(x, w).expect("h");
+    let e = b.expand_dims(h, 1).expect("e");
+    let t = b.tile(e, &[1, 2, 1]).expect("t");
+    let p = b.pad(t, &[[0, 0], [1, 0], [0, 0]], 0.0).expect("p");
+    let tr = b.transpose(p, &[0, 2, 1]).expect("tr");
+    let s = b.reduce_sum(tr, &[2], false).expect("s");
+    let idx = b.argmax(x, 1).expect("idx");
+    let g = b.gather(emb, idx, 0).expect("g");
+    let logits = b.add(s, g).expect("logits");
+    let onehot = b.one_hot(y, 4, 1.0, 0.0).expect("onehot");
+    let xent = b.softmax_cross_entropy_with_logits(logits, onehot).expect("xent");
+    let loss = b.reduce_mean_all(xent).expect("loss");
+    let graph = b.finish();
+    let loss = graph.node(loss.node).name.clone();
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+    o.towers = vec![Device::gpu(0), Device::gpu(1)];
+    let c = compile_train(&graph, &loss, &o).expect("compiles");
+    let files = towers::cuda_emit::cuda_files(&c.plan).expect("cuda files");
+    let array = ["one_hot", "transpose", "pad", "gather", "gather_grad", "tile", "tile_grad"];
+    for k in array {
+        assert!(files.iter().any(|(f, _)| f == &format!("{k}.cu")), "no {k}.cu among the emitted files");
+    }
+    if !common::nvrtc_present() {
+        common::skip("cuda_emit", "libnvrtc (libnvrtc.so / libnvrtc.so.13) was not found on LD_LIBRARY_PATH.");
+        return;
+    }
+    let mut failures = Vec::new();
+    for (file, text) in files.iter().filter(|(f, _)| f.ends_with(".cu")) {
+        for arch in ARCHS {
+            match common::compile(file, text, arch, &[]) {
+                Ok(c) if c.image.starts_with(b"\x7fELF") => {}
+                Ok(_) => failures.push(format!("{file}: NVRTC returned no ELF cubin for {arch}")),
+                Err(e) => failures.push(format!("{file}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n\n"));
+}

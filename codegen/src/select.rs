@@ -239,5 +239,62 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
             Ok(Lowering::Launch { kernel: Kernel::IncrementStep, inputs: vec![], outs: Outs::InPlace(vec![0]) })
         }
         TowerMean { weights } => launch(Kernel::WeightedSum { weights: weights.iter().map(|w| w.0).collect() }, &all),
+        // array ops (issue 22)
+        OneHot { .. } | Transpose { .. } | ExpandDims { .. } | Squeeze { .. } => select_array(op, ins, outs),
+        Pad { .. } | Gather { .. } | GatherGrad { .. } | Tile { .. } | TileGrad { .. } => select_array(op, ins, outs),
+    }
+}
+
+/// The array ops of issue 22. `ExpandDims` and `Squeeze` are views (as
+/// `Reshape`); transpose, pad and tile take rank <= 4, as the layout kernels.
+fn select_array(op: &Op, ins: &[Ty], outs: &[Ty]) -> Result<Lowering, String> {
+    use Op::*;
+    let rank4 = |t: &Ty| {
+        if t.dims.len() > 4 {
+            return Err(format!("{} supports rank <= 4, got {:?}; reshape (merge axes) first", op.type_name(), t.dims));
+        }
+        Ok(())
+    };
+    // params viewed as [outer, limit, inner] around `axis`.
+    let around = |p: &Ty, axis: usize, count: usize| {
+        let outer = p.dims[..axis].iter().product();
+        let inner = p.dims[axis + 1..].iter().product();
+        Kernel::Gather { outer, limit: p.dims[axis], inner, count }
+    };
+    match op {
+        ExpandDims { .. } | Squeeze { .. } => Ok(Lowering::Alias),
+        OneHot { depth, on_value, off_value } => {
+            launch(Kernel::OneHot { depth: *depth, on: on_value.0, off: off_value.0 }, &[0])
+        }
+        Transpose { perm } => {
+            rank4(&ins[0])?;
+            launch(Kernel::Transpose { shape: ins[0].dims.clone(), perm: perm.clone() }, &[0])
+        }
+        Pad { paddings, constant_value } => {
+            rank4(&ins[0])?;
+            let k = Kernel::Pad {
+                shape: ins[0].dims.clone(),
+                before: paddings.iter().map(|p| p[0]).collect(),
+                out_shape: outs[0].dims.clone(),
+                value: constant_value.0,
+            };
+            launch(k, &[0])
+        }
+        Gather { axis } => launch(around(&ins[0], *axis, ins[1].dims.iter().product()), &[0, 1]),
+        GatherGrad { axis } => match around(&ins[0], *axis, ins[1].dims.iter().product()) {
+            Kernel::Gather { outer, limit, inner, count } => {
+                launch(Kernel::GatherGrad { outer, limit, inner, count }, &[2, 1])
+            }
+            _ => Err("unreachable: around makes a gather".into()),
+        },
+        Tile { multiples } => {
+            rank4(&ins[0])?;
+            launch(Kernel::Tile { shape: ins[0].dims.clone(), multiples: multiples.clone() }, &[0])
+        }
+        TileGrad { multiples } => {
+            rank4(&ins[0])?;
+            launch(Kernel::TileGrad { shape: ins[0].dims.clone(), multiples: multiples.clone() }, &[1])
+        }
+        other => Err(format!("{} is not an array op", other.type_name())),
     }
 }

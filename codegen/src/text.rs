@@ -196,6 +196,18 @@ pub fn kernel_params(k: &Kernel) -> String {
             let sep = if p.is_empty() { "" } else { " " };
             format!("n={count} {}{sep}{p}", apply.name())
         }
+        // array ops (issue 22)
+        Kernel::OneHot { depth, on, off } => format!("depth={depth} on={on} off={off}"),
+        Kernel::Transpose { shape, perm } => format!("{} perm={}", dims(shape), list(perm)),
+        Kernel::Pad { shape, before, out_shape, value } => {
+            format!("{} -> {} before={} value={value}", dims(shape), dims(out_shape), dims(before))
+        }
+        Kernel::Gather { outer, limit, inner, count } | Kernel::GatherGrad { outer, limit, inner, count } => {
+            format!("outer={outer} limit={limit} inner={inner} count={count}")
+        }
+        Kernel::Tile { shape, multiples } | Kernel::TileGrad { shape, multiples } => {
+            format!("{} multiples={}", dims(shape), list(multiples))
+        }
     }
 }
 

@@ -733,3 +733,21 @@ fn multi_apply_counts_that_overflow_are_rejected() {
         "gpu:0/compute step 1 'y': multi_apply parameters are invalid: count + shared inputs overflows"
     );
 }
+
+// array ops (issue 22)
+#[test]
+fn array_kernels_check_index_dtypes_permutations_and_counts() {
+    let k = Kernel::Gather { outer: 1, limit: 2, inner: 2, count: 2 };
+    let e = err(with_launch(k, vec![X_GPU, Y], vec![Y]));
+    assert!(e.ends_with("gather input 1 'y' is f32[2,2], but the kernel needs i32"), "{e}");
+    let k = Kernel::Transpose { shape: vec![2, 2], perm: vec![0, 0] };
+    let e = err(with_launch(k, vec![X_GPU], vec![Y]));
+    assert!(e.contains("transpose parameters are invalid: perm") && e.contains("is not a permutation"), "{e}");
+    // x.gpu0 is f32[2,3], y f32[2,2].
+    let k = Kernel::Tile { shape: vec![2, 3], multiples: vec![1, 2] };
+    let e = err(with_launch(k, vec![X_GPU], vec![Y]));
+    assert!(e.contains("tile output 0 'y' has 4 elements, but the parameters need 12"), "{e}");
+    let k = Kernel::Pad { shape: vec![2, 2], before: vec![1, 0], out_shape: vec![2, 2], value: 0.0 };
+    let e = err(with_launch(k, vec![X_GPU], vec![Y]));
+    assert!(e.contains("pad parameters are invalid") && e.contains("is not inside"), "{e}");
+}

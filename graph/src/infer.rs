@@ -16,20 +16,20 @@ pub enum InferError {
     Detail(String),
 }
 
-type R = Result<Vec<TensorType>, InferError>;
+pub(crate) type R = Result<Vec<TensorType>, InferError>;
 
-fn detail<T>(s: String) -> Result<T, InferError> {
+pub(crate) fn detail<T>(s: String) -> Result<T, InferError> {
     Err(InferError::Detail(s))
 }
 
-fn arity(inputs: &[TensorType], n: usize) -> Result<(), InferError> {
+pub(crate) fn arity(inputs: &[TensorType], n: usize) -> Result<(), InferError> {
     if inputs.len() != n {
         return Err(InferError::Arity { expected: n.to_string(), got: inputs.len() });
     }
     Ok(())
 }
 
-fn want_float(t: &TensorType, what: &str) -> Result<(), InferError> {
+pub(crate) fn want_float(t: &TensorType, what: &str) -> Result<(), InferError> {
     if t.dtype != DType::F32 {
         return detail(format!("{what} must be f32, got {t}"));
     }
@@ -44,7 +44,7 @@ fn want_rank(t: &TensorType, r: usize, what: &str) -> Result<(), InferError> {
 }
 
 /// Merge two dimensions that must agree (unknown matches anything).
-fn merge_dim(a: Option<usize>, b: Option<usize>) -> Result<Option<usize>, ()> {
+pub(crate) fn merge_dim(a: Option<usize>, b: Option<usize>) -> Result<Option<usize>, ()> {
     match (a, b) {
         (Some(x), Some(y)) if x != y => Err(()),
         (Some(x), _) | (_, Some(x)) => Ok(Some(x)),
@@ -111,7 +111,7 @@ fn normalize_axes(axes: &[usize], rank: usize) -> Result<(), InferError> {
 
 /// The product of the known dimensions; an error when it overflows (a
 /// malformed serialized graph must not panic).
-fn known_elements(mut dims: impl Iterator<Item = usize>, what: &str) -> Result<usize, InferError> {
+pub(crate) fn known_elements(mut dims: impl Iterator<Item = usize>, what: &str) -> Result<usize, InferError> {
     dims.try_fold(1usize, |a, d| a.checked_mul(d))
         .map_or_else(|| detail(format!("{what} has more elements than fit in memory")), Ok)
 }
@@ -569,6 +569,16 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             arity(inputs, 0)?;
             Ok(vec![])
         }
+        // array ops (issue 22)
+        OneHot { .. }
+        | Transpose { .. }
+        | ExpandDims { .. }
+        | Squeeze { .. }
+        | Pad { .. }
+        | Gather { .. }
+        | GatherGrad { .. }
+        | Tile { .. }
+        | TileGrad { .. } => crate::infer_array::infer(op, inputs),
     }
 }
 

@@ -11,12 +11,14 @@
 //! - [`text`], [`dot`]: readable and Graphviz forms; [`verify`]: the invariants.
 
 pub mod builder;
+mod builder_array;
 pub mod device;
 pub mod dot;
 pub mod dot_collapsed;
 pub mod error;
 pub mod graph;
 pub mod infer;
+mod infer_array;
 pub mod layers;
 pub mod op;
 pub mod program;
@@ -27,6 +29,7 @@ pub mod types;
 pub mod verify;
 
 pub use builder::{GraphBuilder, Reuse, VariableOptions};
+pub use builder_array::PadMode;
 pub use device::{Device, DeviceKind, DeviceSpec};
 pub use error::GraphError;
 pub use graph::{keys, Edge, Graph, NewNode, Node, NodeId, Tensor};

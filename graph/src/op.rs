@@ -295,6 +295,54 @@ pub enum Op {
     Copy,
     /// Groups control inputs; no data.
     NoOp,
+
+    // array ops (issue 22)
+    /// in: indices (i32). out: f32 `indices.shape + [depth]`, `on_value`
+    /// at each index, `off_value` elsewhere (TF `one_hot`, axis -1; an index
+    /// outside `[0, depth)` gives a row of `off_value`). No gradient.
+    OneHot {
+        depth: usize,
+        on_value: F32,
+        off_value: F32,
+    },
+    /// in: x. out: x with output axis k being input axis `perm[k]`.
+    Transpose {
+        perm: Vec<usize>,
+    },
+    /// in: x. out: x with a size-1 axis inserted at `axis` (in `0..=rank`).
+    /// Lowered as a view of x's buffer (no copy), as `Reshape`.
+    ExpandDims {
+        axis: usize,
+    },
+    /// in: x. out: x without the size-1 axes `axes` (sorted, distinct).
+    /// Lowered as a view, as `Reshape`.
+    Squeeze {
+        axes: Vec<usize>,
+    },
+    /// in: x (f32). out: x padded with `constant_value`, `paddings[i] =
+    /// [before, after]` along axis i (TF `pad`, mode CONSTANT).
+    Pad {
+        paddings: Vec<[usize; 2]>,
+        constant_value: F32,
+    },
+    /// in: params (f32), indices (i32). out: `params.shape[..axis] +
+    /// indices.shape + params.shape[axis+1..]` (TF `gather`/`GatherV2`).
+    Gather {
+        axis: usize,
+    },
+    /// in: params (for its shape only), indices, dy. out: dparams, zeros
+    /// with each dy slice added at its index (TF's `UnsortedSegmentSum`).
+    GatherGrad {
+        axis: usize,
+    },
+    /// in: x. out: x repeated `multiples[i]` times along axis i (TF `tile`).
+    Tile {
+        multiples: Vec<usize>,
+    },
+    /// in: x (for its shape only), dy. out: dx, dy summed over the copies.
+    TileGrad {
+        multiples: Vec<usize>,
+    },
 }
 
 impl Op {
@@ -355,6 +403,16 @@ impl Op {
             Op::AllReduce { .. } => "AllReduce",
             Op::Copy => "Copy",
             Op::NoOp => "NoOp",
+            // array ops (issue 22)
+            Op::OneHot { .. } => "OneHot",
+            Op::Transpose { .. } => "Transpose",
+            Op::ExpandDims { .. } => "ExpandDims",
+            Op::Squeeze { .. } => "Squeeze",
+            Op::Pad { .. } => "PadV2",
+            Op::Gather { .. } => "GatherV2",
+            Op::GatherGrad { .. } => "GatherGrad",
+            Op::Tile { .. } => "Tile",
+            Op::TileGrad { .. } => "TileGrad",
         }
     }
 

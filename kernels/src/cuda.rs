@@ -140,6 +140,8 @@ const FAMILIES: &[(&str, &str, &str)] = &[
     family!("batchnorm", "batchnorm.cu"),
     family!("dropout", "dropout.cu"),
     family!("optim", "optim.cu"),
+    // array ops (issue 22)
+    family!("array", "array.cu"),
 ];
 
 /// Every CUDA source, one per kernel family: the [`prelude`], then the
@@ -253,7 +255,7 @@ macro_rules! k {
     };
 }
 
-/// Every kernel of the plan (the 54 variants of codegen's `Kernel`), in the
+/// Every kernel of the plan (the 61 variants of codegen's `Kernel`), in the
 /// enum's order.
 pub const KERNELS: &[CudaKernel] = &[
     CudaKernel {
@@ -387,6 +389,17 @@ pub const KERNELS: &[CudaKernel] = &[
        "total (i64: the members' elements), count (i32), offsets (device i64[count + 1], prefix sums of the lengths), grads, ws (device arrays of pointers), then by `apply`: accums (momentum) or ms, vs (adam) arrays; lr (device f32[1]); momentum, nesterov (i32) or beta1, beta2, epsilon, global_step",
        "block BLOCK, grid grid_1d(total)"),
     k!("increment_step", "optim", ["towers_increment_step_i32"], "step (i32 buffer, in place)", "block 1, grid 1"),
+    // array ops (issue 22)
+    k!("one_hot", "array", ["towers_one_hot_f32"], "n = rows * depth, depth (i64), on, off (f32), indices (i32), out", EW),
+    k!("transpose", "array", ["towers_transpose_f32"],
+       "n (i64), x, y, od: Dims4 (output dims, padded with 1), src: Dims4 (for output axis k, the input stride of axis perm[k])", EW),
+    k!("pad", "array", ["towers_pad_f32"], "n = numel(out) (i64), x, y, od, before, shape: Dims4 (padded: 1, 0, 1), value (f32)", EW),
+    k!("gather", "array", ["towers_gather_f32"],
+       "n = outer * count * inner, limit, inner, count (i64), params, indices (i32; outside [0, limit): 0 is written), out", EW),
+    k!("gather_grad", "array", ["towers_gather_grad_f32"],
+       "n = outer * limit * inner, limit, inner, count (i64), dy, indices (i32; outside [0, limit): dropped), dparams", EW),
+    k!("tile", "array", ["towers_tile_f32"], "n = numel(out) (i64), x, y, od, shape: Dims4", EW),
+    k!("tile_grad", "array", ["towers_tile_grad_f32"], "n = numel(shape) (i64), dy, dx, shape, multiples: Dims4", EW),
 ];
 
 /// The CUDA form of a plan kernel, by `Kernel::name()`.
@@ -534,11 +547,11 @@ mod tests {
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 54);
+        assert_eq!(KERNELS.len(), 61);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 54);
+        assert_eq!(names.len(), 61);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 

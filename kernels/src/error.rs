@@ -36,4 +36,9 @@ pub enum KernelError {
     /// `TOWERS_SIMD` names a path this CPU cannot run.
     #[error("{var}={path}: this CPU has no {path} instructions (this CPU has: {available}); pick one of those, or unset {var} for the widest")]
     SimdUnsupported { var: &'static str, path: &'static str, available: String },
+    // array ops (issue 22)
+    /// An index of a gather (or its gradient) is outside `[0, limit)`; TF's
+    /// CPU error. `position` is the index's place in the flattened indices.
+    #[error("{op}: indices[{position}] = {index} is not in [0, {limit})")]
+    IndexOutOfRange { op: &'static str, position: usize, index: i32, limit: usize },
 }

@@ -329,6 +329,56 @@ pub enum Kernel {
     },
     /// in: none. out: the i32 step variable, incremented in place.
     IncrementStep,
+    // array ops (issue 22)
+    /// in: indices (i32, n). out: f32 `[n, depth]`, `on` at each row's index
+    /// and `off` elsewhere (an index outside `[0, depth)`: a row of `off`).
+    OneHot {
+        depth: usize,
+        on: f32,
+        off: f32,
+    },
+    /// in: x (`shape`, rank <= 4, any 4-byte dtype). out: x transposed,
+    /// output axis k being input axis `perm[k]`.
+    Transpose {
+        shape: Vec<usize>,
+        perm: Vec<usize>,
+    },
+    /// in: x (`shape`, rank <= 4). out: `out_shape`, `value` except the
+    /// window at `before`, which holds x (constant padding).
+    Pad {
+        shape: Vec<usize>,
+        before: Vec<usize>,
+        out_shape: Vec<usize>,
+        value: f32,
+    },
+    /// in: params (f32 viewed as `[outer, limit, inner]`), indices (i32,
+    /// `count`). out: `[outer, count, inner]`, rows of params picked by the
+    /// indices. An index outside `[0, limit)` is an error on the CPU.
+    Gather {
+        outer: usize,
+        limit: usize,
+        inner: usize,
+        count: usize,
+    },
+    /// in: dy (`[outer, count, inner]`), indices (i32, `count`). out:
+    /// dparams `[outer, limit, inner]`: zeros plus each dy row added at its
+    /// index (an unsorted segment sum, in increasing index position).
+    GatherGrad {
+        outer: usize,
+        limit: usize,
+        inner: usize,
+        count: usize,
+    },
+    /// in: x (`shape`, rank <= 4). out: x repeated `multiples[i]` times along axis i.
+    Tile {
+        shape: Vec<usize>,
+        multiples: Vec<usize>,
+    },
+    /// in: dy (the tiled shape). out: dx (`shape`), the sum of dy over the copies.
+    TileGrad {
+        shape: Vec<usize>,
+        multiples: Vec<usize>,
+    },
 }
 
 impl Kernel {
@@ -397,6 +447,14 @@ impl Kernel {
             Kernel::MeanApply { .. } => "mean_apply",
             Kernel::MultiApply { .. } => "multi_apply",
             Kernel::IncrementStep => "increment_step",
+            // array ops (issue 22)
+            Kernel::OneHot { .. } => "one_hot",
+            Kernel::Transpose { .. } => "transpose",
+            Kernel::Pad { .. } => "pad",
+            Kernel::Gather { .. } => "gather",
+            Kernel::GatherGrad { .. } => "gather_grad",
+            Kernel::Tile { .. } => "tile",
+            Kernel::TileGrad { .. } => "tile_grad",
         }
     }
 }

@@ -79,6 +79,7 @@
 //!   arguments, launch geometry, content hashes); data only, no CUDA dependency.
 //! - [`shape`]: `broadcast_shapes(op, a, b)`, `numel(shape)`, `MAX_RANK`.
 
+pub mod array;
 pub mod batchnorm;
 pub mod conv;
 pub mod cuda;

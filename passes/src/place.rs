@@ -28,10 +28,10 @@
 //! readers too): every node that writes a variable ([`Op::mutated_inputs`])
 //! gets a control edge from every other reader of that variable that it
 //! does not already follow, unless the reader depends on the writer (a read
-//! of the new value). Readers through a `Copy`, `Identity`, `Reshape` or
-//! `StopGradient` of the variable count as readers of the variable: a backend
-//! may alias those outputs to the variable's memory (codegen aliases the
-//! last three; the CPU backend, whose devices share one memory, elides
+//! of the new value). Readers through a `Copy`, `Identity`, `Reshape`,
+//! `ExpandDims`, `Squeeze` or `StopGradient` of the variable count as readers
+//! of the variable: a backend may alias those outputs to the variable's
+//! memory (codegen aliases all but the copy; the CPU backend, whose devices share one memory, elides
 //! copies), so the update must also wait for them. Two writers of one
 //! variable are not ordered.
 
@@ -352,7 +352,9 @@ fn readers(g: &Graph, v: NodeId) -> Vec<NodeId> {
                 continue;
             }
             out.push(c);
-            if matches!(g.node(c).op, Op::Copy | Op::Identity | Op::Reshape { .. } | Op::StopGradient) {
+            // The array ops `ExpandDims` and `Squeeze` (issue 22) are views too.
+            let view = matches!(g.node(c).op, Op::ExpandDims { .. } | Op::Squeeze { .. });
+            if view || matches!(g.node(c).op, Op::Copy | Op::Identity | Op::Reshape { .. } | Op::StopGradient) {
                 stack.push(c);
             }
         }

@@ -10,6 +10,9 @@ use towers_graph::{DType, Padding};
 use super::{dims, product, Operand, PlanError, Site};
 use towers_kernels::{ConvGeom, Kernel, PoolGeom};
 
+// array ops (issue 22)
+mod array;
+
 /// Which operand of a launch.
 #[derive(Clone, Copy)]
 enum Io {
@@ -576,6 +579,14 @@ impl Check<'_, '_> {
                 self.dtype(Out(0), DType::I32)?;
                 self.size(Out(0), 1, || "a scalar step".into())
             }
+            // array ops (issue 22)
+            Kernel::OneHot { .. }
+            | Kernel::Transpose { .. }
+            | Kernel::Pad { .. }
+            | Kernel::Gather { .. }
+            | Kernel::GatherGrad { .. }
+            | Kernel::Tile { .. }
+            | Kernel::TileGrad { .. } => self.array(k),
         }
     }
 

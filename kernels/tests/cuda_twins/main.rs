@@ -16,9 +16,11 @@
 //! then that is a failure (`towers_kernels::require_gpu`). The CPU bodies are called through the small
 //! adapters in `cpu.rs`, the one place to fix when their signatures move.
 //! Files: `harness.rs` (launch, buffers, report), `math.rs`, `spatial.rs`,
-//! `training.rs` (the checks by kernel family).
+//! `training.rs`, `array.rs` (the checks by kernel family).
 #[path = "../common/mod.rs"]
 mod common;
+// array ops (issue 22)
+mod array;
 mod cpu;
 mod harness;
 mod math;
@@ -76,6 +78,7 @@ fn cuda_twins_match_cpu() {
     dropout(&g, &mut r, &mut rng);
     batchnorm(&g, &mut r, &mut rng);
     optim(&g, &mut r, &mut rng);
+    array::arrays(&g, &mut r, &mut rng);
 
     eprintln!("\n{:<24} {:<44} {:>8} {:>11} {:>11}  result", "kernel", "case", "tol", "max |err|", "max rel");
     for c in &r.checks {

@@ -16,6 +16,21 @@
 //!   (one extra reduction, no new op);
 //! - `Identity`: dy.
 //!
+//! Array ops of issue 22:
+//! - `OneHot`: none (its input is integer indices, as TF);
+//! - `Transpose(perm)`: y[c] = x[c permuted], so dx = transpose(dy, inv)
+//!   with inv[perm[k]] = k (the inverse permutation);
+//! - `ExpandDims(axis)`: dx = squeeze(dy, [axis]); `Squeeze(axes)`: dx =
+//!   dy with each axis re-inserted by `ExpandDims`, ascending (both views);
+//! - `Pad(paddings)`: y = x inside the window at `before`, a constant
+//!   outside, so dx = slice(dy, before, shape of x) (an unknown dimension is
+//!   allowed only where nothing is padded after it: its size is "to the end");
+//! - `Gather(axis)`: y[.., j, ..] = params[.., idx[j], ..], so dparams[.., r, ..]
+//!   = Σ_{j: idx[j] = r} dy[.., j, ..]: `GatherGrad`, an unsorted segment
+//!   sum into zeros; none for the indices;
+//! - `Tile(m)`: y[c] = x[c mod shape], so dx[c] = Σ over the copies of c of
+//!   dy: `TileGrad`.
+//!
 //! `StopGradient`, `Cast`, `ArgMax` and `Equal` never get here: the forward
 //! sweep does not pass them (see `super::path_nodes`).
 
@@ -110,6 +125,48 @@ pub(super) fn rule(
                 dyk
             };
             vec![Some(cx.op(Op::BroadcastLike, vec![scaled, x])?)]
+        }
+        // array ops (issue 22)
+        Op::OneHot { .. } => vec![None],
+        Op::Transpose { perm } => {
+            let dy = dy0(cx, dys)?;
+            let mut inv = vec![0; perm.len()];
+            for (k, &a) in perm.iter().enumerate() {
+                inv[a] = k;
+            }
+            vec![Some(cx.op(Op::Transpose { perm: inv }, vec![dy])?)]
+        }
+        Op::ExpandDims { axis } => vec![Some(cx.op(Op::Squeeze { axes: vec![*axis] }, vec![dy0(cx, dys)?])?)],
+        Op::Squeeze { axes } => {
+            let mut d = dy0(cx, dys)?;
+            for &axis in axes {
+                d = cx.op(Op::ExpandDims { axis }, vec![d])?;
+            }
+            vec![Some(d)]
+        }
+        Op::Pad { paddings, .. } => {
+            let dy = dy0(cx, dys)?;
+            let shape = cx.ty(ins[0])?.shape;
+            let mut size = Vec::with_capacity(paddings.len());
+            for (d, [_, after]) in shape.0.iter().zip(paddings) {
+                size.push(match (d, after) {
+                    (Some(d), _) => *d as i64,
+                    (None, 0) => -1,
+                    (None, _) => {
+                        return Err(shape_err(cx, "an unknown dimension padded after its end has no gradient slice"))
+                    }
+                });
+            }
+            let begin = paddings.iter().map(|p| p[0]).collect();
+            vec![Some(cx.op(Op::Slice { begin, size }, vec![dy])?)]
+        }
+        Op::Gather { axis } => {
+            let dy = dy0(cx, dys)?;
+            vec![Some(cx.op(Op::GatherGrad { axis: *axis }, vec![ins[0], ins[1], dy])?), None]
+        }
+        Op::Tile { multiples } => {
+            let dy = dy0(cx, dys)?;
+            vec![Some(cx.op(Op::TileGrad { multiples: multiples.clone() }, vec![ins[0], dy])?)]
         }
         _ => return Ok(None),
     };

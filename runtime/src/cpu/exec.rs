@@ -7,7 +7,7 @@
 use towers_codegen::Kernel;
 use towers_kernels::dtype::{DType, Slice, SliceMut};
 use towers_kernels::elementwise as ew;
-use towers_kernels::{batchnorm, conv, dropout, gemm, init, layout, misc, optim, pool, reduce, softmax};
+use towers_kernels::{array, batchnorm, conv, dropout, gemm, init, layout, misc, optim, pool, reduce, softmax};
 
 use super::prepare::Launch;
 
@@ -299,6 +299,21 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
             optim::apply_adam(o(0), o(1), o(2), i(0), i(2)[0], *beta1, *beta2, *epsilon, optim::adam_step(ii(1)))
         }
         Kernel::IncrementStep => optim::increment_step(outs[0].slot.i32_mut()),
+        // array ops (issue 22)
+        Kernel::OneHot { depth, on, off } => array::one_hot(ii(0), *depth, *on, *off, o(0)),
+        // Any 4-byte element: f32 views move the bits unchanged.
+        Kernel::Transpose { shape, perm } => array::transpose(i(0), shape, perm, o(0)).map_err(err)?,
+        Kernel::Pad { shape, before, out_shape, value } => {
+            array::pad(i(0), shape, before, out_shape, *value, o(0)).map_err(err)?
+        }
+        Kernel::Gather { outer, limit, inner, .. } => {
+            array::gather(i(0), ii(1), *outer, *limit, *inner, o(0)).map_err(err)?
+        }
+        Kernel::GatherGrad { outer, limit, inner, .. } => {
+            array::gather_grad(i(0), ii(1), *outer, *limit, *inner, o(0)).map_err(err)?
+        }
+        Kernel::Tile { shape, multiples } => array::tile(i(0), shape, multiples, o(0)).map_err(err)?,
+        Kernel::TileGrad { shape, multiples } => array::tile_grad(i(0), shape, multiples, o(0)).map_err(err)?,
     }
     Ok(())
 }

@@ -18,6 +18,9 @@ use towers_kernels::{DType, Kernel};
 use super::args::{ArgPack, Side};
 use super::driver::{cubin, Module};
 
+// array ops (issue 22)
+mod array;
+
 /// One kernel launch.
 pub(crate) struct KLaunch {
     pub f: sys::CUfunction,
@@ -807,6 +810,14 @@ pub(crate) fn lower_launch(
             a.ptr(o(0)?.ptr);
             launch(ops, "optim", "towers_increment_step_i32", 1, 1, a)?;
         }
+        // array ops (issue 22)
+        Kernel::OneHot { .. }
+        | Kernel::Transpose { .. }
+        | Kernel::Pad { .. }
+        | Kernel::Gather { .. }
+        | Kernel::GatherGrad { .. }
+        | Kernel::Tile { .. }
+        | Kernel::TileGrad { .. } => array::lower(kernel, ins, outs, mods, ops)?,
     }
     Ok(())
 }

@@ -504,5 +504,15 @@ fn eval(
             one(w)
         }
         Op::NoOp => vec![],
+        // array ops (issue 22)
+        Op::OneHot { .. }
+        | Op::Transpose { .. }
+        | Op::ExpandDims { .. }
+        | Op::Squeeze { .. }
+        | Op::Pad { .. }
+        | Op::Gather { .. }
+        | Op::GatherGrad { .. }
+        | Op::Tile { .. }
+        | Op::TileGrad { .. } => super::interp_array::eval(op, x),
     }
 }

@@ -2,8 +2,10 @@
 //! the f64 reference interpreter in [`interp`], and the diagnostics.
 
 pub(crate) mod interp;
+mod interp_array;
 mod interp_nn;
 mod rules;
+mod rules_array;
 mod structure;
 
 use std::collections::BTreeMap;

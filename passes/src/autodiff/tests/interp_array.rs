@@ -1,0 +1,119 @@
+//! The reference interpreter's array ops of issue 22, written from their
+//! definitions with coordinates (naive loops, f64), independently of the
+//! kernels' strided loops.
+
+use towers_graph::Op;
+
+use super::interp::{ravel, V};
+
+fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        idx[d] = i % shape[d];
+        i /= shape[d];
+    }
+    idx
+}
+
+/// Evaluate one array op; panics (test code) on any other op.
+pub(super) fn eval(op: &Op, x: &[V]) -> Vec<V> {
+    let out = match op {
+        Op::OneHot { depth, on_value, off_value } => {
+            let mut shape = x[0].shape.clone();
+            shape.push(*depth);
+            let n = shape.iter().product();
+            let data =
+                (0..n).map(|i| if x[0].data[i / depth] == (i % depth) as f64 { on_value.0 } else { off_value.0 });
+            V::new(&shape, data.map(f64::from).collect())
+        }
+        Op::Transpose { perm } => {
+            let shape: Vec<usize> = perm.iter().map(|&a| x[0].shape[a]).collect();
+            let n = shape.iter().product();
+            let data = (0..n).map(|i| {
+                let c = unravel(i, &shape);
+                let mut src = vec![0; c.len()];
+                for (k, &a) in perm.iter().enumerate() {
+                    src[a] = c[k];
+                }
+                x[0].data[ravel(&src, &x[0].shape)]
+            });
+            V::new(&shape, data.collect())
+        }
+        Op::ExpandDims { axis } => {
+            let mut shape = x[0].shape.clone();
+            shape.insert(*axis, 1);
+            V::new(&shape, x[0].data.clone())
+        }
+        Op::Squeeze { axes } => {
+            let shape: Vec<usize> =
+                x[0].shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+            V::new(&shape, x[0].data.clone())
+        }
+        Op::Pad { paddings, constant_value } => {
+            let shape: Vec<usize> = x[0].shape.iter().zip(paddings).map(|(d, p)| d + p[0] + p[1]).collect();
+            let n = shape.iter().product();
+            let data = (0..n).map(|i| {
+                let c = unravel(i, &shape);
+                let inside = c.iter().zip(paddings).zip(&x[0].shape).all(|((&c, p), &d)| c >= p[0] && c < p[0] + d);
+                if inside {
+                    let src: Vec<usize> = c.iter().zip(paddings).map(|(c, p)| c - p[0]).collect();
+                    x[0].data[ravel(&src, &x[0].shape)]
+                } else {
+                    constant_value.0 as f64
+                }
+            });
+            V::new(&shape, data.collect())
+        }
+        Op::Gather { axis } => {
+            let (p, idx) = (&x[0], &x[1]);
+            let mut shape = p.shape[..*axis].to_vec();
+            shape.extend_from_slice(&idx.shape);
+            shape.extend_from_slice(&p.shape[axis + 1..]);
+            let n = shape.iter().product();
+            let r = idx.shape.len();
+            let data = (0..n).map(|i| {
+                let c = unravel(i, &shape);
+                let j = ravel(&c[*axis..axis + r], &idx.shape);
+                let mut src = c[..*axis].to_vec();
+                src.push(idx.data[j] as usize);
+                src.extend_from_slice(&c[axis + r..]);
+                p.data[ravel(&src, &p.shape)]
+            });
+            V::new(&shape, data.collect())
+        }
+        Op::GatherGrad { axis } => {
+            let (p, idx, dy) = (&x[0], &x[1], &x[2]);
+            let r = idx.shape.len();
+            let mut out = V::zeros(&p.shape);
+            for i in 0..dy.data.len() {
+                let c = unravel(i, &dy.shape);
+                let j = ravel(&c[*axis..axis + r], &idx.shape);
+                let mut dst = c[..*axis].to_vec();
+                dst.push(idx.data[j] as usize);
+                dst.extend_from_slice(&c[axis + r..]);
+                out.data[ravel(&dst, &p.shape)] += dy.data[i];
+            }
+            out
+        }
+        Op::Tile { multiples } => {
+            let shape: Vec<usize> = x[0].shape.iter().zip(multiples).map(|(d, m)| d * m).collect();
+            let n = shape.iter().product();
+            let data = (0..n).map(|i| {
+                let c: Vec<usize> = unravel(i, &shape).iter().zip(&x[0].shape).map(|(c, d)| c % d).collect();
+                x[0].data[ravel(&c, &x[0].shape)]
+            });
+            V::new(&shape, data.collect())
+        }
+        Op::TileGrad { .. } => {
+            let (xv, dy) = (&x[0], &x[1]);
+            let mut out = V::zeros(&xv.shape);
+            for i in 0..dy.data.len() {
+                let c: Vec<usize> = unravel(i, &dy.shape).iter().zip(&xv.shape).map(|(c, d)| c % d).collect();
+                out.data[ravel(&c, &xv.shape)] += dy.data[i];
+            }
+            out
+        }
+        other => panic!("the reference interpreter has no rule for {other:?}"),
+    };
+    vec![out]
+}
