@@ -106,6 +106,18 @@ fn compile_emits_plan_dot_graph_and_placement() {
     }
 }
 
+/// `--emit fusions` lists the fused launches the plan runs: the convnet's
+/// convolution + bias + activation (+ pool) groups, and nothing with --no-fusion.
+#[test]
+fn compile_emits_the_fused_launches() {
+    let (out, _) = towers(&["compile", "--model", "convnet", "--towers", "2", "--emit", "fusions"]);
+    assert!(out.starts_with("# "), "{out}");
+    assert!(out.lines().filter(|l| l.starts_with("Conv2DBiasAct")).count() >= 2, "{out}");
+    assert!(out.contains("SparseSoftmaxXentMeanGrad"), "{out}");
+    let (plain, _) = towers(&["compile", "--model", "convnet", "--towers", "2", "--emit", "fusions", "--no-fusion"]);
+    assert!(!plain.contains("Conv2DBiasAct"), "{plain}");
+}
+
 #[test]
 fn compile_emits_the_cuda_of_every_kernel_the_plan_launches() {
     let dir = tempfile::tempdir().expect("tempdir");

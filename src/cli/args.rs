@@ -75,6 +75,8 @@ pub enum Emit {
     Placement,
     /// The CUDA C of every kernel the plan launches, one file each, into the folder given by -o.
     Cuda,
+    /// The fused launches: one line per launch, its kernel, lead node and members.
+    Fusions,
 }
 
 /// Model and tower options shared by `train` and `compile`.

@@ -98,6 +98,7 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         Emit::Plan => c.plan.to_text(),
         Emit::PlanJson => c.plan.to_json(),
         Emit::Placement => towers::report::placement_report(&c.graph, &c.plan),
+        Emit::Fusions => c.fusions(&opts).map_err(|e| e.to_string())?.to_text(&c.graph),
         Emit::Cuda => return write_cuda(&c.plan, a.output),
     };
     match a.output {
