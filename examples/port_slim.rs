@@ -136,7 +136,6 @@ pub fn run_from_args() -> Result<Run, Box<dyn Error>> {
     Ok(r)
 }
 
-#[allow(dead_code)]
 fn main() -> ExitCode {
     let result = run_from_args().and_then(|r| run(&r).map(|acc| (r, acc)));
     match result {

@@ -94,7 +94,7 @@ fn slim_names_default_scopes_and_normalizer_sub_scope() {
     );
     // slim's default activation is ReLU, after the batch norm.
     let relu = b.graph().get("net/conv1/Relu").expect("relu");
-    let input = b.graph().node(relu).inputs[0].node;
+    let input = b.graph().inputs(relu)[0].node;
     assert_eq!(b.graph().node(input).name, "net/conv1/BatchNorm/FusedBatchNorm");
     let decays: Vec<f32> = b
         .graph()
@@ -210,9 +210,9 @@ fn batch_norm_center_and_scale_variants() {
         assert_eq!(trainable, expect, "center {center} scale {scale}");
         assert_eq!(vars(&b).len(), expect.len() + 2, "the moving statistics are always there");
         // The missing ones are constants of ones (gamma) and zeros (beta).
-        let bn = b.graph().node(y.node);
+        let inputs = b.graph().inputs(y.node);
         for (slot, value) in [(1, 1.0), (2, 0.0)] {
-            match &b.graph().node(bn.inputs[slot].node).op {
+            match &b.graph().node(inputs[slot].node).op {
                 Op::Const { value: c } => assert!(c.data.iter().all(|v| v.0 == value)),
                 Op::Variable { .. } => {}
                 o => panic!("input {slot} is {o:?}"),
@@ -237,7 +237,7 @@ fn l2_regularizer_adds_one_term_per_weight() {
     let regs = b.graph().collection(keys::REGULARIZATION_LOSSES).to_vec();
     assert_eq!(regs, ["fc1/weights/Regularizer/l2_regularizer"]);
     let reg = b.graph().get(&regs[0]).expect("term");
-    let scale = b.graph().node(b.graph().node(reg).inputs[0].node).op.clone();
+    let scale = b.graph().node(b.graph().inputs(reg)[0].node).op.clone();
     match scale {
         Op::Const { value } => assert_eq!(value.data[0].0, 5e-4),
         o => panic!("{o:?}"),
