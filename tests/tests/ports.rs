@@ -78,3 +78,34 @@ fn towers_loop_port_builds_two_towers_and_trains() {
     let acc = port_towers_loop::run(&r).expect("trains");
     assert!((0.0..=1.0).contains(&acc), "{acc}");
 }
+
+/// `Regularizer::L2(s)` adds `s * sum(w²) / 2` per regularized weight
+/// (`tf.contrib.layers.l2_regularizer(s)`), computed by the runtime and
+/// compared with the sum taken here from the session's variables.
+#[test]
+fn l2_regularizer_adds_scale_times_half_the_sum_of_squares() {
+    let mut b = GraphBuilder::with_seed(3);
+    let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(5)])).expect("x");
+    b.arg_scope(LayerDefaults::new().weights_regularizer(Regularizer::L2(0.25)), |b| {
+        let h = layers::dense_with(b, x, &DenseOptions::new(4).name("fc1"))?;
+        let fc2 = DenseOptions::new(3)
+            .name("fc2")
+            .biases_initializer(Initializer::Constant(F32(0.5)))
+            .biases_regularizer(Regularizer::L2(2.0));
+        layers::dense_with(b, h, &fc2)
+    })
+    .expect("builds");
+    let reg = b.regularization_loss().expect("sum").expect("terms");
+    let reg = b.identity(reg, "reg").expect("reg");
+    let g = b.finish();
+    let eval = compile_eval(&g, &[("reg", &g.node(reg.node).name)], 1).expect("compiles");
+    let mut sess = Session::new(1);
+    sess.load("eval", eval.plan).expect("loads");
+    sess.run("eval").expect("runs");
+    let got = sess.fetch_f32("eval", "reg").expect("fetch")[0] as f64;
+    let half_sq = |v: &str| sess.read_variable(v).expect(v).iter().map(|&w| (w as f64).powi(2)).sum::<f64>() / 2.0;
+    // fc2's biases start at 0.5: 2.0 * 3 * 0.25 / 2 = 0.75 of it.
+    let want = 0.25 * (half_sq("fc1/weights") + half_sq("fc2/weights")) + 2.0 * half_sq("fc2/biases");
+    assert!(want > 0.01, "glorot weights are not all zero: {want}");
+    assert!((got - want).abs() <= 1e-5 * want, "regularization loss {got}, expected {want}");
+}
