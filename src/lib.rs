@@ -43,9 +43,13 @@ pub mod prelude {
     pub use crate::compiler::{compile_eval, compile_manual, compile_train, CompileOptions, Compiled};
     pub use crate::report::placement_report;
     pub use towers_graph::dot::to_dot;
-    pub use towers_graph::layers::{self, Activation};
+    pub use towers_graph::layers::{
+        self, Activation, BatchNormOptions, Conv2dOptions, DenseOptions, DropoutOptions, LayerDefaults, Naming,
+        Normalizer, Pool2dOptions, Regularizer,
+    };
     pub use towers_graph::{
-        keys, DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, Padding, Reuse, Shape, Tensor, F32,
+        keys, DType, Device, Graph, GraphBuilder, GraphError, Initializer, Op, Optimizer, Padding, Reuse, Shape,
+        Tensor, F32,
     };
     pub use towers_passes::{apply_gradients, average_gradients, gradients, BnUpdates, SplitPolicy, VarPlacement};
     pub use towers_runtime::Session;

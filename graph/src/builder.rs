@@ -92,6 +92,11 @@ pub struct GraphBuilder {
     control: Vec<NodeId>,
     /// TF's `_names_in_use`: how many times each name was asked for.
     used: HashMap<String, usize>,
+    /// TF's `variable_scopes_count`: how often each variable scope was opened
+    /// since its parent was last entered (the layers' automatic names).
+    pub(crate) scope_counts: HashMap<String, usize>,
+    /// The layer defaults in force ([`GraphBuilder::arg_scope`]).
+    pub(crate) layer_defaults: crate::layers::LayerDefaults,
 }
 
 impl Default for GraphBuilder {
@@ -124,6 +129,8 @@ impl GraphBuilder {
             device: DeviceSpec::default(),
             control: Vec::new(),
             used: HashMap::new(),
+            scope_counts: HashMap::new(),
+            layer_defaults: Default::default(),
         }
     }
 
@@ -224,9 +231,14 @@ impl GraphBuilder {
             (p, Reuse::No) => p,
             (_, r) => r,
         };
-        self.var_scopes.push(VarScope { path: Self::join(&parent.path, name.trim_end_matches('/')), reuse: effective });
+        let path = Self::join(&parent.path, name.trim_end_matches('/'));
+        *self.scope_counts.entry(path.clone()).or_insert(0) += 1;
+        self.var_scopes.push(VarScope { path: path.clone(), reuse: effective });
         let r = self.name_scope(name.trim_end_matches('/'), f);
         self.var_scopes.pop();
+        // TF's `close_variable_subscopes`: the next entry names its layers afresh.
+        let prefix = format!("{path}/");
+        self.scope_counts.retain(|k, _| !k.starts_with(&prefix));
         r
     }
 
@@ -239,9 +251,13 @@ impl GraphBuilder {
     ) -> std::result::Result<T, E> {
         let cur = self.var_scopes.last().cloned().unwrap_or(VarScope { path: String::new(), reuse: Reuse::No });
         let effective = if cur.reuse == Reuse::Yes { Reuse::Yes } else { reuse };
+        // As TF re-entering a scope object: its counts are restored on exit.
+        *self.scope_counts.entry(cur.path.clone()).or_insert(0) += 1;
+        let saved_counts = self.scope_counts.clone();
         self.var_scopes.push(VarScope { path: cur.path, reuse: effective });
         let r = f(self);
         self.var_scopes.pop();
+        self.scope_counts = saved_counts;
         r
     }
 

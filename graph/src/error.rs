@@ -55,6 +55,11 @@ pub enum GraphError {
     #[error("invalid scope name '{name}': {reason}")]
     BadScopeName { name: String, reason: String },
 
+    /// A layer option out of range or an input a layer cannot take, naming
+    /// the layer (its variable-scope path) and the option.
+    #[error("layer '{layer}': {option} {detail}")]
+    LayerOption { layer: String, option: String, detail: String },
+
     #[error("malformed serialized graph: {0}")]
     Deserialize(String),
 }

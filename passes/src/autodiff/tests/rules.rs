@@ -230,3 +230,30 @@ fn unknown_batch_reduce_mean_and_reshape_after_reinfer() {
     feeds.insert("x".to_string(), V::new(&[4, 2, 3], super::rand_vec(24, 99)));
     check_grads(&mut g, loss, &[w.node], &feeds);
 }
+
+/// The batch-norm layer in its four `center`/`scale` variants: a missing
+/// gamma is a constant of ones, a missing beta one of zeros, and the
+/// gradients of `x` and of the variables that exist stay exact
+/// (`y = gamma * (x - mean) * inv_std + beta`, with gamma = 1 or beta = 0
+/// fixed: the rule's dgamma/dbeta outputs are just not used).
+#[test]
+fn batch_norm_layer_center_scale_variants() {
+    use towers_graph::layers::{batch_norm_with, BatchNormOptions};
+    for (center, scale) in [(true, true), (true, false), (false, true), (false, false)] {
+        for shape in [vec![6, 3], vec![2, 3, 2, 3]] {
+            case(|b| {
+                let x = var(b, "x", &shape);
+                let opts = BatchNormOptions::new().name("bn").center(center).scale(scale);
+                let y = batch_norm_with(b, x, &opts).unwrap();
+                let mut vars = vec![x];
+                for (on, name) in [(scale, "bn/gamma"), (center, "bn/beta")] {
+                    assert_eq!(b.graph().get(name).is_some(), on, "{name} with center {center} scale {scale}");
+                    if let Some(id) = b.graph().get(name) {
+                        vars.push(Tensor::new(id, 0));
+                    }
+                }
+                (vars, vec![y])
+            });
+        }
+    }
+}
