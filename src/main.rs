@@ -12,7 +12,7 @@ use towers::compiler::{compile_train, CompileOptions};
 use towers::data::DataSpec;
 use towers::graph::layers::Activation;
 use towers::models::{build, ModelKind, ModelSpec};
-use towers::passes::{BnUpdates, ProcessGroup, VarPlacement};
+use towers::passes::{BnUpdates, ProcessGroup, PsStrategy, VarPlacement};
 use towers::runtime::comm::{Comm, LocalComm};
 use towers::train::{train_in, BackendChoice, LrScheduleKind, OptimizerKind, TrainConfig, TrainObserver};
 use towers::watch::{Tee, Watch};
@@ -64,6 +64,17 @@ enum Vars {
     Greedy,
     /// The fastest placement the cost model predicts on this machine (`towers::cost`).
     Auto,
+    /// Sharded over --ps-tasks parameter-server tasks (/job:ps/task:k), as
+    /// TF1's replica_device_setter.
+    Ps,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PsStrat {
+    /// Task i mod K for the i-th variable (replica_device_setter's default).
+    RoundRobin,
+    /// The least-loaded task by bytes so far (TF's GreedyLoadBalancingStrategy).
+    Greedy,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -122,6 +133,13 @@ struct Common {
     /// Where variables live.
     #[arg(long, value_enum, default_value = "cpu")]
     variables: Vars,
+    /// With --variables ps: the number of parameter-server tasks
+    /// (default: the number of processes, one shard per rank; 1 alone).
+    #[arg(long)]
+    ps_tasks: Option<u32>,
+    /// With --variables ps: how variables are dealt to the tasks.
+    #[arg(long, value_enum, default_value = "round-robin")]
+    ps_strategy: PsStrat,
     /// Split the batch by these weights, one per tower (e.g. 3,1).
     #[arg(long, value_delimiter = ',')]
     split_weights: Option<Vec<u32>>,
@@ -343,6 +361,25 @@ fn explain_cost(c: &Common, cfg: &TrainConfig, input: [usize; 3], classes: usize
     Ok(())
 }
 
+/// `--variables ps`: `--ps-tasks` defaults to the number of processes;
+/// the ps flags without `--variables ps` are refused.
+fn ps_tasks(c: &Common, cfg: &mut TrainConfig, processes: usize) -> Result<(), String> {
+    match (&mut cfg.variables, c.ps_tasks) {
+        (VarPlacement::Ps { tasks, .. }, None) => *tasks = processes.max(1) as u32,
+        (VarPlacement::Ps { .. }, Some(_)) => {}
+        (_, Some(k)) => {
+            return Err(format!(
+                "--ps-tasks {k} needs --variables ps (the variables sharded over parameter-server tasks)"
+            ))
+        }
+        (_, None) if matches!(c.ps_strategy, PsStrat::Greedy) => {
+            return Err("--ps-strategy greedy needs --variables ps".into())
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// `--bucket-mb` in bytes (at least one byte, finite).
 fn bucket_bytes(mb: f64) -> Result<usize, String> {
     let bytes = mb * (1u64 << 20) as f64;
@@ -395,6 +432,14 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
             Vars::Gpu0 => VarPlacement::Gpu0,
             Vars::RoundRobin => VarPlacement::RoundRobin,
             Vars::Greedy => VarPlacement::Greedy,
+            // --ps-tasks defaults to the number of processes (`ps_tasks`, once it is known).
+            Vars::Ps => VarPlacement::Ps {
+                tasks: c.ps_tasks.unwrap_or(1),
+                strategy: match c.ps_strategy {
+                    PsStrat::RoundRobin => PsStrategy::RoundRobin,
+                    PsStrat::Greedy => PsStrategy::Greedy,
+                },
+            },
             // Replaced by the cost model's choice (`auto_variables`) before any compile.
             Vars::Auto => VarPlacement::default(),
         },
@@ -515,6 +560,7 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     let mut cfg = config(&a.common)?;
     let (input, classes) = towers::cost::placements::geometry(&cfg.data);
     auto_variables(&a.common, &mut cfg, input, classes, comm.world_size())?;
+    ps_tasks(&a.common, &mut cfg, comm.world_size())?;
     cfg.steps = a.steps;
     cfg.epochs = a.epochs.unwrap_or(match a.common.model {
         Model::Mlp => 40,
@@ -624,6 +670,7 @@ fn run_compile(a: CompileArgs) -> Result<(), String> {
         return explain_cost(&a.common, &cfg, input, classes);
     }
     auto_variables(&a.common, &mut cfg, input, classes, a.world_size)?;
+    ps_tasks(&a.common, &mut cfg, a.world_size)?;
     let mut spec = ModelSpec::new(cfg.model, input, classes);
     spec.hidden = cfg.hidden.clone();
     spec.activation = cfg.activation;
