@@ -36,6 +36,11 @@ fn placement_graph_and_dot_name_each_variables_owner() {
     let slots = report.lines().filter(|l| l.ends_with("  slot")).count();
     assert_eq!(slots, 2 * owners.len(), "{report}");
     assert!(report.contains("variables=ps round_robin: /job:ps/task:1"), "{report}");
+    // The MLP 784-256-256-10 (digits: 64-256-256-10): Adam's slots are twice the variables' bytes.
+    let line = report.lines().find(|l| l.contains("optimizer slots: ")).expect("a slots line");
+    let nums: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    let (total, most, fewer) = (nums[0], nums[1], nums[2]);
+    assert!(most < total && fewer == total - most, "{line}");
     let greedy = compile(&["--ps-tasks", "2", "--ps-strategy", "greedy", "--emit", "placement"]);
     assert!(greedy.contains("variables=ps greedy: /job:ps/task:"), "{greedy}");
     let graph = compile(&["--ps-tasks", "3", "--emit", "graph"]);
