@@ -5,7 +5,9 @@
 //! arena of activations, gradients and copies, planned with memory reuse
 //! (peak) beside the sum of all its buffers (what the arena would be with
 //! none) and their ratio. This is where GPU 0's extra memory shows when it
-//! holds the variables.
+//! holds the variables. With `--variables ps`, every variable's owner
+//! (`/job:ps/task:k`) and each task's bytes of variables and of optimizer
+//! slots (the state an owner alone keeps).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -76,6 +78,9 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
         let ratio = if all == 0 { "-".to_string() } else { format!("{:.2}", a as f64 / all as f64) };
         let _ = writeln!(s, "  {:<8} {:>14} {:>14} {:>14} {:>7} {:>14}", plan.device_name(d), v, all, a, ratio, v + a);
     }
+    if let Some(ps) = &g.program().ps {
+        ps_section(&mut s, g, plan, ps);
+    }
     let copies = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::Copy)).count();
     let reductions = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::TowerMean { .. })).count();
     let _ = writeln!(s, "\ncopies: {copies}, cross-tower reductions: {reductions}, events: {}", plan.num_events);
@@ -101,4 +106,49 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
         }
     }
     s
+}
+
+/// The owner of every sharded variable and slot, and each ps task's load:
+/// its variables' bytes and its optimizer slots' bytes, in the plan's
+/// order of variables.
+fn ps_section(s: &mut String, g: &Graph, plan: &Plan, ps: &towers_graph::PsSharding) {
+    let mut per_task = vec![(0usize, 0usize, 0usize); ps.tasks as usize];
+    let _ = writeln!(s, "\nparameter-server tasks: {} (owner of each variable and slot):", ps.tasks);
+    let _ = writeln!(s, "  {:<48} {:<16} {:>12}  kind", "name", "owner", "bytes");
+    let slots: std::collections::BTreeSet<String> = g
+        .node_ids()
+        .into_iter()
+        .filter(|&i| !g.node(i).op.mutated_inputs().is_empty())
+        .flat_map(|i| {
+            let muts = g.node(i).op.mutated_inputs();
+            g.inputs(i).into_iter().take(muts.end).skip(1).map(|t| g.node(t.node).name.clone()).collect::<Vec<_>>()
+        })
+        .collect();
+    // In the plan's order of variables (creation order), as the strategies deal them.
+    for (name, k) in plan.variables.iter().filter_map(|v| ps.owner(&v.name).map(|k| (&v.name, k))) {
+        let bytes = g.get(name).and_then(|id| g.node(id).outputs.first().and_then(|t| t.byte_size())).unwrap_or(0);
+        let slot = slots.contains(name);
+        if let Some(t) = per_task.get_mut(k as usize) {
+            if slot {
+                t.2 += bytes;
+            } else {
+                t.0 += 1;
+                t.1 += bytes;
+            }
+        }
+        let kind = if slot { "slot" } else { "variable" };
+        let _ = writeln!(s, "  {:<48} {:<16} {:>12}  {kind}", name, towers_graph::ps_task_name(k), bytes);
+    }
+    let _ = writeln!(s, "  {:<16} {:>9} {:>14} {:>14}", "task", "variables", "var bytes", "slot bytes");
+    for (k, (n, vb, sb)) in per_task.iter().enumerate() {
+        let _ = writeln!(s, "  {:<16} {:>9} {:>14} {:>14}", towers_graph::ps_task_name(k as u32), n, vb, sb);
+    }
+    // What ZeRO-1 would save: a task keeps only its own slots instead of all of them.
+    let total: usize = per_task.iter().map(|t| t.2).sum();
+    let most = per_task.iter().map(|t| t.2).max().unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "  optimizer slots: {total} B in all; the most any task owns is {most} B ({} B fewer than a full copy)",
+        total - most
+    );
 }

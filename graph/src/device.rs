@@ -4,6 +4,12 @@
 //! `/job:worker/task:0/device:GPU:1`); every component is optional. Invariant:
 //! two [`DeviceSpec`]s compare equal exactly when their canonical strings
 //! (`Display`) are equal, so passes never compare raw user strings.
+//!
+//! Jobs: TF1's cluster names its processes by job and task. towers knows
+//! two jobs: `worker` (the MPI rank that runs towers, `/job:worker/task:i`)
+//! and `ps` (a parameter-server task that owns a shard of the variables,
+//! `/job:ps/task:k`, see [`DeviceSpec::ps_task`]); `localhost` is the one
+//! process alone. A job name is TF's `[A-Za-z][_A-Za-z0-9]*`.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -117,7 +123,21 @@ impl DeviceSpec {
             let fields: Vec<&str> = part.split(':').collect();
             let key = fields[0].to_ascii_lowercase();
             match (key.as_str(), fields.len()) {
-                ("job", 2) => spec.job = Some(fields[1].to_string()),
+                ("job", 2) => {
+                    let name = fields[1];
+                    let mut chars = name.chars();
+                    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+                        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if !valid {
+                        return Err(GraphError::DeviceParse {
+                            spec: s.to_string(),
+                            reason: format!(
+                                "invalid job name '{name}' in '{s}' (a job is a letter then letters, digits or '_', e.g. /job:ps/task:0 or /job:worker/task:1)"
+                            ),
+                        });
+                    }
+                    spec.job = Some(name.to_string())
+                }
                 ("replica", 2) => spec.replica = parse_index(fields[1])?,
                 ("task", 2) => spec.task = parse_index(fields[1])?,
                 ("device", 3) => match fields[1].to_ascii_lowercase().as_str() {
@@ -167,6 +187,29 @@ impl DeviceSpec {
     pub fn is_empty(&self) -> bool {
         *self == DeviceSpec::default()
     }
+
+    /// The parameter-server task this spec names, `k` of `/job:ps/task:k`
+    /// (none for any other job, or for `/job:ps` without a task).
+    pub fn ps_task(&self) -> Option<u32> {
+        if self.job.as_deref() == Some(PS_JOB) {
+            self.task
+        } else {
+            None
+        }
+    }
+
+    /// Whether the spec names the parameter-server job (`/job:ps...`).
+    pub fn is_ps(&self) -> bool {
+        self.job.as_deref() == Some(PS_JOB)
+    }
+}
+
+/// TF1's parameter-server job name (`/job:ps/task:k`).
+pub const PS_JOB: &str = "ps";
+
+/// The canonical name of parameter-server task `k`: `/job:ps/task:k`.
+pub fn ps_task_name(k: u32) -> String {
+    format!("/job:{PS_JOB}/task:{k}")
 }
 
 impl fmt::Display for DeviceSpec {
@@ -219,6 +262,43 @@ mod tests {
         assert!(e.contains("Cannot specify multiple device types"), "{e}");
         let e = DeviceSpec::parse("/gpu:x").unwrap_err().to_string();
         assert!(e.contains("invalid literal for int: x"), "{e}");
+    }
+
+    #[test]
+    fn parses_ps_and_worker_tasks() {
+        let ps = DeviceSpec::parse("/job:ps/task:3").unwrap();
+        assert_eq!(ps.to_string(), "/job:ps/task:3");
+        assert_eq!(ps.ps_task(), Some(3));
+        assert!(ps.is_ps());
+        assert_eq!(ps_task_name(3), ps.to_string());
+        let ps_cpu = DeviceSpec::parse("/job:ps/task:0/cpu:0").unwrap();
+        assert_eq!(ps_cpu.to_string(), "/job:ps/task:0/device:CPU:0");
+        assert_eq!(ps_cpu.ps_task(), Some(0));
+        let w = DeviceSpec::parse("/job:worker/task:1/device:GPU:0").unwrap();
+        assert_eq!((w.job.as_deref(), w.task, w.ps_task()), (Some("worker"), Some(1), None));
+        assert!(!w.is_ps());
+        // A ps job without a task: the strategy picks it.
+        let any = DeviceSpec::parse("/job:ps").unwrap();
+        assert!(any.is_ps() && any.ps_task().is_none());
+        assert_eq!(DeviceSpec::parse("/job:ps/task:*").unwrap().ps_task(), None);
+    }
+
+    #[test]
+    fn rejects_malformed_ps_and_worker_tasks() {
+        let e = DeviceSpec::parse("/job:ps/task:x").unwrap_err().to_string();
+        assert!(e.contains("invalid literal for int: x"), "{e}");
+        let e = DeviceSpec::parse("/job:worker/task:-1").unwrap_err().to_string();
+        assert!(e.contains("invalid literal for int: -1"), "{e}");
+        let e = DeviceSpec::parse("/job:ps/task:").unwrap_err().to_string();
+        assert!(e.contains("invalid literal for int: "), "{e}");
+        let e = DeviceSpec::parse("/job:ps/task:1:2").unwrap_err().to_string();
+        assert!(e.contains("Unknown attribute: 'task:1:2' in '/job:ps/task:1:2'"), "{e}");
+        let e = DeviceSpec::parse("/job:/task:0").unwrap_err().to_string();
+        assert!(e.starts_with("Malformed device specification '/job:/task:0'"), "{e}");
+        let e = DeviceSpec::parse("/job:1ps/task:0").unwrap_err().to_string();
+        assert!(e.contains("invalid job name '1ps'"), "{e}");
+        let e = DeviceSpec::parse("/job:ps/tsk:0").unwrap_err().to_string();
+        assert!(e.contains("Unknown attribute: 'tsk:0' in '/job:ps/tsk:0'"), "{e}");
     }
 
     #[test]

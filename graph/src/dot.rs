@@ -116,13 +116,22 @@ fn emit(g: &Graph, c: &Cluster, index: &BTreeMap<NodeId, usize>, s: &mut String,
             _ => "box",
         };
         let dev = n.device.map(|d| format!("\\n@{}", d.qualified(g.program().task))).unwrap_or_default();
+        // With --variables ps: the owning parameter-server task of a variable or slot.
+        let owner = g
+            .program()
+            .ps
+            .as_ref()
+            .and_then(|ps| ps.owner(&n.name))
+            .map(|k| format!("\\nowner {}", crate::device::ps_task_name(k)))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
-            "{pad}n{} [label=\"{}\\n{}{}\", shape={shape}, fillcolor=\"{fill}\", tooltip=\"{}\"];",
+            "{pad}n{} [label=\"{}\\n{}{}{}\", shape={shape}, fillcolor=\"{fill}\", tooltip=\"{}\"];",
             index[&id],
             esc(short),
             n.op.type_name(),
             dev,
+            owner,
             esc(&n.name)
         );
     }

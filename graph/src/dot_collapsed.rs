@@ -3,7 +3,7 @@
 //! One box per name scope per device (the scope cut to its first two
 //! components after any `tower_<i>/` prefix, which stays in the label), one
 //! cylinder per device holding that device's variables (their count and
-//! bytes), devices as flat clusters (never nested), and one edge per pair
+//! bytes; with `--variables ps` one per owning `/job:ps/task:k`), devices as flat clusters (never nested), and one edge per pair
 //! of groups that exchange data, labelled with the bytes that cross per
 //! step (each distinct tensor counted once per reading group; tensors of
 //! unknown size count 0). Control edges are left out. Output is
@@ -57,7 +57,11 @@ pub fn to_dot_collapsed(g: &Graph) -> Result<String> {
         let n = g.node(id);
         let device = n.device.map(|d| d.qualified(task)).unwrap_or_else(|| "unplaced".into());
         let is_var = matches!(n.op, Op::Variable { .. });
-        let key = group_of(&n.name, is_var, &device);
+        let mut key = group_of(&n.name, is_var, &device);
+        // With --variables ps, a device's variables are one cylinder per owning task.
+        if let Some(k) = g.program().ps.as_ref().and_then(|ps| ps.owner(&n.name)) {
+            key.1 = format!("variables of {}", crate::device::ps_task_name(k));
+        }
         let gi = *ids.entry(key.clone()).or_insert_with(|| {
             groups.push((key, 0, 0, n.device));
             groups.len() - 1
@@ -94,10 +98,11 @@ pub fn to_dot_collapsed(g: &Graph) -> Result<String> {
         let _ = writeln!(s, "  subgraph cluster_{k} {{\n    label=\"{}\"; style=rounded; color=gray50;", esc(dev));
         for (i, ((_, label), count, vbytes, device)) in groups.iter().enumerate().filter(|(_, g)| &g.0 .0 == dev) {
             let fill = device.map(device_colour).unwrap_or("white");
-            if label == "variables" {
+            if label.starts_with("variables") {
                 let _ = writeln!(
                     s,
-                    "    g{i} [label=\"variables\\n{count} on {}\\n{}\", shape=cylinder, fillcolor=\"{fill}\"];",
+                    "    g{i} [label=\"{}\\n{count} on {}\\n{}\", shape=cylinder, fillcolor=\"{fill}\"];",
+                    esc(label),
                     esc(dev),
                     bytes(*vbytes)
                 );

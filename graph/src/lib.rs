@@ -30,9 +30,9 @@ pub mod verify;
 
 pub use builder::{GraphBuilder, Reuse, VariableOptions};
 pub use builder_array::PadMode;
-pub use device::{Device, DeviceKind, DeviceSpec};
+pub use device::{ps_task_name, Device, DeviceKind, DeviceSpec, PS_JOB};
 pub use error::GraphError;
 pub use graph::{keys, Edge, Graph, NewNode, Node, NodeId, Tensor};
 pub use op::{BinaryOp, ConstValue, FusedExpr, FusedStep, Initializer, Op, Optimizer, Padding, UnaryOp};
-pub use program::{Program, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
+pub use program::{Program, PsSharding, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
 pub use types::{DType, Shape, TensorType, F32};

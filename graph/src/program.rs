@@ -126,6 +126,31 @@ pub struct Program {
     /// devices `/job:worker/task:<rank>/device:GPU:j` (set by `all_reduce`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<usize>,
+    /// With `--variables ps`: which parameter-server task owns each
+    /// variable (set by `place`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ps: Option<PsSharding>,
+}
+
+/// The variables sharded over parameter-server tasks (TF1's
+/// `replica_device_setter`): the owner of a variable holds its master copy
+/// and its optimizer slots, and applies its updates.
+///
+/// Invariant: every variable named in `owners` owns a task below `tasks`,
+/// and an optimizer slot has its primary variable's owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PsSharding {
+    /// The number of ps tasks (`--ps-tasks`).
+    pub tasks: u32,
+    /// Variable (and slot) name -> owning task `k` of `/job:ps/task:k`.
+    pub owners: BTreeMap<String, u32>,
+}
+
+impl PsSharding {
+    /// The owner of variable `name`, if it is sharded.
+    pub fn owner(&self, name: &str) -> Option<u32> {
+        self.owners.get(name).copied()
+    }
 }
 
 impl Program {
@@ -162,6 +187,12 @@ impl Program {
         }
         if let Some(t) = &self.train_op {
             let _ = writeln!(s, "train_op = {t}");
+        }
+        if let Some(ps) = &self.ps {
+            let _ = writeln!(s, "ps tasks = {}", ps.tasks);
+            for (v, k) in &ps.owners {
+                let _ = writeln!(s, "owner {v} = {}", crate::device::ps_task_name(*k));
+            }
         }
         if let Some(sched) = &self.schedule {
             let _ = writeln!(s, "schedule: {} streams, {} events", sched.streams.len(), sched.num_events);

@@ -34,6 +34,7 @@ pub mod options;
 pub mod pipeline;
 pub mod place;
 pub mod prune;
+pub mod ps;
 pub mod replicate;
 pub mod schedule;
 pub mod simplify;
@@ -49,7 +50,9 @@ pub use grad_mean::GradMean;
 pub use manager::{Pass, PassManager, PassTiming};
 pub use manual::average_gradients;
 pub use optimizer::{apply_gradients, ApplyOptimizer, ApplyResult};
-pub use options::{BnUpdates, CompileOptions, ProcessGroup, SplitPolicy, VarPlacement, DEFAULT_BUCKET_BYTES};
+pub use options::{
+    BnUpdates, CompileOptions, ProcessGroup, PsStrategy, SplitPolicy, VarPlacement, DEFAULT_BUCKET_BYTES,
+};
 pub use pipeline::{Pipeline, PipelineOutput};
 pub use place::Place;
 pub use prune::Prune;

@@ -190,6 +190,35 @@ pub enum VarPlacement {
     /// order). Sorting first makes it independent of creation order, unlike
     /// TF's `GreedyLoadBalancingStrategy`.
     Greedy,
+    /// Sharded over `tasks` parameter-server tasks, `/job:ps/task:k` (TF1's
+    /// `replica_device_setter`): each variable gets an owner task by
+    /// `strategy` (see [`crate::ps`]); in this process its value and slots
+    /// live on the host (`cpu:0`). Across processes, the owner alone keeps
+    /// the variable's optimizer slots and applies its updates.
+    Ps { tasks: u32, strategy: PsStrategy },
+}
+
+/// How `--variables ps` picks each variable's owner task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum PsStrategy {
+    /// Task `i mod K` for the `i`-th variable in creation order (TF's
+    /// `_RoundRobinStrategy`, `replica_device_setter`'s default).
+    #[default]
+    RoundRobin,
+    /// The least-loaded task so far (ties: the lowest), in creation order,
+    /// its load growing by the variable's bytes (TF's
+    /// `GreedyLoadBalancingStrategy` with `byte_size_load_fn`).
+    Greedy,
+}
+
+impl PsStrategy {
+    /// The short name used in placement reasons and flags (`round_robin`, `greedy`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PsStrategy::RoundRobin => "round_robin",
+            PsStrategy::Greedy => "greedy",
+        }
+    }
 }
 
 impl VarPlacement {
@@ -200,6 +229,7 @@ impl VarPlacement {
             VarPlacement::Gpu0 => "gpu0",
             VarPlacement::RoundRobin => "round_robin",
             VarPlacement::Greedy => "greedy",
+            VarPlacement::Ps { .. } => "ps",
         }
     }
 }

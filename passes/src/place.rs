@@ -9,6 +9,12 @@
 //! 3. an explicit device request on a non-tower node wins ("requested /device:CPU:0");
 //! 4. variables by [`VarPlacement`] ("variables=cpu", "variables=gpu0",
 //!    "variables=round_robin", "variables=greedy"), `global_step` excepted;
+//!    with `VarPlacement::Ps` each variable gets an owner task
+//!    `/job:ps/task:k` ([`crate::ps`]; "variables=ps round_robin:
+//!    /job:ps/task:1") and lives on the host (`cpu:0`, or the single
+//!    device); its slots get its owner. The owners are recorded in the
+//!    program (`Program::ps`). A `/job:ps/...` request needs `--variables
+//!    ps`, a variable, a task below `--ps-tasks`, and no GPU;
 //! 5. the host (`cpu:0`) runs `global_step`, `train_op`, the loss mean, the
 //!    placeholders and their `Split`s (the input pipeline is pinned to the host);
 //! 6. any other node: the host when there are towers, else the first device.
@@ -41,7 +47,9 @@ use towers_graph::{Device, DeviceKind, Graph, NewNode, NodeId, Op, Tensor};
 
 use crate::manager::Pass;
 use crate::options::VarPlacement;
+use crate::ps::{assign_owners, PsCandidate};
 use crate::state::{CompileState, PassError};
+use towers_graph::{ps_task_name, PsSharding};
 
 /// Place the graph (see the module docs).
 #[derive(Debug, Clone, Default)]
@@ -116,6 +124,10 @@ impl Place {
             VarPlacement::RoundRobin => vars.iter().enumerate().for_each(|(i, &v)| {
                 out.insert(v, (devs[i % devs.len()], reason.clone()));
             }),
+            // The owners are chosen by `shard_ps`; the values live on the host.
+            VarPlacement::Ps { .. } => vars.iter().for_each(|&v| {
+                out.insert(v, (Device::CPU0, reason.clone()));
+            }),
             VarPlacement::Greedy => {
                 let size = |v: NodeId| var_bytes(g, v) + slot_bytes.get(&g.node(v).name).copied().unwrap_or(0);
                 let mut sorted = vars.to_vec();
@@ -130,6 +142,92 @@ impl Place {
         }
         out
     }
+}
+
+/// Check the `/job:ps` requests (see the module docs, rule 4).
+/// Nodes colocated with a variable (its slots and writers, which inherit
+/// its device scope) go where it goes and are not checked here.
+fn check_ps_requests(
+    g: &Graph,
+    ids: &[NodeId],
+    strategy: VarPlacement,
+    colocate: &BTreeMap<NodeId, NodeId>,
+) -> Result<(), PassError> {
+    for &id in ids {
+        let n = g.node(id);
+        let spec = &n.requested_device;
+        if !spec.is_ps() || colocate.contains_key(&id) {
+            continue;
+        }
+        let VarPlacement::Ps { tasks, .. } = strategy else {
+            return Err(PassError::Placement {
+                node: n.name.clone(),
+                reason: format!(
+                    "'{}' was explicitly assigned to {spec} but available devices are [ /job:localhost/replica:0/task:0/device:CPU:0 ]. Make sure the device specification refers to a valid device (parameter-server tasks exist with --variables ps --ps-tasks K).",
+                    n.name
+                ),
+            });
+        };
+        if !matches!(n.op, Op::Variable { .. }) {
+            return Err(PassError::Placement {
+                node: n.name.clone(),
+                reason: format!(
+                    "'{}' ({} in scope '{}') was explicitly assigned to {spec}, but a parameter-server task holds only variables (as replica_device_setter's ps_ops); leave /job:ps out of the device string of ops",
+                    n.name,
+                    n.op.type_name(),
+                    n.scope
+                ),
+            });
+        }
+        if spec.kind == Some(DeviceKind::Gpu) {
+            return Err(PassError::Placement {
+                node: n.name.clone(),
+                reason: format!(
+                    "'{}' was explicitly assigned to {spec}, but a parameter-server task keeps its variables in host memory; use {} or leave the task out (one of {tasks} tasks is chosen)",
+                    n.name,
+                    ps_task_name(spec.task.unwrap_or(0)),
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// With `VarPlacement::Ps`: the owner task of every sharded variable and of
+/// its slots, and each primary's placement reason.
+fn shard_ps(
+    g: &Graph,
+    strategy: VarPlacement,
+    vars: &[NodeId],
+    colocate: &BTreeMap<NodeId, NodeId>,
+) -> Result<Option<(PsSharding, BTreeMap<NodeId, String>)>, PassError> {
+    let VarPlacement::Ps { tasks, strategy: ps } = strategy else {
+        return Ok(None);
+    };
+    let cands: Vec<PsCandidate> = vars
+        .iter()
+        .map(|&v| PsCandidate {
+            name: g.node(v).name.clone(),
+            bytes: var_bytes(g, v),
+            requested: g.node(v).requested_device.ps_task(),
+        })
+        .collect();
+    let owners = assign_owners(&cands, tasks, ps)?;
+    let mut sharding = PsSharding { tasks, owners: BTreeMap::new() };
+    let mut reasons = BTreeMap::new();
+    for (&v, &k) in vars.iter().zip(&owners) {
+        sharding.owners.insert(g.node(v).name.clone(), k);
+        let why = if g.node(v).requested_device.ps_task().is_some() { "requested" } else { ps.name() };
+        reasons.insert(v, format!("variables=ps {why}: {}", ps_task_name(k)));
+    }
+    for (&node, &var) in colocate {
+        if matches!(g.node(node).op, Op::Variable { .. }) {
+            if let Some(k) = sharding.owner(&g.node(var).name) {
+                sharding.owners.insert(g.node(node).name.clone(), k);
+            }
+        }
+    }
+    Ok(Some((sharding, reasons)))
 }
 
 impl Pass for Place {
@@ -176,7 +274,7 @@ impl Pass for Place {
         available.insert(Device::CPU0);
         let ctx = Ctx { single, available };
         for &id in &ids {
-            if g.node(id).tower.is_none() {
+            if g.node(id).tower.is_none() && !g.node(id).requested_device.is_ps() {
                 ctx.request(g, id)?;
             }
         }
@@ -217,6 +315,7 @@ impl Pass for Place {
                 }
             }
         }
+        check_ps_requests(g, &ids, self.strategy, &colocate)?;
         if let Some(step) = g.get("global_step") {
             steps.insert(step);
         }
@@ -232,16 +331,24 @@ impl Pass for Place {
             if matches!(n.op, Op::Variable { .. })
                 && !colocate.contains_key(&id)
                 && !steps.contains(&id)
-                && ctx.request(g, id)?.is_none()
+                && (n.requested_device.is_ps() || ctx.request(g, id)?.is_none())
             {
                 vars.push(id);
             }
         }
-        let var_dev = if let Some(d) = single {
+        let ps = shard_ps(g, self.strategy, &vars, &colocate)?;
+        let mut var_dev: BTreeMap<NodeId, (Device, String)> = if let Some(d) = single {
             vars.iter().map(|&v| (v, (d, "single device".to_string()))).collect()
         } else {
             self.place_variables(g, &vars, &slot_bytes, &devices)
         };
+        if let Some((_, reasons)) = &ps {
+            for (v, why) in reasons {
+                if let Some(p) = var_dev.get_mut(v) {
+                    p.1 = why.clone();
+                }
+            }
+        }
         let default_dev =
             if st.towers.is_empty() { devices.first().copied().unwrap_or(Device::CPU0) } else { Device::CPU0 };
         let loss_mean = g.program().fetches.get("loss").and_then(|t| g.get(&t.node));
@@ -252,7 +359,8 @@ impl Pass for Place {
             let n = g.node(id);
             let host = |why: &str| (Device::CPU0, format!("host: {why}"));
             let decision = if let Some(d) = single {
-                (d, "single device".to_string())
+                let ps_reason = ps.as_ref().and_then(|p| p.1.get(&id)).cloned();
+                (d, ps_reason.unwrap_or_else(|| "single device".to_string()))
             } else if let Some(t) = n.tower {
                 let d = *st.towers.get(t).ok_or_else(|| PassError::Placement {
                     node: n.name.clone(),
@@ -262,10 +370,11 @@ impl Pass for Place {
             } else if let Some(&var) = colocate.get(&id) {
                 let d = placed.get(&var).map(|p| p.0).unwrap_or(Device::CPU0);
                 (d, format!("colocated with {}", g.node(var).name))
+            } else if let Some(p) = var_dev.get(&id) {
+                // Before the request: a /job:ps variable's request names its owner, not a local device.
+                p.clone()
             } else if let Some(d) = ctx.request(g, id)? {
                 (d, format!("requested {}", d.spec()))
-            } else if let Some(p) = var_dev.get(&id) {
-                p.clone()
             } else if steps.contains(&id) && n.name == crate::optimizer::LEARNING_RATE {
                 host("learning rate, set between steps")
             } else if steps.contains(&id) {
@@ -291,6 +400,7 @@ impl Pass for Place {
             n.device = Some(d);
             n.placement_reason = Some(why);
         }
+        g.program_mut().ps = ps.map(|p| p.0);
         insert_copies(g)?;
         add_war_edges(g)?;
         Ok(())

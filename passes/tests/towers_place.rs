@@ -37,6 +37,8 @@ fn placement_invariants_for_1_to_4_towers_and_every_strategy() {
                     VarPlacement::Gpu0 => assert_eq!(d, Device::gpu(0), "{ctx} {name}"),
                     VarPlacement::RoundRobin => assert_eq!(d, devs[i % devs.len()], "{ctx} {name}"),
                     VarPlacement::Greedy => assert!(devs.contains(&d), "{ctx} {name}"),
+                    // Sharded over ps tasks (tests/towers_ps.rs): the values stay on the host.
+                    VarPlacement::Ps { .. } => assert_eq!(d, Device::CPU0, "{ctx} {name}"),
                 }
                 assert_eq!(n.placement_reason.as_deref(), Some(format!("variables={}", strategy.name()).as_str()));
             }

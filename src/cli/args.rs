@@ -58,6 +58,17 @@ pub enum Vars {
     Greedy,
     /// The fastest placement the cost model predicts on this machine (`towers::cost`).
     Auto,
+    /// Sharded over --ps-tasks parameter-server tasks (/job:ps/task:k), as
+    /// TF1's replica_device_setter.
+    Ps,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PsStrat {
+    /// Task i mod K for the i-th variable (replica_device_setter's default).
+    RoundRobin,
+    /// The least-loaded task by bytes so far (TF's GreedyLoadBalancingStrategy).
+    Greedy,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -123,6 +134,13 @@ pub struct Common {
     /// Where variables live.
     #[arg(long, value_enum, default_value = "cpu")]
     pub variables: Vars,
+    /// With --variables ps: the number of parameter-server tasks
+    /// (default: the number of processes, one shard per rank; 1 alone).
+    #[arg(long)]
+    pub ps_tasks: Option<u32>,
+    /// With --variables ps: how variables are dealt to the tasks.
+    #[arg(long, value_enum, default_value = "round-robin")]
+    pub ps_strategy: PsStrat,
     /// Split the batch by these weights, one per tower (e.g. 3,1).
     #[arg(long, value_delimiter = ',')]
     pub split_weights: Option<Vec<u32>>,

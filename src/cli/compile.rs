@@ -12,7 +12,7 @@ use towers::passes::ProcessGroup;
 use towers::trainer::{Model as UserModel, TRAIN_ACCURACY};
 
 use super::args::{CompileArgs, Emit};
-use super::config::{auto_variables, config, explain_cost, user_model};
+use super::config::{auto_variables, config, explain_cost, ps_tasks, user_model};
 
 fn parse_input(s: &str) -> Result<[usize; 3], String> {
     let v: Vec<usize> = s
@@ -74,6 +74,7 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         return explain_cost(&a.common, user.as_ref(), &cfg, input, classes);
     }
     auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, a.world_size)?;
+    ps_tasks(&a.common, &mut cfg, a.world_size)?;
     let model = match user {
         Some(m) => m,
         None => {

@@ -5,11 +5,11 @@
 use towers::data::DataSpec;
 use towers::graph::layers::Activation;
 use towers::models::{build, ModelKind};
-use towers::passes::{BnUpdates, VarPlacement};
+use towers::passes::{BnUpdates, PsStrategy, VarPlacement};
 use towers::train::{OptimizerKind, TrainConfig};
 use towers::trainer::Model as UserModel;
 
-use super::args::{Act, Bn, Common, Model, Opt, Vars};
+use super::args::{Act, Bn, Common, Model, Opt, PsStrat, Vars};
 
 /// `--data`, or the embedded digits.
 pub fn data_spec(c: &Common) -> Result<DataSpec, String> {
@@ -39,6 +39,25 @@ fn cost_model(
             Ok((m.graph, m.loss))
         }
     }
+}
+
+/// `--variables ps`: `--ps-tasks` defaults to the number of processes;
+/// the ps flags without `--variables ps` are refused.
+pub fn ps_tasks(c: &Common, cfg: &mut TrainConfig, processes: usize) -> Result<(), String> {
+    match (&mut cfg.variables, c.ps_tasks) {
+        (VarPlacement::Ps { tasks, .. }, None) => *tasks = processes.max(1) as u32,
+        (VarPlacement::Ps { .. }, Some(_)) => {}
+        (_, Some(k)) => {
+            return Err(format!(
+                "--ps-tasks {k} needs --variables ps (the variables sharded over parameter-server tasks)"
+            ))
+        }
+        (_, None) if matches!(c.ps_strategy, PsStrat::Greedy) => {
+            return Err("--ps-strategy greedy needs --variables ps".into())
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// `--variables auto`: the placement with the fastest predicted step for
@@ -144,6 +163,14 @@ pub fn config(c: &Common) -> Result<TrainConfig, String> {
             Vars::Gpu0 => VarPlacement::Gpu0,
             Vars::RoundRobin => VarPlacement::RoundRobin,
             Vars::Greedy => VarPlacement::Greedy,
+            // --ps-tasks defaults to the number of processes (`ps_tasks`, once it is known).
+            Vars::Ps => VarPlacement::Ps {
+                tasks: c.ps_tasks.unwrap_or(1),
+                strategy: match c.ps_strategy {
+                    PsStrat::RoundRobin => PsStrategy::RoundRobin,
+                    PsStrat::Greedy => PsStrategy::Greedy,
+                },
+            },
             // Replaced by the cost model's choice (`auto_variables`) before any compile.
             Vars::Auto => VarPlacement::default(),
         },
