@@ -54,6 +54,10 @@ enum Opt {
     Sgd,
     Momentum,
     Adam,
+    /// TF1's RMSPropOptimizer defaults: decay 0.9, momentum 0, epsilon 1e-10.
+    Rmsprop,
+    /// TF1's AdagradOptimizer: initial accumulator 0.1.
+    Adagrad,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -102,7 +106,7 @@ struct Common {
     /// Optimizer.
     #[arg(long, value_enum, default_value = "momentum")]
     optimizer: Opt,
-    /// Learning rate (default: 0.001 for adam; for sgd and momentum 0.1 for the
+    /// Learning rate (default: 0.001 for adam and rmsprop, 0.05 for adagrad; for sgd and momentum 0.1 for the
     /// MLP and 0.05 for the convnet: the defaults whose worst seed clears the
     /// documented accuracy on every SIMD path, bench/accuracy.sh).
     #[arg(long)]
@@ -359,9 +363,12 @@ fn config(c: &Common) -> Result<TrainConfig, String> {
         Opt::Sgd => OptimizerKind::Sgd,
         Opt::Momentum => OptimizerKind::Momentum,
         Opt::Adam => OptimizerKind::Adam,
+        Opt::Rmsprop => OptimizerKind::RmsProp,
+        Opt::Adagrad => OptimizerKind::Adagrad,
     };
     let lr = c.lr.unwrap_or(match (optimizer, c.model) {
-        (OptimizerKind::Adam, _) => 0.001,
+        (OptimizerKind::Adam | OptimizerKind::RmsProp, _) => 0.001,
+        (OptimizerKind::Adagrad, _) => 0.05,
         (_, Model::Mlp) => 0.1,
         (_, Model::Convnet) => 0.05,
     });

@@ -11,6 +11,7 @@
 //! - [`text`], [`dot`]: readable and Graphviz forms; [`verify`]: the invariants.
 
 pub mod builder;
+pub mod builder_math;
 pub mod device;
 pub mod dot;
 pub mod dot_collapsed;
@@ -30,6 +31,8 @@ pub use builder::{GraphBuilder, Reuse, VariableOptions};
 pub use device::{Device, DeviceKind, DeviceSpec};
 pub use error::GraphError;
 pub use graph::{keys, Edge, Graph, NewNode, Node, NodeId, Tensor};
-pub use op::{BinaryOp, ConstValue, FusedExpr, FusedStep, Initializer, Op, Optimizer, Padding, UnaryOp};
+pub use op::{
+    BinaryOp, ConstValue, Distribution, FanMode, FusedExpr, FusedStep, Initializer, Op, Optimizer, Padding, UnaryOp,
+};
 pub use program::{Program, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
 pub use types::{DType, Shape, TensorType, F32};

@@ -329,6 +329,17 @@ pub enum Kernel {
     },
     /// in: none. out: the i32 step variable, incremented in place.
     IncrementStep,
+    // optimizers of issue 22
+    /// TF1's `ApplyRMSProp` (not centered): in: grad, learning rate (f32[1]).
+    /// out: the variable, ms and mom, in place.
+    ApplyRmsProp {
+        decay: f32,
+        momentum: f32,
+        epsilon: f32,
+    },
+    /// TF1's `ApplyAdagrad`: in: grad, learning rate (f32[1]). out: the
+    /// variable and its accumulator, in place.
+    ApplyAdagrad {},
 }
 
 impl Kernel {
@@ -397,6 +408,8 @@ impl Kernel {
             Kernel::MeanApply { .. } => "mean_apply",
             Kernel::MultiApply { .. } => "multi_apply",
             Kernel::IncrementStep => "increment_step",
+            Kernel::ApplyRmsProp { .. } => "apply_rmsprop",
+            Kernel::ApplyAdagrad { .. } => "apply_adagrad",
         }
     }
 }

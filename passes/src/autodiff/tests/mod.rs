@@ -4,6 +4,7 @@
 pub(crate) mod interp;
 mod interp_nn;
 mod rules;
+mod rules_math;
 mod structure;
 
 use std::collections::BTreeMap;
