@@ -72,14 +72,17 @@ fn math_ops_plan() -> towers::codegen::Plan {
 }
 
 /// Every file `--emit cuda` would write for [`math_ops_plan`] compiles
-/// alone for sm_80 and sm_90, and its fused kernels call the generated
-/// switches with the new ops' codes.
+/// alone for sm_80 and sm_90; the fused kernel of pow's exponent gradient
+/// calls the generated switch with `pow_grad_y`'s code, and the switch has
+/// a case for every new row.
 #[test]
 fn the_math_ops_plan_compiles() {
     let files = towers::cuda_emit::cuda_files(&math_ops_plan()).expect("cuda files");
     let all: String = files.iter().map(|(_, t)| t.as_str()).collect();
-    for op in [towers::kernels::BinaryOp::Maximum, towers::kernels::BinaryOp::Pow] {
-        assert!(all.contains(&format!("binary_op({}, ", op.code())), "{op:?} in a fused kernel");
+    use towers::kernels::BinaryOp;
+    assert!(all.contains(&format!("binary_op({}, ", BinaryOp::PowGradY.code())), "pow_grad_y in a fused kernel");
+    for op in [BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow, BinaryOp::GreaterEqualMask] {
+        assert!(all.contains(&format!("case {}: return ", op.code())), "{op:?} in the binary switch");
     }
     if !common::nvrtc_present() {
         common::skip("cuda_emit", "libnvrtc (libnvrtc.so / libnvrtc.so.13) was not found on LD_LIBRARY_PATH.");

@@ -82,14 +82,15 @@ fn towers_match_one_device_with_the_new_ops_for_every_optimizer() {
     }
 }
 
-/// Overfitting one batch: 40 steps of RMSProp and of Adagrad on two towers
+/// Overfitting one batch: 100 steps of RMSProp and of Adagrad on two towers
 /// take the loss below 60% of its start, and the exponent e moves (its
-/// gradient reaches it).
+/// gradient reaches it). (RMSProp's ms starts at 1, as TF1's, so its first
+/// steps are small: 40 steps at lr 0.01 took the loss only from 2.34 to 2.14.)
 #[test]
 fn the_loss_falls_with_rmsprop_and_adagrad() {
     let model = math_model(6);
     let one = batches(BATCH, 1, 9);
-    let data: Vec<_> = (0..40).map(|_| one[0].clone()).collect();
+    let data: Vec<_> = (0..100).map(|_| one[0].clone()).collect();
     for opt in [
         Optimizer::RmsProp { lr: F32(0.01), decay: F32(0.9), momentum: F32(0.0), epsilon: F32(1e-10) },
         Optimizer::Adagrad { lr: F32(0.1), initial_accumulator_value: F32(0.1) },
@@ -104,9 +105,12 @@ fn the_loss_falls_with_rmsprop_and_adagrad() {
     }
 }
 
-/// The new unary and binary ops are table rows, so the e-graph fuses them
-/// into elementwise kernels like any other (their names appear in the fused
-/// launches' `ew[...]` expressions), and the plan is the same text twice.
+/// The new ops are table rows, so the e-graph fuses them into elementwise
+/// kernels like any other: in this model the pow gradient's `pow_grad_y`
+/// row is fused with its product (the activations, which share their input
+/// with several consumers, stay single launches by the cost model); and a
+/// fused expression of every new row runs on the CPU as the rows one by one.
+/// The plan is the same text twice.
 #[test]
 fn the_new_ops_fuse_into_elementwise_kernels() {
     use towers::codegen::Step;
@@ -123,7 +127,26 @@ fn the_new_ops_fuse_into_elementwise_kernels() {
             }
         }
     }
-    for op in ["relu6", "softplus", "maximum", "minimum", "pow", "ge_mask"] {
-        assert!(fused.iter().any(|e| e.contains(&format!("{op}:"))), "{op} in no fused kernel:\n{}", fused.join("\n"));
-    }
+    assert!(fused.iter().any(|e| e.contains("pow_grad_y:")), "pow_grad_y in no fused kernel:\n{}", fused.join("\n"));
+
+    use towers::kernels::elementwise::{binary, fused as run_fused, unary, FusedExpr};
+    use towers::kernels::{BinaryOp, UnaryOp};
+    // maximum(relu6(x), softplus(y)) ^ minimum(x, y), with ge_mask of the two: one kernel.
+    let e: FusedExpr =
+        "ew[$0;relu6:0;$1;softplus:2;maximum:1:3;minimum:0:2;pow:4:5;ge_mask:0:2;mul:6:7]".parse().unwrap();
+    let x: Vec<f32> = (0..12).map(|i| i as f32 * 0.7 - 3.0).collect();
+    let y: Vec<f32> = (0..12).map(|i| 2.0 - i as f32 * 0.3).collect();
+    let mut got = vec![0.0; 12];
+    run_fused(&e, &[&x, &y], &[vec![12], vec![12]], &[12], &mut got).unwrap();
+    let (mut r6, mut sp, mut mx, mut mn, mut p, mut ge, mut want) =
+        (vec![0.0; 12], vec![0.0; 12], vec![0.0; 12], vec![0.0; 12], vec![0.0; 12], vec![0.0; 12], vec![0.0; 12]);
+    unary(UnaryOp::Relu6, &x, &mut r6);
+    unary(UnaryOp::Softplus, &y, &mut sp);
+    binary(BinaryOp::Maximum, &r6, &[12], &sp, &[12], &mut mx).unwrap();
+    binary(BinaryOp::Minimum, &x, &[12], &y, &[12], &mut mn).unwrap();
+    binary(BinaryOp::Pow, &mx, &[12], &mn, &[12], &mut p).unwrap();
+    binary(BinaryOp::GreaterEqualMask, &x, &[12], &y, &[12], &mut ge).unwrap();
+    binary(BinaryOp::Mul, &p, &[12], &ge, &[12], &mut want).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&want));
 }
