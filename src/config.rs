@@ -45,6 +45,10 @@ pub enum OptimizerKind {
     Sgd,
     Momentum,
     Adam,
+    /// TF1's `RMSPropOptimizer` with its defaults (decay 0.9, momentum 0, epsilon 1e-10).
+    RmsProp,
+    /// TF1's `AdagradOptimizer` with its default initial accumulator 0.1.
+    Adagrad,
 }
 
 impl std::str::FromStr for OptimizerKind {
@@ -54,7 +58,9 @@ impl std::str::FromStr for OptimizerKind {
             "sgd" => Ok(OptimizerKind::Sgd),
             "momentum" => Ok(OptimizerKind::Momentum),
             "adam" => Ok(OptimizerKind::Adam),
-            o => Err(format!("unknown optimizer '{o}': expected sgd, momentum or adam")),
+            "rmsprop" => Ok(OptimizerKind::RmsProp),
+            "adagrad" => Ok(OptimizerKind::Adagrad),
+            o => Err(format!("unknown optimizer '{o}': expected sgd, momentum, adam, rmsprop or adagrad")),
         }
     }
 }
@@ -199,6 +205,12 @@ impl TrainConfig {
             }
             OptimizerKind::Adam => {
                 Optimizer::Adam { lr: F32(self.base_lr()), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) }
+            }
+            OptimizerKind::RmsProp => {
+                Optimizer::RmsProp { lr: F32(self.base_lr()), decay: F32(0.9), momentum: F32(0.0), epsilon: F32(1e-10) }
+            }
+            OptimizerKind::Adagrad => {
+                Optimizer::Adagrad { lr: F32(self.base_lr()), initial_accumulator_value: F32(0.1) }
             }
         }
     }

@@ -209,6 +209,35 @@ fn checkpoint_is_written_and_resumed() {
     assert!(l[0].1 < 1.5, "a resumed model starts trained, loss {}", l[0].1);
 }
 
+/// `--optimizer rmsprop|adagrad` train (the loss falls over 100 steps on two
+/// towers; rmsprop at --lr 0.01, since its ms slot starts at 1 as TF1's and
+/// the default 0.001 moves slowly at first), save their slots under TF1's names (`<var>/RMSProp`,
+/// `<var>/RMSProp_1`, `<var>/Adagrad`) and resume from them.
+#[test]
+fn rmsprop_and_adagrad_train_and_checkpoint_their_slots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (opt, lr, slots) in
+        [("rmsprop", "0.01", &["/RMSProp\"", "/RMSProp_1\""][..]), ("adagrad", "0.05", &["/Adagrad\""][..])]
+    {
+        let ck = dir.path().join(format!("{opt}.safetensors"));
+        let ck = ck.to_str().expect("utf-8 path");
+        let args = ["train", "--optimizer", opt, "--lr", lr, "--towers", "2", "--steps", "100", "--log-every", "20"];
+        let (out, _) = towers(&[&args[..], &["--checkpoint", ck]].concat());
+        let l = losses(&out);
+        assert_eq!(l.len(), 5, "{out}");
+        assert!(l[4].1 < 0.7 * l[0].1, "{opt}: the loss falls, {l:?}");
+        let bytes = String::from_utf8_lossy(&std::fs::read(ck).expect("checkpoint")).to_string();
+        for s in slots {
+            assert!(bytes.contains(&format!("fc1/weights{s}")), "{opt}: slot {s} in the checkpoint");
+        }
+        let resume = ["--steps", "101", "--checkpoint", ck, "--resume", "--log-every", "1"];
+        let (out, _) = towers(&[&["train", "--optimizer", opt, "--lr", lr, "--towers", "2"][..], &resume[..]].concat());
+        let r = losses(&out);
+        assert_eq!(r.len(), 1, "{out}");
+        assert!(r[0].1 < l[0].1, "{opt}: the resumed model starts trained, {r:?} vs {l:?}");
+    }
+}
+
 #[test]
 fn user_mistakes_are_errors_not_panics() {
     let bad = |args: &[&str], needle: &str| {

@@ -37,7 +37,68 @@ fn seed_plans() -> Vec<Vec<&'static str>> {
             }
         }
     }
+    // The optimizers of issue 22: their single, tower-fused (mean_apply) and
+    // multi-tensor updates.
+    plans.push(vec!["compile", "--model", "mlp", "--optimizer", "rmsprop", "--towers", "4", "--variables", "cpu"]);
+    plans.push(vec!["compile", "--model", "mlp", "--optimizer", "adagrad", "--towers", "4", "--variables", "gpu0"]);
     plans
+}
+
+/// A training plan using every math op of issue 22 (maximum, minimum, pow
+/// with a trainable exponent, square, leaky_relu, relu6, softplus, and the
+/// gradient helpers ge_mask and pow_grad_y), two towers, RMSProp.
+fn math_ops_plan() -> towers::codegen::Plan {
+    use towers::prelude::*;
+    let mut b = GraphBuilder::with_seed(1);
+    let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(6)])).unwrap();
+    let w = b.get_variable("w", [6, 4], Initializer::he_normal()).unwrap();
+    let e = b.get_variable("e", Shape(vec![]), Initializer::Constant(F32(0.5))).unwrap();
+    let h = b.matmul(x, w).unwrap();
+    let lr = b.leaky_relu_default(h).unwrap();
+    let r6 = b.relu6(h).unwrap();
+    let sp = b.softplus(h).unwrap();
+    let lo = b.minimum(r6, sp).unwrap();
+    let m = b.maximum(lr, lo).unwrap();
+    let sq = b.square(m).unwrap();
+    let one = b.scalar(1.0).unwrap();
+    let base = b.add(sq, one).unwrap();
+    let p = b.pow(base, e).unwrap();
+    let mean = b.reduce_mean_all(p).unwrap();
+    b.identity(mean, "loss").unwrap();
+    let opt = Optimizer::RmsProp { lr: F32(0.01), decay: F32(0.9), momentum: F32(0.5), epsilon: F32(1e-10) };
+    let mut opts = CompileOptions::new(opt, 8);
+    opts.towers = vec![Device::gpu(0), Device::gpu(1)];
+    compile_train(&b.finish(), "loss", &opts).expect("the math-ops graph compiles").plan
+}
+
+/// Every file `--emit cuda` would write for [`math_ops_plan`] compiles
+/// alone for sm_80 and sm_90; the fused kernel of pow's exponent gradient
+/// calls the generated switch with `pow_grad_y`'s code, and the switch has
+/// a case for every new row.
+#[test]
+fn the_math_ops_plan_compiles() {
+    let files = towers::cuda_emit::cuda_files(&math_ops_plan()).expect("cuda files");
+    let all: String = files.iter().map(|(_, t)| t.as_str()).collect();
+    use towers::kernels::BinaryOp;
+    assert!(all.contains(&format!("binary_op({}, ", BinaryOp::PowGradY.code())), "pow_grad_y in a fused kernel");
+    for op in [BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow, BinaryOp::GreaterEqualMask] {
+        assert!(all.contains(&format!("case {}: return ", op.code())), "{op:?} in the binary switch");
+    }
+    if !common::nvrtc_present() {
+        common::skip("cuda_emit", "libnvrtc (libnvrtc.so / libnvrtc.so.13) was not found on LD_LIBRARY_PATH.");
+        return;
+    }
+    let mut failures = Vec::new();
+    for (file, text) in files.iter().filter(|(f, _)| f.ends_with(".cu")) {
+        for arch in ARCHS {
+            match common::compile(file, text, arch, &[]) {
+                Ok(c) if c.image.starts_with(b"\x7fELF") => {}
+                Ok(_) => failures.push(format!("{file}: NVRTC returned no ELF cubin for {arch}")),
+                Err(e) => failures.push(format!("{file}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n\n"));
 }
 
 /// Write the plan's CUDA into `dir`; its files other than `index.txt`, with

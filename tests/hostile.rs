@@ -125,7 +125,7 @@ const FLAGS: &[Row] = &[
     ("train --dump-after replicate --dump-dir {d}/dumps --steps 1", 1, &["--dump-after", "replicate"]),
     ("train --dump-after autodiff --steps 1", 1, &["--dump-after", "needs --dump-dir"]),
     ("train --model transformer", 2, &["--model", "invalid value"]),
-    ("train --optimizer rmsprop", 2, &["--optimizer", "invalid value"]),
+    ("train --optimizer adadelta", 2, &["--optimizer", "invalid value"]),
     ("train --activation gelu", 2, &["--activation", "invalid value"]),
     ("train --variables tpu", 2, &["--variables", "invalid value"]),
     ("train --bn-updates all", 2, &["--bn-updates", "invalid value"]),

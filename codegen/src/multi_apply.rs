@@ -22,10 +22,7 @@ use crate::Kernel;
 fn key(step: &Step) -> Option<(&Kernel, &[crate::BufRef])> {
     match step {
         Step::Launch { kernel, inputs, workspace: None, .. }
-            if matches!(
-                kernel,
-                Kernel::ApplyGradientDescent { .. } | Kernel::ApplyMomentum { .. } | Kernel::ApplyAdam { .. }
-            ) && !inputs.is_empty() =>
+            if towers_kernels::optim::update_arity(kernel).is_some() && !inputs.is_empty() =>
         {
             Some((kernel, &inputs[1..]))
         }

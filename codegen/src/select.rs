@@ -232,6 +232,10 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
                 Optimizer::Adam { beta1, beta2, epsilon, .. } => {
                     (Kernel::ApplyAdam { beta1: beta1.0, beta2: beta2.0, epsilon: epsilon.0 }, vec![grad, step, lr])
                 }
+                Optimizer::RmsProp { decay, momentum, epsilon, .. } => {
+                    (Kernel::ApplyRmsProp { decay: decay.0, momentum: momentum.0, epsilon: epsilon.0 }, vec![grad, lr])
+                }
+                Optimizer::Adagrad { .. } => (Kernel::ApplyAdagrad {}, vec![grad, lr]),
             };
             Ok(Lowering::Launch { kernel, inputs, outs: Outs::InPlace((0..n - 3).collect()) })
         }

@@ -11,10 +11,10 @@
 
 use std::fmt::Write;
 
-use towers_graph::{Initializer, Padding};
+use towers_graph::{Distribution, FanMode, Initializer, Padding};
 
 use crate::plan::{BufRef, Plan, Step};
-use towers_kernels::{BinaryOp, ConvGeom, Kernel, PoolGeom};
+use towers_kernels::{ConvGeom, Kernel, PoolGeom};
 
 fn dims(d: &[usize]) -> String {
     let v: Vec<String> = d.iter().map(|x| x.to_string()).collect();
@@ -29,6 +29,20 @@ fn init(i: &Initializer) -> String {
         Initializer::TruncatedNormal { mean, stddev } => format!("truncated_normal({mean}, {stddev})"),
         Initializer::GlorotUniform => "glorot_uniform".into(),
         Initializer::RandomUniform { min, max } => format!("random_uniform({min}, {max})"),
+        Initializer::VarianceScaling { scale, mode, distribution } => {
+            let mode = match mode {
+                FanMode::FanIn => "fan_in",
+                FanMode::FanOut => "fan_out",
+                FanMode::FanAvg => "fan_avg",
+            };
+            let dist = match distribution {
+                Distribution::TruncatedNormal => "truncated_normal",
+                Distribution::Normal => "untruncated_normal",
+                Distribution::Uniform => "uniform",
+            };
+            format!("variance_scaling({scale}, {mode}, {dist})")
+        }
+        Initializer::RandomNormal { mean, stddev } => format!("random_normal({mean}, {stddev})"),
     }
 }
 
@@ -108,12 +122,7 @@ pub fn kernel_params(k: &Kernel) -> String {
             format!("m={m} n={n} k={k}{ta}{tb} +bias{act}")
         }
         Kernel::Binary { op, a_shape, b_shape, out_shape } => {
-            let sym = match op {
-                BinaryOp::Add => "+",
-                BinaryOp::Sub => "-",
-                BinaryOp::Mul => "*",
-                BinaryOp::Div => "/",
-            };
+            let sym = op.symbol();
             let name = op.name();
             // The output shape is written only where it is not the larger operand's.
             let out = if out_shape == a_shape || out_shape == b_shape {
@@ -185,6 +194,8 @@ pub fn kernel_params(k: &Kernel) -> String {
             format!("momentum={momentum}{nv}")
         }
         Kernel::ApplyAdam { beta1, beta2, epsilon } => format!("beta1={beta1} beta2={beta2} eps={epsilon}"),
+        Kernel::ApplyRmsProp { decay, momentum, epsilon } => format!("decay={decay} momentum={momentum} eps={epsilon}"),
+        Kernel::ApplyAdagrad {} => String::new(),
         Kernel::WeightedSum { weights } => format!("w={}", list(weights)),
         Kernel::MeanApply { weights, apply } => {
             let p = kernel_params(apply);

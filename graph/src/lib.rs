@@ -12,6 +12,7 @@
 
 pub mod builder;
 mod builder_array;
+pub mod builder_math;
 pub mod device;
 pub mod dot;
 pub mod dot_collapsed;
@@ -33,6 +34,8 @@ pub use builder_array::PadMode;
 pub use device::{ps_task_name, Device, DeviceKind, DeviceSpec, PS_JOB};
 pub use error::GraphError;
 pub use graph::{keys, Edge, Graph, NewNode, Node, NodeId, Tensor};
-pub use op::{BinaryOp, ConstValue, FusedExpr, FusedStep, Initializer, Op, Optimizer, Padding, UnaryOp};
+pub use op::{
+    BinaryOp, ConstValue, Distribution, FanMode, FusedExpr, FusedStep, Initializer, Op, Optimizer, Padding, UnaryOp,
+};
 pub use program::{Program, PsSharding, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
 pub use types::{DType, Shape, TensorType, F32};

@@ -19,6 +19,8 @@ use crate::types::{DType, F32};
 
 /// The op vocabulary shared with the kernels: one definition, in `towers_kernels`.
 pub use towers_kernels::elementwise::{FusedExpr, FusedStep};
+/// The variance-scaling initializer's options, shared with the kernels.
+pub use towers_kernels::init::{Distribution, FanMode};
 pub use towers_kernels::{BinaryOp, Padding, UnaryOp};
 
 /// How a variable gets its first value. Seeded initializers draw from a
@@ -29,9 +31,42 @@ pub enum Initializer {
     Zeros,
     Ones,
     Constant(F32),
-    TruncatedNormal { mean: F32, stddev: F32 },
+    TruncatedNormal {
+        mean: F32,
+        stddev: F32,
+    },
     GlorotUniform,
-    RandomUniform { min: F32, max: F32 },
+    RandomUniform {
+        min: F32,
+        max: F32,
+    },
+    // initializers of issue 22
+    /// TF's `variance_scaling_initializer(scale, mode, distribution)`:
+    /// variance `scale / max(1, fan)`, fans from the shape (dense `[in, out]`,
+    /// conv HWIO: receptive field `kh*kw`). He normal (`tf.keras.initializers.he_normal`)
+    /// is [`Initializer::he_normal`].
+    VarianceScaling {
+        scale: F32,
+        mode: FanMode,
+        distribution: Distribution,
+    },
+    /// TF's `random_normal_initializer(mean, stddev)` (untruncated).
+    RandomNormal {
+        mean: F32,
+        stddev: F32,
+    },
+}
+
+impl Initializer {
+    /// He (Kaiming) normal, as TF's `he_normal`: `VarianceScaling { scale: 2,
+    /// FanIn, TruncatedNormal }`.
+    pub fn he_normal() -> Initializer {
+        Initializer::VarianceScaling {
+            scale: F32(2.0),
+            mode: FanMode::FanIn,
+            distribution: Distribution::TruncatedNormal,
+        }
+    }
 }
 
 /// A small constant tensor (scalars, learning rates, shapes).
@@ -58,22 +93,52 @@ pub enum Optimizer {
     Momentum { lr: F32, momentum: F32, nesterov: bool },
     /// TF AdamOptimizer with bias correction from the step count.
     Adam { lr: F32, beta1: F32, beta2: F32, epsilon: F32 },
+    // optimizers of issue 22
+    /// TF1 `RMSPropOptimizer(lr, decay=0.9, momentum=0.0, epsilon=1e-10,
+    /// centered=False)`: `ms += (g² - ms)(1 - decay)`; `mom = momentum·mom +
+    /// lr·g / sqrt(ms + epsilon)`; `w -= mom`. Slots `RMSProp` (ms, starting
+    /// at ones, as TF1) and `RMSProp_1` (mom, zeros). Not centered.
+    RmsProp { lr: F32, decay: F32, momentum: F32, epsilon: F32 },
+    /// TF1 `AdagradOptimizer(lr, initial_accumulator_value=0.1)`:
+    /// `accum += g²`; `w -= lr·g / sqrt(accum)`. Slot `Adagrad`, starting at
+    /// `initial_accumulator_value`.
+    Adagrad { lr: F32, initial_accumulator_value: F32 },
 }
 
 impl Optimizer {
-    /// TF's slot names for this optimizer (`weights/Momentum`, `weights/Adam`, `weights/Adam_1`).
+    /// TF's slot names for this optimizer (`weights/Momentum`, `weights/Adam`,
+    /// `weights/Adam_1`, `weights/RMSProp`, `weights/RMSProp_1`, `weights/Adagrad`).
     pub fn slot_names(&self) -> &'static [&'static str] {
         match self {
             Optimizer::Sgd { .. } => &[],
             Optimizer::Momentum { .. } => &["Momentum"],
             Optimizer::Adam { .. } => &["Adam", "Adam_1"],
+            Optimizer::RmsProp { .. } => &["RMSProp", "RMSProp_1"],
+            Optimizer::Adagrad { .. } => &["Adagrad"],
         }
     }
+
+    /// How each slot of [`Optimizer::slot_names`] starts, as TF1 creates it:
+    /// zeros, except RMSProp's mean square (`ones_initializer`, TF1's
+    /// `rmsprop.py` `_create_slots`) and Adagrad's accumulator
+    /// (`constant_initializer(initial_accumulator_value)`, `adagrad.py`).
+    pub fn slot_initializers(&self) -> Vec<Initializer> {
+        match self {
+            Optimizer::RmsProp { .. } => vec![Initializer::Ones, Initializer::Zeros],
+            Optimizer::Adagrad { initial_accumulator_value, .. } => {
+                vec![Initializer::Constant(*initial_accumulator_value)]
+            }
+            other => vec![Initializer::Zeros; other.slot_names().len()],
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Optimizer::Sgd { .. } => "GradientDescent",
             Optimizer::Momentum { .. } => "Momentum",
             Optimizer::Adam { .. } => "Adam",
+            Optimizer::RmsProp { .. } => "RMSProp",
+            Optimizer::Adagrad { .. } => "Adagrad",
         }
     }
 }
@@ -396,6 +461,8 @@ impl Op {
                 Optimizer::Sgd { .. } => "ApplyGradientDescent",
                 Optimizer::Momentum { .. } => "ApplyMomentum",
                 Optimizer::Adam { .. } => "ApplyAdam",
+                Optimizer::RmsProp { .. } => "ApplyRMSProp",
+                Optimizer::Adagrad { .. } => "ApplyAdagrad",
             },
             Op::IncrementStep => "AssignAdd",
             Op::TowerMean { .. } => "TowerMean",

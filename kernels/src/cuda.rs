@@ -255,7 +255,7 @@ macro_rules! k {
     };
 }
 
-/// Every kernel of the plan (the 61 variants of codegen's `Kernel`), in the
+/// Every kernel of the plan (the 63 variants of codegen's `Kernel`), in the
 /// enum's order.
 pub const KERNELS: &[CudaKernel] = &[
     CudaKernel {
@@ -381,12 +381,14 @@ pub const KERNELS: &[CudaKernel] = &[
     k!("weighted_sum", "misc", ["towers_weighted_sum_f32"],
        "n (i64), count (i32), xs (device array of count pointers), weights (device f32[count]), out", EW),
     k!("mean_apply", "optim",
-       ["towers_mean_apply_gradient_descent_f32", "towers_mean_apply_momentum_f32", "towers_mean_apply_adam_f32"],
+       ["towers_mean_apply_gradient_descent_f32", "towers_mean_apply_momentum_f32", "towers_mean_apply_adam_f32",
+        "towers_mean_apply_rmsprop_f32", "towers_mean_apply_adagrad_f32"],
        "n (i64), count (i32), grads (device array of pointers), weights (device f32[count]), then the fused update's scalars, (adam: global_step), and its in-place buffers; the entry by `apply`",
        EW),
     k!("multi_apply", "optim",
-       ["towers_multi_apply_gradient_descent_f32", "towers_multi_apply_momentum_f32", "towers_multi_apply_adam_f32"],
-       "total (i64: the members' elements), count (i32), offsets (device i64[count + 1], prefix sums of the lengths), grads, ws (device arrays of pointers), then by `apply`: accums (momentum) or ms, vs (adam) arrays; lr (device f32[1]); momentum, nesterov (i32) or beta1, beta2, epsilon, global_step",
+       ["towers_multi_apply_gradient_descent_f32", "towers_multi_apply_momentum_f32", "towers_multi_apply_adam_f32",
+        "towers_multi_apply_rmsprop_f32", "towers_multi_apply_adagrad_f32"],
+       "total (i64: the members' elements), count (i32), offsets (device i64[count + 1], prefix sums of the lengths), grads, ws (device arrays of pointers), then by `apply`: accums (momentum, adagrad), ms, vs (adam) or ms, moms (rmsprop) arrays; lr (device f32[1]); momentum, nesterov (i32), beta1, beta2, epsilon, global_step (adam) or decay, momentum, epsilon (rmsprop)",
        "block BLOCK, grid grid_1d(total)"),
     k!("increment_step", "optim", ["towers_increment_step_i32"], "step (i32 buffer, in place)", "block 1, grid 1"),
     // array ops (issue 22)
@@ -400,6 +402,10 @@ pub const KERNELS: &[CudaKernel] = &[
        "n = outer * limit * inner, limit, inner, count (i64), dy, indices (i32; outside [0, limit): dropped), dparams", EW),
     k!("tile", "array", ["towers_tile_f32"], "n = numel(out) (i64), x, y, od, shape: Dims4", EW),
     k!("tile_grad", "array", ["towers_tile_grad_f32"], "n = numel(shape) (i64), dy, dx, shape, multiples: Dims4", EW),
+    // optimizers of issue 22
+    k!("apply_rmsprop", "optim", ["towers_apply_rmsprop_f32"],
+       "n (i64), lr (device f32[1]), decay, momentum, epsilon, grad, w, ms, mom (in place)", EW),
+    k!("apply_adagrad", "optim", ["towers_apply_adagrad_f32"], "n (i64), lr (device f32[1]), grad, w, accum (in place)", EW),
 ];
 
 /// The CUDA form of a plan kernel, by `Kernel::name()`.
@@ -547,11 +553,11 @@ mod tests {
 
     #[test]
     fn one_twin_per_plan_kernel() {
-        assert_eq!(KERNELS.len(), 61);
+        assert_eq!(KERNELS.len(), 63);
         let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 61);
+        assert_eq!(names.len(), 63);
         assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
     }
 

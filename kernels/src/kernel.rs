@@ -379,6 +379,17 @@ pub enum Kernel {
         shape: Vec<usize>,
         multiples: Vec<usize>,
     },
+    // optimizers of issue 22
+    /// TF1's `ApplyRMSProp` (not centered): in: grad, learning rate (f32[1]).
+    /// out: the variable, ms and mom, in place.
+    ApplyRmsProp {
+        decay: f32,
+        momentum: f32,
+        epsilon: f32,
+    },
+    /// TF1's `ApplyAdagrad`: in: grad, learning rate (f32[1]). out: the
+    /// variable and its accumulator, in place.
+    ApplyAdagrad {},
 }
 
 impl Kernel {
@@ -455,6 +466,8 @@ impl Kernel {
             Kernel::GatherGrad { .. } => "gather_grad",
             Kernel::Tile { .. } => "tile",
             Kernel::TileGrad { .. } => "tile_grad",
+            Kernel::ApplyRmsProp { .. } => "apply_rmsprop",
+            Kernel::ApplyAdagrad { .. } => "apply_adagrad",
         }
     }
 }

@@ -280,6 +280,19 @@ fn unknown_op_codes_compile_to_nan() {
                         regs.insert(reg.to_string(), v as u32);
                     }
                 }
+                // The binary switch rounds each product explicitly (`__fmul_rn`, no
+                // FMA contraction), which NVRTC keeps as a `mul.rn` of two constants.
+                ("mov.f32", [reg, v]) => {
+                    if let Some(hex) = v.strip_prefix("0f") {
+                        regs.insert(reg.to_string(), u32::from_str_radix(hex, 16).unwrap());
+                    }
+                }
+                ("mul.rn.f32", [d, a, b]) => {
+                    if let (Some(a), Some(b)) = (regs.get(*a), regs.get(*b)) {
+                        let p = f32::from_bits(*a) * f32::from_bits(*b);
+                        regs.insert(d.to_string(), p.to_bits());
+                    }
+                }
                 ("st.global.u32" | "st.global.b32" | "st.global.f32", [addr, v]) => {
                     let off =
                         addr.trim_matches(|c| c == '[' || c == ']').split('+').nth(1).map_or(0, |o| o.parse().unwrap());

@@ -11,7 +11,9 @@
 //!   update reads each step, so a schedule writes it on the host between
 //!   steps (`Session::write_variable`) without recompiling;
 //! - slot variables are created here, named as TF names them (`<var>/Momentum`,
-//!   `<var>/Adam`, `<var>/Adam_1`): zeros, not trainable, in the global
+//!   `<var>/Adam`, `<var>/Adam_1`, `<var>/RMSProp`, `<var>/RMSProp_1`,
+//!   `<var>/Adagrad`): initialized as TF1 does (`Optimizer::slot_initializers`:
+//!   zeros, RMSProp's ms ones, Adagrad's accumulator 0.1), not trainable, in the global
 //!   variables collection, on their variable's requested device;
 //! - `global_step` (i32 scalar, zeros, not trainable) is reused if present;
 //!   exactly one `IncrementStep` node (`<Optimizer>/IncrementStep`) increments
@@ -59,10 +61,9 @@ pub fn apply_gradients(g: &mut Graph, grads: &[(String, Tensor)], opt: &Optimize
             }
         };
         let mut inputs = vec![Tensor::new(var, 0)];
-        for slot in opt.slot_names() {
+        for (slot, init) in opt.slot_names().iter().zip(opt.slot_initializers()) {
             let name = format!("{var_name}/{slot}");
-            let op =
-                Op::Variable { dtype: DType::F32, shape: shape.clone(), init: Initializer::Zeros, trainable: false };
+            let op = Op::Variable { dtype: DType::F32, shape: shape.clone(), init, trainable: false };
             let mut n = NewNode::new(name.clone(), op, vec![]);
             n.requested_device = dev.clone();
             let id = g.add(n)?;
@@ -129,7 +130,11 @@ fn learning_rate(g: &mut Graph, opt: &Optimizer) -> Result<NodeId, PassError> {
         };
     }
     let lr = match opt {
-        Optimizer::Sgd { lr } | Optimizer::Momentum { lr, .. } | Optimizer::Adam { lr, .. } => *lr,
+        Optimizer::Sgd { lr }
+        | Optimizer::Momentum { lr, .. }
+        | Optimizer::Adam { lr, .. }
+        | Optimizer::RmsProp { lr, .. }
+        | Optimizer::Adagrad { lr, .. } => *lr,
     };
     let op = Op::Variable { dtype: DType::F32, shape: vec![], init: Initializer::Constant(lr), trainable: false };
     let id = g.add(NewNode::new(LEARNING_RATE, op, vec![]))?;

@@ -59,6 +59,10 @@ pub fn initial_values(d: &VariableDecl, seed: u64) -> Vec<f32> {
         }
         Initializer::GlorotUniform => init::glorot_uniform(&mut v, &d.shape, seed, &d.name),
         Initializer::RandomUniform { min, max } => init::uniform(&mut v, min.0, max.0, seed, &d.name),
+        Initializer::VarianceScaling { scale, mode, distribution } => {
+            init::variance_scaling(&mut v, &d.shape, scale.0, *mode, *distribution, seed, &d.name)
+        }
+        Initializer::RandomNormal { mean, stddev } => init::random_normal(&mut v, mean.0, stddev.0, seed, &d.name),
     }
     v
 }

@@ -48,6 +48,10 @@ pub enum Opt {
     Sgd,
     Momentum,
     Adam,
+    /// TF1's RMSPropOptimizer defaults: decay 0.9, momentum 0, epsilon 1e-10.
+    Rmsprop,
+    /// TF1's AdagradOptimizer: initial accumulator 0.1.
+    Adagrad,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -114,7 +118,7 @@ pub struct Common {
     /// Optimizer.
     #[arg(long, value_enum, default_value = "momentum")]
     pub optimizer: Opt,
-    /// Learning rate (default: 0.001 for adam; for sgd and momentum 0.1 for the
+    /// Learning rate (default: 0.001 for adam and rmsprop, 0.05 for adagrad; for sgd and momentum 0.1 for the
     /// MLP and 0.05 for the convnet, the defaults whose worst seed clears the
     /// documented accuracy on every SIMD path, bench/accuracy.sh; 0.05 for --graph).
     #[arg(long)]

@@ -126,9 +126,12 @@ pub fn config(c: &Common) -> Result<TrainConfig, String> {
         Opt::Sgd => OptimizerKind::Sgd,
         Opt::Momentum => OptimizerKind::Momentum,
         Opt::Adam => OptimizerKind::Adam,
+        Opt::Rmsprop => OptimizerKind::RmsProp,
+        Opt::Adagrad => OptimizerKind::Adagrad,
     };
     let lr = c.lr.unwrap_or(match (optimizer, c.model) {
-        (OptimizerKind::Adam, _) => 0.001,
+        (OptimizerKind::Adam | OptimizerKind::RmsProp, _) => 0.001,
+        (OptimizerKind::Adagrad, _) => 0.05,
         _ if c.graph.is_some() => 0.05,
         (_, Model::Mlp) => 0.1,
         (_, Model::Convnet) => 0.05,

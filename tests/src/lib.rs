@@ -179,13 +179,16 @@ pub fn under_mpirun() -> bool {
 /// after 3 steps (float reassociation of per-tower and per-rank sums).
 pub const TOL: f32 = 2e-5;
 
-/// SGD, Momentum (plain and Nesterov) and Adam, as the equivalence tests use them.
+/// SGD, Momentum (plain and Nesterov), Adam, RMSProp (with a momentum, so
+/// both its slots matter) and Adagrad, as the equivalence tests use them.
 pub fn optimizers() -> Vec<Optimizer> {
     vec![
         Optimizer::Sgd { lr: F32(0.1) },
         Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false },
         Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: true },
         Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
+        Optimizer::RmsProp { lr: F32(0.01), decay: F32(0.9), momentum: F32(0.5), epsilon: F32(1e-10) },
+        Optimizer::Adagrad { lr: F32(0.05), initial_accumulator_value: F32(0.1) },
     ]
 }
 

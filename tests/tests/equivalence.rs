@@ -1,6 +1,6 @@
 //! Synchronous SGD is exact: N towers with their shares of the batch compute
 //! the update one device computes on the whole batch, up to float
-//! reassociation. For N = 1..4, SGD, Momentum and Adam, even and uneven
+//! reassociation. For N = 1..4, SGD, Momentum, Adam, RMSProp and Adagrad, even and uneven
 //! splits, variables on the CPU and on GPU 0, the variables after k steps
 //! match the single-device run.
 //!

@@ -531,29 +531,22 @@ impl Check<'_, '_> {
                 self.all_f32()?;
                 self.size(In(0), self.outs[0].elems, || "the variable's length".into())
             }
-            Kernel::ApplyGradientDescent { .. } | Kernel::ApplyMomentum { .. } | Kernel::ApplyAdam { .. } => {
-                self.apply(k, 1)
-            }
+            Kernel::ApplyGradientDescent { .. }
+            | Kernel::ApplyMomentum { .. }
+            | Kernel::ApplyAdam { .. }
+            | Kernel::ApplyRmsProp { .. }
+            | Kernel::ApplyAdagrad { .. } => self.apply(k, 1),
             Kernel::MeanApply { weights, apply } => {
                 self.param(!weights.is_empty(), || "no weights".into())?;
-                self.param(
-                    matches!(
-                        **apply,
-                        Kernel::ApplyGradientDescent { .. } | Kernel::ApplyMomentum { .. } | Kernel::ApplyAdam { .. }
-                    ),
-                    || format!("{} is not an optimizer update", apply.name()),
-                )?;
+                self.param(towers_kernels::optim::update_arity(apply).is_some(), || {
+                    format!("{} is not an optimizer update", apply.name())
+                })?;
                 self.apply(apply, weights.len())
             }
             Kernel::MultiApply { apply, count } => {
                 self.param(*count >= 1, || "count is 0".into())?;
-                let (slots, shared) = match **apply {
-                    Kernel::ApplyGradientDescent { .. } => (1, 1),
-                    Kernel::ApplyMomentum { .. } => (2, 1),
-                    Kernel::ApplyAdam { .. } => (3, 2),
-                    _ => {
-                        return self.param(false, || format!("{} is not an optimizer update", apply.name()));
-                    }
+                let Some((slots, shared)) = towers_kernels::optim::update_arity(apply) else {
+                    return self.param(false, || format!("{} is not an optimizer update", apply.name()));
                 };
                 let n_in = self.count(count.checked_add(shared), "count + shared inputs")?;
                 let n_out = self.count(count.checked_mul(slots), "count * slots")?;
@@ -609,11 +602,9 @@ impl Check<'_, '_> {
     }
 
     fn apply(&self, k: &Kernel, grads: usize) -> Result<(), PlanError> {
-        let (slots, step) = match k {
-            Kernel::ApplyGradientDescent { .. } => (1, 0),
-            Kernel::ApplyMomentum { .. } => (2, 0),
-            _ => (3, 1),
-        };
+        // (slots, inputs after the gradient: Adam's global_step and the learning rate).
+        let (slots, shared) = towers_kernels::optim::update_arity(k).unwrap_or((3, 2));
+        let step = shared - 1;
         // Inputs: the gradient(s), Adam's global_step, the learning rate.
         self.args(grads + step + 1, slots)?;
         let len = self.outs[0].elems;

@@ -21,7 +21,7 @@ use crate::KernelError;
 /// position in [`BinaryOp::ALL`]; a code the switch does not know writes
 /// NaN, never another op's value.
 macro_rules! binary_ops {
-    ($( $(#[$doc:meta])* $v:ident { name: $name:literal, tf: $tf:literal, code: $code:literal,
+    ($( $(#[$doc:meta])* $v:ident { name: $name:literal, tf: $tf:literal, code: $code:literal, sym: $sym:literal,
         f: $f:expr, cuda: $cuda:literal $(,)? } )*) => {
         /// The broadcasting arithmetic ops (the graph's `Op::Binary`, the
         /// plan's `Kernel::Binary`).
@@ -42,6 +42,11 @@ macro_rules! binary_ops {
             /// TF's op type name (`Add`, `Sub`, `Mul`, `RealDiv`).
             pub fn tf_name(self) -> &'static str {
                 match self { $(BinaryOp::$v => $tf,)* }
+            }
+
+            /// What joins the operand shapes in the plan text (`+`, ` max `).
+            pub fn symbol(self) -> &'static str {
+                match self { $(BinaryOp::$v => $sym,)* }
             }
 
             /// The op on one pair of values.
@@ -76,6 +81,18 @@ macro_rules! binary_ops {
             }
         }
 
+        /// `out[i] = op(a[i], b[i])` over equal-length slices (a fused
+        /// kernel's step on operands already gathered to the output's shape).
+        pub fn binary_same_shape(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+            debug_assert!(a.len() == out.len() && b.len() == out.len());
+            match op {
+                $(BinaryOp::$v => {
+                    let f = $f;
+                    for ((o, x), y) in out.iter_mut().zip(a).zip(b) { *o = f(*x, *y); }
+                })*
+            }
+        }
+
         /// `out = op(a, b)` per element over the broadcast loops of [`run`].
         fn dispatch(op: BinaryOp, a: &[f32], pa: &[usize; 4], b: &[f32], pb: &[usize; 4], od: &[usize; 4], out: &mut [f32]) {
             match op {
@@ -87,13 +104,37 @@ macro_rules! binary_ops {
 
 binary_ops! {
     /// `x + y`.
-    Add { name: "add", tf: "Add", code: 0, f: |x: f32, y: f32| x + y, cuda: "x + y" }
+    Add { name: "add", tf: "Add", code: 0, sym: "+", f: |x: f32, y: f32| x + y, cuda: "__fadd_rn(x, y)" }
     /// `x - y`.
-    Sub { name: "sub", tf: "Sub", code: 1, f: |x: f32, y: f32| x - y, cuda: "x - y" }
+    Sub { name: "sub", tf: "Sub", code: 1, sym: "-", f: |x: f32, y: f32| x - y, cuda: "__fsub_rn(x, y)" }
     /// `x * y`.
-    Mul { name: "mul", tf: "Mul", code: 2, f: |x: f32, y: f32| x * y, cuda: "x * y" }
+    Mul { name: "mul", tf: "Mul", code: 2, sym: "*", f: |x: f32, y: f32| x * y, cuda: "__fmul_rn(x, y)" }
     /// `x / y` (TF's `RealDiv`).
-    Div { name: "div", tf: "RealDiv", code: 3, f: |x: f32, y: f32| x / y, cuda: "x / y" }
+    Div { name: "div", tf: "RealDiv", code: 3, sym: "/", f: |x: f32, y: f32| x / y, cuda: "__fdiv_rn(x, y)" }
+    // math ops (issue 22)
+    /// `max(x, y)` (TF's `tf.maximum`); a NaN operand yields the other
+    /// operand, as IEEE `maxNum` (`f32::max`, CUDA's `fmaxf`).
+    Maximum { name: "maximum", tf: "Maximum", code: 4, sym: " max ", f: |x: f32, y: f32| x.max(y), cuda: "fmaxf(x, y)" }
+    /// `min(x, y)` (TF's `tf.minimum`); NaN as [`BinaryOp::Maximum`].
+    Minimum { name: "minimum", tf: "Minimum", code: 5, sym: " min ", f: |x: f32, y: f32| x.min(y), cuda: "fminf(x, y)" }
+    /// `x ^ y` (TF's `tf.pow`): `powf`, so a negative base with a
+    /// non-integer exponent gives NaN and `0 ^ 0 = 1`, as TF.
+    Pow { name: "pow", tf: "Pow", code: 6, sym: "^", f: |x: f32, y: f32| x.powf(y), cuda: "powf(x, y)" }
+    /// `1` where `x >= y`, else `0` (f32): the mask that routes the gradient
+    /// of `maximum`/`minimum` (TF's `GreaterEqual` + `Select`, as a factor).
+    /// Made by autodiff only; it has no gradient.
+    GreaterEqualMask {
+        name: "ge_mask", tf: "GreaterEqualMask", code: 7, sym: " >= ",
+        f: |x: f32, y: f32| if x >= y { 1.0 } else { 0.0 }, cuda: "(x >= y ? 1.0f : 0.0f)",
+    }
+    /// `z * log(x)` where `x > 0`, else `0`, from `x` and `z = pow(x, y)`:
+    /// the factor of `pow`'s gradient with respect to the exponent (TF's
+    /// `_PowGrad`: `where(x > 0, log(x), 0) * z`). Made by autodiff only; it
+    /// has no gradient.
+    PowGradY {
+        name: "pow_grad_y", tf: "PowGradY", code: 8, sym: " powgrad ",
+        f: |x: f32, z: f32| if x > 0.0 { z * x.ln() } else { 0.0 }, cuda: "(x > 0.0f ? __fmul_rn(y, logf(x)) : 0.0f)",
+    }
 }
 
 /// `out = a (op) b` with broadcasting. `out` has the broadcast shape of
@@ -260,6 +301,55 @@ mod tests {
     }
     use crate::testutil::{assert_close, Lcg};
 
+    /// The math ops of issue 22, value by value, against their definitions
+    /// (TF's conventions: maximum/minimum ignore one NaN as IEEE maxNum,
+    /// pow of a negative base with a fractional exponent is NaN, 0^0 = 1).
+    #[test]
+    fn maximum_minimum_pow_and_gradient_helpers() {
+        let x = [-2.0f32, 0.0, 3.0, f32::NAN, 2.0];
+        let y = [1.0f32, 0.0, -1.0, 4.0, 0.5];
+        let run = |op| {
+            let mut out = [0.0f32; 5];
+            binary(op, &x, &[5], &y, &[5], &mut out).unwrap();
+            out
+        };
+        assert_eq!(run(BinaryOp::Maximum), [1.0, 0.0, 3.0, 4.0, 2.0]);
+        assert_eq!(run(BinaryOp::Minimum), [-2.0, 0.0, -1.0, 4.0, 0.5]);
+        let p = run(BinaryOp::Pow);
+        assert_eq!([p[0], p[1], p[2]], [-2.0, 1.0, 1.0 / 3.0]);
+        assert!(p[3].is_nan());
+        assert!((p[4] - 2f32.sqrt()).abs() < 1e-6);
+        assert!(BinaryOp::Pow.apply(-8.0, 1.0 / 3.0).is_nan());
+        assert_eq!(run(BinaryOp::GreaterEqualMask), [0.0, 1.0, 1.0, 0.0, 1.0]);
+        // PowGradY(x, z) = z*ln(x) where x > 0, else 0.
+        let g = run(BinaryOp::PowGradY);
+        assert_eq!([g[0], g[1]], [0.0, 0.0]);
+        assert!((g[2] - (-1.0 * 3f32.ln())).abs() < 1e-6 && (g[4] - 0.5 * 2f32.ln()).abs() < 1e-6);
+        // The CUDA switch has one case per row, by code.
+        let sw = BinaryOp::cuda_switch();
+        for &op in BinaryOp::ALL {
+            assert!(sw.contains(&format!("case {}: return ", op.code())), "{op:?}");
+        }
+    }
+
+    /// The fused kernels' equal-shape step is the broadcast kernel's values.
+    #[test]
+    fn same_shape_step_matches_binary() {
+        let mut r = Lcg::new(33);
+        let (a, b) = (r.vec(37), r.vec(37));
+        let b: Vec<f32> = b.iter().map(|v| v + 2.0).collect();
+        for &op in BinaryOp::ALL {
+            let (mut want, mut got) = (vec![0.0; 37], vec![0.0; 37]);
+            binary(op, &a, &[37], &b, &[37], &mut want).unwrap();
+            binary_same_shape(op, &a, &b, &mut got);
+            assert_eq!(
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{op:?}"
+            );
+        }
+    }
+
     /// Plain multi-index reference: out[i] = f(a[idx_a(i)], b[idx_b(i)]).
     fn naive(op: BinaryOp, a: &[f32], sa: &[usize], b: &[f32], sb: &[usize]) -> Vec<f32> {
         let (od, _) = broadcast_shapes("t", sa, sb).unwrap();
@@ -278,12 +368,7 @@ mod tests {
                     for i3 in 0..od[3] {
                         let i = [i0, i1, i2, i3];
                         let (x, y) = (a[idx(&pa, i)], b[idx(&pb, i)]);
-                        out.push(match op {
-                            BinaryOp::Add => x + y,
-                            BinaryOp::Sub => x - y,
-                            BinaryOp::Mul => x * y,
-                            BinaryOp::Div => x / y,
-                        });
+                        out.push(op.apply(x, y));
                     }
                 }
             }
@@ -312,7 +397,7 @@ mod tests {
             let a = r.vec(numel(sa));
             // Keep divisors away from zero.
             let b: Vec<f32> = r.vec(numel(sb)).iter().map(|v| v + 2.0).collect();
-            for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+            for &op in BinaryOp::ALL {
                 let want = naive(op, &a, sa, &b, sb);
                 let mut out = vec![f32::NAN; want.len()];
                 binary(op, &a, sa, &b, sb, &mut out).unwrap();

@@ -30,7 +30,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::broadcast::BinaryOp;
+use super::broadcast::{binary_same_shape, BinaryOp};
 use super::unary::{unary, unary_grad, UnaryOp};
 use crate::shape::{bstrides, numel, pad4};
 use crate::KernelError;
@@ -213,23 +213,6 @@ enum Mode {
     Strided([usize; 4]),
 }
 
-#[inline(always)]
-fn binary_same(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
-    macro_rules! go {
-        ($f:expr) => {
-            for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
-                *o = $f(*x, *y);
-            }
-        };
-    }
-    match op {
-        BinaryOp::Add => go!(|x: f32, y: f32| x + y),
-        BinaryOp::Sub => go!(|x: f32, y: f32| x - y),
-        BinaryOp::Mul => go!(|x: f32, y: f32| x * y),
-        BinaryOp::Div => go!(|x: f32, y: f32| x / y),
-    }
-}
-
 /// `dst[j] = x[offset(start + j)]` for an input with broadcast strides `s` against output dims `od`.
 fn gather(x: &[f32], s: &[usize; 4], od: &[usize; 4], start: usize, dst: &mut [f32]) {
     let mut c = [0usize; 4];
@@ -329,7 +312,7 @@ pub fn fused(
                 FusedStep::Const(b) => dst.fill(f32::from_bits(b)),
                 FusedStep::Unary(op, a) => unary(op, get(a), dst),
                 FusedStep::UnaryGrad(op, dy, y) => unary_grad(op, get(dy), get(y), dst),
-                FusedStep::Binary(op, a, b) => binary_same(op, get(a), get(b), dst),
+                FusedStep::Binary(op, a, b) => binary_same_shape(op, get(a), get(b), dst),
             }
         }
         start += len;
@@ -343,8 +326,8 @@ pub fn fused(
 /// broadcast strides against the output, then the output), a 1-D grid-stride
 /// loop (block `cuda::BLOCK`, grid `cuda::grid_1d(n)`). It is compiled after
 /// the elementwise family's source, whose `Dims4`, `bcast_offset`,
-/// `unary_op` and `unary_grad_op` it calls with constant op codes
-/// (`UnaryOp::code`, the table's, never a position).
+/// `unary_op`, `unary_grad_op` and `binary_op` it calls with constant op
+/// codes (`UnaryOp::code`, `BinaryOp::code`: the tables', never a position).
 pub fn cuda_kernel(expr: &FusedExpr) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "\n// Generated from {expr}:\n// {}", expr.tree());
@@ -362,15 +345,7 @@ pub fn cuda_kernel(expr: &FusedExpr) -> String {
             FusedStep::Const(b) => format!("__int_as_float(0x{b:08x})"),
             FusedStep::Unary(op, a) => format!("unary_op({}, v{a})", op.code()),
             FusedStep::UnaryGrad(op, a, b) => format!("unary_grad_op({}, v{a}, v{b})", op.code()),
-            FusedStep::Binary(op, a, b) => {
-                let f = match op {
-                    BinaryOp::Add => "__fadd_rn",
-                    BinaryOp::Sub => "__fsub_rn",
-                    BinaryOp::Mul => "__fmul_rn",
-                    BinaryOp::Div => "__fdiv_rn",
-                };
-                format!("{f}(v{a}, v{b})")
-            }
+            FusedStep::Binary(op, a, b) => format!("binary_op({}, v{a}, v{b})", op.code()),
         };
         let _ = writeln!(s, "        const float v{i} = {rhs};");
     }
@@ -456,6 +431,10 @@ mod tests {
         let k = cuda_kernel(&e);
         assert_eq!(k, cuda_kernel(&e));
         assert!(k.contains(&format!("void {}(i64 n, Dims4 od, const float* __restrict__ x0, Dims4 s0", e.entry())));
-        assert!(k.contains("unary_grad_op(2, v4, v1)") && k.contains("__fadd_rn(v3, v5)") && k.contains("y[i] = v6;"));
+        assert!(
+            k.contains("unary_grad_op(2, v4, v1)") && k.contains("binary_op(0, v3, v5)") && k.contains("y[i] = v6;")
+        );
+        // The binary switch rounds every step on its own, as the CPU does.
+        assert!(BinaryOp::cuda_switch().contains("case 0: return __fadd_rn(x, y);  // add"));
     }
 }

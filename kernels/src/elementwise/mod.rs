@@ -21,6 +21,6 @@ pub use bias::{
     bias_add, bias_add_act, bias_add_act_in_place, bias_add_grad, bias_then_act_in_place, unary_grad_bias_grad,
     unary_grad_bias_grad_in_place,
 };
-pub use broadcast::{binary, broadcast_to, sum_to_shape, BinaryOp};
+pub use broadcast::{binary, binary_same_shape, broadcast_to, sum_to_shape, BinaryOp};
 pub use fused::{fused, FusedExpr, FusedStep};
 pub use unary::{unary, unary_grad, unary_grad_in_place, UnaryOp};

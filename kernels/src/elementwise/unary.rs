@@ -231,6 +231,26 @@ unary_ops! {
         grad: |d: f32, y: f32| if y > 0.0 { d } else { d * (y + 1.0) },
         cuda: "v > 0.0f ? v : expm1f(v)", cuda_grad: "v > 0.0f ? g : __fmul_rn(g, __fadd_rn(v, 1.0f))",
     }
+    // math ops (issue 22)
+    /// `min(max(x, 0), 6)` (TF's `tf.nn.relu6`); `dx = dy` where `0 < y < 6`,
+    /// else 0: 0 at both kinks, as TF's `Relu6Grad` (`0 < x < 6`, and
+    /// `0 < y < 6` holds exactly where `0 < x < 6`).
+    Relu6 {
+        name: "relu6", tf: "Relu6", tf_grad: "Relu6Grad", code: 10,
+        f: |v: f32| if v > 0.0 { if v < 6.0 { v } else { 6.0 } } else { 0.0 },
+        grad: |d: f32, y: f32| if y > 0.0 && y < 6.0 { d } else { 0.0 },
+        cuda: "v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f", cuda_grad: "(v > 0.0f && v < 6.0f) ? g : 0.0f",
+    }
+    /// `log(1 + exp(x))` (TF's `tf.nn.softplus`), computed stably as
+    /// `max(x, 0) + log1p(exp(-|x|))`; `dx = dy * sigmoid(x)`, and from y:
+    /// `sigmoid(x) = 1 - exp(-y)` (since `exp(y) = 1 + exp(x)`), written
+    /// `-expm1(-y)` so it stays exact for tiny y (x far below 0).
+    Softplus {
+        name: "softplus", tf: "Softplus", tf_grad: "SoftplusGrad", code: 11,
+        f: |v: f32| v.max(0.0) + (-v.abs()).exp().ln_1p(),
+        grad: |d: f32, y: f32| d * -(-y).exp_m1(),
+        cuda: "__fadd_rn(fmaxf(v, 0.0f), log1pf(expf(-fabsf(v))))", cuda_grad: "__fmul_rn(g, -expm1f(-v))",
+    }
 }
 
 #[cfg(test)]
@@ -268,6 +288,16 @@ mod tests {
         assert_close(&y, &[4.0, 1.0, 0.25], 1e-6, "reciprocal");
         unary(UnaryOp::Elu, &[-1.0, 0.0, 2.0], &mut y);
         assert_close(&y, &[(-1.0f32).exp() - 1.0, 0.0, 2.0], 1e-6, "elu");
+        let mut y5 = [0.0; 5];
+        unary(UnaryOp::Relu6, &[-1.0, 0.0, 3.5, 6.0, 9.0], &mut y5);
+        assert_eq!(y5, [0.0, 0.0, 3.5, 6.0, 6.0]);
+        // softplus(x) = ln(1 + e^x), in f64; stable far out on both tails.
+        let sp = [-100.0f32, -3.0, 0.0, 2.0, 100.0];
+        unary(UnaryOp::Softplus, &sp, &mut y5);
+        let want: Vec<f32> = sp.iter().map(|&v| (v as f64).exp().ln_1p() as f32).collect();
+        assert_close(&y5, &want, 1e-6, "softplus");
+        assert_eq!(y5[4], 100.0);
+        assert!(y5[0] > 0.0 && y5[0] < 1e-40);
         // Sigmoid is stable far out on both tails.
         unary(UnaryOp::Sigmoid, &[-200.0, 200.0, 0.0], &mut y);
         assert_eq!(y, [0.0, 1.0, 0.5]);
@@ -298,6 +328,15 @@ mod tests {
             });
             assert_close(&dx, &want, 5e-3, &format!("{op:?}"));
         }
+    }
+
+    /// TF's `Relu6Grad` passes dy only where `0 < x < 6`: 0 at both kinks
+    /// (y = 0 and y = 6) and beyond them.
+    #[test]
+    fn relu6_grad_is_zero_at_the_kinks() {
+        let mut dx = [f32::NAN; 5];
+        unary_grad(UnaryOp::Relu6, &[1.0; 5], &[0.0, 1e-3, 3.0, 6.0, 5.999], &mut dx);
+        assert_eq!(dx, [0.0, 1.0, 1.0, 0.0, 1.0]);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 use crate::random::u32_to_unit;
 
@@ -91,9 +92,138 @@ pub fn glorot_uniform(x: &mut [f32], shape: &[usize], seed: u64, key: &str) {
     uniform(x, -limit, limit, seed, key);
 }
 
+// initializers of issue 22
+
+/// Which fan scales a [`variance_scaling`] initializer (TF's `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FanMode {
+    /// `fan_in` (He, LeCun).
+    FanIn,
+    /// `fan_out`.
+    FanOut,
+    /// `(fan_in + fan_out) / 2` (Glorot).
+    FanAvg,
+}
+
+/// What a [`variance_scaling`] initializer draws from (TF's `distribution`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Distribution {
+    /// A normal truncated at 2 stddev, its stddev divided by 0.87962566 so
+    /// the draws have the wanted variance (TF's `"truncated_normal"`, and
+    /// TF1's `"normal"`, its old name).
+    TruncatedNormal,
+    /// An untruncated normal (TF's `"untruncated_normal"`).
+    Normal,
+    /// `U(-limit, limit)`, `limit = sqrt(3 * scale)` (TF's `"uniform"`).
+    Uniform,
+}
+
+/// The stddev of a standard normal truncated to [-2, 2]: TF's correction
+/// `.87962566103423978` in `VarianceScaling.__call__` (init_ops.py).
+pub const TRUNCATED_NORMAL_STDDEV: f64 = 0.879_625_661_034_239_8;
+
+/// Normal(mean, stddev), untruncated (TF's `random_normal_initializer`).
+pub fn random_normal(x: &mut [f32], mean: f32, stddev: f32, seed: u64, key: &str) {
+    let mut r = rng(seed, key);
+    for v in x.iter_mut() {
+        *v = mean + stddev * normal(&mut r);
+    }
+}
+
+/// The variance `scale / max(1, fan)` that [`variance_scaling`] draws with,
+/// for `shape`'s fans ([`fans`]) and `mode` (TF's `VarianceScaling`).
+pub fn variance_scaling_variance(shape: &[usize], scale: f32, mode: FanMode) -> f64 {
+    let (fi, fo) = fans(shape);
+    let fan = match mode {
+        FanMode::FanIn => fi as f64,
+        FanMode::FanOut => fo as f64,
+        FanMode::FanAvg => (fi + fo) as f64 / 2.0,
+    };
+    scale as f64 / fan.max(1.0)
+}
+
+/// TF's `variance_scaling_initializer(scale, mode, distribution)`: draws
+/// with variance `s = scale / max(1, fan)` ([`variance_scaling_variance`]):
+/// truncated normal with stddev `sqrt(s) / 0.87962566`, normal with stddev
+/// `sqrt(s)`, or uniform in `±sqrt(3 s)`. He (Kaiming) normal is
+/// `scale = 2, FanIn, TruncatedNormal`.
+pub fn variance_scaling(
+    x: &mut [f32],
+    shape: &[usize],
+    scale: f32,
+    mode: FanMode,
+    distribution: Distribution,
+    seed: u64,
+    key: &str,
+) {
+    let s = variance_scaling_variance(shape, scale, mode);
+    match distribution {
+        Distribution::TruncatedNormal => {
+            truncated_normal(x, 0.0, (s.sqrt() / TRUNCATED_NORMAL_STDDEV) as f32, seed, key)
+        }
+        Distribution::Normal => random_normal(x, 0.0, s.sqrt() as f32, seed, key),
+        Distribution::Uniform => {
+            let limit = (3.0 * s).sqrt() as f32;
+            uniform(x, -limit, limit, seed, key)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sample mean and standard deviation, in f64.
+    fn moments(x: &[f32]) -> (f64, f64) {
+        let n = x.len() as f64;
+        let m = x.iter().map(|v| *v as f64).sum::<f64>() / n;
+        (m, (x.iter().map(|v| (*v as f64 - m).powi(2)).sum::<f64>() / n).sqrt())
+    }
+
+    /// Fans of a dense [in, out] and a conv HWIO filter, per mode (TF's
+    /// `_compute_fans`: receptive field = kh*kw).
+    #[test]
+    fn variance_scaling_fans_dense_and_conv() {
+        assert_eq!(variance_scaling_variance(&[784, 256], 2.0, FanMode::FanIn), 2.0 / 784.0);
+        assert_eq!(variance_scaling_variance(&[784, 256], 1.0, FanMode::FanOut), 1.0 / 256.0);
+        assert_eq!(variance_scaling_variance(&[784, 256], 1.0, FanMode::FanAvg), 1.0 / 520.0);
+        // [5, 5, 3, 64]: fan_in = 5*5*3 = 75, fan_out = 5*5*64 = 1600.
+        assert_eq!(variance_scaling_variance(&[5, 5, 3, 64], 2.0, FanMode::FanIn), 2.0 / 75.0);
+        assert_eq!(variance_scaling_variance(&[5, 5, 3, 64], 1.0, FanMode::FanOut), 1.0 / 1600.0);
+        assert_eq!(variance_scaling_variance(&[5, 5, 3, 64], 1.0, FanMode::FanAvg), 1.0 / 837.5);
+        // A scalar's fans are 1 (never a division by 0).
+        assert_eq!(variance_scaling_variance(&[], 2.0, FanMode::FanIn), 2.0);
+    }
+
+    /// 60,000 draws per distribution: the sample std is the wanted
+    /// sqrt(scale / fan) within 2% (its standard error here is ~0.3%), the
+    /// mean 0 within 3% of that std; truncated draws stay within 2 of
+    /// their (corrected) stddevs, uniform ones within the limit.
+    #[test]
+    fn variance_scaling_and_random_normal_moments() {
+        let shape = [200usize, 300];
+        let want = (2.0f64 / 200.0).sqrt(); // He: scale 2, fan_in 200 -> 0.1
+        for dist in [Distribution::TruncatedNormal, Distribution::Normal, Distribution::Uniform] {
+            let mut x = vec![0.0; 60_000];
+            variance_scaling(&mut x, &shape, 2.0, FanMode::FanIn, dist, 9, "conv1/weights");
+            let (m, sd) = moments(&x);
+            assert!((sd / want - 1.0).abs() < 0.02, "{dist:?}: sd {sd} vs {want}");
+            assert!(m.abs() < 0.03 * want, "{dist:?}: mean {m}");
+            let bound = match dist {
+                Distribution::TruncatedNormal => 2.0 * want / TRUNCATED_NORMAL_STDDEV,
+                Distribution::Uniform => 3f64.sqrt() * want,
+                Distribution::Normal => f64::INFINITY,
+            };
+            assert!(x.iter().all(|v| (*v as f64).abs() <= bound * (1.0 + 1e-6)), "{dist:?}");
+        }
+        let mut x = vec![0.0; 60_000];
+        random_normal(&mut x, 0.5, 0.02, 4, "w");
+        let (m, sd) = moments(&x);
+        assert!((m - 0.5).abs() < 0.03 * 0.02, "mean {m}");
+        assert!((sd / 0.02 - 1.0).abs() < 0.02, "sd {sd}");
+        // Untruncated: some draws fall beyond 3 stddev (about 0.27% of them).
+        assert!(x.iter().any(|v| (*v - 0.5).abs() > 3.0 * 0.02));
+    }
 
     #[test]
     fn fnv_reference_values() {

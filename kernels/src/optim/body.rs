@@ -148,3 +148,98 @@ fn adam_step<S: Simd>(
     let step = s.div_f32s(s.mul_f32s(lr_t, m), s.add_f32s(s.sqrt_f32s(v), eps));
     (s.sub_f32s(w, step), m, v)
 }
+
+// optimizers of issue 22
+
+/// TF1's `ApplyRMSProp` (training_ops.cc), per element:
+/// `ms += (g * g - ms) * one_minus_decay`;
+/// `mom = mom * momentum + (g * lr) / sqrt(ms + epsilon)`; `w -= mom`.
+pub(super) struct RmsProp<'a> {
+    pub w: &'a mut [f32],
+    pub ms: &'a mut [f32],
+    pub mom: &'a mut [f32],
+    pub g: &'a [f32],
+    /// `[lr, 1 - decay, momentum, epsilon]`.
+    pub k: [f32; 4],
+}
+
+impl WithSimd for RmsProp<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, s: S) {
+        let RmsProp { w, ms, mom, g, k } = self;
+        let k = k.map(|v| s.splat_f32s(v));
+        let n = w.len().min(ms.len()).min(mom.len()).min(g.len());
+        let (wh, wt) = S::as_mut_simd_f32s(&mut w[..n]);
+        let (sh, st) = S::as_mut_simd_f32s(&mut ms[..n]);
+        let (mh, mt) = S::as_mut_simd_f32s(&mut mom[..n]);
+        let (gh, gt) = S::as_simd_f32s(&g[..n]);
+        for (((w, ms), mom), g) in wh.iter_mut().zip(sh.iter_mut()).zip(mh.iter_mut()).zip(gh) {
+            (*w, *ms, *mom) = rmsprop_step(s, *w, *ms, *mom, *g, k);
+        }
+        if !wt.is_empty() {
+            let (w, ms) = (s.partial_load_f32s(wt), s.partial_load_f32s(st));
+            let (mom, g) = (s.partial_load_f32s(mt), s.partial_load_f32s(gt));
+            let (nw, nms, nmom) = rmsprop_step(s, w, ms, mom, g, k);
+            s.partial_store_f32s(wt, nw);
+            s.partial_store_f32s(st, nms);
+            s.partial_store_f32s(mt, nmom);
+        }
+    }
+}
+
+/// One vector of [`RmsProp`] (a function, always inlined, as `adam_step`).
+#[inline(always)]
+fn rmsprop_step<S: Simd>(
+    s: S,
+    w: S::f32s,
+    ms: S::f32s,
+    mom: S::f32s,
+    g: S::f32s,
+    k: [S::f32s; 4],
+) -> (S::f32s, S::f32s, S::f32s) {
+    let [lr, omd, mo, eps] = k;
+    let ms = s.add_f32s(ms, s.mul_f32s(s.sub_f32s(s.mul_f32s(g, g), ms), omd));
+    let mom = s.add_f32s(s.mul_f32s(mom, mo), s.div_f32s(s.mul_f32s(g, lr), s.sqrt_f32s(s.add_f32s(ms, eps))));
+    (s.sub_f32s(w, mom), ms, mom)
+}
+
+/// TF1's `ApplyAdagrad` (training_ops.cc), per element:
+/// `accum += g * g`; `w -= (g * lr) / sqrt(accum)` (TF multiplies by
+/// `accum.rsqrt()`; one correctly rounded division is the same value up
+/// to one rounding, and exact on every SIMD path).
+pub(super) struct Adagrad<'a> {
+    pub w: &'a mut [f32],
+    pub a: &'a mut [f32],
+    pub g: &'a [f32],
+    pub lr: f32,
+}
+
+impl WithSimd for Adagrad<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, s: S) {
+        let Adagrad { w, a, g, lr } = self;
+        let lr = s.splat_f32s(lr);
+        let n = w.len().min(a.len()).min(g.len());
+        let (wh, wt) = S::as_mut_simd_f32s(&mut w[..n]);
+        let (ah, at) = S::as_mut_simd_f32s(&mut a[..n]);
+        let (gh, gt) = S::as_simd_f32s(&g[..n]);
+        for ((w, a), g) in wh.iter_mut().zip(ah.iter_mut()).zip(gh) {
+            (*w, *a) = adagrad_step(s, *w, *a, *g, lr);
+        }
+        if !wt.is_empty() {
+            let (w, a, g) = (s.partial_load_f32s(wt), s.partial_load_f32s(at), s.partial_load_f32s(gt));
+            let (nw, na) = adagrad_step(s, w, a, g, lr);
+            s.partial_store_f32s(wt, nw);
+            s.partial_store_f32s(at, na);
+        }
+    }
+}
+
+/// One vector of [`Adagrad`].
+#[inline(always)]
+fn adagrad_step<S: Simd>(s: S, w: S::f32s, a: S::f32s, g: S::f32s, lr: S::f32s) -> (S::f32s, S::f32s) {
+    let a = s.add_f32s(a, s.mul_f32s(g, g));
+    (s.sub_f32s(w, s.div_f32s(s.mul_f32s(g, lr), s.sqrt_f32s(a))), a)
+}

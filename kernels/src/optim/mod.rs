@@ -1,9 +1,10 @@
 //! Optimizer updates in place on the variable and its slots, with TF1's
-//! exact formulas (`ApplyGradientDescent`, `ApplyMomentum`, `ApplyAdam`);
+//! exact formulas (`ApplyGradientDescent`, `ApplyMomentum`, `ApplyAdam`,
+//! `ApplyRMSProp`, `ApplyAdagrad`);
 //! the tower reduction fused into an update ([`mean_apply`]); the global
 //! step's increment. All buffers have the variable's length.
 //!
-//! SIMD: the three updates are bodies generic over the vector width
+//! SIMD: the updates are bodies generic over the vector width
 //! (`body.rs`), run on the process's [`crate::simd`] path; every product
 //! and sum rounded on its own (no FMA), `sqrt` and `/` exact, lanes
 //! independent elements: **bit-identical on every path** (AVX-512, AVX2,
@@ -11,6 +12,8 @@
 //! tower reduction is [`weighted_sum`] (`misc`), likewise identical.
 
 mod body;
+#[cfg(test)]
+mod tests_rmsprop_adagrad;
 
 use crate::kernel::Kernel;
 use crate::misc::weighted_sum;
@@ -62,6 +65,45 @@ pub fn apply_adam(
     })
 }
 
+/// TF1's `ApplyRMSProp` (not centered): `ms += (g² - ms)·(1 - decay)`;
+/// `mom = mom·momentum + g·lr / sqrt(ms + epsilon)`; `w -= mom`.
+#[allow(clippy::too_many_arguments)]
+pub fn apply_rmsprop(
+    w: &mut [f32],
+    ms: &mut [f32],
+    mom: &mut [f32],
+    g: &[f32],
+    lr: f32,
+    decay: f32,
+    momentum: f32,
+    epsilon: f32,
+) {
+    debug_assert!(w.len() == g.len() && ms.len() == g.len() && mom.len() == g.len());
+    crate::simd::dispatch(body::RmsProp { w, ms, mom, g, k: [lr, 1.0 - decay, momentum, epsilon] })
+}
+
+/// TF1's `ApplyAdagrad`: `accum += g²`; `w -= g·lr / sqrt(accum)`.
+pub fn apply_adagrad(w: &mut [f32], accum: &mut [f32], g: &[f32], lr: f32) {
+    debug_assert!(w.len() == g.len() && accum.len() == g.len());
+    crate::simd::dispatch(body::Adagrad { w, a: accum, g, lr })
+}
+
+/// The operand counts of an optimizer update kernel: (buffers written in
+/// place: the variable and its slots; inputs after the gradient: Adam's
+/// global_step and the learning rate). `None` for a kernel that is not an
+/// update. The one list the verifier, the multi-tensor merge and the
+/// fused kernels read.
+pub fn update_arity(apply: &Kernel) -> Option<(usize, usize)> {
+    match apply {
+        Kernel::ApplyGradientDescent { .. } => Some((1, 1)),
+        Kernel::ApplyMomentum { .. } => Some((2, 1)),
+        Kernel::ApplyAdam { .. } => Some((3, 2)),
+        Kernel::ApplyRmsProp { .. } => Some((3, 1)),
+        Kernel::ApplyAdagrad { .. } => Some((2, 1)),
+        _ => None,
+    }
+}
+
 /// Adam's 1-based step from the `global_step` variable read before this
 /// step's increment: `t = global_step + 1` (an empty or negative step reads as 0).
 pub fn adam_step(global_step: &[i32]) -> u64 {
@@ -71,12 +113,7 @@ pub fn adam_step(global_step: &[i32]) -> u64 {
 /// How many buffers an optimizer update writes (the variable and its
 /// slots); an error for a kernel that is not one, named as the `op` fusing it.
 pub fn update_slots(apply: &Kernel, op: &'static str) -> Result<usize, KernelError> {
-    match apply {
-        Kernel::ApplyGradientDescent { .. } => Ok(1),
-        Kernel::ApplyMomentum { .. } => Ok(2),
-        Kernel::ApplyAdam { .. } => Ok(3),
-        other => Err(KernelError::CannotFuse { op, into: other.name() }),
-    }
+    update_arity(apply).map(|(slots, _)| slots).ok_or(KernelError::CannotFuse { op, into: apply.name() })
 }
 
 /// Run the update `apply` on `outs` (the variable, then its slots, each as
@@ -98,6 +135,10 @@ pub fn update(
         (Kernel::ApplyAdam { beta1, beta2, epsilon }, [w, m, v, ..]) => {
             apply_adam(w, m, v, g, lr, *beta1, *beta2, *epsilon, step)
         }
+        (Kernel::ApplyRmsProp { decay, momentum, epsilon }, [w, ms, mom, ..]) => {
+            apply_rmsprop(w, ms, mom, g, lr, *decay, *momentum, *epsilon)
+        }
+        (Kernel::ApplyAdagrad {}, [w, a, ..]) => apply_adagrad(w, a, g, lr),
         _ => return Err(KernelError::CannotFuse { op, into: apply.name() }),
     }
     Ok(())
@@ -117,8 +158,7 @@ pub const MEAN_BLOCK: usize = 4096;
 /// `Kernel::MeanApply`: the tower reduction fused into the optimizer update
 /// that is its only consumer. Per block of [`MEAN_BLOCK`] elements, the
 /// towers' weighted gradient `Σ weights[i]·grads[i]` is formed in scratch on
-/// the stack, then `apply` (an `ApplyGradientDescent`, `ApplyMomentum` or
-/// `ApplyAdam`) updates that block of `outs` (the variable, then its slots)
+/// the stack, then `apply` (any update of [`update_arity`]) updates that block of `outs` (the variable, then its slots)
 /// in place. One pass over memory, no allocation. `step` is Adam's 1-based
 /// step ([`adam_step`]); the other updates ignore it.
 pub fn mean_apply(

@@ -178,6 +178,82 @@ extern "C" __global__ void towers_multi_apply_adam_f32(i64 total, int count, con
     }
 }
 
+// ---- optimizers of issue 22: RMSProp and Adagrad (TF1's ApplyRMSProp, ApplyAdagrad) ----
+
+// ms += (g^2 - ms)(1 - decay); mom = mom * momentum + g * lr / sqrt(ms + eps); w -= mom
+__device__ __forceinline__ void rmsprop_step(float* w, float* ms, float* mom, float g, float lr, float decay,
+                                             float momentum, float epsilon) {
+    float s = ADD(*ms, MUL(SUB(MUL(g, g), *ms), SUB(1.0f, decay)));
+    float m = ADD(MUL(*mom, momentum), __fdiv_rn(MUL(g, lr), __fsqrt_rn(ADD(s, epsilon))));
+    *ms = s;
+    *mom = m;
+    *w = SUB(*w, m);
+}
+
+// accum += g^2; w -= g * lr / sqrt(accum)
+__device__ __forceinline__ void adagrad_step(float* w, float* accum, float g, float lr) {
+    float a = ADD(*accum, MUL(g, g));
+    *accum = a;
+    *w = SUB(*w, __fdiv_rn(MUL(g, lr), __fsqrt_rn(a)));
+}
+
+extern "C" __global__ void towers_apply_rmsprop_f32(i64 n, const float* __restrict__ lr_p, float decay, float momentum,
+                                                    float epsilon, const float* __restrict__ g, float* __restrict__ w,
+                                                    float* __restrict__ ms, float* __restrict__ mom) {
+    const float lr = *lr_p;
+    GRID_STRIDE(i, n) { rmsprop_step(&w[i], &ms[i], &mom[i], g[i], lr, decay, momentum, epsilon); }
+}
+
+extern "C" __global__ void towers_apply_adagrad_f32(i64 n, const float* __restrict__ lr_p,
+                                                    const float* __restrict__ g, float* __restrict__ w,
+                                                    float* __restrict__ accum) {
+    const float lr = *lr_p;
+    GRID_STRIDE(i, n) { adagrad_step(&w[i], &accum[i], g[i], lr); }
+}
+
+extern "C" __global__ void towers_mean_apply_rmsprop_f32(i64 n, int count, const float* const* grads,
+                                                         const float* __restrict__ weights,
+                                                         const float* __restrict__ lr_p, float decay, float momentum,
+                                                         float epsilon, float* __restrict__ w, float* __restrict__ ms,
+                                                         float* __restrict__ mom) {
+    const float lr = *lr_p;
+    GRID_STRIDE(i, n) {
+        rmsprop_step(&w[i], &ms[i], &mom[i], tower_grad(grads, weights, count, i), lr, decay, momentum, epsilon);
+    }
+}
+
+extern "C" __global__ void towers_mean_apply_adagrad_f32(i64 n, int count, const float* const* grads,
+                                                         const float* __restrict__ weights,
+                                                         const float* __restrict__ lr_p, float* __restrict__ w,
+                                                         float* __restrict__ accum) {
+    const float lr = *lr_p;
+    GRID_STRIDE(i, n) { adagrad_step(&w[i], &accum[i], tower_grad(grads, weights, count, i), lr); }
+}
+
+extern "C" __global__ void towers_multi_apply_rmsprop_f32(i64 total, int count, const i64* offsets,
+                                                          const float* const* grads, float* const* ws,
+                                                          float* const* mss, float* const* moms,
+                                                          const float* __restrict__ lr_p, float decay, float momentum,
+                                                          float epsilon) {
+    const float lr = *lr_p;
+    GRID_STRIDE(i, total) {
+        int t = member_of(offsets, count, i);
+        i64 j = i - offsets[t];
+        rmsprop_step(&ws[t][j], &mss[t][j], &moms[t][j], grads[t][j], lr, decay, momentum, epsilon);
+    }
+}
+
+extern "C" __global__ void towers_multi_apply_adagrad_f32(i64 total, int count, const i64* offsets,
+                                                          const float* const* grads, float* const* ws,
+                                                          float* const* accums, const float* __restrict__ lr_p) {
+    const float lr = *lr_p;
+    GRID_STRIDE(i, total) {
+        int t = member_of(offsets, count, i);
+        i64 j = i - offsets[t];
+        adagrad_step(&ws[t][j], &accums[t][j], grads[t][j], lr);
+    }
+}
+
 // v = v * decay + x * (1 - decay)
 extern "C" __global__ void towers_assign_moving_average_f32(i64 n, float decay, const float* __restrict__ x,
                                                             float* __restrict__ v) {

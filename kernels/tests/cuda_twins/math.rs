@@ -31,7 +31,11 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
             );
             let mut want = vec![0f32; len];
             cpu::binary(op, &a, sa, &b, sb, &mut want);
-            r.f32("binary", format!("op {op} {sa:?} {sb:?}"), &g.down(&dout, len), &want, None);
+            // powf and logf (pow, pow_grad_y) differ from Rust's libm by rounding.
+            let transcendental =
+                [towers_kernels::BinaryOp::Pow, towers_kernels::BinaryOp::PowGradY].iter().any(|b| b.code() == op);
+            let tol = if transcendental { Some(2e-6) } else { None };
+            r.f32("binary", format!("op {op} {sa:?} {sb:?}"), &g.down(&dout, len), &want, tol);
         }
     }
     // broadcast_to and its adjoint sum_to_shape.
@@ -147,14 +151,18 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let mut y = vec![0f32; len];
         cpu::unary(op, xin, &mut y);
         // Transcendentals differ from Rust's libm by rounding; sqrt and division are exact.
-        let tol = if matches!(uop, U::Sigmoid | U::Tanh | U::Exp | U::Log | U::Elu) { Some(2e-6) } else { None };
+        let tol = if matches!(uop, U::Sigmoid | U::Tanh | U::Exp | U::Log | U::Elu | U::Softplus) {
+            Some(2e-6)
+        } else {
+            None
+        };
         r.f32("unary", name, &g.down(&dy, len), &y, tol);
         // The gradient from the CPU's forward output, so both sides see the same y.
         let dyy = g.up(&y);
         g.ew(EWF, "towers_unary_grad_f32", len, &[A::I32(op), n(len), dgy.a(), dyy.a(), ddx.a()]);
         let mut want = vec![0f32; len];
         cpu::unary_grad(op, &gy, &y, &mut want);
-        let tol = if uop == U::Log { Some(2e-6) } else { None };
+        let tol = if matches!(uop, U::Log | U::Softplus) { Some(2e-6) } else { None };
         r.f32("unary_grad", name, &g.down(&ddx, len), &want, tol);
     }
     // add_n, weighted_sum, fill.

@@ -147,7 +147,7 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     let want: Vec<f32> = w0.iter().zip(&grad).map(|(v, x)| *v * 0.99 + *x * (1.0 - 0.99)).collect();
     r.f32("assign_moving_average", "decay 0.99", &g.down(&v, len), &want, None);
 
-    // The three optimizers, plain and fused with the tower reduction (3 towers).
+    // The optimizers, plain and fused with the tower reduction (3 towers).
     let towers: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(len, -1.0, 1.0)).collect();
     let weights = [0.375f32, 0.375, 0.25];
     let tdev: Vec<Dev<f32>> = towers.iter().map(|t| g.up(t)).collect();
@@ -212,6 +212,34 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         r.f32(kernel("apply_adam"), tag("adam step 5: w"), &g.down(&w, len), &ww, None);
         r.f32(kernel("apply_adam"), tag("adam step 5: m"), &g.down(&m, len), &wm, None);
         r.f32(kernel("apply_adam"), tag("adam step 5: v"), &g.down(&vv, len), &wv, None);
+
+        // RMSProp (ms from s2 >= 0, mom from s1) and Adagrad (accum from s2), issue 22.
+        let (w, ms, mom) = (g.up(&w0), g.up(&s2), g.up(&s1));
+        let mut a = head(len);
+        a.extend([lr_mom.a(), o(0.9), o(0.5), o(1e-10)]);
+        if !fused {
+            a.push(dgr.a());
+        }
+        a.extend([w.a(), ms.a(), mom.a()]);
+        g.ew("optim", if fused { "towers_mean_apply_rmsprop_f32" } else { "towers_apply_rmsprop_f32" }, len, &a);
+        let (mut ww, mut wms, mut wmom) = (w0.clone(), s2.clone(), s1.clone());
+        optim::apply_rmsprop(&mut ww, &mut wms, &mut wmom, gsrc, 0.05, 0.9, 0.5, 1e-10);
+        r.f32(kernel("apply_rmsprop"), tag("rmsprop: w"), &g.down(&w, len), &ww, None);
+        r.f32(kernel("apply_rmsprop"), tag("rmsprop: ms"), &g.down(&ms, len), &wms, None);
+        r.f32(kernel("apply_rmsprop"), tag("rmsprop: mom"), &g.down(&mom, len), &wmom, None);
+
+        let (w, acc) = (g.up(&w0), g.up(&s2));
+        let mut a = head(len);
+        a.push(lr_mom.a());
+        if !fused {
+            a.push(dgr.a());
+        }
+        a.extend([w.a(), acc.a()]);
+        g.ew("optim", if fused { "towers_mean_apply_adagrad_f32" } else { "towers_apply_adagrad_f32" }, len, &a);
+        let (mut ww, mut wa) = (w0.clone(), s2.clone());
+        optim::apply_adagrad(&mut ww, &mut wa, gsrc, 0.05);
+        r.f32(kernel("apply_adagrad"), tag("adagrad: w"), &g.down(&w, len), &ww, None);
+        r.f32(kernel("apply_adagrad"), tag("adagrad: accum"), &g.down(&acc, len), &wa, None);
     }
 
     // MultiApply: three variables of uneven lengths in one launch, each as its single update.
@@ -231,7 +259,7 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     let up_all = |v: &[Vec<f32>]| v.iter().map(|x| g.up(x)).collect::<Vec<_>>();
     let dg = up_all(&gs);
     let dgp = g.ptrs(&dg.iter().collect::<Vec<_>>());
-    for opt in ["gradient_descent", "momentum", "adam"] {
+    for opt in ["gradient_descent", "momentum", "adam", "rmsprop", "adagrad"] {
         let (dw, d1, d2) = (up_all(&ws), up_all(&s1s), up_all(&s2s));
         let (pw, p1, p2) = (
             g.ptrs(&dw.iter().collect::<Vec<_>>()),
@@ -242,6 +270,9 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         match opt {
             "gradient_descent" => a.push(lr_sgd.a()),
             "momentum" => a.extend([p1.a(), lr_mom.a(), o(0.9), A::I32(1)]),
+            // ms from the non-negative s2s, mom from s1s.
+            "rmsprop" => a.extend([p2.a(), p1.a(), lr_mom.a(), o(0.9), o(0.5), o(1e-10)]),
+            "adagrad" => a.extend([p2.a(), lr_mom.a()]),
             _ => a.extend([p1.a(), p2.a(), lr_adam.a(), o(0.9), o(0.999), o(1e-8), dstep.a()]),
         }
         g.ew("optim", &format!("towers_multi_apply_{opt}_f32"), total, &a);
@@ -250,13 +281,15 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
             match opt {
                 "gradient_descent" => optim::apply_gradient_descent(&mut ww, &gs[t], 0.1),
                 "momentum" => optim::apply_momentum(&mut ww, &mut w1, &gs[t], 0.05, 0.9, true),
+                "rmsprop" => optim::apply_rmsprop(&mut ww, &mut w2, &mut w1, &gs[t], 0.05, 0.9, 0.5, 1e-10),
+                "adagrad" => optim::apply_adagrad(&mut ww, &mut w2, &gs[t], 0.05),
                 _ => optim::apply_adam(&mut ww, &mut w1, &mut w2, &gs[t], 0.001, 0.9, 0.999, 1e-8, step as u64 + 1),
             }
             r.f32("multi_apply", format!("{opt}, member {t} ({l}): w"), &g.down(&dw[t], l), &ww, None);
-            if opt != "gradient_descent" {
+            if !matches!(opt, "gradient_descent" | "adagrad") {
                 r.f32("multi_apply", format!("{opt}, member {t}: slot 1"), &g.down(&d1[t], l), &w1, None);
             }
-            if opt == "adam" {
+            if matches!(opt, "adam" | "rmsprop" | "adagrad") {
                 r.f32("multi_apply", format!("{opt}, member {t}: slot 2"), &g.down(&d2[t], l), &w2, None);
             }
         }

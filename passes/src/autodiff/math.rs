@@ -5,6 +5,14 @@
 //! - `a ± b`: da = sum_to(dy, a), db = ±sum_to(dy, b) (sum_to undoes broadcasting);
 //! - `a * b`: da = sum_to(dy*b, a), db = sum_to(a*dy, b);
 //! - `y = a / b`: da = sum_to(dy/b, a), db = sum_to(-(dy*y)/b, b);
+//! - `z = max(a, b)` (TF's `_MaximumGrad`): with m = [a >= b] (`GreaterEqualMask`),
+//!   da = sum_to(dy*m, a), db = sum_to(dy - dy*m, b): ties go to a, as TF;
+//!   `z = min(a, b)`: the same with m = [b >= a] = [a <= b] (ties to a, as TF);
+//!   `dy - dy*m` is exactly dy where m = 0 and 0 where m = 1 (finite dy);
+//! - `z = a ^ b` (TF's `_PowGrad`): ∂z/∂a = b·a^(b-1), so da = sum_to(dy*(b*pow(a, b-1)), a);
+//!   ∂z/∂b = z·ln(a), taken as 0 where a <= 0 (TF's `where(x > 0, log(x), 0)`),
+//!   so db = sum_to(dy*PowGradY(a, z), b);
+//! - the gradient helpers `GreaterEqualMask` and `PowGradY` have no gradient;
 //! - `AddN`: every input gets dy; `BiasAdd`: dx = dy, dbias = BiasAddGrad(dy);
 //! - every unary op (`Neg`, `Relu`, `Tanh`, ...): one rule, dx = UnaryGrad(op)(dy, y)
 //!   on the output y (each op's gradient from y is the kernels', written beside its forward);
@@ -44,11 +52,32 @@ pub(super) fn rule(
             use BinaryOp::*;
             let dy = dy0(cx, dys)?;
             let (a, b) = (ins[0], ins[1]);
+            // The mask of a's share for maximum/minimum (1 where a gets dy).
+            let mask = match bop {
+                Maximum => Some(cx.op(Op::Binary(GreaterEqualMask), vec![a, b])?),
+                Minimum => Some(cx.op(Op::Binary(GreaterEqualMask), vec![b, a])?),
+                GreaterEqualMask | PowGradY => return Err(cx.no_rule()),
+                _ => None,
+            };
+            // dy * mask, a's share (also the part of dy that b does not get).
+            let a_share = match mask {
+                Some(m) if want(0) || want(1) => Some(cx.op(Op::Binary(Mul), vec![dy, m])?),
+                _ => None,
+            };
             let da = if want(0) {
                 let d = match bop {
                     Mul => cx.op(Op::Binary(Mul), vec![dy, b])?,
                     Div => cx.op(Op::Binary(Div), vec![dy, b])?,
                     Add | Sub => dy,
+                    Maximum | Minimum => a_share.ok_or_else(|| cx.no_rule())?,
+                    Pow => {
+                        let one = cx.scalar(1.0)?;
+                        let bm1 = cx.op(Op::Binary(Sub), vec![b, one])?;
+                        let p = cx.op(Op::Binary(Pow), vec![a, bm1])?;
+                        let f = cx.op(Op::Binary(Mul), vec![b, p])?;
+                        cx.op(Op::Binary(Mul), vec![dy, f])?
+                    }
+                    GreaterEqualMask | PowGradY => return Err(cx.no_rule()),
                 };
                 Some(cx.sum_to(d, a)?)
             } else {
@@ -71,6 +100,17 @@ pub(super) fn rule(
                         let t = cx.op(Op::Unary(UnaryOp::Neg), vec![t])?;
                         cx.sum_to(t, b)?
                     }
+                    Maximum | Minimum => {
+                        let s = a_share.ok_or_else(|| cx.no_rule())?;
+                        let t = cx.op(Op::Binary(Sub), vec![dy, s])?;
+                        cx.sum_to(t, b)?
+                    }
+                    Pow => {
+                        let f = cx.op(Op::Binary(PowGradY), vec![a, y])?;
+                        let t = cx.op(Op::Binary(Mul), vec![dy, f])?;
+                        cx.sum_to(t, b)?
+                    }
+                    GreaterEqualMask | PowGradY => return Err(cx.no_rule()),
                 })
             } else {
                 None

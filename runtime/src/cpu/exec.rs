@@ -61,7 +61,11 @@ pub fn splittable(l: &Launch) -> Option<(usize, usize, usize)> {
     };
     match &l.kernel {
         Kernel::MeanApply { weights, .. } if weights.len() <= 16 => elems(l),
-        Kernel::ApplyGradientDescent {} | Kernel::ApplyMomentum { .. } | Kernel::ApplyAdam { .. } => elems(l),
+        Kernel::ApplyGradientDescent {}
+        | Kernel::ApplyMomentum { .. }
+        | Kernel::ApplyAdam { .. }
+        | Kernel::ApplyRmsProp { .. }
+        | Kernel::ApplyAdagrad { .. } => elems(l),
         Kernel::TowerMatMul { m, n, ks, .. } | Kernel::TowerMatMulApply { m, n, ks, .. } => {
             let per_row = ks.iter().sum::<usize>().saturating_mul(*n).saturating_mul(2);
             let mid = gemm::tower_matmul_split(*m);
@@ -101,7 +105,11 @@ pub unsafe fn dispatch_range(l: &Launch, lo: usize, hi: usize) -> Result<(), Str
             };
             optim::mean_apply(&grads[..n], weights, apply, t, lr(), &mut outs[..k]).map_err(err)
         }
-        Kernel::ApplyGradientDescent {} | Kernel::ApplyMomentum { .. } | Kernel::ApplyAdam { .. } => {
+        Kernel::ApplyGradientDescent {}
+        | Kernel::ApplyMomentum { .. }
+        | Kernel::ApplyAdam { .. }
+        | Kernel::ApplyRmsProp { .. }
+        | Kernel::ApplyAdagrad { .. } => {
             // in: grad, (Adam: global_step), learning rate.
             let t = match &l.kernel {
                 Kernel::ApplyAdam { .. } => optim::adam_step(l.ins[1].slot.i32()),
@@ -314,6 +322,10 @@ pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
         }
         Kernel::Tile { shape, multiples } => array::tile(i(0), shape, multiples, o(0)).map_err(err)?,
         Kernel::TileGrad { shape, multiples } => array::tile_grad(i(0), shape, multiples, o(0)).map_err(err)?,
+        Kernel::ApplyRmsProp { decay, momentum, epsilon } => {
+            optim::apply_rmsprop(o(0), o(1), o(2), i(0), i(1)[0], *decay, *momentum, *epsilon)
+        }
+        Kernel::ApplyAdagrad {} => optim::apply_adagrad(o(0), o(1), i(0), i(1)[0]),
     }
     Ok(())
 }

@@ -768,6 +768,15 @@ pub(crate) fn lower_launch(
                     a.ptr(w.ptr).ptr(o(1)?.ptr).ptr(o(2)?.ptr);
                     "towers_mean_apply_adam_f32"
                 }
+                Kernel::ApplyRmsProp { decay, momentum, epsilon } => {
+                    a.ptr(i(count)?.ptr).f32(*decay).f32(*momentum).f32(*epsilon);
+                    a.ptr(w.ptr).ptr(o(1)?.ptr).ptr(o(2)?.ptr);
+                    "towers_mean_apply_rmsprop_f32"
+                }
+                Kernel::ApplyAdagrad {} => {
+                    a.ptr(i(count)?.ptr).ptr(w.ptr).ptr(o(1)?.ptr);
+                    "towers_mean_apply_adagrad_f32"
+                }
                 other => return Err(format!("mean_apply cannot fuse into {}", other.name())),
             };
             launch(ops, "optim", e, ew(w.len), BLOCK, a)?;
@@ -801,6 +810,15 @@ pub(crate) fn lower_launch(
                     a.f32(*beta1).f32(*beta2).f32(*epsilon).ptr(i(n)?.ptr);
                     "towers_multi_apply_adam_f32"
                 }
+                Kernel::ApplyRmsProp { decay, momentum, epsilon } => {
+                    a.side_ptr(array(side, 1)).side_ptr(array(side, 2)).ptr(lr);
+                    a.f32(*decay).f32(*momentum).f32(*epsilon);
+                    "towers_multi_apply_rmsprop_f32"
+                }
+                Kernel::ApplyAdagrad {} => {
+                    a.side_ptr(array(side, 1)).ptr(lr);
+                    "towers_multi_apply_adagrad_f32"
+                }
                 other => return Err(format!("multi_apply cannot run {}", other.name())),
             };
             launch(ops, "optim", e, ew(total), BLOCK, a)?;
@@ -818,6 +836,19 @@ pub(crate) fn lower_launch(
         | Kernel::GatherGrad { .. }
         | Kernel::Tile { .. }
         | Kernel::TileGrad { .. } => array::lower(kernel, ins, outs, mods, ops)?,
+        Kernel::ApplyRmsProp { decay, momentum, epsilon } => {
+            let w = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(w.len).ptr(i(1)?.ptr).f32(*decay).f32(*momentum).f32(*epsilon).ptr(i(0)?.ptr);
+            a.ptr(w.ptr).ptr(o(1)?.ptr).ptr(o(2)?.ptr);
+            launch(ops, "optim", "towers_apply_rmsprop_f32", ew(w.len), BLOCK, a)?;
+        }
+        Kernel::ApplyAdagrad {} => {
+            let w = o(0)?;
+            let mut a = ArgPack::new();
+            a.i64(w.len).ptr(i(1)?.ptr).ptr(i(0)?.ptr).ptr(w.ptr).ptr(o(1)?.ptr);
+            launch(ops, "optim", "towers_apply_adagrad_f32", ew(w.len), BLOCK, a)?;
+        }
     }
     Ok(())
 }

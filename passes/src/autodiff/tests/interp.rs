@@ -199,6 +199,21 @@ fn init(op: &Op) -> V {
     V::new(shape, vec![v; shape.iter().product()])
 }
 
+/// A binary op in f64, written independently of the kernels' f32 table.
+fn binary_f64(op: BinaryOp) -> fn(f64, f64) -> f64 {
+    match op {
+        BinaryOp::Add => |p, q| p + q,
+        BinaryOp::Sub => |p, q| p - q,
+        BinaryOp::Mul => |p, q| p * q,
+        BinaryOp::Div => |p, q| p / q,
+        BinaryOp::Maximum => f64::max,
+        BinaryOp::Minimum => f64::min,
+        BinaryOp::Pow => f64::powf,
+        BinaryOp::GreaterEqualMask => |p, q| if p >= q { 1.0 } else { 0.0 },
+        BinaryOp::PowGradY => |x, z| if x > 0.0 { z * x.ln() } else { 0.0 },
+    }
+}
+
 /// A unary op in f64, written independently of the kernels' f32 table.
 fn unary_f64(op: UnaryOp, v: f64) -> f64 {
     match op {
@@ -218,6 +233,8 @@ fn unary_f64(op: UnaryOp, v: f64) -> f64 {
                 v.exp() - 1.0
             }
         }
+        UnaryOp::Relu6 => v.clamp(0.0, 6.0),
+        UnaryOp::Softplus => v.exp().ln_1p(),
     }
 }
 
@@ -247,6 +264,15 @@ fn unary_grad_f64(op: UnaryOp, d: f64, y: f64) -> f64 {
                 d * (y + 1.0)
             }
         }
+        UnaryOp::Relu6 => {
+            if y > 0.0 && y < 6.0 {
+                d
+            } else {
+                0.0
+            }
+        }
+        // y = ln(1 + e^x): f'(x) = e^x / (1 + e^x) = (e^y - 1) / e^y.
+        UnaryOp::Softplus => d * (y.exp() - 1.0) / y.exp(),
     }
 }
 
@@ -279,10 +305,7 @@ fn eval(
         Op::Const { value } => one(V::new(&value.shape, value.data.iter().map(|v| v.0 as f64).collect())),
         Op::Variable { .. } => one(vars.entry(name.to_string()).or_insert_with(|| init(op)).clone()),
         Op::MatMul { transpose_a, transpose_b } => one(matmul(&x[0], &x[1], *transpose_a, *transpose_b)),
-        Op::Binary(BinaryOp::Add) => one(binary(&x[0], &x[1], |a, b| a + b)),
-        Op::Binary(BinaryOp::Sub) => one(binary(&x[0], &x[1], |a, b| a - b)),
-        Op::Binary(BinaryOp::Mul) => one(binary(&x[0], &x[1], |a, b| a * b)),
-        Op::Binary(BinaryOp::Div) => one(binary(&x[0], &x[1], |a, b| a / b)),
+        Op::Binary(op) => one(binary(&x[0], &x[1], binary_f64(*op))),
         Op::Fused { expr } => {
             use towers_kernels::elementwise::FusedStep;
             let mut v: Vec<V> = Vec::new();
@@ -294,15 +317,7 @@ fn eval(
                     FusedStep::UnaryGrad(u, a, b) => {
                         binary(&v[a as usize], &v[b as usize], |d, y| unary_grad_f64(u, d, y))
                     }
-                    FusedStep::Binary(op, a, b) => {
-                        let f = match op {
-                            BinaryOp::Add => |p: f64, q: f64| p + q,
-                            BinaryOp::Sub => |p: f64, q: f64| p - q,
-                            BinaryOp::Mul => |p: f64, q: f64| p * q,
-                            BinaryOp::Div => |p: f64, q: f64| p / q,
-                        };
-                        binary(&v[a as usize], &v[b as usize], f)
-                    }
+                    FusedStep::Binary(op, a, b) => binary(&v[a as usize], &v[b as usize], binary_f64(op)),
                 };
                 v.push(r);
             }

@@ -110,5 +110,19 @@ pub fn apply(opt: &Optimizer, w: &V, slots: &[V], g: &V, t: f64, lr: f64) -> (V,
             let upd = zip(&m, &v, &|m, v| lr_t * m / (v.sqrt() + eps));
             (zip(w, &upd, &|w, u| w - u), vec![m, v])
         }
+        // TF1's ApplyRMSProp: ms = ρ·ms + (1-ρ)·g²; mom = μ·mom + lr·g/sqrt(ms + ε); w -= mom.
+        Optimizer::RmsProp { decay, momentum, epsilon, .. } => {
+            let (rho, mu, eps) = (decay.0 as f64, momentum.0 as f64, epsilon.0 as f64);
+            let ms = zip(&slots[0], g, &|s, g| rho * s + (1.0 - rho) * g * g);
+            let step = zip(g, &ms, &|g, s| lr * g / (s + eps).sqrt());
+            let mom = zip(&slots[1], &step, &|m, s| mu * m + s);
+            (zip(w, &mom, &|w, m| w - m), vec![ms, mom])
+        }
+        // TF1's ApplyAdagrad: accum += g²; w -= lr·g/sqrt(accum).
+        Optimizer::Adagrad { .. } => {
+            let a = zip(&slots[0], g, &|a, g| a + g * g);
+            let step = zip(g, &a, &|g, a| lr * g / a.sqrt());
+            (zip(w, &step, &|w, s| w - s), vec![a])
+        }
     }
 }

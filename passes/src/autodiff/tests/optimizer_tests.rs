@@ -15,6 +15,34 @@ fn adam() -> Optimizer {
     Optimizer::Adam { lr: F32(0.1), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) }
 }
 
+/// TF1's RMSPropOptimizer defaults but a momentum, so both slots matter.
+fn rmsprop() -> Optimizer {
+    Optimizer::RmsProp { lr: F32(0.1), decay: F32(0.9), momentum: F32(0.5), epsilon: F32(1e-10) }
+}
+
+fn adagrad() -> Optimizer {
+    Optimizer::Adagrad { lr: F32(0.1), initial_accumulator_value: F32(0.1) }
+}
+
+/// TF1's slot initial values: RMSProp's ms ones (rmsprop.py `_create_slots`:
+/// `init_ops.ones_initializer`), its momentum zeros; Adagrad's accumulator
+/// `initial_accumulator_value` (adagrad.py: `constant_initializer`).
+#[test]
+fn slots_start_as_tf1_creates_them() {
+    use towers_graph::Initializer;
+    for (opt, want) in [
+        (rmsprop(), vec![("fc1/weights/RMSProp", Initializer::Ones), ("fc1/weights/RMSProp_1", Initializer::Zeros)]),
+        (adagrad(), vec![("fc1/weights/Adagrad", Initializer::Constant(F32(0.1)))]),
+        (adam(), vec![("fc1/weights/Adam", Initializer::Zeros), ("fc1/weights/Adam_1", Initializer::Zeros)]),
+    ] {
+        let (g, _, _) = model(&opt);
+        for (name, init) in want {
+            let Op::Variable { init: got, .. } = &g.node(g.find(name).unwrap()).op else { panic!("{name}") };
+            assert_eq!(got, &init, "{name}");
+        }
+    }
+}
+
 /// A model with variables fc1/weights [2,3] and fc1/biases [3]; loss = l2_loss(w) + Σ b*W.
 fn model(opt: &Optimizer) -> (towers_graph::Graph, crate::optimizer::ApplyResult, Vec<(String, Tensor)>) {
     let mut b = GraphBuilder::new();
@@ -34,7 +62,7 @@ fn model(opt: &Optimizer) -> (towers_graph::Graph, crate::optimizer::ApplyResult
 
 #[test]
 fn names_of_slots_and_applies() {
-    let cases: [(Optimizer, &[&str], &str); 3] = [
+    let cases: [(Optimizer, &[&str], &str); 5] = [
         (Optimizer::Sgd { lr: F32(0.1) }, &[], "GradientDescent/update_fc1/weights/ApplyGradientDescent"),
         (
             Optimizer::Momentum { lr: F32(0.1), momentum: F32(0.9), nesterov: true },
@@ -46,6 +74,12 @@ fn names_of_slots_and_applies() {
             &["fc1/weights/Adam", "fc1/weights/Adam_1", "fc1/biases/Adam", "fc1/biases/Adam_1"],
             "Adam/update_fc1/weights/ApplyAdam",
         ),
+        (
+            rmsprop(),
+            &["fc1/weights/RMSProp", "fc1/weights/RMSProp_1", "fc1/biases/RMSProp", "fc1/biases/RMSProp_1"],
+            "RMSProp/update_fc1/weights/ApplyRMSProp",
+        ),
+        (adagrad(), &["fc1/weights/Adagrad", "fc1/biases/Adagrad"], "Adagrad/update_fc1/weights/ApplyAdagrad"),
     ];
     for (opt, slots, apply) in cases {
         let (g, res, _) = model(&opt);
@@ -123,13 +157,21 @@ fn one_and_two_steps_match_tf_formulas() {
         Optimizer::Momentum { lr: F32(0.1), momentum: F32(0.9), nesterov: false },
         Optimizer::Momentum { lr: F32(0.1), momentum: F32(0.9), nesterov: true },
         adam(),
+        rmsprop(),
+        adagrad(),
     ];
     for opt in &opts {
         for steps in [1, 2] {
             let (init, got) = train(opt, steps);
             for (name, grad_of) in [("fc1/weights", None), ("fc1/biases", Some(&wb))] {
                 let mut w = init[name].data.clone();
-                let (mut m, mut v) = (vec![0.0; w.len()], vec![0.0; w.len()]);
+                // The slots as TF1 starts them: RMSProp's ms at 1, Adagrad's accumulator at 0.1.
+                let m0 = match opt {
+                    Optimizer::RmsProp { .. } => 1.0,
+                    Optimizer::Adagrad { .. } => 0.1f32 as f64,
+                    _ => 0.0,
+                };
+                let (mut m, mut v) = (vec![m0; w.len()], vec![0.0; w.len()]);
                 for t in 1..=steps {
                     for k in 0..w.len() {
                         let g = grad_of.map(|wb| wb[k]).unwrap_or(w[k]);
@@ -150,6 +192,18 @@ fn one_and_two_steps_match_tf_formulas() {
                                 m[k] = b1 * m[k] + (1.0 - b1) * g;
                                 v[k] = b2 * v[k] + (1.0 - b2) * g * g;
                                 w[k] -= lr_t * m[k] / (v[k].sqrt() + 1e-8f32 as f64);
+                            }
+                            // RMSProp: ms = ρms + (1-ρ)g²; mom = μmom + lr*g/sqrt(ms + ε); w -= mom
+                            Optimizer::RmsProp { .. } => {
+                                let rho = 0.9f32 as f64;
+                                m[k] = rho * m[k] + (1.0 - rho) * g * g;
+                                v[k] = 0.5 * v[k] + 0.1f32 as f64 * g / (m[k] + 1e-10f32 as f64).sqrt();
+                                w[k] -= v[k];
+                            }
+                            // Adagrad: accum += g²; w -= lr*g/sqrt(accum)
+                            Optimizer::Adagrad { .. } => {
+                                m[k] += g * g;
+                                w[k] -= 0.1f32 as f64 * g / m[k].sqrt();
                             }
                         }
                     }

@@ -1,0 +1,152 @@
+//! The builder's math ops of issue 22 (`tf.maximum`, `tf.minimum`,
+//! `tf.square`, `tf.pow`, `tf.nn.leaky_relu`, `tf.nn.relu6`,
+//! `tf.nn.softplus`), each named as TF names it.
+//!
+//! Invariants: every method adds only ops of the kernels' tables
+//! (`Op::Binary`, `Op::Unary`), so shape inference (broadcasting as every
+//! binary op), gradients, fusion and both backends need nothing of their
+//! own here. Two are compositions, as TF1 built them or as their gradient
+//! asks:
+//! - `square(x)` is `Mul(x, x)` named `Square` (a unary table op must have
+//!   its gradient from its output, and `x²` loses x's sign); its gradient
+//!   `dy·x + x·dy = 2·x·dy` is bit for bit TF's `dy·(2·x)` (doubling is exact);
+//! - `leaky_relu(x, alpha)` is `maximum(alpha·x, x)` in a `LeakyRelu` scope,
+//!   exactly TF 1.4–1.12's `tf.nn.leaky_relu`, and `minimum(alpha·x, x)`
+//!   for `alpha > 1`, so every alpha gives the `LeakyRelu` op's value
+//!   (`x > 0 ? x : alpha·x`, TF ≥ 1.13) and its gradient (`alpha·dy` at 0).
+
+use crate::builder::GraphBuilder;
+use crate::error::GraphError;
+use crate::graph::Tensor;
+use crate::op::{BinaryOp, Op, UnaryOp};
+use crate::types::DType;
+
+type Result<T> = std::result::Result<T, GraphError>;
+
+impl GraphBuilder {
+    /// Any broadcasting binary op, named by its TF type name (`Maximum`, `Pow`, ...).
+    pub fn binary(&mut self, op: BinaryOp, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1(op.tf_name(), Op::Binary(op), &[a, b])
+    }
+
+    /// `max(a, b)` elementwise with broadcasting (TF's `tf.maximum`). The
+    /// gradient goes to `a` where `a >= b`, else to `b`, as TF's `_MaximumGrad`.
+    pub fn maximum(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Maximum, a, b)
+    }
+
+    /// `min(a, b)` elementwise with broadcasting (TF's `tf.minimum`). The
+    /// gradient goes to `a` where `a <= b`, else to `b`, as TF's `_MinimumGrad`.
+    pub fn minimum(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Minimum, a, b)
+    }
+
+    /// `x ^ y` elementwise with broadcasting (TF's `tf.pow`). Gradients as
+    /// TF's `_PowGrad`: `dx = dy·y·x^(y-1)`, `dy = dz·z·log(x)` where `x > 0`, else 0.
+    pub fn pow(&mut self, x: Tensor, y: Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Pow, x, y)
+    }
+
+    /// `x²` (TF's `tf.square`), as `Mul(x, x)` named `Square`.
+    ///
+    /// ```
+    /// # use towers_graph::{GraphBuilder, DType};
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.placeholder("x", DType::F32, [2, 3]).unwrap();
+    /// let y = b.square(x).unwrap();
+    /// assert_eq!(b.graph().node(y.node).name, "Square");
+    /// ```
+    pub fn square(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("Square", Op::Binary(BinaryOp::Mul), &[x, x])
+    }
+
+    /// `x` where `x > 0`, else `alpha·x` (TF's `tf.nn.leaky_relu`; TF's
+    /// default alpha is 0.2, see [`GraphBuilder::leaky_relu_default`]).
+    /// Built as `maximum(alpha·x, x)` (`minimum` for `alpha > 1`) in a
+    /// `LeakyRelu` name scope; see the module docs.
+    pub fn leaky_relu(&mut self, x: Tensor, alpha: f32) -> Result<Tensor> {
+        self.name_scope("LeakyRelu", |b| {
+            let a = b.constant("alpha", DType::F32, &[], &[alpha])?;
+            let ax = b.op1("mul", Op::Binary(BinaryOp::Mul), &[a, x])?;
+            let op = if alpha > 1.0 { BinaryOp::Minimum } else { BinaryOp::Maximum };
+            b.binary(op, ax, x)
+        })
+    }
+
+    /// [`GraphBuilder::leaky_relu`] with TF's default `alpha = 0.2`.
+    pub fn leaky_relu_default(&mut self, x: Tensor) -> Result<Tensor> {
+        self.leaky_relu(x, 0.2)
+    }
+
+    /// `min(max(x, 0), 6)` (TF's `tf.nn.relu6`); gradient 0 at both kinks, as TF.
+    pub fn relu6(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu6, x)
+    }
+
+    /// `log(1 + exp(x))` (TF's `tf.nn.softplus`), stable on both tails.
+    pub fn softplus(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Softplus, x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, GraphBuilder, Op};
+
+    #[test]
+    fn ops_are_named_as_tf_names_them() {
+        let mut b = GraphBuilder::new();
+        let x = b.placeholder("x", DType::F32, [2, 3]).unwrap();
+        let row = b.placeholder("row", DType::F32, [3]).unwrap();
+        let names: Vec<(String, &str)> = [
+            b.maximum(x, row).unwrap(),
+            b.minimum(x, row).unwrap(),
+            b.pow(x, row).unwrap(),
+            b.square(x).unwrap(),
+            b.relu6(x).unwrap(),
+            b.softplus(x).unwrap(),
+            b.leaky_relu_default(x).unwrap(),
+        ]
+        .iter()
+        .map(|t| {
+            let n = b.graph().node(t.node);
+            (n.name.clone(), n.op.type_name())
+        })
+        .collect();
+        let want = [
+            ("Maximum", "Maximum"),
+            ("Minimum", "Minimum"),
+            ("Pow", "Pow"),
+            ("Square", "Mul"),
+            ("Relu6", "Relu6"),
+            ("Softplus", "Softplus"),
+            ("LeakyRelu/Maximum", "Maximum"),
+        ];
+        for ((n, t), (wn, wt)) in names.iter().zip(want) {
+            assert_eq!((n.as_str(), *t), (wn, wt));
+        }
+        // Broadcast shapes, as every binary op.
+        let m = b.graph().get("Maximum").unwrap();
+        assert_eq!(b.graph().tensor_type(crate::Tensor::new(m, 0)).unwrap().shape.to_string(), "[2,3]");
+    }
+
+    /// Shapes that do not broadcast are the binary ops' error, naming the node.
+    #[test]
+    fn incompatible_shapes_are_an_error_naming_the_node() {
+        let mut b = GraphBuilder::new();
+        let x = b.placeholder("x", DType::F32, [2, 3]).unwrap();
+        let y = b.placeholder("y", DType::F32, [4]).unwrap();
+        let e = b.pow(x, y).unwrap_err().to_string();
+        assert!(e.contains("Pow") && e.contains("cannot be broadcast"), "{e}");
+    }
+
+    /// alpha > 1 switches the composition to `minimum`, so the value is
+    /// still `x > 0 ? x : alpha·x`.
+    #[test]
+    fn leaky_relu_above_one_uses_minimum() {
+        let mut b = GraphBuilder::new();
+        let x = b.placeholder("x", DType::F32, [2]).unwrap();
+        let y = b.leaky_relu(x, 3.0).unwrap();
+        assert_eq!(b.graph().node(y.node).op, Op::Binary(crate::BinaryOp::Minimum));
+    }
+}
