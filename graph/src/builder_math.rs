@@ -13,7 +13,10 @@
 //! - `leaky_relu(x, alpha)` is `maximum(alpha·x, x)` in a `LeakyRelu` scope,
 //!   exactly TF 1.4–1.12's `tf.nn.leaky_relu`, and `minimum(alpha·x, x)`
 //!   for `alpha > 1`, so every alpha gives the `LeakyRelu` op's value
-//!   (`x > 0 ? x : alpha·x`, TF ≥ 1.13) and its gradient (`alpha·dy` at 0).
+//!   (`x > 0 ? x : alpha·x`, TF ≥ 1.13) and its gradient (`alpha·dy` at 0);
+//! - `local_response_normalization` is TF's `LRN` written out from ops that
+//!   have gradients and CUDA twins (square, pad, slices, `AddN`, `Pow`,
+//!   `Div`); see its docs.
 
 use crate::builder::GraphBuilder;
 use crate::error::GraphError;
@@ -86,6 +89,63 @@ impl GraphBuilder {
     /// `log(1 + exp(x))` (TF's `tf.nn.softplus`), stable on both tails.
     pub fn softplus(&mut self, x: Tensor) -> Result<Tensor> {
         self.unary(UnaryOp::Softplus, x)
+    }
+
+    /// Local response normalization across channels (TF's
+    /// `tf.nn.local_response_normalization`, alias `tf.nn.lrn`; TF's
+    /// defaults are `depth_radius = 5, bias = 1, alpha = 1, beta = 0.5`) of an
+    /// NHWC tensor with a known channel count:
+    ///
+    /// `sqr_sum[n,h,w,c] = Σ x[n,h,w,c']²` over `|c' - c| <= depth_radius`
+    /// (within `[0, C)`), `y = x / (bias + alpha·sqr_sum)^beta`.
+    ///
+    /// Built in an `LRN` name scope from ops with gradients and CUDA twins:
+    /// `x²` padded by `depth_radius` zero channels on each side, the
+    /// `2·depth_radius + 1` shifted channel windows summed by one `AddN`
+    /// (in window order, so the sum's rounding is the same on every path),
+    /// then `Pow` and `Div`. The gradient is autodiff's of those ops, the
+    /// same function as TF's fused `LRNGrad` up to rounding. Errors: a
+    /// rank other than 4 (TF's "input must be 4-dimensional"), an unknown
+    /// channel count, a non-finite parameter.
+    #[doc(alias = "lrn")]
+    pub fn local_response_normalization(
+        &mut self,
+        x: Tensor,
+        depth_radius: usize,
+        bias: f32,
+        alpha: f32,
+        beta: f32,
+    ) -> Result<Tensor> {
+        let shape = self.graph().tensor_type(x)?.shape.clone();
+        let scope = self.current_name_scope().to_string();
+        let node = if scope.is_empty() { "LRN".to_string() } else { format!("{scope}/LRN") };
+        let err =
+            |detail: String| GraphError::Shape { node: node.clone(), scope: scope.clone(), op: "LRN".into(), detail };
+        if shape.rank() != 4 {
+            return Err(err(format!("input must be 4-dimensional, got shape {shape}")));
+        }
+        let Some(c) = shape.dim(3) else {
+            return Err(err("needs a known channel count (the last dimension)".into()));
+        };
+        if ![bias, alpha, beta].iter().all(|v| v.is_finite()) {
+            return Err(err(format!("bias, alpha and beta must be finite, got {bias}, {alpha}, {beta}")));
+        }
+        self.name_scope("LRN", |b| {
+            let sq = b.square(x)?;
+            let r = depth_radius as i64;
+            let padded = b.pad(sq, &[[0, 0], [0, 0], [0, 0], [r, r]], 0.0)?;
+            let windows = (0..=2 * depth_radius)
+                .map(|k| b.slice(padded, &[0, 0, 0, k], &[-1, -1, -1, c as i64]))
+                .collect::<Result<Vec<_>>>()?;
+            let sum = if windows.len() == 1 { windows[0] } else { b.add_n(&windows)? };
+            let alpha = b.constant("alpha", DType::F32, &[], &[alpha])?;
+            let bias = b.constant("bias", DType::F32, &[], &[bias])?;
+            let beta = b.constant("beta", DType::F32, &[], &[beta])?;
+            let scaled = b.mul(alpha, sum)?;
+            let base = b.add(bias, scaled)?;
+            let denom = b.pow(base, beta)?;
+            b.div(x, denom)
+        })
     }
 }
 

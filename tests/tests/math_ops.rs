@@ -150,3 +150,41 @@ fn the_new_ops_fuse_into_elementwise_kernels() {
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&got), bits(&want));
 }
+
+/// LRN on the CPU backend against TF's formula in f64 (tf.nn.lrn's
+/// reference: sqr_sum over the clipped channel window, x / (bias +
+/// alpha·sqr_sum)^beta), with TF's defaults (radius 5 over 7 channels: the
+/// window is cut at both edges) and with radius 1; within 1e-5 relative,
+/// a margin every SIMD path's rounding holds.
+#[test]
+fn local_response_normalization_matches_tfs_formula() {
+    use towers::runtime::Session;
+    for (radius, bias, alpha, beta) in [(5usize, 1.0f32, 1.0f32, 0.5f32), (1, 2.0, 0.3, 0.75)] {
+        let (n, h, w, c) = (2, 3, 2, 7);
+        let mut b = GraphBuilder::new();
+        let x = b.placeholder("x", DType::F32, [Some(n), Some(h), Some(w), Some(c)]).unwrap();
+        let y = b.local_response_normalization(x, radius, bias, alpha, beta).unwrap();
+        let y = b.identity(y, "out").unwrap();
+        let graph = b.finish();
+        let name = graph.node(y.node).name.clone();
+        let comp = towers::compiler::compile_eval(&graph, &[("out", name.as_str())], n).expect("compiles");
+        let xs: Vec<f32> = (0..n * h * w * c).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
+        let mut s = Session::new(0);
+        s.load("eval", comp.plan).expect("loads");
+        s.feed_f32("eval", "x", &xs).expect("feed");
+        s.run("eval").expect("runs");
+        let got = s.fetch_f32("eval", "out").expect("fetch");
+        for (p, &g) in got.iter().enumerate() {
+            let (row, ch) = (p / c, p % c);
+            let lo = ch.saturating_sub(radius);
+            let hi = (ch + radius).min(c - 1);
+            let sqr: f64 = (lo..=hi).map(|k| (xs[row * c + k] as f64).powi(2)).sum();
+            let want = xs[p] as f64 / (bias as f64 + alpha as f64 * sqr).powf(beta as f64);
+            assert!((g as f64 - want).abs() <= 1e-5 * want.abs().max(1e-3), "radius {radius} at {p}: {g} vs {want}");
+        }
+    }
+    let mut b = GraphBuilder::new();
+    let x = b.placeholder("x", DType::F32, [Some(2), Some(3)]).unwrap();
+    let e = b.local_response_normalization(x, 5, 1.0, 1.0, 0.5).unwrap_err().to_string();
+    assert!(e.contains("input must be 4-dimensional"), "{e}");
+}

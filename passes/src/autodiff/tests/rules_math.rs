@@ -135,3 +135,19 @@ fn gradient_helpers_have_no_gradient() {
         assert!(e.contains(op.tf_name()), "{e}");
     }
 }
+
+/// LRN (TF's `local_response_normalization`), y = x / (bias + alpha·S)^beta
+/// with S the sum of x² over a channel window: every input channel reaches
+/// the outputs of its window, through the numerator and through S, so
+/// dx_c = dy_c·D_c^-β − 2αβ·x_c·Σ_{|c'−c|<=r} dy_c'·x_c'·D_c'^(−β−1)
+/// with D = bias + alpha·S. Checked at radius 1 (windows cut at the edges
+/// of 5 channels) and radius 0 (one window).
+#[test]
+fn local_response_normalization_over_channels() {
+    for (radius, bias, alpha, beta) in [(1, 1.0, 0.5, 0.75), (0, 2.0, 1.0, 0.5)] {
+        case(|b| {
+            let x = var(b, "x", &[2, 2, 1, 5]);
+            (vec![x], vec![b.local_response_normalization(x, radius, bias, alpha, beta).unwrap()])
+        });
+    }
+}
