@@ -1,5 +1,6 @@
-//! `--plot FILE.svg`: the loss curve (left axis) and, where known, the test
-//! accuracy (right axis, 0 to 1) of a run as an SVG chart drawn with
+//! `--plot FILE.svg`: the loss curve (left axis) and, where known, the
+//! training accuracy of the logged steps and the test accuracy (right axis,
+//! 0 to 1) of a run as an SVG chart drawn with
 //! `plotters`' SVG backend, for users without TensorBoard.
 //!
 //! Only SVG is written: plotters' bitmap backend needs a font rasterizer and
@@ -75,11 +76,18 @@ fn draw<'a>(svg: &'a mut String, h: &History) -> Result<(), Box<dyn std::error::
         .build_cartesian_2d(0f64..x_max, 0f64..y_max)?
         .set_secondary_coord(0f64..x_max, 0f64..1f64);
     chart.configure_mesh().x_desc("step").y_desc("loss").draw()?;
-    chart.configure_secondary_axes().y_desc("test accuracy").draw()?;
+    chart.configure_secondary_axes().y_desc("accuracy").draw()?;
     chart
         .draw_series(LineSeries::new(loss.into_iter().filter(|p| p.1.is_finite()), &BLUE))?
         .label("loss")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+    if !h.train_accuracy.is_empty() {
+        let green = RGBColor(0, 128, 0);
+        chart
+            .draw_secondary_series(LineSeries::new(thin(&h.train_accuracy), &green))?
+            .label("train accuracy")
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], green));
+    }
     if !h.test_accuracy.is_empty() {
         let acc: Vec<(f64, f64)> = h.test_accuracy.iter().map(|&(s, a)| (s as f64, a)).collect();
         chart
@@ -105,6 +113,7 @@ mod tests {
             loss: (1..=50).map(|s| (s, 2.0 / s as f32)).collect(),
             test_accuracy: vec![(25, 0.8), (50, 0.9)],
             learning_rate: vec![],
+            train_accuracy: (5..=50).step_by(5).map(|s| (s, 0.5 + s as f32 / 120.0)).collect(),
         };
         plot_svg(&path, &h).expect("plot");
         let svg = std::fs::read_to_string(&path).expect("read");
@@ -112,7 +121,9 @@ mod tests {
         let texts: Vec<&str> =
             svg.split("<text").skip(1).filter_map(|t| t.split('>').nth(1)).map(|t| t.trim()).collect();
         let texts: Vec<&str> = texts.iter().map(|t| t.trim_end_matches("</text").trim()).collect();
-        assert!(texts.contains(&"loss") && texts.contains(&"test accuracy"), "legend names both series: {texts:?}");
+        for series in ["loss", "test accuracy", "train accuracy"] {
+            assert!(texts.contains(&series), "the legend names {series}: {texts:?}");
+        }
         // Each series is a polyline in its colour, plus its legend mark: loss
         // in blue with 50 points, accuracy in red with 2.
         let lines: Vec<&str> = svg.lines().filter(|l| l.starts_with("<polyline")).collect();
@@ -124,6 +135,8 @@ mod tests {
         };
         assert_eq!(blue.iter().map(|l| points(l)).max(), Some(50));
         assert_eq!(red.iter().map(|l| points(l)).max(), Some(2));
+        let green: Vec<&&str> = lines.iter().filter(|l| l.contains("stroke=\"#008000\"")).collect();
+        assert_eq!(green.iter().map(|l| points(l)).max(), Some(10), "train accuracy: one point per logged step");
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub struct History {
     pub loss: Vec<(usize, f32)>,
     pub test_accuracy: Vec<(usize, f64)>,
     pub learning_rate: Vec<(usize, f32)>,
+    /// The training accuracy of each logged step (across towers and ranks).
+    pub train_accuracy: Vec<(usize, f32)>,
 }
 
 /// Records the curves and, with a log dir, writes TensorBoard events.
@@ -84,6 +86,7 @@ impl TrainObserver for Watch {
     }
 
     fn train_accuracy(&mut self, step: usize, accuracy: f32) {
+        self.history.train_accuracy.push((step, accuracy));
         self.write(|w| w.scalars(step as i64, &[("train_accuracy", accuracy)]));
     }
 
