@@ -288,6 +288,30 @@ fn bad_options_are_typed_errors_naming_the_layer() {
             "d3",
             "weights_initializer",
         ),
+        (
+            err(layers::dense_with(
+                &mut b,
+                v,
+                &DenseOptions::new(2)
+                    .name("d4")
+                    .weights_initializer(Initializer::RandomNormal { mean: F32(0.0), stddev: F32(0.0) }),
+            )),
+            "d4",
+            "random normal needs",
+        ),
+        (
+            err(layers::dense_with(
+                &mut b,
+                v,
+                &DenseOptions::new(2).name("d5").weights_initializer(Initializer::VarianceScaling {
+                    scale: F32(-2.0),
+                    mode: towers_graph::FanMode::FanIn,
+                    distribution: towers_graph::Distribution::TruncatedNormal,
+                }),
+            )),
+            "d5",
+            "variance scaling needs",
+        ),
         (err(layers::batch_norm_with(&mut b, v, &BatchNormOptions::new().name("bn0").decay(1.5))), "bn0", "decay"),
         (err(layers::batch_norm_with(&mut b, v, &BatchNormOptions::new().name("bn1").epsilon(0.0))), "bn1", "epsilon"),
         (err(layers::max_pool2d(&mut b, x, &Pool2dOptions::new([0, 2], [2, 2]).name("p0"))), "p0", "pool_size"),

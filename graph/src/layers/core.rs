@@ -78,6 +78,12 @@ fn check_initializer(ls: &LayerScope, option: &str, init: &Initializer) -> Resul
         }
         Initializer::RandomUniform { min, max } => (!(min.0.is_finite() && max.0.is_finite() && min.0 < max.0))
             .then(|| format!("random uniform needs finite min < max, got [{}, {})", min.0, max.0)),
+        Initializer::RandomNormal { mean, stddev } => (!(mean.0.is_finite() && stddev.0.is_finite() && stddev.0 > 0.0))
+            .then(|| {
+                format!("random normal needs a finite mean and stddev > 0, got mean {} stddev {}", mean.0, stddev.0)
+            }),
+        Initializer::VarianceScaling { scale, .. } => (!(scale.0.is_finite() && scale.0 > 0.0))
+            .then(|| format!("variance scaling needs a finite scale > 0 (TF's ValueError), got {}", scale.0)),
         _ => None,
     };
     match bad {
