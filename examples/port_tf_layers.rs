@@ -13,33 +13,11 @@
 use std::error::Error;
 use std::process::ExitCode;
 
-use towers::data::{mnist5k_split, Batcher};
 use towers::prelude::*;
-use towers::schedule::{Decay, Schedule};
-use towers::train::evaluate;
 
-/// The accuracy every port must reach on the mnist5k test split.
-pub const TARGET: f64 = 0.97;
-
-/// One training run.
-#[derive(Debug, Clone)]
-pub struct Run {
-    /// The graph seed (`tf.set_random_seed`): weights, dropout, data order.
-    pub seed: u64,
-    pub epochs: usize,
-    /// Stop after this many steps (the unit-size tests); `None`: all epochs.
-    pub max_steps: Option<usize>,
-    /// Compiled towers (`/gpu:0`, `/gpu:1`, ...; CPU devices on this machine).
-    pub towers: u32,
-}
-
-impl Default for Run {
-    fn default() -> Self {
-        Run { seed: 0, epochs: 8, max_steps: None, towers: 2 }
-    }
-}
-
-pub const BATCH: usize = 64;
+#[path = "common/mod.rs"]
+mod common;
+pub use common::{Run, BATCH};
 
 /// The model. The TF1 it ports (seed 003's `tf.layers` variant; TF1 repeats
 /// the initializer and regularizer in every call, towers takes them once
@@ -105,62 +83,15 @@ pub fn graph(seed: u64) -> Result<Graph, GraphError> {
 
 /// Train and return the test accuracy.
 pub fn run(r: &Run) -> Result<f64, Box<dyn Error>> {
-    let (train, test) = mnist5k_split()?;
     let g = graph(r.seed)?;
     let mut opts =
         CompileOptions::new(Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false }, BATCH);
     opts.towers = (0..r.towers).map(Device::gpu).collect();
     let compiled = compile_train(&g, "loss", &opts)?;
     let eval = compile_eval(&g, &[("predictions", "predictions")], 500)?;
-    let mut sess = Session::new(r.seed);
-    sess.load("train", compiled.plan)?;
-    sess.load("eval", eval.plan)?;
-    let mut batcher = Batcher::new(&train, BATCH, r.seed)?;
-    let total = r.epochs * batcher.batches_per_epoch();
-    let total = r.max_steps.map_or(total, |m| m.min(total));
-    let schedule = Schedule { base: 0.05, decay: Decay::Cosine { total, min: 0.0 }, warmup: 0 };
-    for step in 0..total {
-        sess.feed_with_f32("train", "images", |x| batcher.fill_images(x))??;
-        sess.feed_with_i32("train", "labels", |y| batcher.fill_labels(y))??;
-        batcher.advance();
-        sess.write_variable("learning_rate", &[schedule.at(step)])?;
-        sess.run("train")?;
-        let loss = sess.fetch_f32("train", "loss")?[0];
-        if !loss.is_finite() {
-            return Err(format!("step {step}: loss {loss}").into());
-        }
-    }
-    Ok(evaluate(&mut sess, &test, 500, "images", "labels")?)
-}
-
-/// `SEED [EPOCHS]` from the command line.
-pub fn run_from_args() -> Result<Run, Box<dyn Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut r = Run::default();
-    if let Some(s) = args.first() {
-        r.seed = s.parse().map_err(|e| format!("SEED '{s}': {e}"))?;
-    }
-    if let Some(e) = args.get(1) {
-        r.epochs = e.parse().map_err(|err| format!("EPOCHS '{e}': {err}"))?;
-    }
-    Ok(r)
+    common::train_and_test(r, compiled.plan, eval.plan)
 }
 
 fn main() -> ExitCode {
-    let result = run_from_args().and_then(|r| run(&r).map(|acc| (r, acc)));
-    match result {
-        Ok((r, acc)) => {
-            println!("port_tf_layers seed {} epochs {}: test accuracy {acc:.4}", r.seed, r.epochs);
-            if acc >= TARGET {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("port_tf_layers: test accuracy {acc:.4} is below {TARGET}");
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => {
-            eprintln!("port_tf_layers: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::main_of("port_tf_layers", run)
 }
