@@ -19,6 +19,25 @@ else
   PROBE=""
 fi
 
+# The cross-core probe (bench/probes/xcore.c): how fast one core reads what
+# the other just wrote. A two-tower step moves its gradients and weights
+# across cores every step; on a 2-vCPU VM this rate changes about 3x from one
+# minute to the next with where the host runs the vCPUs, and the two-tower
+# speed-up with it (docs/performance.md), which the FMA probe cannot see.
+XCORE=target/xcore
+if command -v gcc >/dev/null && [ "$(uname -s)" = Linux ]; then
+  [ -x "$XCORE" ] && [ "$XCORE" -nt bench/probes/xcore.c ] \
+    || gcc -O2 -pthread bench/probes/xcore.c -o "$XCORE"
+else
+  XCORE=""
+fi
+
+# Prints "xcore cross=G GB/s local=G GB/s", or "xcore none".
+xcore() {
+  if [ -z "$XCORE" ]; then echo "xcore none (needs gcc on Linux)"; return; fi
+  "$XCORE" 1024 300
+}
+
 # The width to probe: the one the kernels run (TOWERS_SIMD, else the widest).
 probe_width() {
   case "${TOWERS_SIMD:-}" in

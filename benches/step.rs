@@ -12,15 +12,16 @@
 //!    reduction or an optimizer update runs (the union, over all threads, of
 //!    the spans of the launches `weighted_sum`, `mean_apply`, `multi_apply`
 //!    and `apply_*` in traced steps, median of the steps: codegen fuses a
-//!    variable's reduction into its update). By default the large weight gradients' means are folded
-//!    into one product over the batch (`gemm_tower_mean`, the
-//!    `tower_matmul` pass): their reduction is the product's own sum and
-//!    costs nothing apart, so only their update counts; with plain SGD or
+//!    variable's reduction into its update). Each tower computes its own
+//!    weight gradients (the default); "folded" rows fold the large weight
+//!    gradients' means into one product over the batch (`gemm_tower_mean`,
+//!    the `tower_matmul` pass, `CompileOptions::fold_tower_matmuls`): their
+//!    reduction is then the product's own sum, and with plain SGD or
 //!    non-Nesterov momentum the product updates its variable itself
-//!    (`gemm_tower_apply`), which the last column counts in too (a
-//!    backward product, its reduction and its update in one launch); "not folded" rows
-//!    turn that off, "unfused" rows every fusion (the reduction then is
-//!    its own `weighted_sum` launch).
+//!    (`gemm_tower_apply`), which the last column counts in too (a backward
+//!    product, its reduction and its update in one launch); "unfused" rows
+//!    turn every fusion off (the reduction then is its own `weighted_sum`
+//!    launch).
 //!
 //! Each configuration: 10 warm-up steps, then timed steps; the median, p10 and
 //! p90 are reported. Output: a markdown table on stdout and one JSON line per
@@ -172,27 +173,29 @@ fn main() {
     }
 
     println!("\n## Two towers vs one device, global batch {batch}\n");
-    println!("| model | variables | 1 device ms | 2 towers ms | speed-up | reduction + update share of step | with products that update |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| model | variables | 1 device ms | 2 towers ms | 2 towers p10-p90 | speed-up | reduction + update share of step | with products that update |");
+    println!("|---|---|---|---|---|---|---|---|");
     let small = mlp(&[128], "mlp-784-128-10");
     let placements = [
-        (VarPlacement::Cpu, "cpu", true, true),
-        (VarPlacement::Gpu0, "gpu0", true, true),
-        (VarPlacement::RoundRobin, "round-robin", true, true),
-        (VarPlacement::Greedy, "greedy", true, true),
+        (VarPlacement::Cpu, "cpu", false, true),
+        (VarPlacement::Gpu0, "gpu0", false, true),
+        (VarPlacement::RoundRobin, "round-robin", false, true),
+        (VarPlacement::Greedy, "greedy", false, true),
     ];
     let others = [
-        (VarPlacement::Cpu, "cpu, not folded", false, true),
-        (VarPlacement::Gpu0, "gpu0, not folded", false, true),
+        // The weight gradients' products folded into one over the batch
+        // (`CompileOptions::fold_tower_matmuls`, off by default).
+        (VarPlacement::Cpu, "cpu, folded", true, true),
+        (VarPlacement::Gpu0, "gpu0, folded", true, true),
         // Folded, but the product stores its gradient and the update reads it.
-        (VarPlacement::Cpu, "cpu, product apart", true, true),
+        (VarPlacement::Cpu, "cpu, folded, product apart", true, true),
         // Unfused: each reduction its own weighted_sum launch.
         (VarPlacement::Cpu, "cpu, unfused", false, false),
     ];
     for (m, n) in [(&small, n_mlp), (&big, n_mlp), (&conv, n_conv)] {
         let one = time_steps(m, &CompileOptions::new(sgd.clone(), batch), n);
         // The convnet's products do not fold at batch 256 (their operands
-        // outnumber their gradients): its "not folded" rows would repeat.
+        // outnumber their gradients): its "folded" rows would repeat.
         let rows = if std::ptr::eq(m, &conv) { &others[3..] } else { &others[..] };
         for &(vars, vname, fold, fuse) in placements.iter().chain(rows) {
             let mut o = CompileOptions::new(sgd.clone(), batch);
@@ -205,19 +208,23 @@ fn main() {
             let pct = |s: Option<f64>| s.map(|s| format!("{:.1}%", 100.0 * s)).unwrap_or_else(|| "-".into());
             let (share, with) = (pct(two.reduce_share), pct(two.fused_share));
             println!(
-                "| {} | {vname} | {:.3} | {:.3} | {:.2}x | {share} | {with} |",
+                "| {} | {vname} | {:.3} | {:.3} | {:.3}-{:.3} | {:.2}x | {share} | {with} |",
                 m.name,
                 one.median_ms,
                 two.median_ms,
+                two.p10_ms,
+                two.p90_ms,
                 one.median_ms / two.median_ms
             );
             if let Some(f) = out.as_mut() {
                 let _ = writeln!(
                     f,
-                    "{{\"bench\":\"towers2\",\"model\":\"{}\",\"variables\":\"{vname}\",\"batch\":{batch},\"single_ms\":{:.4},\"towers2_ms\":{:.4},\"speedup\":{:.4},\"reduce_share\":{:.4},\"fused_share\":{:.4}}}",
+                    "{{\"bench\":\"towers2\",\"model\":\"{}\",\"variables\":\"{vname}\",\"batch\":{batch},\"single_ms\":{:.4},\"towers2_ms\":{:.4},\"towers2_p10_ms\":{:.4},\"towers2_p90_ms\":{:.4},\"speedup\":{:.4},\"reduce_share\":{:.4},\"fused_share\":{:.4}}}",
                     m.name,
                     one.median_ms,
                     two.median_ms,
+                    two.p10_ms,
+                    two.p90_ms,
                     one.median_ms / two.median_ms,
                     two.reduce_share.unwrap_or(0.0),
                     two.fused_share.unwrap_or(0.0)

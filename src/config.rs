@@ -264,9 +264,9 @@ impl TrainConfig {
         o.dump_after = self.dump_after.clone();
         o.reuse_memory = self.memory_reuse && !self.check_numerics;
         o.fuse_kernels = self.fuse_kernels;
-        // Folded weight-gradient products pay where the towers share one
-        // memory (the CPU backend); on GPUs each device computes its own.
-        o.fold_tower_matmuls = self.fuse_kernels && matches!(self.backend, BackendChoice::Cpu);
+        // Each tower computes its own weight gradients (the default; see
+        // `CompileOptions::fold_tower_matmuls` for why the fold is opt-in).
+        o.fold_tower_matmuls = false;
         // Shared computations merged across towers: read in place where the
         // towers share one memory; on GPUs a copy would replace a recomputation.
         o.merge_tower_duplicates = matches!(self.backend, BackendChoice::Cpu);

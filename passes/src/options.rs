@@ -62,12 +62,17 @@ pub struct CompileOptions {
     /// be read after it). Read by lowering, not by the passes.
     pub reuse_memory: bool,
     /// Fold each weight gradient's mean over the replicas into one product
-    /// over the whole batch (the `tower_matmul` pass): on by default, for the
-    /// CPU backend, where the towers share one memory and its runtime splits
-    /// the product between two idle tower threads. Off for plans meant for
-    /// GPUs (each GPU then computes its own replica's product) and, like
-    /// every fusion, with `--no-fusion`. One process only: across processes
-    /// the reduction is an all-reduce of each process's part.
+    /// over the whole batch (the `tower_matmul` pass), which the CPU
+    /// runtime splits between two idle tower threads. Off by default: each
+    /// tower then computes its own replica's product from the activations
+    /// in its own core's cache, and only the gradients cross cores, as
+    /// streaming reads. Measured on a 2-vCPU VM (MLP 784-256-256-10, two
+    /// towers, AVX2): equal when the host runs the vCPUs close (cross-core
+    /// reads at ~110 GB/s, `bench/probes/xcore.c`), 4-6% slower folded when
+    /// it runs them apart (~40 GB/s), where the folded product reads the
+    /// other core's activations inside the GEMM. Never for GPUs (each GPU
+    /// computes its own replica's product) or across processes (the
+    /// reduction is an all-reduce of each process's part).
     pub fold_tower_matmuls: bool,
     /// With `fuse_reductions`: a folded tower product read only by a plain
     /// SGD or non-Nesterov momentum update accumulates straight into the
@@ -154,7 +159,7 @@ impl CompileOptions {
             process: ProcessGroup::SINGLE,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             reuse_memory: true,
-            fold_tower_matmuls: true,
+            fold_tower_matmuls: false,
             fuse_tower_updates: true,
             merge_tower_duplicates: true,
             fetches: Vec::new(),
