@@ -179,8 +179,7 @@ pub struct Common {
     /// fusion (elementwise chains into generated kernels, bias and
     /// activation, a convolution or a matmul with its bias, activation and
     /// pool, the gradients' fusions, the cross-entropy's, the optimizer
-    /// updates of one device as one launch), no in-place gradients and no
-    /// towers' weight gradients folded into one product over the batch,
+    /// updates of one device as one launch) and no in-place gradients,
     /// e.g. to compare a fused run with the plain one.
     #[arg(long)]
     pub no_fusion: bool,
