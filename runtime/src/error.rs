@@ -29,7 +29,7 @@ pub enum RuntimeError {
 
     /// A run whose placeholder was never fed (TF1's "You must feed a value
     /// for placeholder tensor").
-    #[error("You must feed a value for placeholder tensor '{feed}' with dtype {dtype} and shape {} (program '{program}' was never given it since it was loaded): call Session::feed_f32/feed_i32, or write it in place with feed_with_f32/feed_with_i32, before run", shape_text(.shape))]
+    #[error("You must feed a value for placeholder tensor '{feed}' with dtype {dtype} and shape {} (program '{program}' was never given it since it was loaded): call Session::feed, or write it in place with Session::feed_with, before run", shape_text(.shape))]
     Unfed { program: String, feed: String, dtype: String, shape: Vec<usize> },
 
     #[error("'{name}' of program '{program}' is {actual}, not {requested}")]
