@@ -97,6 +97,34 @@ fn restoring_before_loading_keeps_the_values_until_a_plan_declares_them() {
     assert_eq!(b.read_variable::<i32>("global_step").unwrap(), &[8]);
 }
 
+/// The element type picks the dtype on both paths a variable's values take
+/// (held by the backend, or restored and pending until a plan declares
+/// them): the other type is `VariableDtype`, naming the variable and its
+/// dtype, and leaves the values as they were.
+#[test]
+fn the_other_element_type_is_a_typed_error_held_or_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    let mut a = session();
+    a.write_variable("global_step", &[7]).unwrap();
+    let held = |e: RuntimeError, var: &str, dtype: &str| {
+        assert!(matches!(&e, RuntimeError::VariableDtype { name, dtype: d } if name == var && d == dtype), "{e}");
+    };
+    held(a.write_variable("global_step", &[1.0f32]).unwrap_err(), "global_step", "i32");
+    held(a.write_variable("fc/biases", &[1i32, 2]).unwrap_err(), "fc/biases", "f32");
+    held(a.read_variable::<i32>("fc/biases").unwrap_err(), "fc/biases", "f32");
+    held(a.read_variable_into("global_step", &mut [0f32]).unwrap_err(), "global_step", "i32");
+    a.save(&path).unwrap();
+    let mut b = Session::new(99);
+    b.restore(&path).unwrap();
+    held(b.write_variable("global_step", &[1.0f32]).unwrap_err(), "global_step", "i32");
+    held(b.read_variable::<f32>("global_step").unwrap_err(), "global_step", "i32");
+    held(b.write_variable("fc/biases", &[1i32, 2]).unwrap_err(), "fc/biases", "f32");
+    held(b.read_variable_into("fc/biases", &mut [0i32; 2]).unwrap_err(), "fc/biases", "f32");
+    assert_eq!(b.read_variable::<i32>("global_step").unwrap(), &[7]);
+    assert_eq!(b.read_variable::<f32>("fc/biases").unwrap(), a.read_variable::<f32>("fc/biases").unwrap());
+}
+
 /// A variable holding NaN or Inf is never saved: the save is an error
 /// naming it, and the previous checkpoint stays as it was.
 #[test]

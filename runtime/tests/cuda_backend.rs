@@ -489,7 +489,10 @@ fn feeding_in_place_on_the_gpu_equals_feeding_a_copy_bit_for_bit() {
     s.feed("train", &m.images, x).unwrap();
     assert!(s.fetch::<f32>("train", &m.images).unwrap() == *x, "a copy after an in-place feed wins");
     // The staging holds the last value lent, not the copy.
-    assert!(s.feed_with("train", &m.images, |v: &mut [f32]| v.to_vec()).unwrap() == *a, "the staging keeps what was lent");
+    assert!(
+        s.feed_with("train", &m.images, |v: &mut [f32]| v.to_vec()).unwrap() == *a,
+        "the staging keeps what was lent"
+    );
     s.feed_with("train", &m.labels, |v| v.copy_from_slice(&batches[0].1)).unwrap();
     s.run("train").unwrap();
     assert!(s.fetch::<f32>("train", "loss").unwrap()[0].is_finite());

@@ -175,6 +175,28 @@ fn reads_into_caller_slices_check_lengths_and_dtypes() {
     assert!(matches!(e, RuntimeError::VariableDtype { .. }), "{e}");
 }
 
+/// Feeds and fetches take their dtype from the element type: the other
+/// type is `WrongDtype`, naming the tensor and both dtypes, and nothing is
+/// written.
+#[test]
+fn the_element_type_picks_the_dtype_of_feeds_and_fetches() {
+    let mut s = setup();
+    let wrong = |e: RuntimeError, tensor: &str, act: &str, req: &str| {
+        assert!(
+            matches!(&e, RuntimeError::WrongDtype { name, actual, requested, .. }
+                if name == tensor && actual == act && requested == req),
+            "{e}"
+        );
+    };
+    wrong(s.feed("train", "x", &[9i32; 4]).unwrap_err(), "x", "f32", "i32");
+    wrong(s.feed("train", "labels", &[9.0f32, 9.0]).unwrap_err(), "labels", "i32", "f32");
+    s.run("train").unwrap();
+    wrong(s.fetch::<i32>("train", "loss").unwrap_err(), "loss", "f32", "i32");
+    wrong(s.fetch_into("train", "Relu", &mut [0i32; 4]).unwrap_err(), "Relu", "f32", "i32");
+    // The refused feeds left x and labels as `setup` fed them.
+    assert_eq!(s.fetch::<f32>("train", "Relu").unwrap(), &[1.5, 0.0, 3.5, 0.0]);
+}
+
 #[test]
 fn a_session_takes_its_backend() {
     let mut s = Session::with_backend(42, Box::new(towers_runtime::CpuBackend::new()));
