@@ -32,8 +32,8 @@ fn measured_ms(plan: &towers::codegen::Plan, batch: usize, steps: usize) -> (f64
     let mut sess = Session::new(0);
     sess.load("train", plan.clone()).expect("loads");
     let data = Dataset::synthetic(batch, 28, 28, 1, 10, 1).expect("data");
-    sess.feed_f32("train", "images", data.images()).expect("feed");
-    sess.feed_i32("train", "labels", data.labels()).expect("feed");
+    sess.feed("train", "images", data.images()).expect("feed");
+    sess.feed("train", "labels", data.labels()).expect("feed");
     let mut times = timed_steps(&mut sess, steps);
     times.sort_by(|a, b| a.total_cmp(b));
     (times.iter().sum::<f64>() / times.len() as f64, times[times.len() / 2])

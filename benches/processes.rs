@@ -52,8 +52,8 @@ fn time_steps(model: &Model, opts: &CompileOptions, comm: Arc<dyn Comm>, steps: 
     sess.load("train", c.plan).expect("loads");
     let data = Dataset::synthetic(BATCH, 28, 28, 1, 10, 1).expect("data");
     let img = 28 * 28;
-    sess.feed_f32("train", "images", &data.images()[rows.start * img..rows.end * img]).expect("feed");
-    sess.feed_i32("train", "labels", &data.labels()[rows]).expect("feed");
+    sess.feed("train", "images", &data.images()[rows.start * img..rows.end * img]).expect("feed");
+    sess.feed("train", "labels", &data.labels()[rows]).expect("feed");
     let mut times = timed_steps(&mut sess, steps);
     let total: f64 = times.iter().sum();
     let prof = sess.profile("train").expect("profile");

@@ -93,8 +93,8 @@ fn time_steps(model: &Model, opts: &CompileOptions, steps: usize) -> Stats {
     let mut sess = Session::new(0);
     sess.load("train", c.plan).expect("loads");
     let data = Dataset::synthetic(opts.batch, 28, 28, 1, 10, 1).expect("data");
-    sess.feed_f32("train", "images", data.images()).expect("feed");
-    sess.feed_i32("train", "labels", data.labels()).expect("feed");
+    sess.feed("train", "images", data.images()).expect("feed");
+    sess.feed("train", "labels", data.labels()).expect("feed");
     let mut times = timed_steps(&mut sess, steps);
     let prof = sess.profile("train").expect("profile");
     if std::env::var("TOWERS_BENCH_PROFILE").is_ok_and(|v| v == "1") {

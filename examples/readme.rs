@@ -25,9 +25,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut sess = Session::new(7);
     sess.load("train", compiled.plan)?;
-    sess.feed_f32("train", "images", &vec![0.5; 64 * 64])?;
-    sess.feed_i32("train", "labels", &vec![3; 64])?;
+    sess.feed("train", "images", &vec![0.5; 64 * 64])?;
+    sess.feed("train", "labels", &vec![3; 64])?;
     sess.run("train")?;
-    println!("loss {}", sess.fetch_f32("train", "loss")?[0]);
+    println!("loss {}", sess.fetch::<f32>("train", "loss")?[0]);
     Ok(())
 }

@@ -205,7 +205,7 @@ pub fn first_non_finite(sess: &Session, program: &str, graph: &Graph) -> Option<
             if matches!(plan.lookup(&name), Some(towers_codegen::BufRef::Variable(_)) | None) {
                 continue;
             }
-            let Ok(values) = sess.fetch_f32(program, &name) else { continue };
+            let Ok(values) = sess.fetch::<f32>(program, &name) else { continue };
             if values.iter().any(|v| !v.is_finite()) {
                 let scope = n.name.rsplit_once('/').map(|(s, _)| s).unwrap_or("");
                 let device = n.device.map(|d| d.to_string()).unwrap_or_else(|| "no device".into());

@@ -212,12 +212,12 @@ pub fn evaluate(
             break;
         }
         // Each chunk straight into the feeds' memory, as in training.
-        sess.feed_with_f32("eval", images_name, |b| chunks.fill_images(b))??;
+        sess.feed_with("eval", images_name, |b| chunks.fill_images(b))??;
         if fed_labels {
-            sess.feed_with_i32("eval", labels_name, |b| chunks.fill_labels(b))??;
+            sess.feed_with("eval", labels_name, |b| chunks.fill_labels(b))??;
         }
         sess.run("eval")?;
-        let pred = sess.fetch_i32("eval", "predictions")?;
+        let pred = sess.fetch::<i32>("eval", "predictions")?;
         let labels = &data.labels()[examples.clone()];
         correct += pred.iter().zip(labels).filter(|(p, l)| p == l).count();
         seen += examples.len();

@@ -7,10 +7,10 @@
 use std::error::Error;
 use std::process::ExitCode;
 
+use towers::codegen::Plan;
 use towers::data::{mnist5k_split, Batcher};
 use towers::prelude::*;
 use towers::schedule::{Decay, Schedule};
-use towers::codegen::Plan;
 use towers::train::evaluate;
 
 /// The accuracy every port must reach on the mnist5k test split.
@@ -50,12 +50,12 @@ pub fn train_and_test(r: &Run, train: Plan, eval: Plan) -> Result<f64, Box<dyn E
     let total = r.max_steps.map_or(total, |m| m.min(total));
     let schedule = Schedule { base: 0.05, decay: Decay::Cosine { total, min: 0.0 }, warmup: 0 };
     for step in 0..total {
-        sess.feed_with_f32("train", "images", |x| batcher.fill_images(x))??;
-        sess.feed_with_i32("train", "labels", |y| batcher.fill_labels(y))??;
+        sess.feed_with("train", "images", |x| batcher.fill_images(x))??;
+        sess.feed_with("train", "labels", |y| batcher.fill_labels(y))??;
         batcher.advance();
         sess.write_variable("learning_rate", &[schedule.at(step)])?;
         sess.run("train")?;
-        let loss = sess.fetch_f32("train", "loss")?[0];
+        let loss = sess.fetch::<f32>("train", "loss")?[0];
         if !loss.is_finite() {
             return Err(format!("step {step}: loss {loss}").into());
         }

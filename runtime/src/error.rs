@@ -29,10 +29,10 @@ pub enum RuntimeError {
 
     /// A run whose placeholder was never fed (TF1's "You must feed a value
     /// for placeholder tensor").
-    #[error("You must feed a value for placeholder tensor '{feed}' with dtype {dtype} and shape {} (program '{program}' was never given it since it was loaded): call Session::feed_f32/feed_i32, or write it in place with feed_with_f32/feed_with_i32, before run", shape_text(.shape))]
+    #[error("You must feed a value for placeholder tensor '{feed}' with dtype {dtype} and shape {} (program '{program}' was never given it since it was loaded): call Session::feed, or write it in place with Session::feed_with, before run", shape_text(.shape))]
     Unfed { program: String, feed: String, dtype: String, shape: Vec<usize> },
 
-    #[error("'{name}' of program '{program}' is {actual}, not {requested}")]
+    #[error("'{name}' of program '{program}' is {actual}, not {requested}: feed or fetch it as {} values", host_type(.actual))]
     WrongDtype { program: String, name: String, actual: String, requested: String },
 
     #[error("program '{program}' has no fetch or tensor named '{fetch}' (fetches: {fetches})")]
@@ -53,7 +53,7 @@ pub enum RuntimeError {
     #[error("variable '{name}' has {expected} elements, got {got}")]
     VariableLength { name: String, expected: usize, got: usize },
 
-    #[error("variable '{name}' is {dtype}; use the {dtype} accessor")]
+    #[error("variable '{name}' is {dtype}: read or write it as {} values (e.g. read_variable::<{}>)", host_type(.dtype), host_type(.dtype))]
     VariableDtype { name: String, dtype: String },
 
     #[error("program '{program}' is already loaded")]
@@ -157,6 +157,16 @@ pub fn memory_hint(backend: &str) -> &'static str {
         " or fewer towers (on the cpu backend every tower lives in the same host memory)"
     } else {
         ", or more towers on more devices"
+    }
+}
+
+/// The host element type ([`crate::Element`]) of a dtype's name: `f32` for
+/// f32, `i32` for i32 and bool.
+fn host_type(dtype: &str) -> &'static str {
+    if dtype == "f32" {
+        "f32"
+    } else {
+        "i32"
     }
 }
 

@@ -7,9 +7,9 @@
 //!   variable declarations with their seeded initial values, checkpoints,
 //!   typed errors. It holds a `Box<dyn Backend>` and an `Arc<dyn Comm>`, and
 //!   never sees which ones: every read is a copy to host memory
-//!   ([`Session::fetch_f32`] returns a `Vec`, [`Session::fetch_f32_into`]
+//!   ([`Session::fetch`] returns a `Vec`, [`Session::fetch_into`]
 //!   fills a caller's slice without allocating); a feed is copied in
-//!   ([`Session::feed_f32`]) or written in place ([`Session::feed_with_f32`]:
+//!   ([`Session::feed`]) or written in place ([`Session::feed_with`]:
 //!   the CPU backend lends its arena, the CUDA backend a pinned staging
 //!   buffer, for one closure call).
 //! - [`Backend`] ([`backend`]): load a plan as a named program, run it, copy
@@ -57,6 +57,6 @@ pub use comm::{MpiComm, MpiReduce};
 pub use cpu::CpuBackend;
 pub use cuda::{probe, CudaBackend, CudaStatus, CudaUnavailable};
 pub use error::RuntimeError;
-pub use session::Session;
+pub use session::{Element, Session};
 pub use trace::{Trace, TraceEvent};
 pub use variables::HostVec;

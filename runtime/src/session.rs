@@ -5,12 +5,18 @@
 //! use: created in the backend with their initial values) or checked, and
 //! the backend prepares the plan. `run` then allocates nothing. Programs
 //! share variables by name; a variable seen again must have the same dtype
-//! and shape. Every read copies to host memory: `fetch_f32` and
+//! and shape. Every read copies to host memory: `fetch` and
 //! `read_variable` return owned vectors, and the `*_into` variants fill a
 //! slice the caller owns without allocating.
 //!
-//! Feeds come in two ways, with the same checks and errors: `feed_f32`
-//! copies the caller's slice in; `feed_with_f32` lends the caller the
+//! Values cross as `f32`, or `i32` for i32 and bool tensors: every feed,
+//! fetch and variable method is generic over the sealed [`Element`] trait
+//! (`fetch::<f32>`, `feed(.., &[i32])`), a thin layer over one body per
+//! operation that dispatches on the dtype at run time; a tensor asked for
+//! as the other type is a typed error naming it.
+//!
+//! Feeds come in two ways, with the same checks and errors: `feed`
+//! copies the caller's slice in; `feed_with` lends the caller the
 //! memory the next run reads ([`Backend::with_feed_buffer`]) to fill in
 //! place, for the closure's call only (`&mut self` is held, so no step runs
 //! meanwhile). The lent memory is always initialized but its values are
@@ -24,7 +30,7 @@ use std::sync::Arc;
 use towers_codegen::{BufRef, Plan, Step};
 use towers_graph::{DType, DeviceKind};
 
-use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, ProgramId};
+use crate::backend::{Backend, BackendError, HostSliceMut, ProgramId};
 use crate::comm::{Comm, LocalComm};
 use crate::cpu::CpuBackend;
 use crate::error::RuntimeError;
@@ -33,7 +39,10 @@ use crate::variables::{initial_host, HostVec, VarInfo, VarTable};
 pub use crate::backend::Profiled;
 use crate::trace::Trace;
 
+mod element;
 mod feeds;
+
+pub use element::Element;
 
 struct Program {
     id: ProgramId,
@@ -350,7 +359,8 @@ impl Session {
         Ok((p, r, len))
     }
 
-    fn fetch_into(&self, program: &str, name: &str, out: HostSliceMut<'_>, dtype: DType) -> Result<(), RuntimeError> {
+    /// The one body of every fetch: `out` must have the tensor's length.
+    fn fetch_host(&self, program: &str, name: &str, out: HostSliceMut<'_>, dtype: DType) -> Result<(), RuntimeError> {
         let (p, r, len) = self.fetch_ref(program, name, dtype)?;
         if out.len() != len {
             return Err(RuntimeError::FetchLength {
@@ -364,32 +374,22 @@ impl Session {
     }
 
     /// A fetch (e.g. "loss") or any tensor (`node` or `node:slot`) after
-    /// `run`, copied to the host. A tensor whose bytes the plan reuses
+    /// `run`, copied to the host: `fetch::<f32>` for f32 tensors,
+    /// `fetch::<i32>` for i32 and bool tensors (0/1); another type is
+    /// [`RuntimeError::WrongDtype`]. A tensor whose bytes the plan reuses
     /// within the step ([`towers_codegen::Plan::shares_bytes`]) is refused
     /// ([`RuntimeError::TensorReused`]): fetch it, or lower without reuse.
-    pub fn fetch_f32(&self, program: &str, name: &str) -> Result<Vec<f32>, RuntimeError> {
-        let (_, _, len) = self.fetch_ref(program, name, DType::F32)?;
-        let mut v = vec![0.0; len];
-        self.fetch_f32_into(program, name, &mut v)?;
+    pub fn fetch<T: Element>(&self, program: &str, name: &str) -> Result<Vec<T>, RuntimeError> {
+        let (_, _, len) = self.fetch_ref(program, name, T::DTYPE)?;
+        let mut v = vec![T::default(); len];
+        self.fetch_into(program, name, &mut v)?;
         Ok(v)
     }
 
-    /// As [`Session::fetch_f32`] for i32 and bool tensors.
-    pub fn fetch_i32(&self, program: &str, name: &str) -> Result<Vec<i32>, RuntimeError> {
-        let (_, _, len) = self.fetch_ref(program, name, DType::I32)?;
-        let mut v = vec![0; len];
-        self.fetch_i32_into(program, name, &mut v)?;
-        Ok(v)
-    }
-
-    /// As [`Session::fetch_f32`], into `out` (of the tensor's length), without allocating.
-    pub fn fetch_f32_into(&self, program: &str, name: &str, out: &mut [f32]) -> Result<(), RuntimeError> {
-        self.fetch_into(program, name, HostSliceMut::F32(out), DType::F32)
-    }
-
-    /// As [`Session::fetch_i32`], into `out` (of the tensor's length), without allocating.
-    pub fn fetch_i32_into(&self, program: &str, name: &str, out: &mut [i32]) -> Result<(), RuntimeError> {
-        self.fetch_into(program, name, HostSliceMut::I32(out), DType::I32)
+    /// As [`Session::fetch`], into `out` (of the tensor's length), without
+    /// allocating; the element type comes from `out`.
+    pub fn fetch_into<T: Element>(&self, program: &str, name: &str, out: &mut [T]) -> Result<(), RuntimeError> {
+        self.fetch_host(program, name, T::host_mut(out), T::DTYPE)
     }
 
     /// The variable `name`, after checking that it can be accessed as `dtype` with `len` elements.
@@ -406,63 +406,47 @@ impl Session {
         }
     }
 
-    fn read_var_into(&self, name: &str, out: HostSliceMut<'_>, dtype: DType) -> Result<(), RuntimeError> {
-        let v = self.var(name, dtype, Some(out.len()))?;
-        match (&v.pending, out) {
-            (Some(HostVec::F32(p)), HostSliceMut::F32(o)) => o.copy_from_slice(p),
-            (Some(HostVec::I32(p)), HostSliceMut::I32(o)) => o.copy_from_slice(p),
-            (Some(_), _) => return Err(RuntimeError::VariableDtype { name: name.into(), dtype: v.dtype.to_string() }),
-            (None, out) => self.backend.read_variable(name, out).map_err(|e| RuntimeError::from_variable(name, e))?,
-        }
-        Ok(())
+    /// A variable's current value, copied to the host: `read_variable::<f32>`,
+    /// or `read_variable::<i32>` for i32 and bool variables (e.g.
+    /// `global_step`); another type is [`RuntimeError::VariableDtype`].
+    pub fn read_variable<T: Element>(&self, name: &str) -> Result<Vec<T>, RuntimeError> {
+        let mut v = vec![T::default(); self.var(name, T::DTYPE, None)?.len()];
+        self.read_variable_into(name, &mut v)?;
+        Ok(v)
     }
 
-    fn write_var(&mut self, name: &str, data: HostSlice<'_>, dtype: DType) -> Result<(), RuntimeError> {
-        self.var(name, dtype, Some(data.len()))?;
-        let v = self.vars.get_mut(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
-        match (&mut v.pending, data) {
-            (Some(HostVec::F32(p)), HostSlice::F32(d)) => p.copy_from_slice(d),
-            (Some(HostVec::I32(p)), HostSlice::I32(d)) => p.copy_from_slice(d),
-            (Some(_), _) => return Err(RuntimeError::VariableDtype { name: name.into(), dtype: v.dtype.to_string() }),
-            (None, data) => {
-                self.backend.write_variable(name, data).map_err(|e| RuntimeError::from_variable(name, e))?
+    /// As [`Session::read_variable`], into `out` (of the variable's length),
+    /// without allocating; the element type comes from `out`.
+    pub fn read_variable_into<T: Element>(&self, name: &str, out: &mut [T]) -> Result<(), RuntimeError> {
+        let v = self.var(name, T::DTYPE, Some(out.len()))?;
+        match &v.pending {
+            // Restored from a checkpoint, not yet declared by a plan.
+            Some(p) => match T::of_vec(p) {
+                Some(p) => out.copy_from_slice(p),
+                None => return Err(RuntimeError::VariableDtype { name: name.into(), dtype: v.dtype.to_string() }),
+            },
+            None => {
+                self.backend.read_variable(name, T::host_mut(out)).map_err(|e| RuntimeError::from_variable(name, e))?
             }
         }
         Ok(())
     }
 
-    /// A variable's current value, copied to the host.
-    pub fn read_variable(&self, name: &str) -> Result<Vec<f32>, RuntimeError> {
-        let mut v = vec![0.0; self.var(name, DType::F32, None)?.len()];
-        self.read_variable_into(name, &mut v)?;
-        Ok(v)
-    }
-
-    /// An i32 variable's current value (e.g. `global_step`), copied to the host.
-    pub fn read_variable_i32(&self, name: &str) -> Result<Vec<i32>, RuntimeError> {
-        let mut v = vec![0; self.var(name, DType::I32, None)?.len()];
-        self.read_variable_i32_into(name, &mut v)?;
-        Ok(v)
-    }
-
-    /// As [`Session::read_variable`], into `out` (of the variable's length), without allocating.
-    pub fn read_variable_into(&self, name: &str, out: &mut [f32]) -> Result<(), RuntimeError> {
-        self.read_var_into(name, HostSliceMut::F32(out), DType::F32)
-    }
-
-    /// As [`Session::read_variable_i32`], into `out`, without allocating.
-    pub fn read_variable_i32_into(&self, name: &str, out: &mut [i32]) -> Result<(), RuntimeError> {
-        self.read_var_into(name, HostSliceMut::I32(out), DType::I32)
-    }
-
-    /// Overwrite a variable's value.
-    pub fn write_variable(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
-        self.write_var(name, HostSlice::F32(data), DType::F32)
-    }
-
-    /// Overwrite an i32 (or bool) variable's value.
-    pub fn write_variable_i32(&mut self, name: &str, data: &[i32]) -> Result<(), RuntimeError> {
-        self.write_var(name, HostSlice::I32(data), DType::I32)
+    /// Overwrite a variable's value: f32 data for an f32 variable, i32 for
+    /// an i32 or bool one (the element type comes from `data`).
+    pub fn write_variable<T: Element>(&mut self, name: &str, data: &[T]) -> Result<(), RuntimeError> {
+        self.var(name, T::DTYPE, Some(data.len()))?;
+        let v = self.vars.get_mut(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
+        match &mut v.pending {
+            Some(p) => match T::of_vec_mut(p) {
+                Some(p) => p.copy_from_slice(data),
+                None => return Err(RuntimeError::VariableDtype { name: name.into(), dtype: v.dtype.to_string() }),
+            },
+            None => {
+                self.backend.write_variable(name, T::host(data)).map_err(|e| RuntimeError::from_variable(name, e))?
+            }
+        }
+        Ok(())
     }
 
     /// Dtype and shape of a variable.
@@ -475,7 +459,10 @@ impl Session {
     pub(crate) fn read_host(&self, name: &str) -> Result<HostVec, RuntimeError> {
         let v = self.vars.get(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
         let mut out = HostVec::zeros(v.dtype, v.len());
-        self.read_var_into(name, out.as_mut_slice(), if v.dtype == DType::F32 { DType::F32 } else { DType::I32 })?;
+        match &mut out {
+            HostVec::F32(o) => self.read_variable_into(name, o)?,
+            HostVec::I32(o) => self.read_variable_into(name, o)?,
+        }
         Ok(out)
     }
 
@@ -485,7 +472,7 @@ impl Session {
         if self.vars.contains_key(name) {
             return match &values {
                 HostVec::F32(d) => self.write_variable(name, d),
-                HostVec::I32(d) => self.write_variable_i32(name, d),
+                HostVec::I32(d) => self.write_variable(name, d),
             };
         }
         let dtype = match values {

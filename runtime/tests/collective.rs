@@ -27,9 +27,9 @@ fn two_sessions_on_two_threads_hold_the_sum_after_run() {
                 s.load("two", common::two_device_plan_with_all_reduce()).unwrap();
                 let mut seen = Vec::new();
                 for step in 0..5 {
-                    s.feed_f32("two", "x", &input(rank, step)).unwrap();
+                    s.feed("two", "x", &input(rank, step)).unwrap();
                     s.run("two").unwrap();
-                    seen.push((s.fetch_f32("two", "Relu").unwrap(), s.fetch_f32("two", "out").unwrap()));
+                    seen.push((s.fetch::<f32>("two", "Relu").unwrap(), s.fetch::<f32>("two", "out").unwrap()));
                 }
                 seen
             })
@@ -53,11 +53,11 @@ fn world_size_one_leaves_the_buffers_unchanged() {
     assert_eq!(s.comm().world_size(), 1);
     s.load("two", common::two_device_plan_with_all_reduce()).unwrap();
     let x = input(0, 3);
-    s.feed_f32("two", "x", &x).unwrap();
+    s.feed("two", "x", &x).unwrap();
     s.run("two").unwrap();
-    assert_eq!(s.fetch_f32("two", "Relu").unwrap(), relu(&x));
+    assert_eq!(s.fetch::<f32>("two", "Relu").unwrap(), relu(&x));
     let mut out = [0f32; 6];
-    s.fetch_f32_into("two", "out", &mut out).unwrap();
+    s.fetch_into("two", "out", &mut out).unwrap();
     assert_eq!(out.to_vec(), relu(&x).iter().map(|v| -v).collect::<Vec<_>>());
     let prof = {
         s.set_profiling("two", true).unwrap();
@@ -73,7 +73,7 @@ fn a_rank_that_left_is_an_error_naming_the_collective_not_a_hang() {
     drop(comms.pop());
     let mut s = Session::new(0).with_comm(Arc::new(comms.pop().unwrap()));
     s.load("two", common::two_device_plan_with_all_reduce()).unwrap();
-    s.feed_f32("two", "x", &input(0, 0)).unwrap();
+    s.feed("two", "x", &input(0, 0)).unwrap();
     let e = s.run("two").unwrap_err();
     assert!(matches!(&e, RuntimeError::Collective { node, .. } if node == "allreduce/relu"), "{e}");
     assert!(e.to_string().contains("rank 1 left"), "{e}");

@@ -123,7 +123,7 @@ fn train(
     train_fed(backend, m, opts, batches, seen, false)
 }
 
-/// As [`train`], the feeds copied in (`feed_f32`) or written in place
+/// As [`train`], the feeds copied in (`feed`) or written in place
 /// (`feed_with_*`, `in_place`).
 fn train_fed(
     backend: Box<dyn Backend>,
@@ -143,28 +143,28 @@ fn train_fed(
     let mut losses = Vec::new();
     for (x, y) in batches {
         if in_place {
-            sess.feed_with_f32("train", &m.images, |b| b.copy_from_slice(x)).unwrap();
-            sess.feed_with_i32("train", &m.labels, |b| b.copy_from_slice(y)).unwrap();
+            sess.feed_with("train", &m.images, |b| b.copy_from_slice(x)).unwrap();
+            sess.feed_with("train", &m.labels, |b| b.copy_from_slice(y)).unwrap();
         } else {
-            sess.feed_f32("train", &m.images, x).unwrap();
-            sess.feed_i32("train", &m.labels, y).unwrap();
+            sess.feed("train", &m.images, x).unwrap();
+            sess.feed("train", &m.labels, y).unwrap();
         }
         sess.run("train").expect("runs");
-        losses.push(sess.fetch_f32("train", "loss").unwrap()[0]);
+        losses.push(sess.fetch::<f32>("train", "loss").unwrap()[0]);
     }
     if in_place {
-        sess.feed_with_f32("eval", &m.images, |b| b.copy_from_slice(&batches[0].0)).unwrap();
+        sess.feed_with("eval", &m.images, |b| b.copy_from_slice(&batches[0].0)).unwrap();
     } else {
-        sess.feed_f32("eval", &m.images, &batches[0].0).unwrap();
+        sess.feed("eval", &m.images, &batches[0].0).unwrap();
     }
     sess.run("eval").expect("eval runs");
     // Predicted classes (i32).
-    let predictions = sess.fetch_i32("eval", "predictions").unwrap().into_iter().map(|v| v as f32).collect();
+    let predictions = sess.fetch::<i32>("eval", "predictions").unwrap().into_iter().map(|v| v as f32).collect();
     let mut vars = BTreeMap::new();
     for name in sess.variable_names() {
         let v = sess
-            .read_variable(&name)
-            .unwrap_or_else(|_| sess.read_variable_i32(&name).unwrap().into_iter().map(|x| x as f32).collect());
+            .read_variable::<f32>(&name)
+            .unwrap_or_else(|_| sess.read_variable::<i32>(&name).unwrap().into_iter().map(|x| x as f32).collect());
         vars.insert(name, v);
     }
     Trained { losses, vars, predictions, note: sess.backend_note() }
@@ -264,9 +264,9 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
 
 /// Step times of one configuration: the median full step (feed, run, loss
 /// fetch) and the median run alone, ms, three ways interleaved step by step
-/// in the same session: the feeds copied from ready vectors (`feed_f32`);
+/// in the same session: the feeds copied from ready vectors (`feed`);
 /// "gather + copy feed": the batch first copied into a vector of the loop's
-/// own, then fed by `feed_f32` (what `towers train` did before feeds in
+/// own, then fed by `feed` (what `towers train` did before feeds in
 /// place); "zero-copy feed": the batch copied straight into the memory
 /// `feed_with_*` lends (what it does now). The last two do the same host
 /// work apart from the feed itself.
@@ -288,24 +288,24 @@ fn time_steps(label: &str, backend: Box<dyn Backend>, m: &Model, opts: &CompileO
         let t = Instant::now();
         match how {
             0 => {
-                sess.feed_f32("train", &m.images, x).unwrap();
-                sess.feed_i32("train", &m.labels, y).unwrap();
+                sess.feed("train", &m.images, x).unwrap();
+                sess.feed("train", &m.labels, y).unwrap();
             }
             1 => {
                 gx.copy_from_slice(x);
                 gy.copy_from_slice(y);
-                sess.feed_f32("train", &m.images, &gx).unwrap();
-                sess.feed_i32("train", &m.labels, &gy).unwrap();
+                sess.feed("train", &m.images, &gx).unwrap();
+                sess.feed("train", &m.labels, &gy).unwrap();
             }
             _ => {
-                sess.feed_with_f32("train", &m.images, |b| b.copy_from_slice(x)).unwrap();
-                sess.feed_with_i32("train", &m.labels, |b| b.copy_from_slice(y)).unwrap();
+                sess.feed_with("train", &m.images, |b| b.copy_from_slice(x)).unwrap();
+                sess.feed_with("train", &m.labels, |b| b.copy_from_slice(y)).unwrap();
             }
         }
         let t_run = Instant::now();
         sess.run("train").unwrap();
         let r = t_run.elapsed().as_secs_f64() * 1e3;
-        sess.fetch_f32_into("train", "loss", &mut loss).unwrap();
+        sess.fetch_into("train", "loss", &mut loss).unwrap();
         if i / 3 >= warm {
             full[how].push(t.elapsed().as_secs_f64() * 1e3);
             run_only[how].push(r);
@@ -482,17 +482,20 @@ fn feeding_in_place_on_the_gpu_equals_feeding_a_copy_bit_for_bit() {
     s.load("train", c.plan).unwrap();
     let batches = data(m, 64, 3);
     let (a, b, x) = (&batches[0].0, &batches[1].0, &batches[2].0);
-    s.feed_with_f32("train", &m.images, |v| v.copy_from_slice(a)).unwrap();
-    s.feed_with_f32("train", &m.images, |v| v.copy_from_slice(b)).unwrap();
-    assert!(s.fetch_f32("train", &m.images).unwrap() == *b, "the second in-place feed wins");
-    s.feed_with_f32("train", &m.images, |v| v.copy_from_slice(a)).unwrap();
-    s.feed_f32("train", &m.images, x).unwrap();
-    assert!(s.fetch_f32("train", &m.images).unwrap() == *x, "a copy after an in-place feed wins");
+    s.feed_with("train", &m.images, |v| v.copy_from_slice(a)).unwrap();
+    s.feed_with("train", &m.images, |v| v.copy_from_slice(b)).unwrap();
+    assert!(s.fetch::<f32>("train", &m.images).unwrap() == *b, "the second in-place feed wins");
+    s.feed_with("train", &m.images, |v| v.copy_from_slice(a)).unwrap();
+    s.feed("train", &m.images, x).unwrap();
+    assert!(s.fetch::<f32>("train", &m.images).unwrap() == *x, "a copy after an in-place feed wins");
     // The staging holds the last value lent, not the copy.
-    assert!(s.feed_with_f32("train", &m.images, |v| v.to_vec()).unwrap() == *a, "the staging keeps what was lent");
-    s.feed_with_i32("train", &m.labels, |v| v.copy_from_slice(&batches[0].1)).unwrap();
+    assert!(
+        s.feed_with("train", &m.images, |v: &mut [f32]| v.to_vec()).unwrap() == *a,
+        "the staging keeps what was lent"
+    );
+    s.feed_with("train", &m.labels, |v| v.copy_from_slice(&batches[0].1)).unwrap();
     s.run("train").unwrap();
-    assert!(s.fetch_f32("train", "loss").unwrap()[0].is_finite());
+    assert!(s.fetch::<f32>("train", "loss").unwrap()[0].is_finite());
 }
 
 /// A made-up training program that launches the kernels the seed models do
@@ -590,17 +593,17 @@ fn cuda_matches_cpu_on_the_other_kernels() {
             sess.load("eval", ev.plan).unwrap();
             let mut out = Vec::new();
             for _ in 0..3 {
-                sess.feed_f32("train", "x", &xs).unwrap();
-                sess.feed_f32("train", "soft", &soft).unwrap();
+                sess.feed("train", "x", &xs).unwrap();
+                sess.feed("train", "soft", &soft).unwrap();
                 sess.run("train").unwrap();
-                out.push(sess.fetch_f32("train", "loss").unwrap()[0]);
+                out.push(sess.fetch::<f32>("train", "loss").unwrap()[0]);
             }
-            sess.feed_f32("eval", "x", &xs).unwrap();
-            sess.feed_i32("eval", "labels", &labels).unwrap();
+            sess.feed("eval", "x", &xs).unwrap();
+            sess.feed("eval", "labels", &labels).unwrap();
             sess.run("eval").unwrap();
-            out.extend(sess.fetch_f32("eval", "accuracy").unwrap());
+            out.extend(sess.fetch::<f32>("eval", "accuracy").unwrap());
             for v in ["zoo/scale", "zoo/w"] {
-                out.extend(sess.read_variable(v).unwrap());
+                out.extend(sess.read_variable::<f32>(v).unwrap());
             }
             results.push(out);
         }
@@ -652,10 +655,10 @@ fn a_traced_gpu_step_is_a_timeline_of_every_plan_step() {
             if traced && i == 1 {
                 sess.set_tracing("train", true).unwrap();
             }
-            sess.feed_f32("train", &m.images, x).unwrap();
-            sess.feed_i32("train", &m.labels, y).unwrap();
+            sess.feed("train", &m.images, x).unwrap();
+            sess.feed("train", &m.labels, y).unwrap();
             sess.run("train").unwrap();
-            l.push(sess.fetch_f32("train", "loss").unwrap()[0].to_bits());
+            l.push(sess.fetch::<f32>("train", "loss").unwrap()[0].to_bits());
         }
         losses.push(l);
         if !traced {

@@ -96,12 +96,12 @@ fn as_rank() {
     let mut s = Session::new(0).with_comm(comm.clone());
     s.load("two", common::two_device_plan_with_all_reduce()).expect("loads");
     for step in 0..3 {
-        s.feed_f32("two", "x", &input(rank, step)).unwrap();
+        s.feed("two", "x", &input(rank, step)).unwrap();
         s.run("two").unwrap();
         let sum: Vec<f32> = relu(&input(0, step)).iter().zip(relu(&input(1, step))).map(|(x, y)| x + y).collect();
-        assert_eq!(s.fetch_f32("two", "Relu").unwrap(), sum, "rank {rank}, step {step}");
+        assert_eq!(s.fetch::<f32>("two", "Relu").unwrap(), sum, "rank {rank}, step {step}");
         let out: Vec<f32> = sum.iter().map(|v| -v + -v).collect();
-        assert_eq!(s.fetch_f32("two", "out").unwrap(), out, "rank {rank}, step {step}");
+        assert_eq!(s.fetch::<f32>("two", "out").unwrap(), out, "rank {rank}, step {step}");
     }
     println!("rank {rank} of {world} ok: {}", comm.describe());
 }

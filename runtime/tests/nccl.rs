@@ -83,10 +83,10 @@ fn a_bucket_through_nccl_on_one_gpu() {
     let x = [-1.0f32, 2.0, -3.0, 4.0, 0.5, -0.25];
     for s in [&mut gpu, &mut cpu] {
         s.load("p", common::two_device_plan_with_all_reduce()).expect("loads");
-        s.feed_f32("p", "x", &x).expect("feeds");
+        s.feed("p", "x", &x).expect("feeds");
         s.run("p").expect("runs");
     }
     for t in ["Relu", "out"] {
-        assert_eq!(gpu.fetch_f32("p", t).unwrap(), cpu.fetch_f32("p", t).unwrap(), "{t}");
+        assert_eq!(gpu.fetch::<f32>("p", t).unwrap(), cpu.fetch::<f32>("p", t).unwrap(), "{t}");
     }
 }

@@ -43,10 +43,10 @@ fn fed_session() -> towers_runtime::Session {
     let mut s = towers_runtime::Session::new(1);
     s.load("train", common::mlp_plan()).unwrap();
     s.load("two", common::two_device_plan()).unwrap();
-    s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
-    s.feed_i32("train", "labels", &[0, 1]).unwrap();
-    s.feed_f32("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
-    s.feed_f32("two", "x", &[1.0; 6]).unwrap();
+    s.feed("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    s.feed("train", "labels", &[0, 1]).unwrap();
+    s.feed("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    s.feed("two", "x", &[1.0; 6]).unwrap();
     s
 }
 
@@ -62,7 +62,7 @@ fn run_allocates_nothing() {
         // learning rate in, the step, the loss out.
         s.write_variable("learning_rate", &[0.5 / (k + 1) as f32]).unwrap();
         s.run("train").unwrap();
-        s.fetch_f32_into("train", "loss", &mut loss).unwrap();
+        s.fetch_into("train", "loss", &mut loss).unwrap();
         s.run("two").unwrap();
     }
     let after = ALLOCS.load(Ordering::SeqCst);
@@ -81,15 +81,15 @@ fn feeds_allocate_nothing() {
         let x = [1.0f32, 2.0, 3.0, 4.0];
         let step = |s: &mut Session, k: usize| {
             // The gather a training loop does, straight into the feeds.
-            s.feed_with_f32("train", "x", |b| {
+            s.feed_with("train", "x", |b| {
                 for (i, v) in b.iter_mut().enumerate() {
                     *v = x[i] * (k % 3) as f32;
                 }
             })
             .unwrap();
-            s.feed_with_i32("train", "labels", |b| b.copy_from_slice(&[(k % 2) as i32, 1])).unwrap();
-            s.feed_f32("train", "g", &x).unwrap();
-            s.feed_with_f32("two", "x", |b| b.fill(k as f32 - 1.5)).unwrap();
+            s.feed_with("train", "labels", |b| b.copy_from_slice(&[(k % 2) as i32, 1])).unwrap();
+            s.feed("train", "g", &x).unwrap();
+            s.feed_with("two", "x", |b| b.fill(k as f32 - 1.5)).unwrap();
             s.run("train").unwrap();
             s.run("two").unwrap();
         };
@@ -102,7 +102,7 @@ fn feeds_allocate_nothing() {
         let after = ALLOCS.load(Ordering::SeqCst);
         assert_eq!(after - before, 0, "{backend}: fed steps allocated {} times", after - before);
         // The feeds were real: out = -relu(x) of the last one (19 - 1.5).
-        assert_eq!(s.fetch_f32("two", "out").unwrap(), [-17.5; 6], "{backend}");
+        assert_eq!(s.fetch::<f32>("two", "out").unwrap(), [-17.5; 6], "{backend}");
     }
 }
 
@@ -120,7 +120,7 @@ fn a_step_with_all_reduces_across_two_ranks_allocates_nothing() {
                 let rank = comm.rank();
                 let mut s = towers_runtime::Session::new(1).with_comm(Arc::new(comm));
                 s.load("two", common::two_device_plan_with_all_reduce()).unwrap();
-                s.feed_f32("two", "x", &[1.0; 6]).unwrap();
+                s.feed("two", "x", &[1.0; 6]).unwrap();
                 s.run("two").unwrap();
                 s.run("two").unwrap();
                 meet.wait();

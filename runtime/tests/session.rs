@@ -9,9 +9,9 @@ fn setup() -> Session {
     s.load("train", common::mlp_plan()).unwrap();
     s.write_variable("fc/weights", &[1.0, 0.0, 0.0, -1.0]).unwrap();
     s.write_variable("fc/biases", &[0.5, 0.5]).unwrap();
-    s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
-    s.feed_i32("train", "labels", &[0, 1]).unwrap();
-    s.feed_f32("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    s.feed("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    s.feed("train", "labels", &[0, 1]).unwrap();
+    s.feed("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
     s
 }
 
@@ -20,18 +20,18 @@ fn mlp_matches_hand_computed_values() {
     let mut s = setup();
     s.run("train").unwrap();
     // x·w = [[1,-2],[3,-4]]; + b = [[1.5,-1.5],[3.5,-3.5]]; relu = [[1.5,0],[3.5,0]].
-    assert_eq!(s.fetch_f32("train", "Relu").unwrap(), &[1.5, 0.0, 3.5, 0.0]);
+    assert_eq!(s.fetch::<f32>("train", "Relu").unwrap(), &[1.5, 0.0, 3.5, 0.0]);
     // xent row 0 (label 0): ln(e^1.5 + e^0) - 1.5 = ln(1 + e^-1.5);
     // row 1 (label 1): ln(e^3.5 + 1) - 0.
     let l0 = (1.0f64 + (-1.5f64).exp()).ln();
     let l1 = (3.5f64.exp() + 1.0).ln();
-    let loss = s.fetch_f32("train", "loss").unwrap()[0] as f64;
+    let loss = s.fetch::<f32>("train", "loss").unwrap()[0] as f64;
     assert!((loss - (l0 + l1) / 2.0).abs() < 1e-5, "loss {loss}");
     // SGD: w -= 0.5 * g.
-    assert_eq!(s.read_variable("fc/weights").unwrap(), &[0.5, -1.0, -1.5, -3.0]);
-    assert_eq!(s.read_variable_i32("global_step").unwrap(), &[1]);
+    assert_eq!(s.read_variable::<f32>("fc/weights").unwrap(), &[0.5, -1.0, -1.5, -3.0]);
+    assert_eq!(s.read_variable::<i32>("global_step").unwrap(), &[1]);
     s.run("train").unwrap();
-    assert_eq!(s.read_variable_i32("global_step").unwrap(), &[2]);
+    assert_eq!(s.read_variable::<i32>("global_step").unwrap(), &[2]);
 }
 
 /// `MatMul`'s bytes are taken by a later tensor of the step (memory reuse):
@@ -44,7 +44,7 @@ fn a_tensor_whose_bytes_are_reused_is_not_fetchable_after_the_step() {
     let plan = s.plan("train").unwrap();
     assert!(plan.shares_bytes(plan.lookup("MatMul").unwrap()));
     assert!(!plan.shares_bytes(plan.lookup("Relu").unwrap()), "fetched as 'relu': its bytes are its own");
-    let e = s.fetch_f32("train", "MatMul").unwrap_err();
+    let e = s.fetch::<f32>("train", "MatMul").unwrap_err();
     assert!(matches!(&e, RuntimeError::TensorReused { tensor, .. } if tensor == "MatMul"), "{e}");
     assert_eq!(
         e.to_string(),
@@ -55,12 +55,12 @@ fn a_tensor_whose_bytes_are_reused_is_not_fetchable_after_the_step() {
     let mut plain = Session::new(42);
     plain.load("train", common::mlp_plan_without_reuse()).unwrap();
     plain.write_variable("fc/weights", &[1.0, 0.0, 0.0, -1.0]).unwrap();
-    plain.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
-    plain.feed_i32("train", "labels", &[0, 1]).unwrap();
-    plain.feed_f32("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    plain.feed("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    plain.feed("train", "labels", &[0, 1]).unwrap();
+    plain.feed("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
     plain.run("train").unwrap();
     // x·w = [[1,-2],[3,-4]].
-    assert_eq!(plain.fetch_f32("train", "MatMul").unwrap(), &[1.0, -2.0, 3.0, -4.0]);
+    assert_eq!(plain.fetch::<f32>("train", "MatMul").unwrap(), &[1.0, -2.0, 3.0, -4.0]);
 }
 
 #[test]
@@ -69,12 +69,12 @@ fn initializers_depend_on_seed_and_name_only() {
     a.load("train", common::mlp_plan()).unwrap();
     let mut b = Session::new(9);
     b.load("train", common::mlp_plan()).unwrap();
-    assert_eq!(a.read_variable("fc/weights").unwrap(), b.read_variable("fc/weights").unwrap());
-    assert_eq!(a.read_variable("fc/biases").unwrap(), &[0.0, 0.0]);
+    assert_eq!(a.read_variable::<f32>("fc/weights").unwrap(), b.read_variable::<f32>("fc/weights").unwrap());
+    assert_eq!(a.read_variable::<f32>("fc/biases").unwrap(), &[0.0, 0.0]);
     // A second program shares the variables by name.
     a.write_variable("fc/biases", &[1.0, 2.0]).unwrap();
     a.load("again", common::mlp_plan()).unwrap();
-    assert_eq!(a.read_variable("fc/biases").unwrap(), &[1.0, 2.0]);
+    assert_eq!(a.read_variable::<f32>("fc/biases").unwrap(), &[1.0, 2.0]);
     assert_eq!(a.variable_names(), vec!["fc/biases", "fc/weights", "global_step", "learning_rate"]);
 }
 
@@ -86,10 +86,10 @@ fn two_streams_on_two_threads_with_an_event() {
     s.load("two", plan).unwrap();
     for k in 0..50 {
         let x: Vec<f32> = (0..6).map(|i| (i as f32 - 2.5) * (k as f32 + 1.0)).collect();
-        s.feed_f32("two", "x", &x).unwrap();
+        s.feed("two", "x", &x).unwrap();
         s.run("two").unwrap();
         let want: Vec<f32> = x.iter().map(|v| -v.max(0.0)).collect();
-        assert_eq!(s.fetch_f32("two", "out").unwrap(), want.as_slice());
+        assert_eq!(s.fetch::<f32>("two", "out").unwrap(), want.as_slice());
     }
     assert!(s.backend_note().starts_with("gpu:0 runs as a CPU device"), "{}", s.backend_note());
 }
@@ -102,7 +102,7 @@ fn two_streams_on_two_threads_with_an_event() {
 fn a_traced_step_has_every_item_of_every_stream_in_order() {
     let mut s = Session::new(0);
     s.load("two", common::two_device_plan()).unwrap();
-    s.feed_f32("two", "x", &[1.0; 6]).unwrap();
+    s.feed("two", "x", &[1.0; 6]).unwrap();
     let e = s.trace("two").unwrap_err();
     assert!(e.to_string().contains("no step has run with tracing on"), "{e}");
     s.set_tracing("two", true).unwrap();
@@ -128,18 +128,18 @@ fn a_traced_step_has_every_item_of_every_stream_in_order() {
 #[test]
 fn feed_and_fetch_errors_name_things() {
     let mut s = setup();
-    let e = s.feed_f32("train", "x", &[1.0]).unwrap_err();
+    let e = s.feed("train", "x", &[1.0]).unwrap_err();
     assert!(matches!(e, RuntimeError::FeedLength { expected: 4, got: 1, .. }), "{e}");
     assert!(e.to_string().contains("feed 'x'"), "{e}");
-    let e = s.feed_f32("train", "nope", &[1.0]).unwrap_err().to_string();
+    let e = s.feed("train", "nope", &[1.0]).unwrap_err().to_string();
     assert!(e.contains("'nope'") && e.contains("labels"), "{e}");
-    let e = s.feed_f32("train", "labels", &[1.0, 2.0]).unwrap_err().to_string();
+    let e = s.feed("train", "labels", &[1.0, 2.0]).unwrap_err().to_string();
     assert!(e.contains("i32"), "{e}");
     let e = s.run("eval").unwrap_err().to_string();
     assert!(e.contains("'eval'") && e.contains("train"), "{e}");
-    let e = s.fetch_f32("train", "nothing").unwrap_err().to_string();
+    let e = s.fetch::<f32>("train", "nothing").unwrap_err().to_string();
     assert!(e.contains("'nothing'") && e.contains("loss"), "{e}");
-    s.feed_i32("train", "labels", &[0, 7]).unwrap();
+    s.feed("train", "labels", &[0, 7]).unwrap();
     let e = s.run("train").unwrap_err().to_string();
     assert!(e.contains("SparseSoftmaxCrossEntropyWithLogits") && e.contains("label 7"), "{e}");
     let e = s.write_variable("fc/biases", &[1.0]).unwrap_err().to_string();
@@ -157,22 +157,44 @@ fn reads_into_caller_slices_check_lengths_and_dtypes() {
     let mut s = setup();
     s.run("train").unwrap();
     let mut relu = [0f32; 4];
-    s.fetch_f32_into("train", "Relu", &mut relu).unwrap();
+    s.fetch_into("train", "Relu", &mut relu).unwrap();
     assert_eq!(relu, [1.5, 0.0, 3.5, 0.0]);
-    let e = s.fetch_f32_into("train", "Relu", &mut [0.0; 3]).unwrap_err();
+    let e = s.fetch_into("train", "Relu", &mut [0.0; 3]).unwrap_err();
     assert!(matches!(e, RuntimeError::FetchLength { expected: 4, got: 3, .. }), "{e}");
-    let e = s.fetch_i32_into("train", "Relu", &mut [0; 4]).unwrap_err();
+    let e = s.fetch_into("train", "Relu", &mut [0; 4]).unwrap_err();
     assert!(matches!(e, RuntimeError::WrongDtype { .. }), "{e}");
     let mut w = [0f32; 4];
     s.read_variable_into("fc/weights", &mut w).unwrap();
     assert_eq!(w, [0.5, -1.0, -1.5, -3.0]);
     let mut step = [0i32];
-    s.read_variable_i32_into("global_step", &mut step).unwrap();
+    s.read_variable_into("global_step", &mut step).unwrap();
     assert_eq!(step, [1]);
     let e = s.read_variable_into("fc/weights", &mut [0.0; 5]).unwrap_err();
     assert!(matches!(e, RuntimeError::VariableLength { expected: 4, got: 5, .. }), "{e}");
-    let e = s.read_variable("global_step").unwrap_err();
+    let e = s.read_variable::<f32>("global_step").unwrap_err();
     assert!(matches!(e, RuntimeError::VariableDtype { .. }), "{e}");
+}
+
+/// Feeds and fetches take their dtype from the element type: the other
+/// type is `WrongDtype`, naming the tensor and both dtypes, and nothing is
+/// written.
+#[test]
+fn the_element_type_picks_the_dtype_of_feeds_and_fetches() {
+    let mut s = setup();
+    let wrong = |e: RuntimeError, tensor: &str, act: &str, req: &str| {
+        assert!(
+            matches!(&e, RuntimeError::WrongDtype { name, actual, requested, .. }
+                if name == tensor && actual == act && requested == req),
+            "{e}"
+        );
+    };
+    wrong(s.feed("train", "x", &[9i32; 4]).unwrap_err(), "x", "f32", "i32");
+    wrong(s.feed("train", "labels", &[9.0f32, 9.0]).unwrap_err(), "labels", "i32", "f32");
+    s.run("train").unwrap();
+    wrong(s.fetch::<i32>("train", "loss").unwrap_err(), "loss", "f32", "i32");
+    wrong(s.fetch_into("train", "Relu", &mut [0i32; 4]).unwrap_err(), "Relu", "f32", "i32");
+    // The refused feeds left x and labels as `setup` fed them.
+    assert_eq!(s.fetch::<f32>("train", "Relu").unwrap(), &[1.5, 0.0, 3.5, 0.0]);
 }
 
 #[test]
@@ -182,7 +204,7 @@ fn a_session_takes_its_backend() {
     s.load("train", common::mlp_plan()).unwrap();
     let mut t = Session::new(42);
     t.load("train", common::mlp_plan()).unwrap();
-    assert_eq!(s.read_variable("fc/weights").unwrap(), t.read_variable("fc/weights").unwrap());
+    assert_eq!(s.read_variable::<f32>("fc/weights").unwrap(), t.read_variable::<f32>("fc/weights").unwrap());
 }
 
 /// The feeds of step `k` of the MLP plan (x, labels, g): different every step.
@@ -199,19 +221,19 @@ fn train_mlp(mut s: Session, in_place: bool) -> Vec<Vec<u32>> {
     for k in 0..8 {
         let (x, y, g) = step_feeds(k);
         if in_place {
-            s.feed_with_f32("train", "x", |b| b.copy_from_slice(&x)).unwrap();
-            s.feed_with_i32("train", "labels", |b| b.copy_from_slice(&y)).unwrap();
-            s.feed_with_f32("train", "g", |b| b.copy_from_slice(&g)).unwrap();
+            s.feed_with("train", "x", |b| b.copy_from_slice(&x)).unwrap();
+            s.feed_with("train", "labels", |b| b.copy_from_slice(&y)).unwrap();
+            s.feed_with("train", "g", |b| b.copy_from_slice(&g)).unwrap();
         } else {
-            s.feed_f32("train", "x", &x).unwrap();
-            s.feed_i32("train", "labels", &y).unwrap();
-            s.feed_f32("train", "g", &g).unwrap();
+            s.feed("train", "x", &x).unwrap();
+            s.feed("train", "labels", &y).unwrap();
+            s.feed("train", "g", &g).unwrap();
         }
         s.run("train").unwrap();
-        let mut v: Vec<f32> = s.fetch_f32("train", "loss").unwrap();
-        v.extend(s.fetch_f32("train", "relu").unwrap());
-        v.extend(s.read_variable("fc/weights").unwrap());
-        v.extend(s.read_variable("fc/biases").unwrap());
+        let mut v: Vec<f32> = s.fetch::<f32>("train", "loss").unwrap();
+        v.extend(s.fetch::<f32>("train", "relu").unwrap());
+        v.extend(s.read_variable::<f32>("fc/weights").unwrap());
+        v.extend(s.read_variable::<f32>("fc/biases").unwrap());
         seen.push(v.iter().map(|f| f.to_bits()).collect());
     }
     seen
@@ -233,13 +255,13 @@ fn feeding_in_place_equals_feeding_a_copy() {
     for k in 0..6 {
         let x: Vec<f32> = (0..6).map(|i| (i as f32 - 2.5) * (k as f32 + 1.0)).collect();
         if k % 3 == 1 {
-            s.feed_f32("two", "x", &x).unwrap();
+            s.feed("two", "x", &x).unwrap();
         } else {
-            s.feed_with_f32("two", "x", |b| b.copy_from_slice(&x)).unwrap();
+            s.feed_with("two", "x", |b| b.copy_from_slice(&x)).unwrap();
         }
         s.run("two").unwrap();
         let want: Vec<f32> = x.iter().map(|v| -v.max(0.0)).collect();
-        assert_eq!(s.fetch_f32("two", "out").unwrap(), want, "step {k}");
+        assert_eq!(s.fetch::<f32>("two", "out").unwrap(), want, "step {k}");
     }
 }
 
@@ -249,50 +271,50 @@ fn feeding_in_place_equals_feeding_a_copy() {
 fn the_cpu_backend_lends_the_feed_itself() {
     let mut s = Session::new(0);
     s.load("train", common::mlp_plan()).unwrap();
-    assert_eq!(s.feed_with_f32("train", "x", |b| b.to_vec()).unwrap(), [0.0; 4]);
-    s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
-    assert_eq!(s.feed_with_f32("train", "x", |b| b.to_vec()).unwrap(), [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(s.feed_with::<f32, _>("train", "x", |b| b.to_vec()).unwrap(), [0.0; 4]);
+    s.feed("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    assert_eq!(s.feed_with::<f32, _>("train", "x", |b| b.to_vec()).unwrap(), [1.0, 2.0, 3.0, 4.0]);
     let n = s
-        .feed_with_i32("train", "labels", |b| {
+        .feed_with("train", "labels", |b| {
             b.copy_from_slice(&[1, 0]);
             b.len()
         })
         .unwrap();
     assert_eq!(n, 2);
-    assert_eq!(s.feed_with_i32("train", "labels", |b| b.to_vec()).unwrap(), [1, 0]);
+    assert_eq!(s.feed_with::<i32, _>("train", "labels", |b| b.to_vec()).unwrap(), [1, 0]);
 }
 
-/// Writing a feed in place checks what `feed_f32` checks, with the same
+/// Writing a feed in place checks what `feed` checks, with the same
 /// typed errors, and never calls the closure then.
 #[test]
 fn feed_with_errors_are_typed_and_the_closure_is_not_called() {
     let mut s = setup();
     let mut called = false;
-    let e = s.feed_with_f32("eval", "x", |_| called = true).unwrap_err();
+    let e = s.feed_with::<f32, _>("eval", "x", |_| called = true).unwrap_err();
     assert!(
         matches!(&e, RuntimeError::UnknownProgram { program, loaded } if program == "eval" && loaded == "train"),
         "{e}"
     );
-    let e = s.feed_with_f32("train", "nope", |_| called = true).unwrap_err();
+    let e = s.feed_with::<f32, _>("train", "nope", |_| called = true).unwrap_err();
     assert!(
         matches!(&e, RuntimeError::UnknownFeed { feed, feeds, .. } if feed == "nope" && feeds == "g, labels, x"),
         "{e}"
     );
     assert_eq!(e.to_string(), "program 'train' has no feed named 'nope' (feeds: g, labels, x)");
-    let e = s.feed_with_f32("train", "labels", |_| called = true).unwrap_err();
+    let e = s.feed_with::<f32, _>("train", "labels", |_| called = true).unwrap_err();
     assert!(
         matches!(&e, RuntimeError::WrongDtype { name, actual, requested, .. } if name == "labels" && actual == "i32" && requested == "f32"),
         "{e}"
     );
-    let e = s.feed_with_i32("train", "x", |_| called = true).unwrap_err();
+    let e = s.feed_with::<i32, _>("train", "x", |_| called = true).unwrap_err();
     assert!(matches!(&e, RuntimeError::WrongDtype { name, actual, .. } if name == "x" && actual == "f32"), "{e}");
     // A fetch is no feed.
-    let e = s.feed_with_f32("train", "loss", |_| called = true).unwrap_err();
+    let e = s.feed_with::<f32, _>("train", "loss", |_| called = true).unwrap_err();
     assert!(matches!(&e, RuntimeError::UnknownFeed { .. }), "{e}");
     assert!(!called, "the closure ran on an error");
     // The errors left the feeds as they were.
     s.run("train").unwrap();
-    assert_eq!(s.fetch_f32("train", "Relu").unwrap(), &[1.5, 0.0, 3.5, 0.0]);
+    assert_eq!(s.fetch::<f32>("train", "Relu").unwrap(), &[1.5, 0.0, 3.5, 0.0]);
 }
 
 /// TF1's "You must feed a value for placeholder tensor": a run with a
@@ -302,19 +324,19 @@ fn feed_with_errors_are_typed_and_the_closure_is_not_called() {
 fn a_placeholder_never_fed_is_an_error_naming_it() {
     let mut s = Session::new(42);
     s.load("train", common::mlp_plan()).unwrap();
-    s.feed_f32("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
-    s.feed_f32("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    s.feed("train", "x", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    s.feed("train", "g", &[1.0, 2.0, 3.0, 4.0]).unwrap();
     let e = s.run("train").unwrap_err();
     assert!(matches!(&e, RuntimeError::Unfed { feed, .. } if feed == "labels"), "{e}");
     assert!(
         e.to_string().starts_with("You must feed a value for placeholder tensor 'labels' with dtype i32 and shape [2]"),
         "{e}"
     );
-    assert_eq!(s.read_variable_i32("global_step").unwrap(), &[0], "nothing ran");
-    s.feed_with_i32("train", "labels", |l| l.copy_from_slice(&[0, 1])).unwrap();
+    assert_eq!(s.read_variable::<i32>("global_step").unwrap(), &[0], "nothing ran");
+    s.feed_with("train", "labels", |l| l.copy_from_slice(&[0, 1])).unwrap();
     s.run("train").unwrap();
     s.run("train").unwrap();
-    assert_eq!(s.read_variable_i32("global_step").unwrap(), &[2], "a fed value stays fed");
+    assert_eq!(s.read_variable::<i32>("global_step").unwrap(), &[2], "a fed value stays fed");
     // Another program of the same model starts unfed.
     s.load("again", common::mlp_plan()).unwrap();
     let e = s.run("again").unwrap_err().to_string();
@@ -326,8 +348,8 @@ fn a_placeholder_never_fed_is_an_error_naming_it() {
 fn feed_length_errors_speak_in_shapes_and_rows() {
     let mut s = Session::new(42);
     s.load("train", common::mlp_plan()).unwrap();
-    let e = s.feed_f32("train", "x", &[1.0, 2.0]).unwrap_err().to_string();
+    let e = s.feed("train", "x", &[1.0, 2.0]).unwrap_err().to_string();
     assert!(e.starts_with("feed 'x' of program 'train' expects [2,2], got 2 elements = 1 rows;"), "{e}");
-    let e = s.feed_f32("train", "x", &[1.0, 2.0, 3.0]).unwrap_err().to_string();
+    let e = s.feed("train", "x", &[1.0, 2.0, 3.0]).unwrap_err().to_string();
     assert!(e.contains("expects [2,2], got 3 elements, not a whole number of rows of 2 elements ([2])"), "{e}");
 }

@@ -126,10 +126,10 @@ impl Calibration {
                 // a denormal could make it cheaper than in training).
                 DType::F32 => {
                     let data: Vec<f32> = (0..len).map(|i| (i % 17) as f32 * 0.05).collect();
-                    sess.feed_f32("calibrate", name, &data)?;
+                    sess.feed("calibrate", name, &data)?;
                 }
                 // Class 0 is valid for every label feed.
-                DType::I32 | DType::Bool => sess.feed_i32("calibrate", name, &vec![0; len])?,
+                DType::I32 | DType::Bool => sess.feed("calibrate", name, &vec![0; len])?,
             }
         }
         for _ in 0..warmup {

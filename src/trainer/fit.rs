@@ -176,7 +176,7 @@ fn run(
             restore_notes = crate::resume::restore(&mut sess, cfg, path, &run)?;
             // An exact resume: global_step steps were taken, so the data
             // order and every random stream (dropout) continue from there.
-            if let Ok(g) = sess.read_variable_i32("global_step") {
+            if let Ok(g) = sess.read_variable::<i32>("global_step") {
                 done = g.first().copied().unwrap_or(0).max(0) as usize;
                 batcher.seek(done as u64);
                 sess.set_step("train", done as u64)?;
@@ -226,8 +226,8 @@ fn run(
         // The batch is gathered straight into the feeds' memory (the CPU
         // backend's arena, the CUDA backend's pinned staging): no vector
         // in between, the same bytes.
-        sess.feed_with_f32("train", &model.images, |b| batcher.fill_images(b))??;
-        sess.feed_with_i32("train", &model.labels, |b| batcher.fill_labels(b))??;
+        sess.feed_with("train", &model.images, |b| batcher.fill_images(b))??;
+        sess.feed_with("train", &model.labels, |b| batcher.fill_labels(b))??;
         batcher.advance();
         // The schedule's rate of this update (0-based global step), into the
         // plan's learning_rate variable: no recompilation, no allocation.
@@ -239,7 +239,7 @@ fn run(
         if first_traced.is_some_and(|f| step >= f) {
             traces.push(sess.trace("train")?);
         }
-        sess.fetch_f32_into("train", "loss", &mut loss)?;
+        sess.fetch_into("train", "loss", &mut loss)?;
         let loss = loss[0];
         if !loss.is_finite() {
             let origin = if cfg.check_numerics {
@@ -263,7 +263,7 @@ fn run(
             losses.push((step, loss));
         }
         if model.accuracy.is_some() {
-            sess.fetch_f32_into("train", TRAIN_ACCURACY, &mut accuracy)?;
+            sess.fetch_into("train", TRAIN_ACCURACY, &mut accuracy)?;
             if logged {
                 train_accuracies.push((step, accuracy[0]));
             }

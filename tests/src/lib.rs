@@ -78,18 +78,21 @@ pub fn run_as(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)
     let mut losses = Vec::new();
     for (imgs, labels) in data {
         let per = imgs.len() / labels.len();
-        sess.feed_f32("train", &model.images, &imgs[rows.start * per..rows.end * per]).expect("feed images");
-        sess.feed_i32("train", &model.labels, &labels[rows.clone()]).expect("feed labels");
+        sess.feed("train", &model.images, &imgs[rows.start * per..rows.end * per]).expect("feed images");
+        sess.feed("train", &model.labels, &labels[rows.clone()]).expect("feed labels");
         sess.run("train").expect("runs");
-        losses.push(sess.fetch_f32("train", "loss").expect("loss")[0]);
+        losses.push(sess.fetch::<f32>("train", "loss").expect("loss")[0]);
     }
     let mut variables = BTreeMap::new();
     for name in sess.variable_names() {
-        let v = match sess.read_variable(&name) {
+        let v = match sess.read_variable::<f32>(&name) {
             Ok(v) => v,
-            Err(_) => {
-                sess.read_variable_i32(&name).expect("an f32 or i32 variable").into_iter().map(|x| x as f32).collect()
-            }
+            Err(_) => sess
+                .read_variable::<i32>(&name)
+                .expect("an f32 or i32 variable")
+                .into_iter()
+                .map(|x| x as f32)
+                .collect(),
         };
         variables.insert(name.to_string(), v);
     }

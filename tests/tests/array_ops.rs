@@ -62,14 +62,14 @@ fn train(towers: usize) -> (Vec<f32>, Vec<(String, Vec<f32>)>) {
     s.load("train", c.plan).expect("loads");
     let mut losses = Vec::new();
     for (x, y) in batches(BATCH, 3, 5) {
-        s.feed_f32("train", "images", &x).expect("feed");
-        s.feed_i32("train", "labels", &y).expect("feed");
+        s.feed("train", "images", &x).expect("feed");
+        s.feed("train", "labels", &y).expect("feed");
         s.run("train").expect("runs");
-        losses.push(s.fetch_f32("train", "loss").expect("loss")[0]);
+        losses.push(s.fetch::<f32>("train", "loss").expect("loss")[0]);
     }
     let vars = ["Net/embedding", "Net/fc1/weights", "Net/logits/weights", "Net/logits/biases"]
         .iter()
-        .map(|n| (n.to_string(), s.read_variable(n).expect("variable")))
+        .map(|n| (n.to_string(), s.read_variable::<f32>(n).expect("variable")))
         .collect();
     (losses, vars)
 }
@@ -93,7 +93,7 @@ fn one_hot_labels_train_the_same_on_one_device_and_two_towers() {
         let c = compile_train(&g, &loss, &o).expect("compiles");
         let mut s = Session::new(3);
         s.load("train", c.plan).expect("loads");
-        ((), s.read_variable("Net/embedding").expect("variable"))
+        ((), s.read_variable::<f32>("Net/embedding").expect("variable"))
     };
     let moved = v1[0].1.iter().zip(&init).filter(|(a, b)| a != b).count();
     assert!(moved > 0 && moved % 16 == 0, "whole embedding rows move: {moved} elements");
@@ -111,11 +111,11 @@ fn a_gather_index_out_of_range_is_tfs_error_at_run_time() {
     let c = compile_eval(&graph, &[("out", name.as_str())], 4).expect("compiles");
     let mut s = Session::new(0);
     s.load("eval", c.plan).expect("loads");
-    s.feed_f32("eval", "params", &[0.5; 20]).expect("feed");
-    s.feed_i32("eval", "indices", &[1, 2, 3, 12]).expect("feed");
+    s.feed("eval", "params", &[0.5; 20]).expect("feed");
+    s.feed("eval", "indices", &[1, 2, 3, 12]).expect("feed");
     let e = s.run("eval").unwrap_err().to_string();
     assert!(e.contains("indices[3] = 12 is not in [0, 10)"), "{e}");
-    s.feed_i32("eval", "indices", &[9, 0, 3, 3]).expect("feed");
+    s.feed("eval", "indices", &[9, 0, 3, 3]).expect("feed");
     s.run("eval").expect("in range runs");
-    assert_eq!(s.fetch_f32("eval", "out").expect("fetch"), vec![0.5; 8]);
+    assert_eq!(s.fetch::<f32>("eval", "out").expect("fetch"), vec![0.5; 8]);
 }

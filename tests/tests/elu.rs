@@ -59,15 +59,15 @@ fn elu_trains_on_the_cpu_backend() {
     let mut s = Session::new(1);
     s.load("train", c.plan).unwrap();
     let xs = [1.0f32, -1.0, 2.0, -2.0, 0.5, -0.5];
-    s.feed_f32("train", "x", &xs).unwrap();
+    s.feed("train", "x", &xs).unwrap();
     s.run("train").unwrap();
 
     // loss = Σ elu(x) / 6; dL/dw_j = Σ_rows elu'(x_rj) x_rj / 6 with
     // elu'(z) = 1 (z > 0), exp(z) (z <= 0); SGD: w -= lr * dL/dw.
     let want_loss = xs.iter().map(|&v| elu(v as f64)).sum::<f64>() / 6.0;
-    let loss = s.fetch_f32("train", "loss").unwrap()[0] as f64;
+    let loss = s.fetch::<f32>("train", "loss").unwrap()[0] as f64;
     assert!((loss - want_loss).abs() < 1e-6, "loss {loss} vs {want_loss}");
-    let w_after = s.read_variable("w").unwrap();
+    let w_after = s.read_variable::<f32>("w").unwrap();
     for j in 0..3 {
         let grad: f64 = (0..2)
             .map(|r| {

@@ -91,12 +91,12 @@ fn train(plan: towers::codegen::Plan, session_seed: u64, data: &[(Vec<f32>, Vec<
     s.load("train", plan).expect("loads");
     let mut losses = Vec::new();
     for (x, y) in data {
-        s.feed_f32("train", "images", x).expect("feed");
-        s.feed_i32("train", "labels", y).expect("feed");
+        s.feed("train", "images", x).expect("feed");
+        s.feed("train", "labels", y).expect("feed");
         s.run("train").expect("runs");
-        losses.push(s.fetch_f32("train", "loss").expect("loss")[0].to_bits());
+        losses.push(s.fetch::<f32>("train", "loss").expect("loss")[0].to_bits());
     }
-    let vars = VARS.iter().map(|v| s.read_variable(v).expect(v).iter().map(|x| x.to_bits()).collect()).collect();
+    let vars = VARS.iter().map(|v| s.read_variable::<f32>(v).expect(v).iter().map(|x| x.to_bits()).collect()).collect();
     (losses, vars)
 }
 

@@ -112,14 +112,14 @@ fn run_manual(opt: &Optimizer, seed: u64, data: &[(Vec<f32>, Vec<i32>)]) -> (Vec
     sess.load("train", plan).expect("loads");
     let mut losses = Vec::new();
     for (x, y) in data {
-        sess.feed_f32("train", "images", x).expect("feed");
-        sess.feed_i32("train", "labels", y).expect("feed");
+        sess.feed("train", "images", x).expect("feed");
+        sess.feed("train", "labels", y).expect("feed");
         sess.run("train").expect("runs");
-        losses.push(sess.fetch_f32("train", "loss").expect("loss")[0]);
+        losses.push(sess.fetch::<f32>("train", "loss").expect("loss")[0]);
     }
     let vars = ["MLP/fc1/weights", "MLP/fc1/biases", "MLP/logits/weights", "MLP/logits/biases"]
         .iter()
-        .map(|v| (v.to_string(), sess.read_variable(v).expect("variable")))
+        .map(|v| (v.to_string(), sess.read_variable::<f32>(v).expect("variable")))
         .collect();
     (losses, vars)
 }
@@ -141,14 +141,14 @@ fn hand_built_towers_match_the_compiler_and_one_device() {
         let mut sess = Session::new(5);
         sess.load("train", c.plan).expect("loads");
         for (step, (x, y)) in data.iter().enumerate() {
-            sess.feed_f32("train", "images", x).expect("feed");
-            sess.feed_i32("train", "labels", y).expect("feed");
+            sess.feed("train", "images", x).expect("feed");
+            sess.feed("train", "labels", y).expect("feed");
             sess.run("train").expect("runs");
-            let l = sess.fetch_f32("train", "loss").expect("loss")[0];
+            let l = sess.fetch::<f32>("train", "loss").expect("loss")[0];
             assert!((l - manual_losses[step]).abs() <= 2e-5 * l.abs().max(1.0), "{} towers step {step}", towers.len());
         }
         for (name, v) in &manual_vars {
-            let w = sess.read_variable(name).expect("variable");
+            let w = sess.read_variable::<f32>(name).expect("variable");
             for (a, b) in v.iter().zip(&w) {
                 assert!((a - b).abs() <= 2e-5 * b.abs().max(1.0), "{name}: manual {a} vs compiler {b}");
             }

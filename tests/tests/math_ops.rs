@@ -171,9 +171,9 @@ fn local_response_normalization_matches_tfs_formula() {
         let xs: Vec<f32> = (0..n * h * w * c).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
         let mut s = Session::new(0);
         s.load("eval", comp.plan).expect("loads");
-        s.feed_f32("eval", "x", &xs).expect("feed");
+        s.feed("eval", "x", &xs).expect("feed");
         s.run("eval").expect("runs");
-        let got = s.fetch_f32("eval", "out").expect("fetch");
+        let got = s.fetch::<f32>("eval", "out").expect("fetch");
         for (p, &g) in got.iter().enumerate() {
             let (row, ch) = (p / c, p % c);
             let lo = ch.saturating_sub(radius);

@@ -154,8 +154,8 @@ fn run(plan: Plan) -> Outcome {
         }
         for ((name, _), ty) in feeds.iter().zip(types) {
             let _ = match ty {
-                Some((DType::F32, n)) => s.feed_f32("train", name, &vec![0.0; n]),
-                Some((_, n)) => s.feed_i32("train", name, &vec![0; n]),
+                Some((DType::F32, n)) => s.feed("train", name, &vec![0.0; n]),
+                Some((_, n)) => s.feed("train", name, &vec![0; n]),
                 None => Ok(()),
             };
         }

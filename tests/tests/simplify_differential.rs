@@ -174,11 +174,11 @@ fn eval(g: &Graph, fetches: &[String], simplify: Option<Simplify>, x: &[f32], y:
     // Prune drops a placeholder no fetch reads.
     for (name, data) in [("x", x), ("y", y)] {
         if g.get(name).is_some() {
-            sess.feed_f32("eval", name, data).expect("feeds");
+            sess.feed("eval", name, data).expect("feeds");
         }
     }
     sess.run("eval").expect("runs");
-    (fetches.iter().map(|f| sess.fetch_f32("eval", f).expect("fetches")).collect(), concats)
+    (fetches.iter().map(|f| sess.fetch::<f32>("eval", f).expect("fetches")).collect(), concats)
 }
 
 #[test]

@@ -44,10 +44,13 @@ fn run(towers: usize, split: SplitPolicy) -> Vec<(f32, f32)> {
     batches(BATCH, 3, 9)
         .iter()
         .map(|(x, y)| {
-            s.feed_f32("train", "images", x).expect("feed");
-            s.feed_i32("train", "labels", y).expect("feed");
+            s.feed("train", "images", x).expect("feed");
+            s.feed("train", "labels", y).expect("feed");
             s.run("train").expect("runs");
-            (s.fetch_f32("train", "loss").expect("loss")[0], s.fetch_f32("train", "accuracy").expect("accuracy")[0])
+            (
+                s.fetch::<f32>("train", "loss").expect("loss")[0],
+                s.fetch::<f32>("train", "accuracy").expect("accuracy")[0],
+            )
         })
         .collect()
 }

@@ -10,63 +10,26 @@
 //! so the event table needs no reset between steps. A step is complete when
 //! every thread finished; `run` returns only then.
 //!
-//! A thread runs its device's streams as lanes, each in stream order, as
-//! their events allow ([`run_thread`]): ready bookkeeping first (records,
-//! elided copies, passed waits), then one launch of the first lane that has
-//! one next; it sleeps only when every lane waits for another thread, and a
-//! record wakes only a thread asleep on that event (one bell per thread).
-//! Any such order keeps the plan's happens-before, which is all the
-//! verifier relies on for buffers that share bytes, so the bits are those
-//! of any other order. Measured against one fixed merged order per thread
-//! (MLP 784-256-256-10, two towers, 2 cores, interleaved runs): variables
-//! on a tower device, round-robin and greedy 1.37-1.52x one device instead
-//! of 1.14-1.42x.
+//! The scheduler is three files, by concept:
+//! - this one: the [`Runner`] (spawning the workers, starting a step and
+//!   waiting for it, the worker loop between steps, shutdown), step
+//!   failures, profiles and traces;
+//! - [`lanes`]: one thread's step program, its streams as lanes run as
+//!   their events allow, and split launches;
+//! - [`shared`]: the state the threads share and how they wake each
+//!   other: the start signal, the event stamps, one bell per thread,
+//!   spinning before sleeping, and the host's wait for a free core.
 //!
-//! When the devices would take every core, the host's streams usually join
-//! the last device's thread (`threads::thread_plans`), which the caller
-//! runs. Where they cannot (plans with collectives across processes) and
-//! the workers take every core, the host has no core of its own: it then
-//! runs a launch only while a worker rests (asleep or done), so its updates
-//! do not slow the towers down by sharing their cores; without this,
-//! variables on the host measured 1.34-1.43x instead of 1.36-1.51x. Plans
-//! with collectives across processes leave the host free (a host waiting
-//! for a core held by a worker inside an all-reduce could wait, in a cycle,
-//! for the other rank's host).
+//! These files only moved code apart: the spin, sleep and wake logic is
+//! the one measured in the notes below and in [`lanes`] and [`shared`].
+//! The small [`Shared`] methods the lanes call per item are `#[inline]`,
+//! so that they stay inlined into the lanes' loop now that it lives in
+//! another module (and so possibly another codegen unit).
 //!
 //! If a launch fails, its thread skips its remaining launches and copies
 //! but still records its events, so the other threads finish and the error
 //! is reported. A schedule that waits on an event never recorded in the
 //! step deadlocks; codegen only emits waits on events it records.
-//!
-//! A large update or folded tower product (`exec::splittable`) is run as
-//! two parts ([`split_run`]): the upper part is posted on the board of
-//! offers (`super::offers`) for an idle thread (a worker whose device
-//! finished its step, as the towers' devices have when the last gradient's
-//! update runs, a thread whose lanes all wait, the caller waiting for the
-//! workers, or a poster waiting for its own offer), the lower part runs
-//! here. Each element is computed once by the same body over the same two
-//! parts, so the bits never depend on the split. Measured on the MLP
-//! 784-256-256-10 at two towers, variables on the host: 1.31 ms a step
-//! against 1.47-1.55 ms unsplit. Variables on a tower's device gained most
-//! from the help of a waiting thread: its update's offer was otherwise open
-//! while the only other thread (the caller, with the host's lanes) waited
-//! for the step's last event, and the update ran whole (1.55-1.57x one
-//! device instead of 1.65-1.67x).
-//!
-//! A collective step (`Exec::AllReduce`) runs on its stream's thread like a
-//! launch, and blocks until every rank of the communicator reached it;
-//! collectives live on one stream, so every rank runs them in one order. It
-//! runs even after a failed launch (skipping it would leave the other ranks
-//! waiting); a failed collective is reported like a failed launch.
-//!
-//! A thread with nothing to run spins for up to [`SPIN`] (watching the
-//! events its lanes wait for, the next step's start or a help offer)
-//! before it sleeps, when the program has no more threads than cores: a
-//! wake-up from a sleep took 30-70 us on the 2-vCPU benchmark host, longer
-//! than many of the waits it ends (a tower waiting for the host's record at
-//! a step's start, the helper of a split update). With more threads than
-//! cores a spinning thread would hold a core another thread needs, so they
-//! sleep at once.
 //!
 //! Profiling (off by default) adds the wall time of every launch, copy and
 //! wait to a counter preallocated per step item, so it allocates nothing
@@ -78,78 +41,19 @@
 //! (see `super::prepare`) keep their place as items that do nothing, so
 //! profiles and traces show them.
 
+mod lanes;
+mod shared;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::exec::dispatch;
-use super::prepare::Exec;
 use crate::comm::CommError;
+use crate::cpu::prepare::Exec;
 use crate::trace::{Trace, TraceEvent};
-
-/// How long a thread with nothing to run spins before it sleeps (see the module docs).
-const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
-
-/// The start signal (an idle worker also wakes on it for a help offer).
-struct Start {
-    gen: u64,
-    shutdown: bool,
-}
-
-/// State shared by the caller and the workers of one program.
-pub struct Shared {
-    start: Mutex<Start>,
-    start_cv: Condvar,
-    /// Parts of split launches open to any idle thread.
-    board: super::offers::Board,
-    /// Whether the program has worker threads (that may help).
-    helpers: bool,
-    /// Workers still running this step; the last one to finish takes
-    /// `done` and rings `done_cv`.
-    remaining: AtomicUsize,
-    done: Mutex<()>,
-    done_cv: Condvar,
-    /// Whether idle threads spin before they sleep (no more threads than cores).
-    spin: bool,
-    /// The last step started (`Start::gen`), readable without the lock.
-    gen_now: AtomicU64,
-    events: Vec<AtomicU64>,
-    /// Added to the 0-based run number to give the step that step-dependent
-    /// kernels (dropout) see: 0 unless a resumed run set the counter
-    /// (`Runner::set_step`). Written only between runs; the start signal's
-    /// mutex orders it before the workers read it.
-    step_base: AtomicU64,
-    /// One lock and condvar per thread (its bell), rung by a record of an
-    /// event that thread waits on, so a record wakes only its waiters.
-    bells: Vec<(Mutex<Watch>, Condvar)>,
-    /// Per event, the threads that wait on it.
-    waiters: Vec<Vec<usize>>,
-    /// Worker threads running their step right now (not asleep, not done).
-    awake: AtomicUsize,
-    /// Whether thread 0 also runs a device's streams (then it never waits for a core).
-    host_joined: bool,
-    /// Cores this process may use; when the workers take them all, the host
-    /// (which then has no core of its own) runs a launch only while one of
-    /// them is free (see `run_thread`).
-    cores: usize,
-    /// The first failure of the step.
-    error: Mutex<Option<Failure>>,
-    /// Whether streams time their items.
-    profiling: AtomicBool,
-    /// Whether streams record when each item starts and ends.
-    tracing: AtomicBool,
-    /// The origin of traced times.
-    epoch: Instant,
-}
-
-/// When one item started and ended in the last traced step, in
-/// nanoseconds since [`Shared::epoch`].
-#[derive(Default)]
-struct Span {
-    start: AtomicU64,
-    end: AtomicU64,
-}
+use lanes::{run_thread, since, Clocks, Span, Work};
+use shared::{Shared, Start, Watch};
 
 /// The first failure of a step, by node.
 #[derive(Debug)]
@@ -191,323 +95,6 @@ fn label(x: &Exec, step: usize) -> ItemLabel {
     ItemLabel { kind, node, step }
 }
 
-/// Nanoseconds from `epoch` to `t`, saturating.
-fn since(epoch: Instant, t: Instant) -> u64 {
-    u64::try_from(t.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
-}
-
-impl Shared {
-    /// A worker stops running (asleep or done): tell a host waiting for a core.
-    fn worker_rests(&self) {
-        self.awake.fetch_sub(1, Ordering::AcqRel);
-        let (lock, cv) = &self.bells[0];
-        let watch = lock.lock().unwrap_or_else(|p| p.into_inner());
-        if watch.core {
-            cv.notify_all();
-        }
-    }
-
-    /// The host waits until a core is free: every core was running a worker.
-    fn host_waits_for_a_core(&self) {
-        if self.awake.load(Ordering::Acquire) < self.cores {
-            return;
-        }
-        let (lock, cv) = &self.bells[0];
-        let mut watch = lock.lock().unwrap_or_else(|p| p.into_inner());
-        watch.core = true;
-        while self.awake.load(Ordering::Acquire) >= self.cores {
-            watch = cv.wait(watch).unwrap_or_else(|p| p.into_inner());
-        }
-        watch.core = false;
-    }
-
-    /// Spin until `ready` holds or [`SPIN`] passed (at once when this
-    /// program's threads may not spin); whether it holds.
-    fn spin_until(&self, ready: impl Fn() -> bool) -> bool {
-        if ready() {
-            return true;
-        }
-        if !self.spin {
-            return false;
-        }
-        let t = Instant::now();
-        loop {
-            for _ in 0..64 {
-                std::hint::spin_loop();
-                if ready() {
-                    return true;
-                }
-            }
-            if t.elapsed() >= SPIN {
-                return ready();
-            }
-        }
-    }
-
-    fn recorded(&self, e: usize, gen: u64) -> bool {
-        self.events[e].load(Ordering::Acquire) >= gen
-    }
-
-    /// Stamp event `e` and ring the bell of every thread asleep on it.
-    fn record(&self, e: usize, gen: u64) {
-        self.events[e].store(gen, Ordering::Release);
-        for &t in &self.waiters[e] {
-            let (lock, cv) = &self.bells[t];
-            let watch = lock.lock().unwrap_or_else(|p| p.into_inner());
-            if watch.events[..watch.n].contains(&e) {
-                cv.notify_all();
-            }
-        }
-    }
-}
-
-/// The events a sleeping thread waits for (one per lane at most), and, for
-/// the host, whether it waits for a free core.
-#[derive(Default)]
-struct Watch {
-    events: [usize; MAX_LANES],
-    n: usize,
-    core: bool,
-}
-
-/// Streams per device (compute, copy, collective) with room to spare.
-const MAX_LANES: usize = 8;
-
-/// One stream's items on a thread, in stream order, with each item's index
-/// in the thread's item list (where its clocks are).
-struct Lane {
-    execs: Vec<Exec>,
-    clock: Vec<usize>,
-}
-
-/// One thread's work: its streams as lanes, and a cursor per lane
-/// (allocated once, reset every step).
-pub struct Work {
-    lanes: Vec<Lane>,
-    pos: Vec<usize>,
-    /// This thread's index (its bell).
-    me: usize,
-}
-
-impl Work {
-    /// Group a thread's items (plan stream, step, item) into lanes, in the
-    /// order the streams first appear.
-    fn new(items: Vec<(usize, Exec)>, me: usize) -> Work {
-        let mut lanes: Vec<(usize, Lane)> = Vec::new();
-        for (k, (si, x)) in items.into_iter().enumerate() {
-            let lane = match lanes.iter().position(|(s, _)| *s == si) {
-                Some(i) => i,
-                None => {
-                    lanes.push((si, Lane { execs: Vec::new(), clock: Vec::new() }));
-                    lanes.len() - 1
-                }
-            };
-            lanes[lane].1.execs.push(x);
-            lanes[lane].1.clock.push(k);
-        }
-        let pos = vec![0; lanes.len()];
-        Work { lanes: lanes.into_iter().map(|(_, l)| l).collect(), pos, me }
-    }
-}
-
-/// Whether an item is work (a launch or a collective) rather than bookkeeping.
-fn is_work(x: &Exec) -> bool {
-    matches!(x, Exec::Launch(_) | Exec::AllReduce(_))
-}
-
-/// Run one item; `failed` is the thread's failure flag.
-fn run_item(x: &mut Exec, failed: &mut bool, gen: u64, sh: &Shared) {
-    match x {
-        Exec::Record(e) => sh.record(*e, gen),
-        // Elided: the destination is the source (module docs of `super`).
-        Exec::Copy(_) => {}
-        // Taken only once recorded (see `run_thread`).
-        Exec::Wait(_) => {}
-        // A collective runs even after a failure: skipping it would
-        // leave the other ranks waiting for this one until they time out.
-        Exec::AllReduce(a) => {
-            // SAFETY: as for launches; the group's buffers are written by this stream only.
-            if let Err(e) = unsafe { super::collective::all_reduce(a) } {
-                *failed = true;
-                let mut slot = sh.error.lock().unwrap_or_else(|p| p.into_inner());
-                if slot.is_none() {
-                    *slot = Some(Failure::Collective(a.node.clone(), e));
-                }
-            }
-        }
-        _ if *failed => {}
-        Exec::Launch(l) => {
-            let step = sh.step_base.load(Ordering::Relaxed).wrapping_add(gen - 1);
-            // SAFETY: the schedule's events order every cross-stream access (super::mem).
-            let r = match super::exec::splittable(l) {
-                Some((n, mid, cost)) if sh.helpers => unsafe { split_run(l, n, mid, cost, sh) },
-                _ => unsafe { dispatch(l, step) },
-            };
-            if let Err(msg) = r {
-                *failed = true;
-                let mut slot = sh.error.lock().unwrap_or_else(|p| p.into_inner());
-                if slot.is_none() {
-                    *slot = Some(Failure::Kernel(l.node.clone(), msg));
-                }
-            }
-        }
-    }
-}
-
-/// Run one thread's lanes for step `gen` (1-based), as their events allow:
-/// every ready bookkeeping item (records, elided copies, waits whose event
-/// is recorded) on every lane first, then one launch or collective of the
-/// first lane that has one next; when every lane waits for an event not yet
-/// recorded, sleep until this thread's bell rings. Any order that keeps each
-/// stream's order and its waits is one the plan allows (the verifier checks
-/// every shared buffer against the streams' happens-before, not against a
-/// merged order), so this gives the same bits as any other; and it never
-/// waits while a stream of its own could go on. Collectives live on one
-/// stream, so every rank runs them in the same order.
-fn run_thread(work: &mut Work, clocks: &Clocks, gen: u64, sh: &Shared) {
-    let Work { lanes, pos, me } = work;
-    let worker = *me != 0;
-    if worker {
-        sh.awake.fetch_add(1, Ordering::AcqRel);
-    }
-    pos.iter_mut().for_each(|p| *p = 0);
-    let mut failed = false;
-    let profiling = sh.profiling.load(Ordering::Relaxed);
-    let tracing = sh.tracing.load(Ordering::Relaxed);
-    let timed = profiling || tracing;
-    // When this thread last began to sleep: charged to the wait it then takes.
-    let mut slept: Option<Instant> = None;
-    let run = |lane: &mut Lane, k: usize, failed: &mut bool, slept: &mut Option<Instant>| {
-        let wait = matches!(lane.execs[k], Exec::Wait(_));
-        let t = timed.then(|| if wait { slept.take().unwrap_or_else(Instant::now) } else { Instant::now() });
-        run_item(&mut lane.execs[k], failed, gen, sh);
-        if let Some(t) = t {
-            let (i, end) = (lane.clock[k], Instant::now());
-            if profiling {
-                clocks.times[i].fetch_add(since(t, end), Ordering::Relaxed);
-            }
-            if tracing {
-                clocks.spans[i].start.store(since(sh.epoch, t), Ordering::Relaxed);
-                clocks.spans[i].end.store(since(sh.epoch, end), Ordering::Relaxed);
-            }
-        }
-    };
-    loop {
-        // Every ready bookkeeping item, until none is (a record may free a wait).
-        let mut again = true;
-        while again {
-            again = false;
-            for (lane, p) in lanes.iter_mut().zip(pos.iter_mut()) {
-                while let Some(x) = lane.execs.get(*p) {
-                    match x {
-                        Exec::Wait(e) if !sh.recorded(*e, gen) => break,
-                        x if is_work(x) => break,
-                        Exec::Record(_) => again = true,
-                        _ => {}
-                    }
-                    run(lane, *p, &mut failed, &mut slept);
-                    *p += 1;
-                }
-            }
-        }
-        // Then one launch or collective.
-        if let Some(li) = (0..lanes.len()).find(|&li| lanes[li].execs.get(pos[li]).is_some_and(is_work)) {
-            if !worker && !sh.host_joined {
-                sh.host_waits_for_a_core();
-            }
-            run(&mut lanes[li], pos[li], &mut failed, &mut slept);
-            pos[li] += 1;
-            continue;
-        }
-        if lanes.iter().zip(pos.iter()).all(|(l, p)| *p >= l.execs.len()) {
-            if worker {
-                sh.worker_rests();
-            }
-            return;
-        }
-        // Every lane waits for another thread's event: spin a while, then
-        // sleep until one comes.
-        let blocked = |e: usize| !sh.recorded(e, gen);
-        let waiting = |lanes: &[Lane], pos: &[usize]| {
-            lanes.iter().zip(pos.iter()).all(|(l, p)| match l.execs.get(*p) {
-                Some(Exec::Wait(e)) => blocked(*e),
-                Some(_) => false,
-                None => true,
-            })
-        };
-        if timed && slept.is_none() {
-            slept = Some(Instant::now());
-        }
-        // A thread waiting in its step helps with an open offer too.
-        if sh.spin_until(|| !waiting(lanes, pos) || sh.board.has_open()) {
-            sh.board.help();
-            continue;
-        }
-        let (lock, cv) = &sh.bells[*me];
-        let mut watch = lock.lock().unwrap_or_else(|p| p.into_inner());
-        // Only records of the events at the lanes' heads ring this bell.
-        watch.n = 0;
-        for (l, p) in lanes.iter().zip(pos.iter()) {
-            if let (Some(Exec::Wait(e)), true) = (l.execs.get(*p), watch.n < MAX_LANES) {
-                let n = watch.n;
-                watch.events[n] = *e;
-                watch.n += 1;
-            }
-        }
-        if waiting(lanes, pos) {
-            if worker {
-                // Lock order: the host's bell is taken without this one held.
-                drop(watch);
-                sh.worker_rests();
-                watch = lock.lock().unwrap_or_else(|p| p.into_inner());
-            }
-            while waiting(lanes, pos) && !sh.board.has_open() {
-                watch = cv.wait(watch).unwrap_or_else(|p| p.into_inner());
-            }
-            if worker {
-                sh.awake.fetch_add(1, Ordering::AcqRel);
-            }
-        }
-        watch.n = 0;
-    }
-}
-
-/// Run a splittable launch of `n` elements (or rows) as two parts, `[0,
-/// mid)` and `[mid, n)` (see `exec::splittable`): the upper part (of work
-/// `cost`) is posted on the board of offers (`super::offers`), the lower
-/// part runs here, then the offer is settled (taken back, or waited for
-/// while helping with others). Every element is computed once, by the same
-/// body over the same two parts, so the bits do not depend on who ran them.
-/// A launch that finds the board full runs both parts here.
-///
-/// # Safety
-/// As [`dispatch`].
-unsafe fn split_run(l: &super::prepare::Launch, n: usize, mid: usize, cost: usize, sh: &Shared) -> Result<(), String> {
-    let Some(slot) = sh.board.post(l, mid, n, cost) else {
-        return super::exec::dispatch_range(l, 0, mid).and_then(|()| super::exec::dispatch_range(l, mid, n));
-    };
-    // Wake the idle: workers between steps, threads asleep in their step,
-    // and the caller waiting for the workers. (Taking each lock first: a
-    // sleeper checks for offers under its lock, then waits.)
-    drop(sh.start.lock().unwrap_or_else(|p| p.into_inner()));
-    sh.start_cv.notify_all();
-    for (lock, cv) in &sh.bells {
-        let _watch = lock.lock().unwrap_or_else(|p| p.into_inner());
-        cv.notify_all();
-    }
-    drop(sh.done.lock().unwrap_or_else(|p| p.into_inner()));
-    sh.done_cv.notify_all();
-    let mine = super::exec::dispatch_range(l, 0, mid);
-    let theirs = sh.board.settle(slot, |ready| sh.spin_until(ready));
-    mine.and(theirs)
-}
-
-/// One thread's counters, one entry per item: profiled totals and the last traced span.
-struct Clocks {
-    times: Vec<AtomicU64>,
-    spans: Vec<Span>,
-}
-
 /// The threads of one program.
 pub struct Runner {
     first: Work,
@@ -540,7 +127,7 @@ impl Runner {
         let shared = Arc::new(Shared {
             start: Mutex::new(Start { gen: 0, shutdown: false }),
             start_cv: Condvar::new(),
-            board: super::offers::Board::new(),
+            board: crate::cpu::offers::Board::new(),
             helpers: threads.len() > 1,
             remaining: AtomicUsize::new(0),
             done: Mutex::new(()),
@@ -603,7 +190,7 @@ impl Runner {
             let handle = std::thread::Builder::new()
                 .name(format!("towers-{program}-thread{}", k + 1))
                 .spawn(move || {
-                    super::affinity::pin_worker(k);
+                    crate::cpu::affinity::pin_worker(k);
                     worker(&mut execs, &t, &sh)
                 })
                 .map_err(|e| format!("cannot start the worker thread of device thread {}: {e}", k + 1))?;
@@ -690,7 +277,7 @@ impl Runner {
         // itself when it runs a device's streams too.
         let workers = self.workers.len();
         let core = if sh.host_joined { Some(workers) } else { workers.checked_sub(1) };
-        let pin = core.map(super::affinity::HostPin::new);
+        let pin = core.map(crate::cpu::affinity::HostPin::new);
         // A plan without streams (nothing to run) has no thread and no clocks.
         if let Some(clocks) = self.clocks.first() {
             run_thread(&mut self.first, clocks, gen, sh);

@@ -1,5 +1,5 @@
-//! Feeds of a [`Session`]'s programs: copied in (`feed_f32`, `feed_i32`)
-//! or written in place (`feed_with_f32`, `feed_with_i32`), with the same
+//! Feeds of a [`Session`]'s programs: copied in ([`Session::feed`]) or
+//! written in place ([`Session::feed_with`]), with the same
 //! checks and errors (see the session's module docs). Every write marks
 //! the feed fed; `Session::run` refuses a program with a feed never fed
 //! since it was loaded ([`RuntimeError::Unfed`]). Sizes are checked against
@@ -9,7 +9,7 @@
 use towers_codegen::{BufRef, Plan};
 use towers_graph::DType;
 
-use super::{compatible, list, lookup, Program, Session};
+use super::{compatible, list, lookup, Element, Program, Session};
 use crate::backend::{HostSlice, HostSliceMut};
 use crate::error::RuntimeError;
 use crate::variables::HostVec;
@@ -20,7 +20,8 @@ impl Session {
         plan.type_of(r).map(|(_, s)| s.to_vec()).unwrap_or_default()
     }
 
-    fn feed(&mut self, program: &str, feed: &str, data: HostSlice<'_>, dtype: DType) -> Result<(), RuntimeError> {
+    /// The one body of every copied feed.
+    fn feed_host(&mut self, program: &str, feed: &str, data: HostSlice<'_>, dtype: DType) -> Result<(), RuntimeError> {
         // Borrow the field only: the backend is written below.
         let p = lookup(&self.programs, program)?;
         let index = p.plan.feeds.iter().position(|(n, _)| n == feed).ok_or_else(|| RuntimeError::UnknownFeed {
@@ -55,10 +56,10 @@ impl Session {
     }
 
     /// Write the feed `feed` of `program` in place: `fill` gets the memory
-    /// the next run reads (see [`Session::feed_with_f32`]); `take` unwraps
+    /// the next run reads (see [`Session::feed_with`]); `take` unwraps
     /// the lent slice of the requested type (`None`: the backend lent
-    /// another type, an error).
-    fn feed_with<R>(
+    /// another type, an error). The one body of every in-place feed.
+    fn feed_with_host<R>(
         &mut self,
         program: &str,
         feed: &str,
@@ -127,16 +128,18 @@ impl Session {
         }
     }
 
-    /// Write the f32 placeholder `feed` of `program` in place, without a
-    /// copy from a vector of the caller's: `fill` gets the memory the next
+    /// Write the placeholder `feed` of `program` in place, without a copy
+    /// from a vector of the caller's: `fill` gets the memory the next
     /// [`Session::run`] reads (on the CPU backend the arena itself, on the
     /// CUDA backend pinned host memory that is copied to the GPU when `fill`
     /// returns), of the feed's length, and its return value is returned.
-    /// Checks and errors as [`Session::feed_f32`]: an unknown program or
-    /// feed, or a feed of another dtype, is an error and `fill` is not
-    /// called. Allocates nothing on the CPU and CUDA backends (on another
-    /// backend, once per feed: a scratch vector then handed to its
-    /// `write_buffer`).
+    /// `&mut [f32]` for an f32 placeholder, `&mut [i32]` for an i32 or bool
+    /// (0/1) one; name the type where the closure does not
+    /// (`feed_with::<f32, _>`, or `|x: &mut [f32]| ..`). Checks and errors as
+    /// [`Session::feed`]: an unknown program or feed, or a feed of another
+    /// dtype, is an error and `fill` is not called. Allocates nothing on the
+    /// CPU and CUDA backends (on another backend, once per feed: a scratch
+    /// vector then handed to its `write_buffer`).
     ///
     /// **`fill` must write every element.** The slice is initialized memory
     /// (never undefined behaviour to read) but its values are unspecified:
@@ -148,42 +151,24 @@ impl Session {
     /// # use towers_runtime::Session;
     /// # fn f(s: &mut Session, batch: &[f32]) -> Result<(), towers_runtime::RuntimeError> {
     /// // Gather a batch straight into the feed: no intermediate vector.
-    /// s.feed_with_f32("train", "images", |x| x.copy_from_slice(batch))?;
+    /// s.feed_with("train", "images", |x| x.copy_from_slice(batch))?;
     /// s.run("train")?;
     /// # Ok(()) }
     /// ```
-    pub fn feed_with_f32<R>(
+    pub fn feed_with<T: Element, R>(
         &mut self,
         program: &str,
         feed: &str,
-        fill: impl FnOnce(&mut [f32]) -> R,
+        fill: impl FnOnce(&mut [T]) -> R,
     ) -> Result<R, RuntimeError> {
-        self.feed_with(program, feed, DType::F32, |s| match s {
-            HostSliceMut::F32(x) => Some(fill(x)),
-            HostSliceMut::I32(_) => None,
-        })
+        self.feed_with_host(program, feed, T::DTYPE, |s| T::of_host_mut(s).map(fill))
     }
 
-    /// As [`Session::feed_with_f32`], for an i32 (or bool: 0/1) placeholder.
-    pub fn feed_with_i32<R>(
-        &mut self,
-        program: &str,
-        feed: &str,
-        fill: impl FnOnce(&mut [i32]) -> R,
-    ) -> Result<R, RuntimeError> {
-        self.feed_with(program, feed, DType::I32, |s| match s {
-            HostSliceMut::I32(x) => Some(fill(x)),
-            HostSliceMut::F32(_) => None,
-        })
-    }
-
-    /// Copy `data` into the placeholder `feed` of `program`.
-    pub fn feed_f32(&mut self, program: &str, feed: &str, data: &[f32]) -> Result<(), RuntimeError> {
-        self.feed(program, feed, HostSlice::F32(data), DType::F32)
-    }
-
-    /// Copy `data` into the i32 (or bool) placeholder `feed` of `program`.
-    pub fn feed_i32(&mut self, program: &str, feed: &str, data: &[i32]) -> Result<(), RuntimeError> {
-        self.feed(program, feed, HostSlice::I32(data), DType::I32)
+    /// Copy `data` into the placeholder `feed` of `program`: f32 data for an
+    /// f32 placeholder, i32 for an i32 or bool (0/1) one (the element type
+    /// comes from `data`); another type is [`RuntimeError::WrongDtype`], a
+    /// length other than the placeholder's is [`RuntimeError::FeedLength`].
+    pub fn feed<T: Element>(&mut self, program: &str, feed: &str, data: &[T]) -> Result<(), RuntimeError> {
+        self.feed_host(program, feed, T::host(data), T::DTYPE)
     }
 }

@@ -1,0 +1,312 @@
+//! Loading a plan on the CUDA backend ([`CudaBackend::prepare`], called by
+//! `Backend::load`): everything that allocates or compiles happens here,
+//! once, so that a step (`super::run`) only enqueues.
+//!
+//! What load does, in order: one zeroed device allocation per plan device
+//! (`DevicePlan::arena_bytes`), every buffer and view at its plan offset
+//! ([`CudaBackend::resolve`] checks it lies inside its arena); constants
+//! uploaded; one CUDA event per plan event; per plan stream, one CUDA
+//! stream, one cuBLAS handle when it runs GEMMs, one im2col workspace
+//! ([`stream_workspace_bytes`]) and the scratch of its fused tower
+//! products; every launch lowered to its items (`super::lower`, which
+//! compiles each kernel family once per machine through NVRTC and the
+//! disk cache) with its argument list built (`super::args`); pointer and
+//! weight arrays gathered into one side buffer, uploaded, and patched into
+//! the argument lists; the pinned staging of the feeds (`super::feeds`);
+//! and the host's enqueue order ([`enqueue_order`]).
+//!
+//! Invariants kept for the run path:
+//! - every device address an item holds lies inside an allocation owned by
+//!   the [`Program`] (or a variable, which outlives it) and never moves;
+//! - no argument list changes after load: dropout reads the step number
+//!   from the side buffer's first word (`args::STEP_CELL`);
+//! - in the enqueue order every `Record` comes before the `Wait`s on it (a
+//!   CUDA wait sees the last record enqueued before it), or load fails;
+//! - a malformed plan (an event out of range, a copy between buffers of
+//!   other sizes, an all-reduce without a communicator of its size) is
+//!   [`BackendError::BadPlan`]; a driver or NVRTC failure is
+//!   [`BackendError::Device`]. Nothing panics.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::result as drv;
+use towers_codegen::{BufRef, Plan, Step};
+use towers_graph::DType;
+use towers_kernels::Kernel;
+
+use super::args::{self, Side};
+use super::driver::{derr, Blas, DevMem, Event, Stream};
+use super::feeds::Feeds;
+use super::graph::GraphState;
+use super::lower::{lower_launch, Dev, Op};
+use super::{CudaBackend, Item, Program, StreamRun};
+use crate::backend::BackendError;
+use crate::comm::Comm;
+
+impl CudaBackend {
+    pub(super) fn prepare(&mut self, plan: &Plan, comm: &Arc<dyn Comm>) -> Result<Program, BackendError> {
+        let bad = BackendError::BadPlan;
+        let dev = BackendError::Device;
+        self.bind()?;
+        for v in &plan.variables {
+            if !self.vars.contains_key(&v.name) {
+                return Err(bad(format!("variable '{}' was not created before load", v.name)));
+            }
+        }
+        let arenas = plan
+            .devices
+            .iter()
+            .map(|d| DevMem::zeroed(&self.ctx, d.arena_bytes))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(dev)?;
+        for c in &plan.constants {
+            let d = self.resolve(plan, &arenas, &c.buffer).map_err(bad)?;
+            if d.len != c.data.len() {
+                return Err(bad(format!(
+                    "constant {} has {} values for {} elements",
+                    plan.ref_name(&c.buffer),
+                    c.data.len(),
+                    d.len
+                )));
+            }
+            // SAFETY: `d` lies inside a live allocation (checked by `resolve`) of `d.len` 4-byte elements.
+            let r = match d.dtype {
+                DType::F32 => unsafe { drv::memcpy_htod_sync(d.ptr, &c.data) },
+                _ => {
+                    let v: Vec<i32> = c.data.iter().map(|x| *x as i32).collect();
+                    unsafe { drv::memcpy_htod_sync(d.ptr, &v) }
+                }
+            };
+            r.map_err(|e| dev(derr("uploading a constant", e)))?;
+        }
+        let events = (0..plan.num_events).map(|_| Event::new(&self.ctx)).collect::<Result<Vec<_>, _>>().map_err(dev)?;
+        let mut side = Side::default();
+        let mut streams = Vec::new();
+        for s in &plan.streams {
+            let ws_mem = match stream_workspace_bytes(s) {
+                0 => None,
+                n => Some(DevMem::zeroed(&self.ctx, n).map_err(dev)?),
+            };
+            let ws_dev = ws_mem.as_ref().map(|m| Dev { ptr: m.ptr, len: m.bytes / 4, dtype: DType::F32 });
+            let mut items: Vec<Item> = Vec::new();
+            let mut scratch = Vec::new();
+            for (j, step) in s.steps.iter().enumerate() {
+                match step {
+                    Step::Record(e) | Step::Wait(e) if *e >= plan.num_events => {
+                        return Err(bad(format!("event {e} is out of range (the plan has {})", plan.num_events)))
+                    }
+                    Step::Record(e) => {
+                        items.push(Item { step: j, op: Op::Record(*e), kernel: "record", node: String::new() })
+                    }
+                    Step::Wait(e) => {
+                        items.push(Item { step: j, op: Op::Wait(*e), kernel: "wait", node: String::new() })
+                    }
+                    Step::Copy { from, to, bytes, node } => {
+                        let f = self.resolve(plan, &arenas, from).map_err(bad)?;
+                        let t = self.resolve(plan, &arenas, to).map_err(bad)?;
+                        if f.len != t.len || f.len * 4 != *bytes {
+                            return Err(bad(format!("copy '{node}' has mismatched buffers")));
+                        }
+                        let op = Op::Copy { dst: t.ptr, src: f.ptr, bytes: *bytes };
+                        items.push(Item { step: j, op, kernel: "copy", node: node.clone() });
+                    }
+                    Step::AllReduce { node, buffers } => {
+                        if comm.world_size() == 1 && self.nccl_world().is_none() {
+                            items.push(Item { step: j, op: Op::Nothing, kernel: "all_reduce", node: node.clone() });
+                            continue;
+                        }
+                        if self.nccl_world() != Some(comm.world_size()) {
+                            return Err(bad(format!(
+                                "all-reduce '{node}': {} ranks ({}) need an NCCL communicator of as many ranks on the CUDA backend (build with --features nccl and set it up with CudaBackend::with_nccl over the same communicator)",
+                                comm.world_size(),
+                                comm.describe()
+                            )));
+                        }
+                        for r in buffers {
+                            let d = self.resolve(plan, &arenas, r).map_err(bad)?;
+                            if d.dtype != DType::F32 {
+                                return Err(bad(format!(
+                                    "all-reduce '{node}': buffer of {} (NCCL sums f32 here)",
+                                    d.dtype
+                                )));
+                            }
+                            let op = Op::AllReduce { ptr: d.ptr, count: d.len };
+                            items.push(Item { step: j, op, kernel: "all_reduce", node: node.clone() });
+                        }
+                    }
+                    Step::Launch { kernel, inputs, outputs, workspace, node } => {
+                        let res = |v: &[BufRef]| {
+                            v.iter().map(|r| self.resolve(plan, &arenas, r)).collect::<Result<Vec<_>, _>>()
+                        };
+                        let ins = res(inputs).map_err(bad)?;
+                        let outs = res(outputs).map_err(bad)?;
+                        let mut ws =
+                            workspace.as_ref().map(|r| self.resolve(plan, &arenas, r)).transpose().map_err(bad)?;
+                        if is_conv(kernel) {
+                            ws = ws_dev;
+                        }
+                        if let Kernel::TowerMatMulApply { m, n, .. } = kernel {
+                            // The fused product's own scratch (the CPU needs none).
+                            let mem = DevMem::zeroed(&self.ctx, m * n * 4).map_err(dev)?;
+                            ws = Some(Dev { ptr: mem.ptr, len: m * n, dtype: DType::F32 });
+                            scratch.push(mem);
+                        }
+                        let mut ops = Vec::new();
+                        lower_launch(kernel, &ins, &outs, ws, &mut self.modules, &mut side, &mut ops).map_err(|e| {
+                            if e.starts_with("NVRTC") || e.starts_with("cu") {
+                                dev(format!("node '{node}' ({}): {e}", kernel.name()))
+                            } else {
+                                bad(format!("node '{node}': the CUDA backend cannot run kernel {}: {e}", kernel.name()))
+                            }
+                        })?;
+                        items.extend(ops.into_iter().map(|op| Item {
+                            step: j,
+                            op,
+                            kernel: kernel.name(),
+                            node: node.clone(),
+                        }));
+                    }
+                }
+            }
+            let stream = Stream::new(&self.ctx).map_err(dev)?;
+            let blas = if items.iter().any(|i| matches!(i.op, Op::Gemm(_))) {
+                Some(Blas::new(&self.ctx, stream.raw).map_err(dev)?)
+            } else {
+                None
+            };
+            streams.push(StreamRun { items, blas, _ws: ws_mem, _scratch: scratch, stream, name: s.name() });
+        }
+        // Never empty: its first word is the step number (`args::STEP_CELL`).
+        let side_mem = DevMem::zeroed(&self.ctx, side.bytes.len()).map_err(dev)?;
+        // SAFETY: `side_mem` holds `side.bytes.len()` bytes.
+        unsafe { drv::memcpy_htod_sync(side_mem.ptr, &side.bytes) }
+            .map_err(|e| dev(derr("uploading launch tables", e)))?;
+        for s in &mut streams {
+            for it in &mut s.items {
+                if let Op::Kernel(k) = &mut it.op {
+                    k.args.patch_side(side_mem.ptr);
+                }
+            }
+        }
+        let feeds = Feeds::new(&self.ctx, plan, |r| self.resolve(plan, &arenas, r)).map_err(dev)?;
+        let order = enqueue_order(&streams, plan.num_events).map_err(bad)?;
+        let graph = graph_state(self.graphs, &streams);
+        let uses_step =
+            streams.iter().flat_map(|s| &s.items).any(|i| matches!(&i.op, Op::Kernel(l) if l.args.uses_step));
+        let step_cell = uses_step.then_some(side_mem.ptr + args::STEP_CELL as u64);
+        Ok(Program {
+            graph,
+            feeds,
+            plan: plan.clone(),
+            order,
+            streams,
+            events,
+            arenas,
+            _side: side_mem,
+            step_cell,
+            runs: 0,
+            profiling: false,
+            tracer: None,
+            tracing: false,
+            loaded: Instant::now(),
+            profile: BTreeMap::new(),
+        })
+    }
+}
+
+/// Largest im2col workspace a GPU stream gets (256 MiB): convolutions whose
+/// column matrix is larger run in chunks of this size.
+const MAX_WORKSPACE_BYTES: usize = 256 << 20;
+
+fn is_conv(k: &Kernel) -> bool {
+    matches!(
+        k,
+        Kernel::Conv2D { .. }
+            | Kernel::Conv2DBiasAct { .. }
+            | Kernel::Conv2DBackpropInput { .. }
+            | Kernel::Conv2DBackpropFilter { .. }
+    )
+}
+
+/// The workspace one stream's convolutions share (they run one after the
+/// other on it). The plan sizes its workspace for the CPU: a chunk of
+/// about 64K floats that stays in cache, which on a GPU means dozens of
+/// small im2col + GEMM launches per convolution; here each convolution gets
+/// its whole column matrix (up to [`MAX_WORKSPACE_BYTES`]), so an
+/// MNIST-sized convolution is one im2col and one GEMM. Allocated at load.
+fn stream_workspace_bytes(s: &towers_codegen::StreamPlan) -> usize {
+    let mut bytes = 0;
+    for step in &s.steps {
+        if let Step::Launch { kernel, .. } = step {
+            let g = match kernel {
+                Kernel::Conv2D { geom, .. }
+                | Kernel::Conv2DBiasAct { geom, .. }
+                | Kernel::Conv2DBackpropInput { geom, .. }
+                | Kernel::Conv2DBackpropFilter { geom, .. } => geom,
+                _ => continue,
+            };
+            let pointwise = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1;
+            if !pointwise {
+                bytes = bytes.max((g.rows() * g.k() * 4).min(MAX_WORKSPACE_BYTES.max(g.k() * 4)));
+            }
+        }
+    }
+    bytes
+}
+
+/// The host's enqueue order: round robin over the streams, each advancing
+/// until a `Wait` on an event not yet recorded in this step. A CUDA wait
+/// sees the last record *enqueued* before it, so every record must be
+/// enqueued first; a plan where that is impossible would deadlock.
+fn enqueue_order(streams: &[StreamRun], num_events: usize) -> Result<Vec<(usize, usize)>, String> {
+    let mut pos = vec![0usize; streams.len()];
+    let mut recorded = vec![false; num_events];
+    let mut order = Vec::new();
+    loop {
+        let mut progress = false;
+        for (s, st) in streams.iter().enumerate() {
+            while pos[s] < st.items.len() {
+                match st.items[pos[s]].op {
+                    Op::Wait(e) if !recorded[e] => break,
+                    Op::Record(e) => recorded[e] = true,
+                    _ => {}
+                }
+                order.push((s, pos[s]));
+                pos[s] += 1;
+                progress = true;
+            }
+        }
+        if pos.iter().zip(streams).all(|(p, s)| *p == s.items.len()) {
+            return Ok(order);
+        }
+        if !progress {
+            let stuck: Vec<String> = streams
+                .iter()
+                .zip(&pos)
+                .filter(|(s, p)| **p < s.items.len())
+                .map(|(s, p)| format!("{} at step {p}", s.name))
+                .collect();
+            return Err(format!("the streams wait on events never recorded before them: {}", stuck.join(", ")));
+        }
+    }
+}
+
+/// Whether a program's steps can replay a graph ([`graph`]'s invariants):
+/// graphs wanted and no all-reduce across processes (argument lists never
+/// change after load: dropout reads its step from device memory).
+fn graph_state(wanted: bool, streams: &[StreamRun]) -> GraphState {
+    if !wanted {
+        return GraphState::Eager("CUDA graphs are turned off".into());
+    }
+    for it in streams.iter().flat_map(|s| &s.items) {
+        match &it.op {
+            Op::AllReduce { .. } => {
+                return GraphState::Eager(format!("'{}' is an all-reduce across processes", it.node))
+            }
+            _ => {}
+        }
+    }
+    GraphState::Pending
+}
