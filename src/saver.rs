@@ -137,7 +137,7 @@ impl Saver {
             e => TrainError::Runtime(e),
         })?;
         if let Some(keep) = self.keep {
-            let step = sess.read_variable::<i32>("global_step").ok().and_then(|g| g.first().copied()).unwrap_or(0);
+            let step = sess.variable::<i32>("global_step").ok().and_then(|g| g.first().copied()).unwrap_or(0);
             let stamped = self.stamped(step as i64);
             sess.save_with_run(&stamped, self.run.as_deref())?;
             if !self.series.iter().any(|(s, _)| *s == step as i64) {

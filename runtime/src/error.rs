@@ -53,7 +53,7 @@ pub enum RuntimeError {
     #[error("variable '{name}' has {expected} elements, got {got}")]
     VariableLength { name: String, expected: usize, got: usize },
 
-    #[error("variable '{name}' is {dtype}: read or write it as {} values (e.g. read_variable::<{}>)", host_type(.dtype), host_type(.dtype))]
+    #[error("variable '{name}' is {dtype}: read or write it as {} values (e.g. variable::<{}>)", host_type(.dtype), host_type(.dtype))]
     VariableDtype { name: String, dtype: String },
 
     #[error("program '{program}' is already loaded")]

@@ -41,6 +41,7 @@ use crate::trace::Trace;
 
 mod element;
 mod feeds;
+mod typed;
 
 pub use element::Element;
 
@@ -406,18 +407,18 @@ impl Session {
         }
     }
 
-    /// A variable's current value, copied to the host: `read_variable::<f32>`,
-    /// or `read_variable::<i32>` for i32 and bool variables (e.g.
+    /// A variable's current value, copied to the host: `variable::<f32>`,
+    /// or `variable::<i32>` for i32 and bool variables (e.g.
     /// `global_step`); another type is [`RuntimeError::VariableDtype`].
-    pub fn read_variable<T: Element>(&self, name: &str) -> Result<Vec<T>, RuntimeError> {
+    pub fn variable<T: Element>(&self, name: &str) -> Result<Vec<T>, RuntimeError> {
         let mut v = vec![T::default(); self.var(name, T::DTYPE, None)?.len()];
-        self.read_variable_into(name, &mut v)?;
+        self.variable_into(name, &mut v)?;
         Ok(v)
     }
 
-    /// As [`Session::read_variable`], into `out` (of the variable's length),
+    /// As [`Session::variable`], into `out` (of the variable's length),
     /// without allocating; the element type comes from `out`.
-    pub fn read_variable_into<T: Element>(&self, name: &str, out: &mut [T]) -> Result<(), RuntimeError> {
+    pub fn variable_into<T: Element>(&self, name: &str, out: &mut [T]) -> Result<(), RuntimeError> {
         let v = self.var(name, T::DTYPE, Some(out.len()))?;
         match &v.pending {
             // Restored from a checkpoint, not yet declared by a plan.
@@ -434,7 +435,7 @@ impl Session {
 
     /// Overwrite a variable's value: f32 data for an f32 variable, i32 for
     /// an i32 or bool one (the element type comes from `data`).
-    pub fn write_variable<T: Element>(&mut self, name: &str, data: &[T]) -> Result<(), RuntimeError> {
+    pub fn set_variable<T: Element>(&mut self, name: &str, data: &[T]) -> Result<(), RuntimeError> {
         self.var(name, T::DTYPE, Some(data.len()))?;
         let v = self.vars.get_mut(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
         match &mut v.pending {
@@ -460,8 +461,8 @@ impl Session {
         let v = self.vars.get(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
         let mut out = HostVec::zeros(v.dtype, v.len());
         match &mut out {
-            HostVec::F32(o) => self.read_variable_into(name, o)?,
-            HostVec::I32(o) => self.read_variable_into(name, o)?,
+            HostVec::F32(o) => self.variable_into(name, o)?,
+            HostVec::I32(o) => self.variable_into(name, o)?,
         }
         Ok(out)
     }
@@ -471,8 +472,8 @@ impl Session {
     pub(crate) fn write_host(&mut self, name: &str, shape: &[usize], values: HostVec) -> Result<(), RuntimeError> {
         if self.vars.contains_key(name) {
             return match &values {
-                HostVec::F32(d) => self.write_variable(name, d),
-                HostVec::I32(d) => self.write_variable(name, d),
+                HostVec::F32(d) => self.set_variable(name, d),
+                HostVec::I32(d) => self.set_variable(name, d),
             };
         }
         let dtype = match values {

@@ -21,9 +21,9 @@ fn round_trip() {
     b.load("train", common::mlp_plan()).unwrap();
     b.restore(&path).unwrap();
     for n in ["fc/biases", "fc/weights"] {
-        assert_eq!(a.read_variable::<f32>(n).unwrap(), b.read_variable::<f32>(n).unwrap(), "{n}");
+        assert_eq!(a.variable::<f32>(n).unwrap(), b.variable::<f32>(n).unwrap(), "{n}");
     }
-    assert_eq!(b.read_variable::<i32>("global_step").unwrap(), &[0]);
+    assert_eq!(b.variable::<i32>("global_step").unwrap(), &[0]);
 }
 
 #[test]
@@ -37,13 +37,13 @@ fn a_stray_temporary_file_never_destroys_the_previous_checkpoint() {
     std::fs::write(temp_path(&path), b"partial garbage").unwrap();
     let mut b = session();
     b.restore(&path).unwrap();
-    assert_eq!(b.read_variable::<f32>("fc/biases").unwrap(), &[1.0, 2.0]);
+    assert_eq!(b.variable::<f32>("fc/biases").unwrap(), &[1.0, 2.0]);
     // The next save replaces the stray file and the checkpoint.
     a.write_variable("fc/biases", &[3.0, 4.0]).unwrap();
     a.save(&path).unwrap();
     assert!(!temp_path(&path).exists());
     b.restore(&path).unwrap();
-    assert_eq!(b.read_variable::<f32>("fc/biases").unwrap(), &[3.0, 4.0]);
+    assert_eq!(b.variable::<f32>("fc/biases").unwrap(), &[3.0, 4.0]);
 }
 
 #[test]
@@ -78,23 +78,23 @@ fn restoring_before_loading_keeps_the_values_until_a_plan_declares_them() {
     let path = dir.path().join("model.safetensors");
     let mut a = session();
     a.write_variable("fc/biases", &[0.5, -0.5]).unwrap();
-    a.write_variable("global_step", &[7]).unwrap();
+    a.set_variable("global_step", &[7]).unwrap();
     a.save(&path).unwrap();
     let mut b = Session::new(99);
     b.restore(&path).unwrap();
     assert_eq!(b.variable_names(), a.variable_names());
-    assert_eq!(b.read_variable::<f32>("fc/biases").unwrap(), &[0.5, -0.5]);
+    assert_eq!(b.variable::<f32>("fc/biases").unwrap(), &[0.5, -0.5]);
     b.write_variable("fc/biases", &[1.5, -1.5]).unwrap();
     b.load("train", common::mlp_plan()).unwrap();
-    assert_eq!(b.read_variable::<f32>("fc/biases").unwrap(), &[1.5, -1.5]);
-    assert_eq!(b.read_variable::<f32>("fc/weights").unwrap(), a.read_variable::<f32>("fc/weights").unwrap());
-    assert_eq!(b.read_variable::<i32>("global_step").unwrap(), &[7]);
+    assert_eq!(b.variable::<f32>("fc/biases").unwrap(), &[1.5, -1.5]);
+    assert_eq!(b.variable::<f32>("fc/weights").unwrap(), a.variable::<f32>("fc/weights").unwrap());
+    assert_eq!(b.variable::<i32>("global_step").unwrap(), &[7]);
     // The restored values are the backend's now: a step updates them.
     b.feed("train", "x", &[0.0; 4]).unwrap();
     b.feed("train", "labels", &[0, 1]).unwrap();
     b.feed("train", "g", &[0.0; 4]).unwrap();
     b.run("train").unwrap();
-    assert_eq!(b.read_variable::<i32>("global_step").unwrap(), &[8]);
+    assert_eq!(b.variable::<i32>("global_step").unwrap(), &[8]);
 }
 
 /// The element type picks the dtype on both paths a variable's values take
@@ -106,23 +106,23 @@ fn the_other_element_type_is_a_typed_error_held_or_pending() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.safetensors");
     let mut a = session();
-    a.write_variable("global_step", &[7]).unwrap();
+    a.set_variable("global_step", &[7]).unwrap();
     let held = |e: RuntimeError, var: &str, dtype: &str| {
         assert!(matches!(&e, RuntimeError::VariableDtype { name, dtype: d } if name == var && d == dtype), "{e}");
     };
     held(a.write_variable("global_step", &[1.0f32]).unwrap_err(), "global_step", "i32");
-    held(a.write_variable("fc/biases", &[1i32, 2]).unwrap_err(), "fc/biases", "f32");
-    held(a.read_variable::<i32>("fc/biases").unwrap_err(), "fc/biases", "f32");
+    held(a.set_variable("fc/biases", &[1i32, 2]).unwrap_err(), "fc/biases", "f32");
+    held(a.variable::<i32>("fc/biases").unwrap_err(), "fc/biases", "f32");
     held(a.read_variable_into("global_step", &mut [0f32]).unwrap_err(), "global_step", "i32");
     a.save(&path).unwrap();
     let mut b = Session::new(99);
     b.restore(&path).unwrap();
     held(b.write_variable("global_step", &[1.0f32]).unwrap_err(), "global_step", "i32");
-    held(b.read_variable::<f32>("global_step").unwrap_err(), "global_step", "i32");
-    held(b.write_variable("fc/biases", &[1i32, 2]).unwrap_err(), "fc/biases", "f32");
-    held(b.read_variable_into("fc/biases", &mut [0i32; 2]).unwrap_err(), "fc/biases", "f32");
-    assert_eq!(b.read_variable::<i32>("global_step").unwrap(), &[7]);
-    assert_eq!(b.read_variable::<f32>("fc/biases").unwrap(), a.read_variable::<f32>("fc/biases").unwrap());
+    held(b.variable::<f32>("global_step").unwrap_err(), "global_step", "i32");
+    held(b.set_variable("fc/biases", &[1i32, 2]).unwrap_err(), "fc/biases", "f32");
+    held(b.variable_into("fc/biases", &mut [0i32; 2]).unwrap_err(), "fc/biases", "f32");
+    assert_eq!(b.variable::<i32>("global_step").unwrap(), &[7]);
+    assert_eq!(b.variable::<f32>("fc/biases").unwrap(), a.variable::<f32>("fc/biases").unwrap());
 }
 
 /// A variable holding NaN or Inf is never saved: the save is an error
@@ -168,7 +168,7 @@ fn restore_refuses_unknown_and_non_finite_tensors_and_partial_lists_what_it_skip
     let skipped = s.restore_partial(&foreign).unwrap();
     assert_eq!(skipped.missing, ["fc/weights"]);
     assert_eq!(skipped.unknown, ["other/model"]);
-    assert_eq!(s.read_variable::<f32>("fc/biases").unwrap(), &[0.5, -0.5]);
+    assert_eq!(s.variable::<f32>("fc/biases").unwrap(), &[0.5, -0.5]);
     assert!(!s.variable_names().contains(&"other/model".to_string()), "unknown tensors are not carried on");
     // Everything present, plus one unknown tensor: refused by name.
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
@@ -193,7 +193,7 @@ fn restore_refuses_unknown_and_non_finite_tensors_and_partial_lists_what_it_skip
     for e in [s.restore(&foreign).unwrap_err(), s.restore_partial(&foreign).unwrap_err()] {
         assert!(matches!(&e, RuntimeError::CheckpointNonFinite { name, index: 0, .. } if name == "fc/biases"), "{e}");
     }
-    assert_eq!(s.read_variable::<f32>("fc/biases").unwrap(), &[0.5, -0.5], "nothing written from a refused file");
+    assert_eq!(s.variable::<f32>("fc/biases").unwrap(), &[0.5, -0.5], "nothing written from a refused file");
 }
 
 /// A target that is not a regular file is refused before anything is

@@ -116,11 +116,11 @@ fn no_mutated_checkpoint_panics_the_reader() {
             let mut s = Session::new(3);
             s.load("train", common::mlp_plan()).unwrap();
             let before: Vec<Vec<f32>> =
-                ["fc/biases", "fc/weights"].iter().map(|n| s.read_variable::<f32>(n).unwrap().to_vec()).collect();
+                ["fc/biases", "fc/weights"].iter().map(|n| s.variable::<f32>(n).unwrap().to_vec()).collect();
             let strict = s.restore(&path);
             if strict.is_err() {
                 let after: Vec<Vec<f32>> =
-                    ["fc/biases", "fc/weights"].iter().map(|n| s.read_variable::<f32>(n).unwrap().to_vec()).collect();
+                    ["fc/biases", "fc/weights"].iter().map(|n| s.variable::<f32>(n).unwrap().to_vec()).collect();
                 assert_eq!(before, after, "a refused file wrote into the session");
             }
             let partial = Session::new(3).restore_partial(&path);

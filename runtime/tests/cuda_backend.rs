@@ -163,8 +163,8 @@ fn train_fed(
     let mut vars = BTreeMap::new();
     for name in sess.variable_names() {
         let v = sess
-            .read_variable::<f32>(&name)
-            .unwrap_or_else(|_| sess.read_variable::<i32>(&name).unwrap().into_iter().map(|x| x as f32).collect());
+            .variable::<f32>(&name)
+            .unwrap_or_else(|_| sess.variable::<i32>(&name).unwrap().into_iter().map(|x| x as f32).collect());
         vars.insert(name, v);
     }
     Trained { losses, vars, predictions, note: sess.backend_note() }
@@ -603,7 +603,7 @@ fn cuda_matches_cpu_on_the_other_kernels() {
             sess.run("eval").unwrap();
             out.extend(sess.fetch::<f32>("eval", "accuracy").unwrap());
             for v in ["zoo/scale", "zoo/w"] {
-                out.extend(sess.read_variable::<f32>(v).unwrap());
+                out.extend(sess.variable::<f32>(v).unwrap());
             }
             results.push(out);
         }

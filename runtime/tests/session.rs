@@ -28,10 +28,10 @@ fn mlp_matches_hand_computed_values() {
     let loss = s.fetch::<f32>("train", "loss").unwrap()[0] as f64;
     assert!((loss - (l0 + l1) / 2.0).abs() < 1e-5, "loss {loss}");
     // SGD: w -= 0.5 * g.
-    assert_eq!(s.read_variable::<f32>("fc/weights").unwrap(), &[0.5, -1.0, -1.5, -3.0]);
-    assert_eq!(s.read_variable::<i32>("global_step").unwrap(), &[1]);
+    assert_eq!(s.variable::<f32>("fc/weights").unwrap(), &[0.5, -1.0, -1.5, -3.0]);
+    assert_eq!(s.variable::<i32>("global_step").unwrap(), &[1]);
     s.run("train").unwrap();
-    assert_eq!(s.read_variable::<i32>("global_step").unwrap(), &[2]);
+    assert_eq!(s.variable::<i32>("global_step").unwrap(), &[2]);
 }
 
 /// `MatMul`'s bytes are taken by a later tensor of the step (memory reuse):
@@ -69,12 +69,12 @@ fn initializers_depend_on_seed_and_name_only() {
     a.load("train", common::mlp_plan()).unwrap();
     let mut b = Session::new(9);
     b.load("train", common::mlp_plan()).unwrap();
-    assert_eq!(a.read_variable::<f32>("fc/weights").unwrap(), b.read_variable::<f32>("fc/weights").unwrap());
-    assert_eq!(a.read_variable::<f32>("fc/biases").unwrap(), &[0.0, 0.0]);
+    assert_eq!(a.variable::<f32>("fc/weights").unwrap(), b.variable::<f32>("fc/weights").unwrap());
+    assert_eq!(a.variable::<f32>("fc/biases").unwrap(), &[0.0, 0.0]);
     // A second program shares the variables by name.
     a.write_variable("fc/biases", &[1.0, 2.0]).unwrap();
     a.load("again", common::mlp_plan()).unwrap();
-    assert_eq!(a.read_variable::<f32>("fc/biases").unwrap(), &[1.0, 2.0]);
+    assert_eq!(a.variable::<f32>("fc/biases").unwrap(), &[1.0, 2.0]);
     assert_eq!(a.variable_names(), vec!["fc/biases", "fc/weights", "global_step", "learning_rate"]);
 }
 
@@ -167,11 +167,11 @@ fn reads_into_caller_slices_check_lengths_and_dtypes() {
     s.read_variable_into("fc/weights", &mut w).unwrap();
     assert_eq!(w, [0.5, -1.0, -1.5, -3.0]);
     let mut step = [0i32];
-    s.read_variable_into("global_step", &mut step).unwrap();
+    s.variable_into("global_step", &mut step).unwrap();
     assert_eq!(step, [1]);
     let e = s.read_variable_into("fc/weights", &mut [0.0; 5]).unwrap_err();
     assert!(matches!(e, RuntimeError::VariableLength { expected: 4, got: 5, .. }), "{e}");
-    let e = s.read_variable::<f32>("global_step").unwrap_err();
+    let e = s.variable::<f32>("global_step").unwrap_err();
     assert!(matches!(e, RuntimeError::VariableDtype { .. }), "{e}");
 }
 
@@ -204,7 +204,7 @@ fn a_session_takes_its_backend() {
     s.load("train", common::mlp_plan()).unwrap();
     let mut t = Session::new(42);
     t.load("train", common::mlp_plan()).unwrap();
-    assert_eq!(s.read_variable::<f32>("fc/weights").unwrap(), t.read_variable::<f32>("fc/weights").unwrap());
+    assert_eq!(s.variable::<f32>("fc/weights").unwrap(), t.variable::<f32>("fc/weights").unwrap());
 }
 
 /// The feeds of step `k` of the MLP plan (x, labels, g): different every step.
@@ -232,8 +232,8 @@ fn train_mlp(mut s: Session, in_place: bool) -> Vec<Vec<u32>> {
         s.run("train").unwrap();
         let mut v: Vec<f32> = s.fetch::<f32>("train", "loss").unwrap();
         v.extend(s.fetch::<f32>("train", "relu").unwrap());
-        v.extend(s.read_variable::<f32>("fc/weights").unwrap());
-        v.extend(s.read_variable::<f32>("fc/biases").unwrap());
+        v.extend(s.variable::<f32>("fc/weights").unwrap());
+        v.extend(s.variable::<f32>("fc/biases").unwrap());
         seen.push(v.iter().map(|f| f.to_bits()).collect());
     }
     seen
@@ -332,11 +332,11 @@ fn a_placeholder_never_fed_is_an_error_naming_it() {
         e.to_string().starts_with("You must feed a value for placeholder tensor 'labels' with dtype i32 and shape [2]"),
         "{e}"
     );
-    assert_eq!(s.read_variable::<i32>("global_step").unwrap(), &[0], "nothing ran");
+    assert_eq!(s.variable::<i32>("global_step").unwrap(), &[0], "nothing ran");
     s.feed_with("train", "labels", |l| l.copy_from_slice(&[0, 1])).unwrap();
     s.run("train").unwrap();
     s.run("train").unwrap();
-    assert_eq!(s.read_variable::<i32>("global_step").unwrap(), &[2], "a fed value stays fed");
+    assert_eq!(s.variable::<i32>("global_step").unwrap(), &[2], "a fed value stays fed");
     // Another program of the same model starts unfed.
     s.load("again", common::mlp_plan()).unwrap();
     let e = s.run("again").unwrap_err().to_string();

@@ -176,7 +176,7 @@ fn run(
             restore_notes = crate::resume::restore(&mut sess, cfg, path, &run)?;
             // An exact resume: global_step steps were taken, so the data
             // order and every random stream (dropout) continue from there.
-            if let Ok(g) = sess.read_variable::<i32>("global_step") {
+            if let Ok(g) = sess.variable::<i32>("global_step") {
                 done = g.first().copied().unwrap_or(0).max(0) as usize;
                 batcher.seek(done as u64);
                 sess.set_step("train", done as u64)?;

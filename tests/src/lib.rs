@@ -85,14 +85,11 @@ pub fn run_as(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)
     }
     let mut variables = BTreeMap::new();
     for name in sess.variable_names() {
-        let v = match sess.read_variable::<f32>(&name) {
+        let v = match sess.variable::<f32>(&name) {
             Ok(v) => v,
-            Err(_) => sess
-                .read_variable::<i32>(&name)
-                .expect("an f32 or i32 variable")
-                .into_iter()
-                .map(|x| x as f32)
-                .collect(),
+            Err(_) => {
+                sess.variable::<i32>(&name).expect("an f32 or i32 variable").into_iter().map(|x| x as f32).collect()
+            }
         };
         variables.insert(name.to_string(), v);
     }

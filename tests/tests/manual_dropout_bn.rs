@@ -96,7 +96,7 @@ fn train(plan: towers::codegen::Plan, session_seed: u64, data: &[(Vec<f32>, Vec<
         s.run("train").expect("runs");
         losses.push(s.fetch::<f32>("train", "loss").expect("loss")[0].to_bits());
     }
-    let vars = VARS.iter().map(|v| s.read_variable::<f32>(v).expect(v).iter().map(|x| x.to_bits()).collect()).collect();
+    let vars = VARS.iter().map(|v| s.variable::<f32>(v).expect(v).iter().map(|x| x.to_bits()).collect()).collect();
     (losses, vars)
 }
 

@@ -119,7 +119,7 @@ fn run_manual(opt: &Optimizer, seed: u64, data: &[(Vec<f32>, Vec<i32>)]) -> (Vec
     }
     let vars = ["MLP/fc1/weights", "MLP/fc1/biases", "MLP/logits/weights", "MLP/logits/biases"]
         .iter()
-        .map(|v| (v.to_string(), sess.read_variable::<f32>(v).expect("variable")))
+        .map(|v| (v.to_string(), sess.variable::<f32>(v).expect("variable")))
         .collect();
     (losses, vars)
 }
@@ -148,7 +148,7 @@ fn hand_built_towers_match_the_compiler_and_one_device() {
             assert!((l - manual_losses[step]).abs() <= 2e-5 * l.abs().max(1.0), "{} towers step {step}", towers.len());
         }
         for (name, v) in &manual_vars {
-            let w = sess.read_variable::<f32>(name).expect("variable");
+            let w = sess.variable::<f32>(name).expect("variable");
             for (a, b) in v.iter().zip(&w) {
                 assert!((a - b).abs() <= 2e-5 * b.abs().max(1.0), "{name}: manual {a} vs compiler {b}");
             }

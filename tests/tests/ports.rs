@@ -103,8 +103,7 @@ fn l2_regularizer_adds_scale_times_half_the_sum_of_squares() {
     sess.load("eval", eval.plan).expect("loads");
     sess.run("eval").expect("runs");
     let got = sess.fetch::<f32>("eval", "reg").expect("fetch")[0] as f64;
-    let half_sq =
-        |v: &str| sess.read_variable::<f32>(v).expect(v).iter().map(|&w| (w as f64).powi(2)).sum::<f64>() / 2.0;
+    let half_sq = |v: &str| sess.variable::<f32>(v).expect(v).iter().map(|&w| (w as f64).powi(2)).sum::<f64>() / 2.0;
     // fc2's biases start at 0.5: 2.0 * 3 * 0.25 / 2 = 0.75 of it.
     let want = 0.25 * (half_sq("fc1/weights") + half_sq("fc2/weights")) + 2.0 * half_sq("fc2/biases");
     assert!(want > 0.01, "glorot weights are not all zero: {want}");

@@ -220,7 +220,7 @@ fn ranks_whose_variables_differ_all_stop_with_the_same_error() {
                     if r == 1 {
                         let name = model.graph.trainable_variables()[0];
                         let name = model.graph.node(name).name.clone();
-                        let mut v = sess.read_variable::<f32>(&name).unwrap();
+                        let mut v = sess.variable::<f32>(&name).unwrap();
                         v[0] += 1.0;
                         sess.write_variable(&name, &v).unwrap();
                     }

@@ -37,7 +37,7 @@ mod sealed {
 /// s.feed("train", "labels", labels)?; // i32
 /// s.run("train")?;
 /// let loss = s.fetch::<f32>("train", "loss")?;
-/// let step = s.read_variable::<i32>("global_step")?;
+/// let step = s.variable::<i32>("global_step")?;
 /// # let _ = (loss, step); Ok(()) }
 /// ```
 pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
