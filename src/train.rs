@@ -250,8 +250,7 @@ impl PsStep {
         if state.ps_groups.is_empty() {
             return Ok(None);
         }
-        let groups: Vec<(usize, Vec<String>)> =
-            state.ps_groups.iter().map(|g| (g.rank, g.variables.clone())).collect();
+        let groups: Vec<(usize, Vec<String>)> = state.ps_groups.iter().map(|g| (g.rank, g.variables.clone())).collect();
         let exchange = towers_runtime::comm::ValueExchange::new(sess, program, &groups)?;
         let slots: std::collections::BTreeSet<String> =
             state.ps_groups.iter().flat_map(|g| g.slots.iter().cloned()).collect();
@@ -351,4 +350,32 @@ impl PsStep {
     pub fn value_bytes(&self, rank: usize) -> (usize, usize) {
         self.exchange.bytes(rank)
     }
+}
+
+/// One line for a multi-process run's notes: what crosses processes per
+/// step on this rank (the payload of the gradient all-reduces, the values
+/// it broadcasts and receives under `--variables ps`) and the optimizer
+/// slots it holds (read off the compiled graph: the slot inputs of the
+/// updates this rank runs).
+pub fn exchange_note(
+    graph: &towers_graph::Graph,
+    state: &towers_passes::CompileState,
+    ps: Option<&PsStep>,
+    rank: usize,
+) -> String {
+    let grads: usize = state.buckets.iter().map(|b| b.bytes).sum();
+    let mut slots = 0usize;
+    for id in graph.node_ids() {
+        if let towers_graph::Op::ApplyGradient { optimizer } = &graph.node(id).op {
+            let inputs = graph.inputs(id);
+            for t in &inputs[1..=optimizer.slot_names().len()] {
+                slots += graph.node(t.node).outputs[t.slot].byte_size().unwrap_or(0);
+            }
+        }
+    }
+    let (sent, received) = ps.map_or((0, 0), |p| p.value_bytes(rank));
+    format!(
+        "exchange: rank {rank} all-reduces {grads} B of gradients in {} bucket(s) per step, broadcasts {sent} B of values and receives {received} B; it holds {slots} B of optimizer slots",
+        state.buckets.len()
+    )
 }

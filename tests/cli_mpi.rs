@@ -172,10 +172,11 @@ fn ps_ranks_train_exactly_and_their_whole_checkpoint_resumes_under_any_layout() 
     let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
     let (ps, ar, one) = (path("ps.safetensors"), path("ar.safetensors"), path("one.safetensors"));
     let args = |steps: &'static str, ckpt: &str, extra: &[&str]| -> Vec<String> {
-        let mut a: Vec<String> = ["train", "--steps", steps, "--batch", "32", "--optimizer", "adam", "--log-every", "10"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut a: Vec<String> =
+            ["train", "--steps", steps, "--batch", "32", "--optimizer", "adam", "--log-every", "10"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
         a.extend(["--lr-schedule", "constant", "--checkpoint", ckpt].iter().map(|s| s.to_string()));
         a.extend(extra.iter().map(|s| s.to_string()));
         a
@@ -190,15 +191,23 @@ fn ps_ranks_train_exactly_and_their_whole_checkpoint_resumes_under_any_layout() 
     // "ps: rank 0 holds M B of optimizer slots of T B in all (T-M B fewer ...)"
     let (mine, all, fewer) = (nums[1], nums[2], nums[3]);
     assert!(mine > 0 && mine < all && fewer == all - mine, "{line}");
-    let (ok, ar_out, stderr) = mpirun_towers(&strs(&args("10", &ar, &["--towers", "1", "--variables", "cpu"]))).unwrap();
+    let (ok, ar_out, stderr) =
+        mpirun_towers(&strs(&args("10", &ar, &["--towers", "1", "--variables", "cpu"]))).unwrap();
     assert!(ok, "{stderr}\n{ar_out}");
     assert_eq!(losses(&ps_out), losses(&ar_out), "ps vs all-reduce:\n{ps_out}\n{ar_out}");
-    assert!(std::fs::read(&ps).unwrap() == std::fs::read(&ar).unwrap(), "the ps checkpoint differs from the all-reduce one");
+    assert!(
+        std::fs::read(&ps).unwrap() == std::fs::read(&ar).unwrap(),
+        "the ps checkpoint differs from the all-reduce one"
+    );
     let (out, _) = towers(&strs(&args("10", &one, &[])));
     let shapes = |m: &std::collections::BTreeMap<String, (Vec<usize>, Vec<u32>)>| {
         m.iter().map(|(n, (s, _))| (n.clone(), s.clone())).collect::<Vec<_>>()
     };
-    assert_eq!(shapes(&tensors(dir.path().join("ps.safetensors").as_path())), shapes(&tensors(dir.path().join("one.safetensors").as_path())), "{out}");
+    assert_eq!(
+        shapes(&tensors(dir.path().join("ps.safetensors").as_path())),
+        shapes(&tensors(dir.path().join("one.safetensors").as_path())),
+        "{out}"
+    );
     // Resumed to 20 steps under three other layouts, against 20 steps in one process.
     let (straight, _) = towers(&strs(&args("20", &path("straight.safetensors"), &[])));
     let want = losses(&straight);

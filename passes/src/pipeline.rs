@@ -51,8 +51,8 @@ use crate::manager::{Pass, PassManager, PassTiming};
 use crate::options::{CompileOptions, VarPlacement};
 use crate::state::{CompileState, PassError, TensorRef};
 use crate::{
-    AllReduceBuckets, ApplyOptimizer, Autodiff, BindBatch, GradMean, Place, Prune, PsExchange, Replicate, ScheduleStreams,
-    Simplify, SplitBatch, TowerCse, TowerMatMuls,
+    AllReduceBuckets, ApplyOptimizer, Autodiff, BindBatch, GradMean, Place, Prune, PsExchange, Replicate,
+    ScheduleStreams, Simplify, SplitBatch, TowerCse, TowerMatMuls,
 };
 
 /// What the pipeline compiles: it decides how a run is seeded.

@@ -219,7 +219,10 @@ impl Session {
         let mut tensors = Vec::new();
         for (name, shape, v) in extra {
             if self.variable_type(name).is_ok() {
-                return Err(ck(path, format!("tensor '{name}' is both a variable of this session and an extra tensor")));
+                return Err(ck(
+                    path,
+                    format!("tensor '{name}' is both a variable of this session and an extra tensor"),
+                ));
             }
             if shape.iter().product::<usize>() != v.len() {
                 return Err(ck(path, format!("tensor '{name}' has {} values for shape {shape:?}", v.len())));
@@ -279,7 +282,11 @@ impl Session {
     /// `--variables ps` run restores a whole checkpoint and skips the
     /// optimizer slots other ranks own. Every other tensor is checked as
     /// strictly as by `restore`.
-    pub fn restore_ignoring(&mut self, path: impl AsRef<Path>, ignore: impl Fn(&str) -> bool) -> Result<(), RuntimeError> {
+    pub fn restore_ignoring(
+        &mut self,
+        path: impl AsRef<Path>,
+        ignore: impl Fn(&str) -> bool,
+    ) -> Result<(), RuntimeError> {
         let path = path.as_ref();
         let data = read_regular(path)?;
         let st = parse(path, &data)?;

@@ -199,6 +199,10 @@ fn run(
         note.push('\n');
         note.push_str(&ps.describe(process.rank));
     }
+    if !process.is_single() {
+        note.push('\n');
+        note.push_str(&crate::train::exchange_note(&compiled.graph, &compiled.state, ps.as_ref(), process.rank));
+    }
     for n in &restore_notes {
         note.push('\n');
         note.push_str(n);

@@ -96,7 +96,10 @@ fn launch(test: &str, np: usize) {
             .filter_map(|l| l.split_once(tag.as_str()).map(|(_, d)| d.split_whitespace().next().unwrap_or("")))
             .collect();
         assert_eq!(digests.len(), np, "{text}");
-        assert!(digests.iter().all(|d| *d == digests[0]), "case {case}: the ranks' shared variables differ: {digests:?}");
+        assert!(
+            digests.iter().all(|d| *d == digests[0]),
+            "case {case}: the ranks' shared variables differ: {digests:?}"
+        );
     }
 }
 

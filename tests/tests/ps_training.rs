@@ -50,11 +50,16 @@ fn ps_ranks_match_one_device_and_keep_each_slot_on_its_owner() {
                     assert!((a - b).abs() <= TOL * b.abs().max(1.0), "rank {rank}: {what}: loss {a} vs {b}");
                 }
                 let held: BTreeSet<&String> = r.variables.keys().filter(|n| every_slot.contains(n)).collect();
-                let owned: BTreeSet<&String> = groups.iter().filter(|g| g.rank == rank).flat_map(|g| &g.slots).collect();
+                let owned: BTreeSet<&String> =
+                    groups.iter().filter(|g| g.rank == rank).flat_map(|g| &g.slots).collect();
                 assert_eq!(held, owned, "rank {rank}: {what}: the slots held are exactly the owned ones");
                 for (name, v) in &r.variables {
                     let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(v), bits(&all_reduce[rank].variables[name]), "rank {rank}: {what}: {name} vs the all-reduce path");
+                    assert_eq!(
+                        bits(v),
+                        bits(&all_reduce[rank].variables[name]),
+                        "rank {rank}: {what}: {name} vs the all-reduce path"
+                    );
                     if !every_slot.contains(name) {
                         assert_eq!(bits(v), bits(&ranks[0].variables[name]), "rank {rank}: {what}: {name} vs rank 0");
                     }

@@ -269,7 +269,13 @@ impl Comm for LocalComm {
         let Some(g) = &self.group else {
             return match recv.len() == send.len() {
                 true => Ok(recv.copy_from_slice(send)),
-                false => Err(CommError::Mismatch { op: OP, rank: 0, mine: vec![recv.len()], other: 0, theirs: vec![send.len()] }),
+                false => Err(CommError::Mismatch {
+                    op: OP,
+                    rank: 0,
+                    mine: vec![recv.len()],
+                    other: 0,
+                    theirs: vec![send.len()],
+                }),
             };
         };
         self.exclusive(OP, || {
@@ -285,7 +291,8 @@ impl Comm for LocalComm {
                 s.data.extend_from_slice(send);
             }
             g.meet(self.rank, OP)?;
-            let lens: Vec<usize> = (0..g.world).map(|k| g.slots[k].read().unwrap_or_else(|p| p.into_inner()).lens[0]).collect();
+            let lens: Vec<usize> =
+                (0..g.world).map(|k| g.slots[k].read().unwrap_or_else(|p| p.into_inner()).lens[0]).collect();
             let want = g.slots[root].read().unwrap_or_else(|p| p.into_inner()).lens[1];
             let total: usize = lens.iter().sum();
             let copied = if want != total {
@@ -433,7 +440,9 @@ mod tests {
         assert_eq!(got[1].as_ref().unwrap(), &[0.0, 10.0, 11.0, 20.0, 21.0, 22.0]);
         assert!(got[0].as_ref().unwrap().is_empty() && got[2].as_ref().unwrap().is_empty());
         // A root whose recv is the wrong length: the same error on every rank.
-        let bad = on_ranks(LocalComm::group(2), |c| c.gather_to(0, &[1.0], &mut vec![0.0; if c.rank() == 0 { 3 } else { 0 }]));
+        let bad = on_ranks(LocalComm::group(2), |c| {
+            c.gather_to(0, &[1.0], &mut vec![0.0; if c.rank() == 0 { 3 } else { 0 }])
+        });
         assert!(bad.iter().all(|r| matches!(r, Err(CommError::Mismatch { op: "gather", .. }))), "{bad:?}");
     }
 

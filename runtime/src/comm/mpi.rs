@@ -389,7 +389,13 @@ impl Comm for MpiComm {
         }
         if self.world == 1 {
             if recv.len() != send.len() {
-                return Err(CommError::Mismatch { op, rank: 0, mine: vec![recv.len()], other: 0, theirs: vec![send.len()] });
+                return Err(CommError::Mismatch {
+                    op,
+                    rank: 0,
+                    mine: vec![recv.len()],
+                    other: 0,
+                    theirs: vec![send.len()],
+                });
             }
             recv.copy_from_slice(send);
             return Ok(());
