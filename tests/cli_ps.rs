@@ -95,4 +95,9 @@ fn a_rank_compiles_only_its_own_shards_updates() {
     assert!(whole >= 4 && count(&rank1) * 2 == whole, "{whole} updates in one process:\n{rank1}");
     let rank0 = compile(&["--world-size", "2", "--rank", "0", "--emit", "graph"]);
     assert_eq!(count(&rank0) + count(&rank1), whole, "{rank0}");
+    let report = compile(&["--world-size", "2", "--rank", "1", "--emit", "placement"]);
+    assert!(report.contains("this program is rank 1's: it holds "), "{report}");
+    // Rank 1 runs task 1 only: task 0's slot bytes are not in its program.
+    let task0 = report.lines().find(|l| l.trim_start().starts_with("/job:ps/task:0 ")).expect("a task 0 row");
+    assert!(task0.trim_end().ends_with(" 0"), "{task0}");
 }
