@@ -25,6 +25,9 @@
 //!   lengths disagree, is a [`CommError`] naming the rank and the collective;
 //!   a waiting rank gives up after the group's timeout.
 //!
+//! [`ValueExchange`] (`exchange`) is the values' half of a `--variables ps`
+//! step across processes: each owner broadcasts the variables it updated.
+//!
 //! World size 1 (one process, the default of every `Session`) is a valid
 //! group whose collectives return at once, leaving buffers unchanged.
 

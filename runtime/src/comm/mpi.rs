@@ -36,7 +36,8 @@
 //!   barriers inside the reduce have the same deadline and the same end
 //!   ([`mpi_shared`](super::mpi_shared)), so a rank stopped in the middle
 //!   of a collective is caught too (tests/mpi_faults.rs). The library
-//!   path's `MPI_Allreduce`/`MPI_Allgather` and `broadcast` after a
+//!   path's `MPI_Allreduce`/`MPI_Allgather`, `broadcast` and `gather_to`
+//!   (`MPI_Gatherv`) after a
 //!   completed arrival check still block inside Open MPI. (A rank that dies is seen by
 //!   the launcher itself: `mpirun` then ends the others.) MPI cannot take
 //!   back a posted message, so returning an error with the exchange still
