@@ -4,6 +4,7 @@
 #
 #   bench/mpi.sh
 #   TOWERS_BENCH_QUICK=1 bench/mpi.sh
+#   TOWERS_BENCH_PS_ONLY=1 TOWERS_BIN=target/debug/towers bench/mpi.sh   (the ps rows alone, a built binary)
 #
 # Needs Open MPI (apt-get install libopenmpi-dev openmpi-bin libclang-dev).
 # Compare with PyTorch DDP over gloo, 2 ranks on this machine
@@ -11,8 +12,44 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source bench/probe.sh
-before=$(probe)
-check "$before" before || true
-cargo bench --features mpi --bench processes
-after=$(probe)
-check "$after" after || { echo "shared core detected after the run" >&2; exit 2; }
+if [ -z "${TOWERS_BENCH_PS_ONLY:-}" ]; then
+  before=$(probe)
+  check "$before" before || true
+  cargo bench --features mpi --bench processes
+  after=$(probe)
+  check "$after" after || { echo "shared core detected after the run" >&2; exit 2; }
+fi
+
+# Parameter servers (--variables ps, ZeRO-1) against the all-reduce, 2 ranks,
+# on the seed models: the step time (from examples/s), the bytes crossing
+# processes per step per rank (the payload of the gradient all-reduces plus
+# the owners' value broadcasts sent and received; the collective's own
+# traffic on top of the payload depends on MPI's algorithm) and the
+# optimizer-state bytes each rank holds (Adam: two slots per variable).
+# Rank 0's figures; ps-greedy balances the owners by bytes (round-robin puts
+# every weight matrix of the seed models on task 0).
+# "ps on separate ranks" (--ps-ranks) is not built: no row.
+bin="${TOWERS_BIN:-target/release/towers}"
+[ -n "${TOWERS_BIN:-}" ] || cargo build --release --features mpi --bin towers
+steps="${TOWERS_BENCH_PS_STEPS:-200}"
+[ -n "${TOWERS_BENCH_QUICK:-}" ] && steps=20
+batch=64
+printf '%-8s %-10s %12s %14s %14s %14s %14s\n' model mode step_ms grad_B/step sent_B/step recv_B/step slots_B/rank
+for model in mlp convnet; do
+  for mode in all-reduce ps ps-greedy; do
+    vars=(--variables cpu)
+    [ "$mode" = ps ] && vars=(--variables ps)
+    [ "$mode" = ps-greedy ] && vars=(--variables ps --ps-strategy greedy)
+    err=$(mktemp)
+    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe \
+      "$bin" train --model "$model" --towers 1 --batch "$batch" --optimizer adam \
+      --steps "$steps" --log-every "$steps" "${vars[@]}" 2>"$err")
+    eps=$(cat "$err" - <<<"$out" | sed -n 's/^[0-9]* steps, \([0-9.]*\) examples\/s.*$/\1/p' | head -1)
+    line=$(grep '^exchange: rank 0 ' "$err" || true)
+    rm -f "$err"
+    nums=($(grep -o '[0-9][0-9]*' <<<"$line"))
+    # exchange: rank R all-reduces G B ... in N bucket(s) ..., broadcasts S B ... receives V B; ... holds O B
+    step_ms=$(awk -v e="$eps" -v b="$batch" 'BEGIN { if (e > 0) printf "%.3f", 1000 * b / e; else print "n/a" }')
+    printf '%-8s %-10s %12s %14s %14s %14s %14s\n' "$model" "$mode" "$step_ms" "${nums[1]:-?}" "${nums[3]:-?}" "${nums[4]:-?}" "${nums[5]:-?}"
+  done
+done

@@ -143,7 +143,17 @@ fn ps_section(s: &mut String, g: &Graph, plan: &Plan, ps: &towers_graph::PsShard
     for (k, (n, vb, sb)) in per_task.iter().enumerate() {
         let _ = writeln!(s, "  {:<16} {:>9} {:>14} {:>14}", towers_graph::ps_task_name(k as u32), n, vb, sb);
     }
-    // What ZeRO-1 would save: a task keeps only its own slots instead of all of them.
+    // A rank of several compiles only its own tasks' slots (`ps_exchange`):
+    // the others' are in their owners' programs.
+    if let Some(rank) = g.program().task {
+        let mine: usize = per_task.iter().map(|t| t.2).sum();
+        let _ = writeln!(
+            s,
+            "  this program is rank {rank}'s: it holds {mine} B of optimizer slots (the tasks it runs); the other tasks' slots live on their owner ranks only"
+        );
+        return;
+    }
+    // What ZeRO-1 saves: a task keeps only its own slots instead of all of them.
     let total: usize = per_task.iter().map(|t| t.2).sum();
     let most = per_task.iter().map(|t| t.2).max().unwrap_or(0);
     let _ = writeln!(

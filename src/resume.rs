@@ -93,7 +93,15 @@ fn differences(theirs: &str, ours: &str) -> (Vec<String>, Option<String>) {
 
 /// Restore `sess` from `path` for `cfg` (strict, or partial with
 /// `cfg.restore_partial`); the lines to print before the first step.
-pub fn restore(sess: &mut Session, cfg: &TrainConfig, path: &Path, ours: &str) -> Result<Vec<String>, TrainError> {
+/// `elsewhere`: tensors of the file another rank holds (`--variables ps`
+/// across processes: the optimizer slots other ranks own), left out.
+pub fn restore(
+    sess: &mut Session,
+    cfg: &TrainConfig,
+    path: &Path,
+    ours: &str,
+    elsewhere: &std::collections::BTreeSet<String>,
+) -> Result<Vec<String>, TrainError> {
     let hint = "; to load only the tensors that match (fine tuning), add --restore-partial";
     let mut notes = Vec::new();
     let theirs = read_run_metadata(path)?;
@@ -119,7 +127,7 @@ pub fn restore(sess: &mut Session, cfg: &TrainConfig, path: &Path, ours: &str) -
         for n in &s.mismatched {
             notes.push(format!("--restore-partial: skipped '{n}' (keeps its initial value)"));
         }
-        for n in &s.unknown {
+        for n in s.unknown.iter().filter(|n| !elsewhere.contains(*n)) {
             notes.push(format!("--restore-partial: skipped '{n}': this model has no such variable (dropped)"));
         }
         if s.is_empty() {
@@ -127,7 +135,7 @@ pub fn restore(sess: &mut Session, cfg: &TrainConfig, path: &Path, ours: &str) -
         }
         return Ok(notes);
     }
-    sess.restore(path).map_err(|e| match e {
+    sess.restore_ignoring(path, |n| elsewhere.contains(n)).map_err(|e| match e {
         RuntimeError::CheckpointMissing { .. }
         | RuntimeError::CheckpointMismatch { .. }
         | RuntimeError::CheckpointUnknown { .. } => TrainError::Resume(format!("{e}{hint}")),

@@ -122,24 +122,36 @@ impl Saver {
 
     /// Save after `step` (1-based in this run) if it is due.
     pub fn after_step(&mut self, sess: &Session, step: usize) -> Result<(), TrainError> {
-        let by_steps = self.every.is_some_and(|n| step.is_multiple_of(n));
-        let by_time = self.secs.is_some_and(|d| self.last.elapsed() >= d);
-        if by_steps || by_time {
+        if self.due(step) {
             self.save(sess)?;
         }
         Ok(())
     }
 
+    /// Whether a checkpoint is due after `step` (by steps or by time).
+    pub fn due(&self, step: usize) -> bool {
+        let by_steps = self.every.is_some_and(|n| step.is_multiple_of(n));
+        let by_time = self.secs.is_some_and(|d| self.last.elapsed() >= d);
+        by_steps || by_time
+    }
+
     /// Write the latest checkpoint (and its stamped copy with `--keep`).
     pub fn save(&mut self, sess: &Session) -> Result<(), TrainError> {
-        sess.save_with_run(&self.path, self.run.as_deref()).map_err(|e| match e {
+        self.save_with(sess, &[])
+    }
+
+    /// As [`Saver::save`], with tensors other ranks hold (`--variables ps`
+    /// across processes: their optimizer slots) written beside the
+    /// session's variables.
+    pub fn save_with(&mut self, sess: &Session, extra: &[(String, Vec<usize>, Vec<f32>)]) -> Result<(), TrainError> {
+        sess.save_with_extra(&self.path, self.run.as_deref(), extra).map_err(|e| match e {
             e @ towers_runtime::RuntimeError::NonFiniteVariable { .. } => TrainError::NonFiniteState(e.to_string()),
             e => TrainError::Runtime(e),
         })?;
         if let Some(keep) = self.keep {
             let step = sess.variable::<i32>("global_step").ok().and_then(|g| g.first().copied()).unwrap_or(0);
             let stamped = self.stamped(step as i64);
-            sess.save_with_run(&stamped, self.run.as_deref())?;
+            sess.save_with_extra(&stamped, self.run.as_deref(), extra)?;
             if !self.series.iter().any(|(s, _)| *s == step as i64) {
                 self.series.push((step as i64, stamped));
                 self.series.sort();

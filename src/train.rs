@@ -225,3 +225,157 @@ pub fn evaluate(
     }
     Ok(if seen == 0 { 0.0 } else { correct as f64 / seen as f64 })
 }
+
+/// The parameter-server half of a step under `--variables ps` across
+/// processes (see `towers_passes::ps_exchange`): the owners' broadcasts of
+/// their new values after each step, and the names of the optimizer slots,
+/// which live on their owner only (so the replica check leaves them out).
+pub struct PsStep {
+    exchange: towers_runtime::comm::ValueExchange,
+    slots: std::collections::BTreeSet<String>,
+    /// Every owning rank's (rank, slots, their shapes), ranks ascending.
+    owners: Vec<(usize, Vec<String>, Vec<Vec<usize>>)>,
+    /// Bytes of optimizer slots this rank holds, and in all ranks together.
+    pub slot_bytes: (usize, usize),
+}
+
+impl PsStep {
+    /// The exchange for a compiled training program loaded as `program`;
+    /// `None` when it has no owners (one process, or no `--variables ps`).
+    pub fn new(
+        sess: &Session,
+        program: &str,
+        state: &towers_passes::CompileState,
+    ) -> Result<Option<PsStep>, TrainError> {
+        if state.ps_groups.is_empty() {
+            return Ok(None);
+        }
+        let groups: Vec<(usize, Vec<String>)> = state.ps_groups.iter().map(|g| (g.rank, g.variables.clone())).collect();
+        let exchange = towers_runtime::comm::ValueExchange::new(sess, program, &groups)?;
+        let slots: std::collections::BTreeSet<String> =
+            state.ps_groups.iter().flat_map(|g| g.slots.iter().cloned()).collect();
+        let bytes = |name: &str| {
+            let plan = sess.plan(program).ok()?;
+            let d = plan.variables.iter().find(|d| d.name == name)?;
+            Some(d.shape.iter().product::<usize>() * d.dtype.size_bytes())
+        };
+        let mine = slots.iter().filter_map(|s| bytes(s)).sum();
+        let all = state.ps_groups.iter().map(|g| g.slot_bytes).sum();
+        let owners = state.ps_groups.iter().map(|g| (g.rank, g.slots.clone(), g.slot_shapes.clone())).collect();
+        Ok(Some(PsStep { exchange, slots, owners, slot_bytes: (mine, all) }))
+    }
+
+    /// After a step: every owner's new values to every rank.
+    pub fn after_step(&mut self, sess: &mut Session) -> Result<(), TrainError> {
+        Ok(self.exchange.run(sess)?)
+    }
+
+    /// The optimizer slots other ranks own (a restore skips them).
+    pub fn others_slots(&self, rank: usize) -> std::collections::BTreeSet<String> {
+        self.owners.iter().filter(|o| o.0 != rank).flat_map(|o| o.1.iter().cloned()).collect()
+    }
+
+    /// Whether every rank saves now: rank 0's `due`, broadcast (a collective).
+    pub fn agree(&self, sess: &Session, due: bool) -> Result<bool, TrainError> {
+        let mut flag = [if due { 1.0f32 } else { 0.0 }];
+        sess.comm().broadcast(0, &mut [&mut flag[..]]).map_err(|e| RuntimeError::Collective {
+            program: "(checkpoint)".into(),
+            node: "save now".into(),
+            source: Box::new(e),
+        })?;
+        Ok(flag[0] != 0.0)
+    }
+
+    /// The optimizer slots of the ranks other than 0, gathered to rank 0
+    /// (name, shape, values; empty on the other ranks), so that rank 0
+    /// writes the whole checkpoint a single process writes. A collective:
+    /// every rank calls it at the same step.
+    pub fn gather_slots(&self, sess: &Session) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>, TrainError> {
+        let rank = sess.comm().rank();
+        let len = |shapes: &[Vec<usize>]| shapes.iter().map(|s| s.iter().product::<usize>()).sum::<usize>();
+        let mut send = Vec::new();
+        if rank != 0 {
+            for (r, names, shapes) in &self.owners {
+                if *r == rank {
+                    let at = send.len();
+                    send.resize(at + len(shapes), 0.0);
+                    let mut off = at;
+                    for (name, shape) in names.iter().zip(shapes) {
+                        let n = shape.iter().product::<usize>();
+                        sess.read_variable_into(name, &mut send[off..off + n])?;
+                        off += n;
+                    }
+                }
+            }
+        }
+        let others = self.owners.iter().filter(|o| o.0 != 0);
+        let total: usize = others.clone().map(|o| len(&o.2)).sum();
+        let mut recv = vec![0.0; if rank == 0 { total } else { 0 }];
+        sess.comm().gather_to(0, &send, &mut recv).map_err(|e| RuntimeError::Collective {
+            program: "(checkpoint)".into(),
+            node: "optimizer slots to rank 0".into(),
+            source: Box::new(e),
+        })?;
+        let mut out = Vec::new();
+        if rank == 0 {
+            let mut off = 0;
+            for (_, names, shapes) in others {
+                for (name, shape) in names.iter().zip(shapes) {
+                    let n = shape.iter().product::<usize>();
+                    out.push((name.clone(), shape.clone(), recv[off..off + n].to_vec()));
+                    off += n;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The optimizer slots of every owner (each held by its owner only).
+    pub fn slots(&self) -> &std::collections::BTreeSet<String> {
+        &self.slots
+    }
+
+    /// One line for the run's notes: the slots this rank holds against a
+    /// full copy, and the bytes of the values' broadcasts per step.
+    pub fn describe(&self, rank: usize) -> String {
+        let (mine, all) = self.slot_bytes;
+        let (sent, received) = self.value_bytes(rank);
+        format!(
+            "ps: rank {rank} holds {mine} B of optimizer slots of {all} B in all ({} B fewer than a full copy); per step it broadcasts {sent} B of values and receives {received} B",
+            all - mine
+        )
+    }
+
+    /// Bytes this rank sends and receives per step in the values' broadcasts.
+    pub fn value_bytes(&self, rank: usize) -> (usize, usize) {
+        self.exchange.bytes(rank)
+    }
+}
+
+/// One line for a multi-process run's notes: what crosses processes per
+/// step on this rank (the payload of the gradient all-reduces, the values
+/// it broadcasts and receives under `--variables ps`) and the optimizer
+/// slots it holds (read off the compiled graph: the slot inputs of the
+/// updates this rank runs).
+pub fn exchange_note(
+    graph: &towers_graph::Graph,
+    state: &towers_passes::CompileState,
+    ps: Option<&PsStep>,
+    rank: usize,
+) -> String {
+    let grads: usize = state.buckets.iter().map(|b| b.bytes).sum();
+    let mut slots = 0usize;
+    for id in graph.node_ids() {
+        if let towers_graph::Op::ApplyGradient { optimizer } = &graph.node(id).op {
+            let inputs = graph.inputs(id);
+            for t in &inputs[1..=optimizer.slot_names().len()] {
+                slots += graph.node(t.node).outputs[t.slot].byte_size().unwrap_or(0);
+            }
+        }
+    }
+    let (sent, received) = ps.map_or((0, 0), |p| p.value_bytes(rank));
+    format!(
+        "exchange: rank {rank} all-reduces {grads} B of gradients in {} bucket(s) per step, broadcasts {sent} B of values and receives {received} B; it holds {slots} B of optimizer slots",
+        state.buckets.len()
+    )
+}

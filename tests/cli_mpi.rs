@@ -141,3 +141,92 @@ fn a_weighted_split_over_both_ranks_towers_and_a_wrong_one_is_an_error_on_every_
     assert!(!ok);
     assert!(stderr.contains("gives 3 weights for 2 towers (1 per process x 2 processes"), "{stderr}");
 }
+
+/// The arguments as `&str`s.
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The tensors (name -> (shape, f32 bits or i32 values as bits)) of a safetensors file.
+fn tensors(path: &std::path::Path) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<u32>)> {
+    let data = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&data).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(n, t)| {
+            let words = t.data().chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            (n, (t.shape().to_vec(), words))
+        })
+        .collect()
+}
+
+/// `mpirun -np 2 towers train --variables ps`: each rank keeps only its own
+/// optimizer slots (it says so), trains what the all-reduce path trains and
+/// writes, from rank 0, the very file the all-reduce path writes (the other
+/// owner's slots gathered in), with the tensors of a one-process file; that
+/// checkpoint resumes in one process, on two all-reduce ranks and on two ps
+/// ranks with another --ps-tasks, each ending where one process ends.
+#[test]
+fn ps_ranks_train_exactly_and_their_whole_checkpoint_resumes_under_any_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (ps, ar, one) = (path("ps.safetensors"), path("ar.safetensors"), path("one.safetensors"));
+    let args = |steps: &'static str, ckpt: &str, extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> =
+            ["train", "--steps", steps, "--batch", "32", "--optimizer", "adam", "--log-every", "10"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        a.extend(["--lr-schedule", "constant", "--checkpoint", ckpt].iter().map(|s| s.to_string()));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let Some((ok, ps_out, stderr)) = mpirun_towers(&strs(&args("10", &ps, &["--towers", "1", "--variables", "ps"])))
+    else {
+        return;
+    };
+    assert!(ok, "{stderr}\n{ps_out}");
+    let line = stderr.lines().find(|l| l.contains("ps: rank 0 holds")).unwrap_or_else(|| panic!("{stderr}"));
+    let nums: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    // "ps: rank 0 holds M B of optimizer slots of T B in all (T-M B fewer ...)"
+    let (mine, all, fewer) = (nums[1], nums[2], nums[3]);
+    assert!(mine > 0 && mine < all && fewer == all - mine, "{line}");
+    let (ok, ar_out, stderr) =
+        mpirun_towers(&strs(&args("10", &ar, &["--towers", "1", "--variables", "cpu"]))).unwrap();
+    assert!(ok, "{stderr}\n{ar_out}");
+    assert_eq!(losses(&ps_out), losses(&ar_out), "ps vs all-reduce:\n{ps_out}\n{ar_out}");
+    assert!(
+        std::fs::read(&ps).unwrap() == std::fs::read(&ar).unwrap(),
+        "the ps checkpoint differs from the all-reduce one"
+    );
+    let (out, _) = towers(&strs(&args("10", &one, &[])));
+    let shapes = |m: &std::collections::BTreeMap<String, (Vec<usize>, Vec<u32>)>| {
+        m.iter().map(|(n, (s, _))| (n.clone(), s.clone())).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        shapes(&tensors(dir.path().join("ps.safetensors").as_path())),
+        shapes(&tensors(dir.path().join("one.safetensors").as_path())),
+        "{out}"
+    );
+    // Resumed to 20 steps under three other layouts, against 20 steps in one process.
+    let (straight, _) = towers(&strs(&args("20", &path("straight.safetensors"), &[])));
+    let want = losses(&straight);
+    let layouts: [&[&str]; 3] =
+        [&[], &["--towers", "1", "--variables", "cpu"], &["--towers", "1", "--variables", "ps", "--ps-tasks", "3"]];
+    for (i, extra) in layouts.iter().enumerate() {
+        let copy = path(&format!("resume{i}.safetensors"));
+        std::fs::copy(&ps, &copy).unwrap();
+        let mut a = args("20", &copy, extra);
+        a.push("--resume".into());
+        let (ok, stdout, stderr) = if i == 0 {
+            let (o, e) = towers(&strs(&a));
+            (true, o, e)
+        } else {
+            mpirun_towers(&strs(&a)).unwrap()
+        };
+        assert!(ok, "layout {extra:?}: {stderr}\n{stdout}");
+        let got = losses(&stdout);
+        let (x, y) = (got.last().copied().unwrap(), want.last().copied().unwrap());
+        assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "layout {extra:?}: resumed {got:?} vs straight {want:?}");
+    }
+}

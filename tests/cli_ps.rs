@@ -2,7 +2,7 @@
 //! report, the graph text and the dot name every variable's owner
 //! `/job:ps/task:k`; training in one process holds every shard, so it
 //! prints bit for bit the losses of `--variables cpu`; the ps flags' user
-//! errors.
+//! errors; a rank of several compiles only its own shards' updates.
 
 use std::process::Command;
 
@@ -82,8 +82,22 @@ fn ps_flags_mistakes_are_errors() {
     bad(&["compile", "--ps-tasks", "2"], "--ps-tasks 2 needs --variables ps");
     bad(&["compile", "--ps-strategy", "greedy"], "--ps-strategy greedy needs --variables ps");
     bad(&["compile", "--variables", "ps", "--ps-tasks", "0"], "--ps-tasks 1 or more");
-    bad(
-        &["compile", "--variables", "ps", "--world-size", "2", "--rank", "1"],
-        "--variables ps with 2 processes: training with variables sharded over 2 parameter-server tasks across MPI ranks is not supported yet",
-    );
+}
+
+/// Compiled as rank 1 of 2 (`--world-size 2 --rank 1`), the program keeps
+/// the updates of the variables rank 1 owns (task 1 of 2: every second
+/// one) and none of the others' optimizer slots.
+#[test]
+fn a_rank_compiles_only_its_own_shards_updates() {
+    let count = |text: &str| text.lines().filter(|l| l.contains("/ApplyAdam = ApplyGradient")).count();
+    let whole = count(&compile(&["--emit", "graph"]));
+    let rank1 = compile(&["--world-size", "2", "--rank", "1", "--emit", "graph"]);
+    assert!(whole >= 4 && count(&rank1) * 2 == whole, "{whole} updates in one process:\n{rank1}");
+    let rank0 = compile(&["--world-size", "2", "--rank", "0", "--emit", "graph"]);
+    assert_eq!(count(&rank0) + count(&rank1), whole, "{rank0}");
+    let report = compile(&["--world-size", "2", "--rank", "1", "--emit", "placement"]);
+    assert!(report.contains("this program is rank 1's: it holds "), "{report}");
+    // Rank 1 runs task 1 only: task 0's slot bytes are not in its program.
+    let task0 = report.lines().find(|l| l.trim_start().starts_with("/job:ps/task:0 ")).expect("a task 0 row");
+    assert!(task0.trim_end().ends_with(" 0"), "{task0}");
 }

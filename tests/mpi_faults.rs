@@ -7,6 +7,9 @@
 //! - SIGKILL of rank 1: rank 0 exits within the same bound.
 //! - In both, the checkpoint rank 0 writes periodically stays a whole
 //!   safetensors file with every variable finite (saves are atomic).
+//! - The same two faults under `--variables ps` (rank 1 an owner: its
+//!   values' broadcasts and its slots' gather to rank 0 are collectives
+//!   with the same deadline); the checkpoint holds both owners' slots.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -60,7 +63,7 @@ struct Job {
     _session: tempfile::TempDir,
 }
 
-fn launch(marker: &str, ck: &Path) -> Job {
+fn launch(marker: &str, ck: &Path, extra: &[&str]) -> Job {
     let session = tempfile::tempdir().expect("a session folder");
     let mut child = Command::new("mpirun")
         .args(["-np", "2", "--oversubscribe"])
@@ -72,6 +75,7 @@ fn launch(marker: &str, ck: &Path) -> Job {
         .args(["train", "--steps", "1000000", "--towers", "1", "--log-every", "1", "--comm-timeout"])
         .arg(TIMEOUT_S.to_string())
         .args(["--checkpoint", ck.to_str().unwrap(), "--checkpoint-every", "20", "--keep", "2"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -122,14 +126,14 @@ fn assert_intact(ck: &Path) {
 }
 
 /// Fault rank 1 with `sig` inside a step; rank 0 must exit in time.
-fn fault(sig: &str, name: &str) -> Option<String> {
+fn fault(sig: &str, name: &str, extra: &[&str]) -> Option<String> {
     if !have_mpirun() {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let ck = dir.path().join("model.safetensors");
     let marker = format!("TOWERS_FAULT_TEST={name}-{}", std::process::id());
-    let mut job = launch(&marker, &ck);
+    let mut job = launch(&marker, &ck, extra);
     wait_for_steps(&job, 70);
     let (r0, r1) = (rank_pid(&marker, 0).expect("rank 0 runs"), rank_pid(&marker, 1).expect("rank 1 runs"));
     signal(r1, sig);
@@ -151,16 +155,47 @@ fn fault(sig: &str, name: &str) -> Option<String> {
     let stderr = job.stderr.lock().unwrap().clone();
     assert!(took <= bound, "{sig}: rank 0 ran {took:?} after rank 1 stopped (bound {bound:?})\n{stderr}");
     assert_intact(&ck);
+    if extra.contains(&"ps") {
+        assert_whole_ps(&ck);
+    }
     Some(stderr)
 }
 
 #[test]
 fn a_stopped_rank_ends_the_other_within_the_comm_timeout_naming_it() {
-    let Some(stderr) = fault("-STOP", "stop") else { return };
+    let Some(stderr) = fault("-STOP", "stop", &[]) else { return };
     assert!(stderr.contains("rank(s) [1]") && stderr.contains("never arrived"), "the error names rank 1:\n{stderr}");
 }
 
 #[test]
 fn a_killed_rank_ends_the_other() {
-    fault("-KILL", "kill");
+    fault("-KILL", "kill", &[]);
+}
+
+/// `--variables ps` with Adam: rank 1 owns half the variables and their
+/// slots, and takes part in every step's owner broadcasts and in each
+/// checkpoint's gather of the slots to rank 0.
+const PS: &[&str] = &["--variables", "ps", "--optimizer", "adam"];
+
+/// The periodic checkpoint of a ps run holds both owners' Adam slots.
+fn assert_whole_ps(ck: &Path) {
+    let bytes = std::fs::read(ck).expect("the periodic checkpoint exists");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("a whole safetensors file");
+    let weights = st.names().iter().filter(|n| n.ends_with("/weights") || n.ends_with("/biases")).count();
+    let (m, v) = (
+        st.names().iter().filter(|n| n.ends_with("/Adam")).count(),
+        st.names().iter().filter(|n| n.ends_with("/Adam_1")).count(),
+    );
+    assert!(weights >= 2 && m == weights && v == weights, "{:?}", st.names());
+}
+
+#[test]
+fn a_stopped_ps_rank_ends_the_other_within_the_comm_timeout_naming_it() {
+    let Some(stderr) = fault("-STOP", "ps-stop", PS) else { return };
+    assert!(stderr.contains("rank(s) [1]") && stderr.contains("never arrived"), "the error names rank 1:\n{stderr}");
+}
+
+#[test]
+fn a_killed_ps_rank_ends_the_other() {
+    fault("-KILL", "ps-kill", PS);
 }

@@ -45,8 +45,9 @@
 //! (collective nodes are hoisted), so it overlaps the rest of the backward
 //! pass.
 //!
-//! `--variables ps` (the program records parameter-server owners) is
-//! refused here: sharding the update across ranks is not built.
+//! `--variables ps` (the program records parameter-server owners) keeps
+//! these buckets: `ps_exchange`, right after this pass, then keeps each
+//! variable's update on its owner only.
 //!
 //! With several processes, batch-norm moving averages must combine every
 //! rank's statistics (`BnUpdates::Mean`); a moving average fed by anything
@@ -151,15 +152,6 @@ impl Pass for AllReduceBuckets {
     fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
         if self.bucket_bytes == 0 {
             return Err(PassError::Options("the gradient bucket size must be at least 1 byte".into()));
-        }
-        // Sharded variables across processes (each owner alone keeping its
-        // slots, ZeRO-1) need owner-only updates and a gather of the values,
-        // which this pass does not build: refuse rather than all-reduce.
-        if let Some(ps) = &g.program().ps {
-            return Err(PassError::Options(format!(
-                "--variables ps with {} processes: training with variables sharded over {} parameter-server tasks across MPI ranks is not supported yet (every rank would still keep every optimizer slot); use --variables cpu, whose all-reduce keeps every rank exact, or look at the sharding in one process (towers compile --variables ps --ps-tasks {})",
-                self.group.world, ps.tasks, ps.tasks
-            )));
         }
         let order = g.topo_order()?;
         // A device of another process cannot run here (each rank builds and

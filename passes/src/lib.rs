@@ -35,6 +35,7 @@ pub mod pipeline;
 pub mod place;
 pub mod prune;
 pub mod ps;
+pub mod ps_exchange;
 pub mod replicate;
 pub mod schedule;
 pub mod simplify;
@@ -56,6 +57,7 @@ pub use options::{
 pub use pipeline::{Pipeline, PipelineOutput};
 pub use place::Place;
 pub use prune::Prune;
+pub use ps_exchange::{PsExchange, PsGroup};
 pub use replicate::Replicate;
 pub use schedule::ScheduleStreams;
 pub use simplify::Simplify;

@@ -1,7 +1,7 @@
 //! The pipeline: the train and eval pass lists, written once.
 //!
 //! ```text
-//! train: prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> [tower_cse] -> [tower_matmul] -> apply -> place -> {all_reduce} -> schedule
+//! train: prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> [tower_cse] -> [tower_matmul] -> apply -> place -> {all_reduce -> (ps_exchange)} -> schedule
 //! eval:  prune -> bind_batch -> simplify -> place -> schedule
 //! manual: bind_batch -> simplify -> place -> schedule
 //! ```
@@ -51,8 +51,8 @@ use crate::manager::{Pass, PassManager, PassTiming};
 use crate::options::{CompileOptions, VarPlacement};
 use crate::state::{CompileState, PassError, TensorRef};
 use crate::{
-    AllReduceBuckets, ApplyOptimizer, Autodiff, BindBatch, GradMean, Place, Prune, Replicate, ScheduleStreams,
-    Simplify, SplitBatch, TowerCse, TowerMatMuls,
+    AllReduceBuckets, ApplyOptimizer, Autodiff, BindBatch, GradMean, Place, Prune, PsExchange, Replicate,
+    ScheduleStreams, Simplify, SplitBatch, TowerCse, TowerMatMuls,
 };
 
 /// What the pipeline compiles: it decides how a run is seeded.
@@ -120,6 +120,9 @@ impl Pipeline {
         passes.push(Box::new(Place { strategy: opts.variables, devices: towers }));
         if several {
             passes.push(Box::new(AllReduceBuckets { group: opts.process, bucket_bytes: opts.bucket_bytes, uniform }));
+            if matches!(opts.variables, VarPlacement::Ps { .. }) {
+                passes.push(Box::new(PsExchange { group: opts.process }));
+            }
         }
         passes.push(Box::new(ScheduleStreams));
         let dump = opts.dump_dir.clone().map(|d| (d, opts.dump_after.clone()));

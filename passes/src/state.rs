@@ -59,6 +59,9 @@ pub struct CompileState {
     /// `tower_weights` are indexed by replica (with one micro-batch per tower,
     /// replica = tower).
     pub replicas: Vec<Replica>,
+    /// Set by `ps_exchange` (`--variables ps` across processes): each
+    /// owning rank and the variables it broadcasts after every step.
+    pub ps_groups: Vec<crate::ps_exchange::PsGroup>,
 }
 
 /// One all-reduce of several tensors of one device (DDP's gradient bucket).

@@ -200,9 +200,44 @@ impl Session {
     /// with nothing written, when a variable holds NaN or Inf or when `path`
     /// is not a regular file.
     pub fn save_with_run(&self, path: impl AsRef<Path>, run: Option<&str>) -> Result<(), RuntimeError> {
+        self.save_with_extra(path, run, &[])
+    }
+
+    /// As [`Session::save_with_run`], with `extra` f32 tensors (name,
+    /// shape, values) written beside the session's variables: the optimizer
+    /// slots other ranks own under `--variables ps` across processes,
+    /// gathered to the rank that writes, so the file is the one a single
+    /// process writes. A name the session also holds is an error.
+    pub fn save_with_extra(
+        &self,
+        path: impl AsRef<Path>,
+        run: Option<&str>,
+        extra: &[(String, Vec<usize>, Vec<f32>)],
+    ) -> Result<(), RuntimeError> {
         let path = path.as_ref();
         refuse_non_regular(path)?;
         let mut tensors = Vec::new();
+        for (name, shape, v) in extra {
+            if self.variable_type(name).is_ok() {
+                return Err(ck(
+                    path,
+                    format!("tensor '{name}' is both a variable of this session and an extra tensor"),
+                ));
+            }
+            if shape.iter().product::<usize>() != v.len() {
+                return Err(ck(path, format!("tensor '{name}' has {} values for shape {shape:?}", v.len())));
+            }
+            if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                return Err(RuntimeError::NonFiniteVariable {
+                    path: path.display().to_string(),
+                    name: name.clone(),
+                    index: i,
+                    value: v[i],
+                });
+            }
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            tensors.push((name.clone(), DType::F32, shape.clone(), bytes));
+        }
         for name in self.variable_names() {
             let (dtype, shape) = self.variable_type(&name)?;
             let shape = shape.to_vec();
@@ -239,6 +274,19 @@ impl Session {
     /// tensor is kept until a plan declares it (so restoring before loading
     /// works). Nothing is written unless everything checks.
     pub fn restore(&mut self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
+        self.restore_ignoring(path, |_| false)
+    }
+
+    /// As [`Session::restore`], leaving out the file's tensors `ignore`
+    /// accepts (not loaded, not counted as unknown): a rank of a
+    /// `--variables ps` run restores a whole checkpoint and skips the
+    /// optimizer slots other ranks own. Every other tensor is checked as
+    /// strictly as by `restore`.
+    pub fn restore_ignoring(
+        &mut self,
+        path: impl AsRef<Path>,
+        ignore: impl Fn(&str) -> bool,
+    ) -> Result<(), RuntimeError> {
         let path = path.as_ref();
         let data = read_regular(path)?;
         let st = parse(path, &data)?;
@@ -262,7 +310,7 @@ impl Session {
             let mut unknown: Vec<String> = st
                 .names()
                 .into_iter()
-                .filter(|n| known.binary_search_by(|k| k.as_str().cmp(n)).is_err())
+                .filter(|n| !ignore(n) && known.binary_search_by(|k| k.as_str().cmp(n)).is_err())
                 .map(String::from)
                 .collect();
             if !unknown.is_empty() {
@@ -271,7 +319,9 @@ impl Session {
             }
         }
         for (name, shape, v) in decode(path, &st)? {
-            self.write_host(&name, &shape, v)?;
+            if !ignore(&name) {
+                self.write_host(&name, &shape, v)?;
+            }
         }
         Ok(())
     }

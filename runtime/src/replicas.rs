@@ -30,8 +30,13 @@ fn fnv(mut h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
 impl Session {
     /// A 64-bit checksum of every variable (names sorted, values bit for bit).
     pub fn variables_checksum(&self) -> Result<u64, RuntimeError> {
+        self.variables_checksum_of(|_| true)
+    }
+
+    /// As [`Session::variables_checksum`], over the variables `keep` accepts.
+    pub fn variables_checksum_of(&self, keep: impl Fn(&str) -> bool) -> Result<u64, RuntimeError> {
         let mut h = FNV_OFFSET;
-        for name in self.variable_names() {
+        for name in self.variable_names().into_iter().filter(|n| keep(n)) {
             h = fnv(h, name.bytes());
             h = match self.read_host(&name)? {
                 HostVec::F32(v) => fnv(h, v.iter().flat_map(|x| x.to_le_bytes())),
@@ -45,6 +50,14 @@ impl Session {
     /// variables (see the module docs); `when` names the moment in the error
     /// ("before the first step"). A collective: every rank must call it.
     pub fn check_replicas(&self, when: &str) -> Result<(), RuntimeError> {
+        self.check_replicas_of(when, |_| true)
+    }
+
+    /// As [`Session::check_replicas`], over the variables `keep` accepts
+    /// (every rank must accept the same names): with `--variables ps`
+    /// across processes, the optimizer slots live on their owner only and
+    /// are left out.
+    pub fn check_replicas_of(&self, when: &str, keep: impl Fn(&str) -> bool) -> Result<(), RuntimeError> {
         let comm = self.comm();
         let world = comm.world_size();
         if world == 1 {
@@ -55,7 +68,7 @@ impl Session {
             node: "variables checksum".into(),
             source: Box::new(e),
         };
-        let mine = self.variables_checksum()?;
+        let mine = self.variables_checksum_of(keep)?;
         let mut root: Vec<f32> = mine.to_le_bytes().iter().map(|&b| b as f32).collect();
         comm.broadcast(0, &mut [&mut root[..]]).map_err(collective)?;
         let rank0 = u64::from_le_bytes(std::array::from_fn(|i| root[i] as u8));

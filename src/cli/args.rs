@@ -63,7 +63,9 @@ pub enum Vars {
     /// The fastest placement the cost model predicts on this machine (`towers::cost`).
     Auto,
     /// Sharded over --ps-tasks parameter-server tasks (/job:ps/task:k), as
-    /// TF1's replica_device_setter.
+    /// TF1's replica_device_setter; under mpirun task k runs on rank k mod N,
+    /// which alone updates its variables and keeps their optimizer slots
+    /// (ZeRO-1), then broadcasts the new values.
     Ps,
 }
 
@@ -140,6 +142,7 @@ pub struct Common {
     pub variables: Vars,
     /// With --variables ps: the number of parameter-server tasks
     /// (default: the number of processes, one shard per rank; 1 alone).
+    /// Under mpirun task k runs on rank k mod N.
     #[arg(long)]
     pub ps_tasks: Option<u32>,
     /// With --variables ps: how variables are dealt to the tasks.

@@ -162,6 +162,10 @@ fn run(
         e => TrainError::Runtime(e),
     };
     sess.load("train", compiled.plan).map_err(memory)?;
+    // --variables ps across processes: owners broadcast their new values.
+    let mut ps = crate::train::PsStep::new(&sess, "train", &compiled.state)?;
+    let slots = ps.as_ref().map(|p| p.slots().clone()).unwrap_or_default();
+    let shared = |name: &str| !slots.contains(name);
     sess.load("eval", eval.plan).map_err(memory)?;
     let mut batcher = Batcher::new(&train_set, cfg.batch, cfg.seed)?.with_rows(rows.clone())?;
     // Steps already taken (a resumed run): --steps and --epochs count the
@@ -173,7 +177,8 @@ fn run(
     let run = crate::resume::run_description(cfg, &train_set, model);
     if let (true, Some(path)) = (cfg.resume, &cfg.checkpoint) {
         if path.exists() {
-            restore_notes = crate::resume::restore(&mut sess, cfg, path, &run)?;
+            let elsewhere = ps.as_ref().map(|p| p.others_slots(process.rank)).unwrap_or_default();
+            restore_notes = crate::resume::restore(&mut sess, cfg, path, &run, &elsewhere)?;
             // An exact resume: global_step steps were taken, so the data
             // order and every random stream (dropout) continue from there.
             if let Ok(g) = sess.variable::<i32>("global_step") {
@@ -185,11 +190,19 @@ fn run(
         }
     }
 
-    sess.check_replicas(if done > 0 { "after resuming" } else { "before the first step" })?;
+    sess.check_replicas_of(if done > 0 { "after resuming" } else { "before the first step" }, shared)?;
 
     let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
     let schedule = cfg.schedule(total);
     let mut note = format!("{which}\n{}", sess.backend_note());
+    if let Some(ps) = &ps {
+        note.push('\n');
+        note.push_str(&ps.describe(process.rank));
+    }
+    if !process.is_single() {
+        note.push('\n');
+        note.push_str(&crate::train::exchange_note(&compiled.graph, &compiled.state, ps.as_ref(), process.rank));
+    }
     for n in &restore_notes {
         note.push('\n');
         note.push_str(n);
@@ -236,6 +249,9 @@ fn run(
         obs.learning_rate(step, lr);
         comm.note_step(step as u64);
         sess.run("train")?;
+        if let Some(ps) = ps.as_mut() {
+            ps.after_step(&mut sess)?;
+        }
         if first_traced.is_some_and(|f| step >= f) {
             traces.push(sess.trace("train")?);
         }
@@ -249,8 +265,21 @@ fn run(
             };
             return Err(TrainError::NonFiniteLoss { step, loss, origin });
         }
-        if let Some(saver) = saver.as_mut() {
-            saver.after_step(&sess, step)?;
+        match ps.as_ref().filter(|_| cfg.checkpoint.is_some()) {
+            // Sharded slots: every rank takes part in a save (rank 0 decides).
+            Some(ps) => {
+                if ps.agree(&sess, saver.as_ref().is_some_and(|s| s.due(step)))? {
+                    let extra = ps.gather_slots(&sess)?;
+                    if let Some(saver) = saver.as_mut() {
+                        saver.save_with(&sess, &extra)?;
+                    }
+                }
+            }
+            None => {
+                if let Some(saver) = saver.as_mut() {
+                    saver.after_step(&sess, step)?;
+                }
+            }
         }
         if lead && cfg.eval_every.is_some_and(|every| step % every == 0 && step < total) {
             let acc = evaluate(&mut sess, &test_set, eval_batch, &model.images, &model.labels)?;
@@ -276,9 +305,13 @@ fn run(
         sess.set_tracing("train", false)?;
         crate::trace::write_chrome_trace(path, sess.plan("train")?, &traces, sess.backend_name())?;
     }
-    sess.check_replicas("after the last step")?;
+    sess.check_replicas_of("after the last step", shared)?;
+    let extra = match ps.as_ref().filter(|_| cfg.checkpoint.is_some()) {
+        Some(ps) => ps.gather_slots(&sess)?,
+        None => Vec::new(),
+    };
     if let Some(saver) = saver.as_mut() {
-        saver.save(&sess)?;
+        saver.save_with(&sess, &extra)?;
     }
     // Computed once, on rank 0, and broadcast to the others.
     let (mut test_accuracy, mut accuracy) = (0.0, [0f32; 2]);

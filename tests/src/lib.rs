@@ -74,13 +74,22 @@ pub fn run_as(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)
     let c = compile_train(&model.graph, &model.loss, &opts).expect("compiles");
     let mut sess = Session::new(model.spec.seed).with_comm(comm);
     sess.load("train", c.plan).expect("loads");
-    sess.check_replicas("before the first step").expect("identical variables");
+    // --variables ps across processes: the owners broadcast their values
+    // after each step (`ps_exchange`); slots live on their owner only.
+    let groups: Vec<(usize, Vec<String>)> = c.state.ps_groups.iter().map(|g| (g.rank, g.variables.clone())).collect();
+    let mut exchange = (!groups.is_empty())
+        .then(|| towers_runtime::comm::ValueExchange::new(&sess, "train", &groups).expect("the exchange"));
+    let slots: Vec<&String> = c.state.ps_groups.iter().flat_map(|g| &g.slots).collect();
+    sess.check_replicas_of("before the first step", |n| !slots.iter().any(|s| *s == n)).expect("identical variables");
     let mut losses = Vec::new();
     for (imgs, labels) in data {
         let per = imgs.len() / labels.len();
         sess.feed("train", &model.images, &imgs[rows.start * per..rows.end * per]).expect("feed images");
         sess.feed("train", &model.labels, &labels[rows.clone()]).expect("feed labels");
         sess.run("train").expect("runs");
+        if let Some(x) = exchange.as_mut() {
+            x.run(&mut sess).expect("the owners' values");
+        }
         losses.push(sess.fetch::<f32>("train", "loss").expect("loss")[0]);
     }
     let mut variables = BTreeMap::new();
@@ -195,4 +204,26 @@ pub fn optimizers() -> Vec<Optimizer> {
 /// Tower devices `/gpu:0` .. `/gpu:n-1`.
 pub fn towers(n: u32) -> Vec<Device> {
     (0..n).map(Device::gpu).collect()
+}
+
+/// As [`max_rel_diff`] over the variables `a` holds (a rank of a
+/// `--variables ps` run holds only its own optimizer slots); a variable of
+/// `a` that `b` lacks is an infinite difference.
+pub fn max_rel_diff_held(a: &RunResult, b: &RunResult) -> (f32, String) {
+    let mut worst = (0f32, String::new());
+    for (name, va) in &a.variables {
+        let Some(vb) = b.variables.get(name) else {
+            return (f32::INFINITY, format!("{name} is not a variable of the reference"));
+        };
+        if va.len() != vb.len() {
+            return (f32::INFINITY, format!("{name} has {} elements, the reference {}", va.len(), vb.len()));
+        }
+        for (x, y) in va.iter().zip(vb) {
+            let d = (x - y).abs() / y.abs().max(1.0);
+            if d > worst.0 || d.is_nan() {
+                worst = (d, name.clone());
+            }
+        }
+    }
+    worst
 }

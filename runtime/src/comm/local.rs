@@ -260,6 +260,59 @@ impl Comm for LocalComm {
         })
     }
 
+    fn gather_to(&self, root: usize, send: &[f32], recv: &mut [f32]) -> Result<(), CommError> {
+        const OP: &str = "gather";
+        let world = self.world_size();
+        if root >= world {
+            return Err(CommError::BadRoot { op: OP, rank: self.rank, root, world });
+        }
+        let Some(g) = &self.group else {
+            return match recv.len() == send.len() {
+                true => Ok(recv.copy_from_slice(send)),
+                false => Err(CommError::Mismatch {
+                    op: OP,
+                    rank: 0,
+                    mine: vec![recv.len()],
+                    other: 0,
+                    theirs: vec![send.len()],
+                }),
+            };
+        };
+        self.exclusive(OP, || {
+            {
+                // Staged: this rank's buffer, then (the root alone) its recv length.
+                let mut s = g.slots[self.rank].write().unwrap_or_else(|p| p.into_inner());
+                s.lens.clear();
+                s.lens.push(send.len());
+                if self.rank == root {
+                    s.lens.push(recv.len());
+                }
+                s.data.clear();
+                s.data.extend_from_slice(send);
+            }
+            g.meet(self.rank, OP)?;
+            let lens: Vec<usize> =
+                (0..g.world).map(|k| g.slots[k].read().unwrap_or_else(|p| p.into_inner()).lens[0]).collect();
+            let want = g.slots[root].read().unwrap_or_else(|p| p.into_inner()).lens[1];
+            let total: usize = lens.iter().sum();
+            let copied = if want != total {
+                Err(CommError::Mismatch { op: OP, rank: self.rank, mine: vec![total], other: root, theirs: vec![want] })
+            } else if self.rank == root {
+                let mut at = 0;
+                for k in 0..g.world {
+                    let s = g.slots[k].read().unwrap_or_else(|p| p.into_inner());
+                    recv[at..at + s.data.len()].copy_from_slice(&s.data);
+                    at += s.data.len();
+                }
+                Ok(())
+            } else {
+                Ok(())
+            };
+            let met = g.meet(self.rank, OP);
+            copied.and(met)
+        })
+    }
+
     fn barrier(&self) -> Result<(), CommError> {
         let Some(g) = &self.group else { return Ok(()) };
         self.exclusive("barrier", || g.meet(self.rank, "barrier"))
@@ -375,6 +428,22 @@ mod tests {
         drop(comms);
         let e = c1.barrier().unwrap_err();
         assert!(matches!(e, CommError::PeerGone { peer: 0, .. }), "{e}");
+    }
+
+    #[test]
+    fn gather_puts_each_ranks_buffer_on_the_root_in_rank_order() {
+        let got = on_ranks(LocalComm::group(3), |c| {
+            let send: Vec<f32> = (0..c.rank() + 1).map(|i| (10 * c.rank() + i) as f32).collect();
+            let mut recv = vec![-1.0; if c.rank() == 1 { 6 } else { 0 }];
+            c.gather_to(1, &send, &mut recv).map(|_| recv)
+        });
+        assert_eq!(got[1].as_ref().unwrap(), &[0.0, 10.0, 11.0, 20.0, 21.0, 22.0]);
+        assert!(got[0].as_ref().unwrap().is_empty() && got[2].as_ref().unwrap().is_empty());
+        // A root whose recv is the wrong length: the same error on every rank.
+        let bad = on_ranks(LocalComm::group(2), |c| {
+            c.gather_to(0, &[1.0], &mut vec![0.0; if c.rank() == 0 { 3 } else { 0 }])
+        });
+        assert!(bad.iter().all(|r| matches!(r, Err(CommError::Mismatch { op: "gather", .. }))), "{bad:?}");
     }
 
     #[test]

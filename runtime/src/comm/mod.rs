@@ -25,9 +25,13 @@
 //!   lengths disagree, is a [`CommError`] naming the rank and the collective;
 //!   a waiting rank gives up after the group's timeout.
 //!
+//! [`ValueExchange`] (`exchange`) is the values' half of a `--variables ps`
+//! step across processes: each owner broadcasts the variables it updated.
+//!
 //! World size 1 (one process, the default of every `Session`) is a valid
 //! group whose collectives return at once, leaving buffers unchanged.
 
+pub mod exchange;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -41,6 +45,7 @@ use thiserror::Error;
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::{MpiComm, MpiReduce};
+pub use exchange::ValueExchange;
 pub use local::LocalComm;
 
 /// One rank of a communicator group. See the module docs for the contract.
@@ -55,6 +60,16 @@ pub trait Comm: Send + Sync {
     fn all_reduce_sum(&self, group: &mut [&mut [f32]]) -> Result<(), CommError>;
     /// Overwrite every buffer of `group` with rank `root`'s values.
     fn broadcast(&self, root: usize, group: &mut [&mut [f32]]) -> Result<(), CommError>;
+    /// Gather every rank's `send` onto rank `root`: its `recv` gets the
+    /// ranks' buffers back to back in rank order, so its length must be the
+    /// sum of theirs (lengths may differ between ranks); on the other ranks
+    /// `recv` is untouched (pass an empty slice). Every rank learns every
+    /// length first, so a wrong `recv` is the same
+    /// [`CommError::Mismatch`] on every rank. For the rare, large transfers
+    /// of a sharded checkpoint (`--variables ps` across processes: each
+    /// owner's optimizer slots to rank 0), not a step's hot path: it may
+    /// allocate.
+    fn gather_to(&self, root: usize, send: &[f32], recv: &mut [f32]) -> Result<(), CommError>;
     /// Return only once every rank has called `barrier`.
     fn barrier(&self) -> Result<(), CommError>;
     /// A short description for reports, e.g. "in-process, rank 0 of 2".

@@ -36,7 +36,8 @@
 //!   barriers inside the reduce have the same deadline and the same end
 //!   ([`mpi_shared`](super::mpi_shared)), so a rank stopped in the middle
 //!   of a collective is caught too (tests/mpi_faults.rs). The library
-//!   path's `MPI_Allreduce`/`MPI_Allgather` and `broadcast` after a
+//!   path's `MPI_Allreduce`/`MPI_Allgather`, `broadcast` and `gather_to`
+//!   (`MPI_Gatherv`) after a
 //!   completed arrival check still block inside Open MPI. (A rank that dies is seen by
 //!   the launcher itself: `mpirun` then ends the others.) MPI cannot take
 //!   back a posted message, so returning an error with the exchange still
@@ -192,9 +193,25 @@ impl MpiComm {
             (Some(s), [b]) => s.locate(b.as_ptr()).map_or([0, 0], |(a, o)| [a as u64 + 1, o as u64]),
             _ => [0, 0],
         };
+        self.arrive(inner, op, [mine, lent[0], lent[1]]);
+        if let Some(other) = inner.lens.iter().position(|l| l[0] != mine) {
+            return Err(CommError::Mismatch {
+                op,
+                rank: self.rank,
+                mine: vec![mine as usize],
+                other,
+                theirs: vec![inner.lens[other][0] as usize],
+            });
+        }
+        Ok(())
+    }
+
+    /// The arrival exchange: every rank's `entry` into `inner.lens`, waiting
+    /// at most the timeout (then the job is aborted, see the module docs).
+    fn arrive(&self, inner: &mut Inner, op: &'static str, entry: [u64; 3]) {
         inner.issued += 1;
         inner.lens.resize(self.world, [0; 3]);
-        inner.lens[self.rank] = [mine, lent[0], lent[1]];
+        inner.lens[self.rank] = entry;
         inner.reqs.clear();
         let comm = inner.world.as_raw();
         let dt = u64::equivalent_datatype().as_raw();
@@ -241,16 +258,6 @@ impl MpiComm {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        if let Some(other) = inner.lens.iter().position(|l| l[0] != mine) {
-            return Err(CommError::Mismatch {
-                op,
-                rank: self.rank,
-                mine: vec![mine as usize],
-                other,
-                theirs: vec![inner.lens[other][0] as usize],
-            });
-        }
-        Ok(())
     }
 
     /// Print a collective's timeout `e` (the job is aborted next): which
@@ -372,6 +379,51 @@ impl Comm for MpiComm {
             let len = b.len();
             b.copy_from_slice(&send[at..at + len]);
             at += len;
+        }
+        Ok(())
+    }
+
+    fn gather_to(&self, root: usize, send: &[f32], recv: &mut [f32]) -> Result<(), CommError> {
+        let op = "gather";
+        if root >= self.world {
+            return Err(CommError::BadRoot { op, rank: self.rank, root, world: self.world });
+        }
+        if self.world == 1 {
+            if recv.len() != send.len() {
+                return Err(CommError::Mismatch {
+                    op,
+                    rank: 0,
+                    mine: vec![recv.len()],
+                    other: 0,
+                    theirs: vec![send.len()],
+                });
+            }
+            recv.copy_from_slice(send);
+            return Ok(());
+        }
+        let mut guard = self.lock(op)?;
+        let inner = &mut *guard;
+        // Every rank's length, and the root's recv length: the same check on every rank.
+        let want = if self.rank == root { recv.len() as u64 } else { 0 };
+        self.arrive(inner, op, [send.len() as u64, want, 0]);
+        let counts: Vec<i32> = inner.lens.iter().map(|l| l[0] as i32).collect();
+        let total: u64 = inner.lens.iter().map(|l| l[0]).sum();
+        if inner.lens[root][1] != total || total > i32::MAX as u64 {
+            return Err(CommError::Mismatch {
+                op,
+                rank: self.rank,
+                mine: vec![total as usize],
+                other: root,
+                theirs: vec![inner.lens[root][1] as usize],
+            });
+        }
+        let at = inner.world.process_at_rank(root as i32);
+        if self.rank == root {
+            let displs: Vec<i32> = counts.iter().scan(0, |a, &c| Some(std::mem::replace(a, *a + c))).collect();
+            let mut part = mpi::datatype::PartitionMut::new(recv, counts, displs);
+            at.gather_varcount_into_root(send, &mut part);
+        } else {
+            at.gather_varcount_into(send);
         }
         Ok(())
     }

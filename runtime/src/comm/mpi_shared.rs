@@ -287,16 +287,17 @@ impl SharedWindow {
         // SAFETY: see above; only this rank writes its chunk `me`, which no
         // other rank reads in this phase. Raw pointers: this rank's own
         // bucket is both an addend and the destination (element by element).
+        // Element by element, every addend read before the element is
+        // written: this rank's own bucket is an addend too (rank 2 and up
+        // would otherwise add (v0 + v1) where its own value was).
         unsafe {
             let (s, a, b) = (bucket(me).add(c.start), bucket(0).add(c.start), bucket(1).add(c.start));
             for i in 0..c.len() {
-                *s.add(i) = *a.add(i) + *b.add(i);
-            }
-            for r in 2..world {
-                let v = bucket(r).add(c.start);
-                for i in 0..c.len() {
-                    *s.add(i) += *v.add(i);
+                let mut acc = *a.add(i) + *b.add(i);
+                for r in 2..world {
+                    acc += *bucket(r).add(c.start + i);
                 }
+                *s.add(i) = acc;
             }
         }
         fence();

@@ -1,0 +1,183 @@
+//! `ps_exchange`: the synchronous parameter-server update across processes
+//! (`--variables ps` under `mpirun`, ZeRO stage 1).
+//!
+//! Runs only with several processes and a program record that shards the
+//! variables (`Program::ps`, set by `place`), right after `all_reduce`.
+//! Parameter-server task `k` lives on rank `k % world` (round-robin: with
+//! the default `--ps-tasks` = world size, task `k` is rank `k`; with fewer
+//! tasks some ranks own nothing, with more a rank owns several tasks).
+//!
+//! The exchange of one step:
+//! 1. the gradients are summed across ranks by `all_reduce`'s buckets, in
+//!    rank order (`Comm::all_reduce_sum`), so the sum an owner applies is
+//!    bit-identical to the one the all-reduce path applies;
+//! 2. only the owner of a variable runs its `ApplyGradient`: this pass
+//!    removes every other rank's apply of it, its optimizer slots (which
+//!    then exist on the owner alone: no buffer, no initializer, no
+//!    checkpoint entry on the others) and whatever fed only them;
+//! 3. after the step each owner broadcasts the new values of its variables
+//!    ([`PsGroup`], run by the runtime's `ValueExchange` between steps),
+//!    one broadcast per owning rank, in rank order, on every rank.
+//!
+//! Invariants after this pass:
+//! - a rank's graph holds an `ApplyGradient` exactly for the variables it
+//!   owns, and a slot variable exactly when it holds its apply;
+//! - every `AllReduce` bucket is kept on every rank (same collectives in
+//!   the same order on every rank: the `Comm` contract), even a bucket
+//!   whose gradients this rank no longer reads;
+//! - `st.ps_groups` lists every owning rank once, ascending, with its
+//!   variables sorted by name; it depends only on the graph, the owners
+//!   and the world size, never on the rank, so every rank issues the same
+//!   broadcasts;
+//! - `global_step`, the learning rate and batch-norm moving averages are
+//!   updated on every rank from the all-reduced statistics (bit-identical
+//!   inputs everywhere), so they need no exchange;
+//! - every variable but the removed slots stays, read or not (a rank
+//!   that owns nothing still holds the learning rate the loop writes);
+//! - `st.grads` keeps only the gradients still in the graph.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use towers_graph::{Graph, NodeId, Op};
+
+use crate::manager::Pass;
+use crate::options::ProcessGroup;
+use crate::prune::{prune, roots};
+use crate::state::{CompileState, PassError};
+
+/// The variables one rank owns and broadcasts after every step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PsGroup {
+    /// The owning rank (`task % world`).
+    pub rank: usize,
+    /// Its parameter-server tasks, ascending.
+    pub tasks: Vec<u32>,
+    /// The variables it updates, sorted by name.
+    pub variables: Vec<String>,
+    /// Their optimizer slots (they exist on this rank only), sorted by name.
+    pub slots: Vec<String>,
+    /// Each slot's shape (its variable's), in the order of `slots`.
+    pub slot_shapes: Vec<Vec<usize>>,
+    /// Bytes of the variables, and of their slots.
+    pub variable_bytes: usize,
+    pub slot_bytes: usize,
+}
+
+/// The rank that runs parameter-server task `task` among `world` ranks.
+pub fn task_rank(task: u32, world: usize) -> usize {
+    task as usize % world.max(1)
+}
+
+/// Keep each variable's update on its owner only (see the module docs).
+#[derive(Debug, Clone)]
+pub struct PsExchange {
+    pub group: ProcessGroup,
+}
+
+impl Pass for PsExchange {
+    fn name(&self) -> &'static str {
+        "ps_exchange"
+    }
+
+    fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
+        let Some(ps) = g.program().ps.clone() else { return Ok(()) };
+        if self.group.is_single() {
+            return Ok(());
+        }
+        let world = self.group.world;
+        let mut groups: BTreeMap<usize, PsGroup> = BTreeMap::new();
+        let mut drop: Vec<NodeId> = Vec::new();
+        for id in g.topo_order()? {
+            let n = g.node(id);
+            let Op::ApplyGradient { optimizer } = &n.op else { continue };
+            let slots = optimizer.slot_names().len();
+            let inputs = g.inputs(id);
+            let var = g.node(inputs[0].node).name.clone();
+            let task = ps.owner(&var).ok_or_else(|| {
+                PassError::Options(format!(
+                    "'{var}' is updated by '{}' but has no parameter-server owner; --variables ps shards every trainable variable (is it created after place?)",
+                    n.name
+                ))
+            })?;
+            let rank = task_rank(task, world);
+            let slot_names: Vec<(String, Vec<usize>)> = inputs[1..=slots]
+                .iter()
+                .map(|t| {
+                    let n = g.node(t.node);
+                    let shape = n.outputs[t.slot].shape.dims().unwrap_or_default();
+                    (n.name.clone(), shape)
+                })
+                .collect();
+            let bytes = |t: &towers_graph::Tensor| g.node(t.node).outputs[t.slot].byte_size().unwrap_or(0);
+            let variable_bytes = bytes(&inputs[0]);
+            let slot_bytes: usize = inputs[1..=slots].iter().map(bytes).sum();
+            let entry = groups.entry(rank).or_insert_with(|| PsGroup {
+                rank,
+                tasks: Vec::new(),
+                variables: Vec::new(),
+                slots: Vec::new(),
+                slot_shapes: Vec::new(),
+                variable_bytes: 0,
+                slot_bytes: 0,
+            });
+            entry.variable_bytes += variable_bytes;
+            entry.slot_bytes += slot_bytes;
+            entry.tasks.push(task);
+            entry.variables.push(var);
+            for (name, shape) in slot_names {
+                entry.slots.push(name);
+                entry.slot_shapes.push(shape);
+            }
+            if rank != self.group.rank {
+                drop.push(id);
+                drop.extend(inputs[1..=slots].iter().map(|t| t.node));
+            }
+        }
+        if groups.is_empty() {
+            return Err(PassError::MissingState {
+                pass: "ps_exchange".into(),
+                what: "the optimizer's updates to place on their owners".into(),
+                after: "apply".into(),
+            });
+        }
+        for id in drop {
+            g.remove(id);
+        }
+        // Whatever fed only the removed updates goes too; every bucket and
+        // every other variable stays (a rank that owns nothing still holds
+        // the learning rate the training loop writes each step).
+        let mut keep = roots(g, st)?;
+        keep.extend(
+            g.node_ids().into_iter().filter(|&id| matches!(g.node(id).op, Op::AllReduce { .. } | Op::Variable { .. })),
+        );
+        prune(g, &keep);
+        st.var_list.retain(|v| g.get(v).is_some());
+        st.grads.retain(|_, t| g.get(&t.node).is_some());
+        st.ps_groups = groups
+            .into_values()
+            .map(|mut p| {
+                let tasks: BTreeSet<u32> = p.tasks.iter().copied().collect();
+                p.tasks = tasks.into_iter().collect();
+                p.variables.sort();
+                let mut slots: Vec<(String, Vec<usize>)> = p.slots.drain(..).zip(p.slot_shapes.drain(..)).collect();
+                slots.sort();
+                (p.slots, p.slot_shapes) = slots.into_iter().unzip();
+                p
+            })
+            .collect();
+        g.reinfer()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tasks_map_to_ranks_round_robin() {
+        assert_eq!((0..5).map(|k| task_rank(k, 2)).collect::<Vec<_>>(), [0, 1, 0, 1, 0]);
+        assert_eq!(task_rank(3, 4), 3);
+    }
+}
