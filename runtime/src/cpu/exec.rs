@@ -1,15 +1,29 @@
 //! Dispatch of one launch to its CPU kernel in `towers_kernels`: one call
 //! per [`Kernel`] variant, no math here. Everything a kernel needs was
-//! computed by codegen and resolved at load; this file only picks the typed
-//! views of the launch's buffers. It allocates nothing on success; an error
+//! computed by codegen and resolved at load, where [`check`] holds each
+//! launch's buffers to its kernel's operand signature (arity, dtypes,
+//! lengths: declared once, in `towers_kernels::operands`); this file then
+//! only picks the typed views of the launch's buffers by position. It allocates nothing on success; an error
 //! message is built only on failure.
 
 use towers_codegen::Kernel;
 use towers_kernels::dtype::{DType, Slice, SliceMut};
 use towers_kernels::elementwise as ew;
+use towers_kernels::operands::Actual;
 use towers_kernels::{array, batchnorm, conv, dropout, gemm, init, layout, misc, optim, pool, reduce, softmax};
 
-use super::prepare::Launch;
+use super::prepare::{Buf, Launch};
+
+/// Check a launch's buffers against its kernel's operand signature
+/// (`Kernel::signature`): arity, workspace, dtypes and lengths, once at
+/// load, so [`dispatch`] indexes operands by position without checks.
+pub fn check(kernel: &Kernel, ins: &[Buf], outs: &[Buf], ws: Option<&Buf>) -> Result<(), String> {
+    let sig = kernel.signature().map_err(|e| format!("{} parameters are invalid: {e}", kernel.name()))?;
+    let actual = |b: &Buf| Actual { dtype: b.dtype, elems: b.slot.len() };
+    let (a_ins, a_outs): (Vec<Actual>, Vec<Actual>) =
+        (ins.iter().map(actual).collect(), outs.iter().map(actual).collect());
+    sig.check(&a_ins, &a_outs, ws.map(actual)).map_err(|m| sig.explain(&m))
+}
 
 /// The typed read view of a buffer.
 ///

@@ -1,0 +1,1 @@
+//! Tests of the operand table and its generic check.
