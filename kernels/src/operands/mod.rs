@@ -281,7 +281,7 @@ impl Signature {
         };
         match o.len {
             Len::Exact(n) => format!("{n}"),
-            Len::Like(x) => format!("as {}", at(x)),
+            Len::Like(x) => format!("the length of {}", at(x)),
             Len::Rows { of, per_row } => format!("one per row of {per_row} of {}", at(of)),
             Len::Times { of, factor } => format!("{factor} per element of {}", at(of)),
             Len::Multiple(n) => format!("a multiple of {n}"),
