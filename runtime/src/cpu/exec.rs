@@ -350,3 +350,34 @@ unsafe fn ws_f32<'a>(ws: &Option<super::mem::Slot>) -> &'a mut [f32] {
         None => &mut [],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::mem::Region;
+
+    /// The load-time check holds a launch's buffers to its kernel's
+    /// signature and names the operand that disagrees.
+    #[test]
+    fn launches_are_checked_against_their_signature_at_load() {
+        let r = Region::new(64);
+        let buf = |offset: usize, len: usize, dtype: DType| Buf { slot: r.slot(offset, len).expect("in range"), dtype };
+        let k = Kernel::MatMul { m: 2, n: 2, k: 3, trans_a: false, trans_b: false };
+        let (a, b, c) = (buf(0, 6, DType::F32), buf(8, 6, DType::F32), buf(16, 4, DType::F32));
+        assert_eq!(check(&k, &[a, b], &[c], None), Ok(()));
+        assert_eq!(check(&k, &[a], &[c], None), Err("gemm takes 2 inputs (a, b), got 1".to_string()));
+        let short = buf(8, 5, DType::F32);
+        assert_eq!(
+            check(&k, &[a, short], &[c], None),
+            Err("gemm input 1 (b) has 5 elements, but the parameters need 6 (k*n = 3*2)".to_string())
+        );
+        let k = Kernel::SparseSoftmaxXent { classes: 3 };
+        let loss = buf(24, 2, DType::F32);
+        assert_eq!(
+            check(&k, &[a, buf(30, 2, DType::F32)], &[loss, buf(40, 6, DType::F32)], None),
+            Err("sparse_softmax_xent input 1 (labels) is f32, but the kernel needs i32".to_string())
+        );
+        let bad = Kernel::Softmax { classes: 0 };
+        assert_eq!(check(&bad, &[a], &[c], None), Err("softmax parameters are invalid: classes is 0".to_string()));
+    }
+}
