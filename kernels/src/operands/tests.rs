@@ -323,7 +323,10 @@ fn rules_between_operands_are_checked() {
     ins[0].elems = 7;
     assert_eq!(s.check(&ins, &outs, None), Err(Mismatch::Multiple { side: Side::In, index: 0, of: 3, got: 7 }));
     // A multi-tensor update: member 1's gradient is as long as member 1's variable.
-    let s = sig(&Kernel::MultiApply { apply: Box::new(Kernel::ApplyMomentum { momentum: 0.9, nesterov: false }), count: 2 });
+    let s = sig(&Kernel::MultiApply {
+        apply: Box::new(Kernel::ApplyMomentum { momentum: 0.9, nesterov: false }),
+        count: 2,
+    });
     let (ins, mut outs, _) = fit(&s);
     outs[2].elems = 5;
     let e = s.check(&ins, &outs, None).expect_err("member 1's grad is too short");
@@ -387,4 +390,93 @@ fn the_signature_text_lists_operands_and_parameters() {
          momentum=0.9, nesterov=false)"
     );
     assert_eq!(s.names(Side::Out), "var, accum");
+}
+
+/// The names a doc segment lists (`a, b (f32), c = ...`), or None when an
+/// item is prose rather than a name. `none` lists nothing.
+fn doc_names(segment: &str) -> Option<Vec<String>> {
+    let segment = segment.trim();
+    if segment == "none" {
+        return Some(Vec::new());
+    }
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, ch) in segment.char_indices() {
+        match ch {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&segment[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&segment[start..]);
+    items
+        .iter()
+        .map(|item| {
+            let item = item.trim();
+            let end = item.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+            let (name, rest) = item.split_at(end.unwrap_or(item.len()));
+            let named = !name.is_empty() && (rest.is_empty() || rest.starts_with(" (") || rest.starts_with(" ="));
+            named.then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// The segment after `key` (`in: `, `out: `) up to the first `.`, `:` or
+/// `;` outside brackets and backquotes.
+fn doc_segment<'a>(doc: &'a str, key: &str) -> Option<&'a str> {
+    let from = doc.find(key)? + key.len();
+    let rest = &doc[from..];
+    let (mut depth, mut quoted) = (0i32, false);
+    for (i, ch) in rest.char_indices() {
+        match ch {
+            '`' => quoted = !quoted,
+            '(' | '[' if !quoted => depth += 1,
+            ')' | ']' if !quoted => depth -= 1,
+            '.' | ':' | ';' if depth == 0 && !quoted => return Some(&rest[..i]),
+            _ => {}
+        }
+    }
+    Some(rest)
+}
+
+/// Each variant's docs name its operands as its signature does, wherever
+/// the docs list them by name (prose such as "n tensors" is left alone).
+#[test]
+fn the_variant_docs_name_the_signature_operands() {
+    let source = include_str!("../kernel.rs");
+    // Variant name -> its doc text (the `///` lines just above it).
+    let mut docs: Vec<(String, String)> = Vec::new();
+    let mut doc = String::new();
+    for line in source.lines() {
+        let t = line.trim_start();
+        if let Some(d) = t.strip_prefix("///") {
+            doc.push_str(d.trim());
+            doc.push(' ');
+        } else if line.starts_with("    ") && !line.starts_with("     ") && t.starts_with(char::is_uppercase) {
+            let name: String = t.chars().take_while(|c| c.is_alphanumeric()).collect();
+            docs.push((name, std::mem::take(&mut doc)));
+        } else {
+            doc.clear();
+        }
+    }
+    let (mut checked, mut wrong) = (0, Vec::new());
+    for k in &samples() {
+        let variant: String = format!("{k:?}").chars().take_while(|c| c.is_alphanumeric()).collect();
+        let Some((_, doc)) = docs.iter().find(|(n, _)| *n == variant) else { continue };
+        let s = sig(k);
+        for (key, side, n) in [("in: ", Side::In, s.input_count()), ("out: ", Side::Out, s.output_count())] {
+            let Some(listed) = doc_segment(doc, key).and_then(doc_names) else { continue };
+            let names: Vec<String> = (0..n).map(|i| s.name(side, i)).collect();
+            if listed != names {
+                wrong.push(format!("{variant} {key}docs {listed:?}, signature {names:?}"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(checked >= 80, "only {checked} operand lists are checked against the docs");
 }
