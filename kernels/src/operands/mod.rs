@@ -238,10 +238,8 @@ impl Signature {
                 let k = i - start;
                 return Some((&run.ops[k % run.ops.len()], k / run.ops.len(), run.times));
             }
+            // In range: `finish` checked that the runs' total does not overflow.
             start += len;
-            if start > i {
-                break;
-            }
         }
         None
     }
