@@ -17,7 +17,8 @@
 //!    references exist; a launch touches only its stream's device (variables
 //!    live in the store and are reachable from any device); its arity, the
 //!    element counts and dtypes of its operands agree with its kernel's
-//!    parameters (the `kernel` submodule), and no output overlaps another
+//!    parameters as the kernel's operand signature declares them
+//!    (`Kernel::signature`, checked by the `kernel` submodule), and no output overlaps another
 //!    operand, except output 0 being exactly input 0 of a kernel that works
 //!    in place (`Kernel::in_place_ok`); a copy has equal sizes and dtypes on both sides, which do not
 //!    overlap; an all-reduce sums a non-empty group of distinct f32 buffers;
@@ -41,9 +42,9 @@ use towers_graph::{DType, Device};
 
 use crate::plan::{BufRef, BufferKind, Plan, Step, StreamPlan};
 
+mod events;
 mod kernel;
 mod sharing;
-use kernel::Check;
 
 /// The alignment of arena ends (and of buffer offsets from the allocator).
 pub const ARENA_ALIGN: usize = 64;
@@ -106,8 +107,8 @@ pub enum PlanError {
     #[error("{at}: '{buffer}' is on {device}, not on the stream's device")]
     WrongDevice { at: Text, buffer: Text, device: Text },
 
-    #[error("{at}: {kernel} takes {expected} {what}, got {got}")]
-    Arity { at: Text, kernel: Text, what: Text, expected: Text, got: usize },
+    #[error("{at}: {kernel} takes {expected} {what} ({names}), got {got}")]
+    Arity { at: Text, kernel: Text, what: Text, expected: Text, names: Text, got: usize },
 
     #[error("{at}: {kernel} parameters are invalid: {reason}")]
     BadParams { at: Text, kernel: Text, reason: Text },
@@ -256,7 +257,7 @@ pub fn verify(plan: &Plan) -> Result<(), PlanError> {
     v.variables()?;
     v.entries()?;
     v.streams()?;
-    events(plan)?;
+    events::events(plan)?;
     sharing::sharing(plan)
 }
 
@@ -477,7 +478,7 @@ impl<'p> Verifier<'p> {
                 for o in ins.iter().chain(&outs).chain(&ws) {
                     self.on_device(at, dev, o)?;
                 }
-                Check { at, kernel: kernel.name(), ins: &ins, outs: &outs }.kernel(kernel, ws.as_ref())?;
+                kernel::check(at, kernel, &ins, &outs, ws.as_ref())?;
                 for (k, o) in outs.iter().enumerate() {
                     // An in-place kernel's output 0 may be its input 0 exactly.
                     let in_place = |j: usize, x: &Operand| k == 0 && j == 0 && kernel.in_place_ok() && x.loc == o.loc;
@@ -571,80 +572,5 @@ impl Plan {
             BufRef::Arena { .. } => self.buffer(r).map_or("?", |b| b.name.as_str()),
             BufRef::Variable(n) => n,
         }
-    }
-}
-
-/// Events: each in range (checked with the steps) recorded exactly once, and
-/// a replay of the streams that runs every step.
-fn events(plan: &Plan) -> Result<(), PlanError> {
-    let n = plan.num_events;
-    let mut recorded_at: BTreeMap<usize, Site> = BTreeMap::new();
-    for s in &plan.streams {
-        for (index, step) in s.steps.iter().enumerate() {
-            if let Step::Record(e) = step {
-                let at = Site::Step { stream: s, index };
-                if let Some(first) = recorded_at.insert(*e, at) {
-                    return Err(PlanError::EventRecordedTwice {
-                        event: *e,
-                        first: first.to_string().into(),
-                        second: at.to_string().into(),
-                    });
-                }
-            }
-        }
-    }
-    for s in &plan.streams {
-        for (index, step) in s.steps.iter().enumerate() {
-            if let Step::Wait(e) = step {
-                if !recorded_at.contains_key(e) {
-                    return Err(PlanError::WaitNeverRecorded {
-                        at: Site::Step { stream: s, index }.to_string().into(),
-                        event: *e,
-                    });
-                }
-            }
-        }
-    }
-    // Events are in range and recorded once, so there are at most as many
-    // events as records, and an unrecorded one is found among the first
-    // `records + 1`: nothing is allocated or scanned per event before this.
-    if recorded_at.len() < n {
-        let event = (0..=recorded_at.len()).find(|e| !recorded_at.contains_key(e)).unwrap_or(0);
-        return Err(PlanError::EventNeverRecorded { event, count: n });
-    }
-    // Replay: a worklist of runnable streams; a stream blocked on an event
-    // parks on it until the event's record runs. Each step runs once.
-    let mut recorded = vec![false; n];
-    let mut parked: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut pos = vec![0usize; plan.streams.len()];
-    let mut ready: Vec<usize> = (0..plan.streams.len()).rev().collect();
-    while let Some(si) = ready.pop() {
-        let steps = &plan.streams[si].steps;
-        while let Some(step) = steps.get(pos[si]) {
-            match step {
-                Step::Wait(e) if !recorded[*e] => {
-                    parked[*e].push(si);
-                    break;
-                }
-                Step::Record(e) => {
-                    recorded[*e] = true;
-                    ready.append(&mut parked[*e]);
-                }
-                _ => {}
-            }
-            pos[si] += 1;
-        }
-    }
-    let stuck: Vec<String> = plan
-        .streams
-        .iter()
-        .enumerate()
-        .filter(|(si, s)| pos[*si] < s.steps.len())
-        .map(|(si, s)| Site::Step { stream: s, index: pos[si] }.to_string())
-        .collect();
-    if stuck.is_empty() {
-        Ok(())
-    } else {
-        Err(PlanError::Deadlock { stuck: stuck.join(", ").into() })
     }
 }

@@ -279,14 +279,14 @@ fn launches_touch_only_their_streams_device() {
 
 #[test]
 fn launches_have_their_kernels_arity() {
-    assert_eq!(err(|p| drop(launch(p).1.pop())), "gpu:0/compute step 1 'y': gemm takes 2 inputs, got 1");
+    assert_eq!(err(|p| drop(launch(p).1.pop())), "gpu:0/compute step 1 'y': gemm takes 2 inputs (a, b), got 1");
 }
 
 #[test]
 fn operand_sizes_follow_the_kernel_parameters() {
     assert_eq!(
         err(|p| *launch(p).0 = Kernel::MatMul { m: 2, n: 2, k: 4, trans_a: false, trans_b: false }),
-        "gpu:0/compute step 1 'y': gemm input 0 'x.gpu0' has 6 elements, but the parameters need 8 (m*k = 2*4)"
+        "gpu:0/compute step 1 'y': gemm input 0 (a) 'x.gpu0' has 6 elements, but the parameters need 8 (m*k = 2*4)"
     );
 }
 
@@ -294,7 +294,7 @@ fn operand_sizes_follow_the_kernel_parameters() {
 fn operand_dtypes_follow_the_kernel() {
     assert_eq!(
         err(|p| p.variables[0].dtype = DType::I32),
-        "gpu:0/compute step 1 'y': gemm input 1 'w' is i32[3,2], but the kernel needs f32"
+        "gpu:0/compute step 1 'y': gemm input 1 (b) 'w' is i32[3,2], but the kernel needs f32"
     );
 }
 
@@ -328,7 +328,13 @@ fn a_convolution_has_its_workspace() {
     assert_eq!(verify(&p), Ok(()));
     assert_eq!(
         err(|p| *launch(p).0 = Kernel::Conv2D { geom, workspace_len: 5 }),
-        "gpu:0/compute step 1 'y': conv2d needs a workspace of 0 f32 elements, got none (workspace_len=5)"
+        "gpu:0/compute step 1 'y': conv2d parameters are invalid: workspace_len 5 is not the geometry's workspace of 0 f32 elements"
+    );
+    // A workspace handed to a kernel that needs none is refused, naming it.
+    let pointwise = Kernel::Conv2D { geom, workspace_len: 0 };
+    assert_eq!(
+        err(|p| (*launch(p).0, *launch(p).3) = (pointwise, Some(X_GPU))),
+        "gpu:0/compute step 1 'y': conv2d needs a workspace of 0 f32 elements, got 'x.gpu0' (f32[2,3], 6 elements)"
     );
 }
 
@@ -454,7 +460,7 @@ fn softmax_classes_divide_the_rows() {
     );
     assert_eq!(
         err(with_launch(Kernel::Softmax { classes: 3 }, vec![X_GPU], vec![Y])),
-        "gpu:0/compute step 1 'y': softmax output 0 'y' has 4 elements, but the parameters need 6 (input 0's length)"
+        "gpu:0/compute step 1 'y': softmax output 0 (y) 'y' has 4 elements, but the parameters need 6 (the length of input 0 (x))"
     );
 }
 
@@ -482,7 +488,7 @@ fn argmax_writes_i32() {
     let k = Kernel::ArgMax { shape: vec![2, 3], axis: 1 };
     assert_eq!(
         err(with_launch(k, vec![X_GPU], vec![Y])),
-        "gpu:0/compute step 1 'y': argmax output 0 'y' is f32[2,2], but the kernel needs i32"
+        "gpu:0/compute step 1 'y': argmax output 0 (indices) 'y' is f32[2,2], but the kernel needs i32"
     );
 }
 
@@ -491,7 +497,7 @@ fn adam_reads_an_i32_global_step() {
     let k = Kernel::ApplyAdam { beta1: 0.9, beta2: 0.999, epsilon: 1e-8 };
     assert_eq!(
         err(with_launch(k, vec![X_GPU, Y, Y], vec![w(), v("w/m"), v("w/v")])),
-        "gpu:0/compute step 1 'y': apply_adam input 1 'y' is f32[2,2], but the kernel needs i32"
+        "gpu:0/compute step 1 'y': apply_adam input 1 (global_step) 'y' is f32[2,2], but the kernel needs i32"
     );
 }
 
@@ -502,7 +508,7 @@ fn mean_apply_reads_one_gradient_per_weight() {
     // Two gradients and the learning rate.
     assert_eq!(
         err(with_launch(k, vec![X_GPU], vec![w(), v("w/m")])),
-        "gpu:0/compute step 1 'y': mean_apply takes 3 inputs, got 1"
+        "gpu:0/compute step 1 'y': mean_apply takes 3 inputs (grad_0, grad_1, lr), got 1"
     );
 }
 
@@ -536,7 +542,7 @@ fn a_tower_matmul_has_one_pair_per_weight() {
     towers_codegen::verify(&p).expect("two pairs of k = 3 verify");
     assert_eq!(
         err(with_launch(k(vec![3, 3], vec![0.5, 0.5]), vec![X_GPU, w()], vec![Y])),
-        "gpu:0/compute step 1 'y': gemm_tower_mean takes 4 inputs, got 2"
+        "gpu:0/compute step 1 'y': gemm_tower_mean takes 4 inputs (a_0, b_0, a_1, b_1), got 2"
     );
     assert_eq!(
         err(with_launch(k(vec![3], vec![0.5, 0.5]), vec![X_GPU, w()], vec![Y])),
@@ -544,7 +550,7 @@ fn a_tower_matmul_has_one_pair_per_weight() {
     );
     assert_eq!(
         err(with_launch(k(vec![3, 4], vec![0.5, 0.5]), vec![X_GPU, w(), X_GPU, w()], vec![Y])),
-        "gpu:0/compute step 1 'y': gemm_tower_mean input 2 'x.gpu0' has 6 elements, but the parameters need 8 (pair 1: m*k = 2*4)"
+        "gpu:0/compute step 1 'y': gemm_tower_mean input 2 (a_1) 'x.gpu0' has 6 elements, but the parameters need 8 (pair 1: m*k = 2*4)"
     );
 }
 
@@ -675,7 +681,7 @@ fn multi_apply_reads_one_gradient_per_member() {
     // Two gradients and the learning rate; each member's variable and accumulator.
     assert_eq!(
         err(with_launch(k, vec![X_GPU], vec![w(), v("w/m")])),
-        "gpu:0/compute step 1 'y': multi_apply takes 3 inputs, got 1"
+        "gpu:0/compute step 1 'y': multi_apply takes 3 inputs (grad_0, grad_1, lr), got 1"
     );
 }
 
@@ -685,7 +691,7 @@ fn multi_apply_members_match_their_variables() {
     let k = Kernel::MultiApply { apply, count: 2 };
     assert_eq!(
         err(with_launch(k, vec![X_GPU, Y, Y], vec![w(), v("w/m"), w(), v("w/m")])),
-        "gpu:0/compute step 1 'y': multi_apply input 1 'y' has 4 elements, but the parameters need 6 (member 1's variable length)"
+        "gpu:0/compute step 1 'y': multi_apply input 1 (grad_1) 'y' has 4 elements, but the parameters need 6 (the length of output 2 (var_1))"
     );
     let k = Kernel::MultiApply { apply: Box::new(Kernel::L2Loss), count: 1 };
     assert_eq!(
@@ -739,15 +745,52 @@ fn multi_apply_counts_that_overflow_are_rejected() {
 fn array_kernels_check_index_dtypes_permutations_and_counts() {
     let k = Kernel::Gather { outer: 1, limit: 2, inner: 2, count: 2 };
     let e = err(with_launch(k, vec![X_GPU, Y], vec![Y]));
-    assert!(e.ends_with("gather input 1 'y' is f32[2,2], but the kernel needs i32"), "{e}");
+    assert!(e.ends_with("gather input 1 (indices) 'y' is f32[2,2], but the kernel needs i32"), "{e}");
     let k = Kernel::Transpose { shape: vec![2, 2], perm: vec![0, 0] };
     let e = err(with_launch(k, vec![X_GPU], vec![Y]));
     assert!(e.contains("transpose parameters are invalid: perm") && e.contains("is not a permutation"), "{e}");
     // x.gpu0 is f32[2,3], y f32[2,2].
     let k = Kernel::Tile { shape: vec![2, 3], multiples: vec![1, 2] };
     let e = err(with_launch(k, vec![X_GPU], vec![Y]));
-    assert!(e.contains("tile output 0 'y' has 4 elements, but the parameters need 12"), "{e}");
+    assert!(e.contains("tile output 0 (y) 'y' has 4 elements, but the parameters need 12"), "{e}");
     let k = Kernel::Pad { shape: vec![2, 2], before: vec![1, 0], out_shape: vec![2, 2], value: 0.0 };
     let e = err(with_launch(k, vec![X_GPU], vec![Y]));
     assert!(e.contains("pad parameters are invalid") && e.contains("is not inside"), "{e}");
+}
+
+// The operands are declared once, by `Kernel::signature`: every mismatch
+// names the operand by index and by its name in the signature.
+#[test]
+fn a_wrong_arity_lists_the_operands_by_name() {
+    let k = Kernel::SparseSoftmaxXent { classes: 3 };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU, v("global_step")], vec![Y])),
+        "gpu:0/compute step 1 'y': sparse_softmax_xent takes 2 outputs (loss, backprop), got 1"
+    );
+}
+
+#[test]
+fn a_wrong_dtype_names_the_operand() {
+    // x.gpu0 f32[2,3] as logits of 3 classes: the labels must be i32.
+    let k = Kernel::SparseSoftmaxXent { classes: 3 };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU, Y], vec![Y, X_GPU])),
+        "gpu:0/compute step 1 'y': sparse_softmax_xent input 1 (labels) 'y' is f32[2,2], but the kernel needs i32"
+    );
+}
+
+#[test]
+fn a_wrong_size_names_the_operand_and_the_rule() {
+    // Two rows of logits need two labels, not one.
+    let k = Kernel::SparseSoftmaxXent { classes: 3 };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU, v("global_step")], vec![Y, X_GPU])),
+        "gpu:0/compute step 1 'y': sparse_softmax_xent input 1 (labels) 'global_step' has 1 elements, but the parameters need 2 (one label per row)"
+    );
+    // x.gpu0 has 6 elements: not rows of 4 channels.
+    let k = Kernel::BiasAdd { channels: 4 };
+    assert_eq!(
+        err(with_launch(k, vec![X_GPU, Y], vec![Y])),
+        "gpu:0/compute step 1 'y': bias_add parameters are invalid: input 0 (x) 'x.gpu0' has 6 elements, not a multiple of channels 4"
+    );
 }

@@ -2,9 +2,11 @@
 //! parameter the kernel needs already computed (shapes, strides,
 //! transposes, scalars), so a backend only dispatches. This enum is the
 //! contract every backend honours: the CPU backend calls the body of the
-//! same name in this crate, a CUDA backend its twin. Each variant documents
-//! its launch arguments: `in:` the `inputs` of the launch, `out:` its
-//! `outputs`, in order. Its parameter blocks are the kernels' own types
+//! same name in this crate, a CUDA backend its twin. Each variant's
+//! operands (names, roles, dtypes, element counts) are declared once by
+//! [`Kernel::signature`] (`crate::operands`); its docs name them too, `in:`
+//! the `inputs` of the launch, `out:` its `outputs`, in order, and a test
+//! holds those names to the signature's. Its parameter blocks are the kernels' own types
 //! ([`ConvGeom`], [`PoolGeom`], [`UnaryOp`], [`BinaryOp`], [`DType`]).
 
 use serde::{Deserialize, Serialize};
@@ -58,7 +60,7 @@ pub enum Kernel {
         weights: Vec<f32>,
         apply: Box<Kernel>,
     },
-    /// in: a, b, bias. out: `act(op(a) op(b) + bias)` (`act` None: the sum
+    /// in: a, b, bias. out: y = `act(op(a) op(b) + bias)` (`act` None: the sum
     /// alone): a `MatMul`, the `BiasAdd` that is its only consumer and, when
     /// that bias add is fused with its activation, the activation, fused by
     /// lowering into one launch (the GEMM, then the bias and activation in
@@ -71,7 +73,7 @@ pub enum Kernel {
         trans_b: bool,
         act: Option<UnaryOp>,
     },
-    /// in: a, b. out: a op b, broadcast.
+    /// in: a, b. out: c = a op b (broadcast).
     Binary {
         op: BinaryOp,
         a_shape: Vec<usize>,
@@ -95,14 +97,14 @@ pub enum Kernel {
     BiasAdd {
         channels: usize,
     },
-    /// in: x, bias. out: `act(x + bias)`: a `BiasAdd` and the activation
+    /// in: x, bias. out: y = `act(x + bias)`: a `BiasAdd` and the activation
     /// that is its only consumer, fused by lowering into one launch.
     BiasAddAct {
         channels: usize,
         act: UnaryOp,
     },
-    /// in: dy, y. out: dx = grad(dy, y) of `act` (as `UnaryGrad`) and db =
-    /// the bias gradient of dx (as `BiasAddGrad`): an activation's gradient
+    /// in: dy, y. out: dx, db: dx = grad(dy, y) of `act` (as `UnaryGrad`) and
+    /// db the bias gradient of dx (as `BiasAddGrad`): an activation's gradient
     /// and the bias gradient reading it, fused by lowering into one launch.
     UnaryGradBiasGrad {
         channels: usize,
@@ -184,7 +186,7 @@ pub enum Kernel {
         shape: Vec<usize>,
         sizes: Vec<usize>,
     },
-    /// in: x. out: the window.
+    /// in: x. out: y, the window.
     Slice {
         shape: Vec<usize>,
         begin: Vec<usize>,
@@ -196,12 +198,12 @@ pub enum Kernel {
         begin: Vec<usize>,
         size: Vec<usize>,
     },
-    /// in: x. out: x broadcast to `out_shape`.
+    /// in: x. out: y, x broadcast to `out_shape`.
     BroadcastTo {
         x_shape: Vec<usize>,
         out_shape: Vec<usize>,
     },
-    /// in: x. out: x summed down to `out_shape`.
+    /// in: x. out: y, x summed down to `out_shape`.
     SumTo {
         x_shape: Vec<usize>,
         out_shape: Vec<usize>,
@@ -220,8 +222,8 @@ pub enum Kernel {
     LogSoftmaxGrad {
         classes: usize,
     },
-    /// in: logits, labels (i32), scale (a scalar). out: loss, the loss's
-    /// mean, dlogits = scale * backprop, db (dlogits' column sums): a
+    /// in: logits, labels (i32), scale (a scalar). out: loss, mean (the
+    /// loss's mean), dlogits (scale * backprop), db (dlogits' column sums): a
     /// `SparseSoftmaxXent`, the `ReduceMean` of its loss, the `Mul` scaling
     /// its backprop and the `BiasAddGrad` reading that, fused by lowering.
     SparseSoftmaxXentMeanGrad {
@@ -235,9 +237,9 @@ pub enum Kernel {
     SoftmaxXent {
         classes: usize,
     },
-    /// in: x. out: a scalar Σx²/2.
+    /// in: x. out: y, a scalar Σx²/2.
     L2Loss,
-    /// in: x. out: the sum over `axes`.
+    /// in: x. out: y, the sum over `axes`.
     ReduceSum {
         shape: Vec<usize>,
         axes: Vec<usize>,
@@ -246,16 +248,16 @@ pub enum Kernel {
         shape: Vec<usize>,
         axes: Vec<usize>,
     },
-    /// in: x. out: i32 indices.
+    /// in: x. out: indices (i32).
     ArgMax {
         shape: Vec<usize>,
         axis: usize,
     },
-    /// in: a, b of `dtype`, one shape. out: bool (i32 0/1).
+    /// in: a, b (of `dtype`, one shape). out: equal (bool, i32 0/1).
     Equal {
         dtype: DType,
     },
-    /// in: x. out: x converted.
+    /// in: x. out: y, x converted.
     Cast {
         from: DType,
         to: DType,
@@ -267,7 +269,7 @@ pub enum Kernel {
         seed: u64,
         elem_offset: usize,
     },
-    /// in: none. out: the buffer filled with `value` (eval-mode dropout masks).
+    /// in: none. out: y, filled with `value` (eval-mode dropout masks).
     Fill {
         value: f32,
     },
@@ -286,20 +288,20 @@ pub enum Kernel {
     BatchNormGrad {
         channels: usize,
     },
-    /// in: value. out: the variable, updated in place: `v = v*decay + value*(1-decay)`.
+    /// in: value. out: moving (in place): `moving = moving*decay + value*(1-decay)`.
     AssignMovingAverage {
         decay: f32,
     },
-    /// in: grad, learning rate (f32[1], read each step: schedules live in
-    /// the plan, not in a recompilation). out: the variable, in place.
+    /// in: grad, lr (the learning rate, f32[1], read each step: schedules
+    /// live in the plan, not in a recompilation). out: var (in place).
     ApplyGradientDescent {},
-    /// in: grad, learning rate (f32[1]). out: the variable and its accumulator, in place.
+    /// in: grad, lr (f32[1]). out: var, accum (the variable and its accumulator, in place).
     ApplyMomentum {
         momentum: f32,
         nesterov: bool,
     },
     /// in: grad, global_step (i32; the update uses step = global_step + 1),
-    /// learning rate (f32[1]). out: the variable, m and v, in place.
+    /// lr (f32[1]). out: var, m, v (in place).
     ApplyAdam {
         beta1: f32,
         beta2: f32,
@@ -327,23 +329,23 @@ pub enum Kernel {
         apply: Box<Kernel>,
         count: usize,
     },
-    /// in: none. out: the i32 step variable, incremented in place.
+    /// in: none. out: step (the i32 step variable, incremented in place).
     IncrementStep,
     // array ops (issue 22)
-    /// in: indices (i32, n). out: f32 `[n, depth]`, `on` at each row's index
+    /// in: indices (i32, n). out: y (f32 `[n, depth]`), `on` at each row's index
     /// and `off` elsewhere (an index outside `[0, depth)`: a row of `off`).
     OneHot {
         depth: usize,
         on: f32,
         off: f32,
     },
-    /// in: x (`shape`, rank <= 4, any 4-byte dtype). out: x transposed,
+    /// in: x (`shape`, rank <= 4, any 4-byte dtype). out: y, x transposed,
     /// output axis k being input axis `perm[k]`.
     Transpose {
         shape: Vec<usize>,
         perm: Vec<usize>,
     },
-    /// in: x (`shape`, rank <= 4). out: `out_shape`, `value` except the
+    /// in: x (`shape`, rank <= 4). out: y (`out_shape`), `value` except the
     /// window at `before`, which holds x (constant padding).
     Pad {
         shape: Vec<usize>,
@@ -352,7 +354,7 @@ pub enum Kernel {
         value: f32,
     },
     /// in: params (f32 viewed as `[outer, limit, inner]`), indices (i32,
-    /// `count`). out: `[outer, count, inner]`, rows of params picked by the
+    /// `count`). out: y (`[outer, count, inner]`), rows of params picked by the
     /// indices. An index outside `[0, limit)` is an error on the CPU.
     Gather {
         outer: usize,
@@ -369,7 +371,7 @@ pub enum Kernel {
         inner: usize,
         count: usize,
     },
-    /// in: x (`shape`, rank <= 4). out: x repeated `multiples[i]` times along axis i.
+    /// in: x (`shape`, rank <= 4). out: y, x repeated `multiples[i]` times along axis i.
     Tile {
         shape: Vec<usize>,
         multiples: Vec<usize>,
@@ -380,15 +382,15 @@ pub enum Kernel {
         multiples: Vec<usize>,
     },
     // optimizers of issue 22
-    /// TF1's `ApplyRMSProp` (not centered): in: grad, learning rate (f32[1]).
-    /// out: the variable, ms and mom, in place.
+    /// TF1's `ApplyRMSProp` (not centered): in: grad, lr (f32[1]).
+    /// out: var, ms, mom (in place).
     ApplyRmsProp {
         decay: f32,
         momentum: f32,
         epsilon: f32,
     },
-    /// TF1's `ApplyAdagrad`: in: grad, learning rate (f32[1]). out: the
-    /// variable and its accumulator, in place.
+    /// TF1's `ApplyAdagrad`: in: grad, lr (f32[1]). out: var, accum (the
+    /// variable and its accumulator, in place).
     ApplyAdagrad {},
 }
 

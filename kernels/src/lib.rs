@@ -7,6 +7,10 @@
 //! - the op vocabulary the graph's ops reuse: [`UnaryOp`], [`BinaryOp`],
 //!   [`Padding`] (with TF's output-size rule), [`DType`];
 //! - the parameter blocks: [`ConvGeom`], [`PoolGeom`], shapes as `Vec<usize>`.
+//! - each kernel's operands, declared once ([`operands`]): [`Kernel::signature`]
+//!   gives every operand's name, role, dtype and element count, and the
+//!   scalar parameters; the plan verifier and the CPU backend check launches
+//!   against it generically.
 //!
 //! and it holds the CPU body of every kernel, one folder per kernel family
 //! (`conv/`, `pool/`, `elementwise/`, ...), with room for the CUDA C twin
@@ -93,6 +97,7 @@ pub mod kernel;
 mod lanes;
 pub mod layout;
 pub mod misc;
+pub mod operands;
 pub mod optim;
 pub mod pool;
 pub mod random;
@@ -111,6 +116,7 @@ pub use dtype::DType;
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use error::KernelError;
 pub use kernel::Kernel;
+pub use operands::{ParamError, Signature};
 pub use pool::PoolGeom;
 pub use simd::SimdPath;
 pub use window::Padding;

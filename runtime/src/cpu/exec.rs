@@ -1,15 +1,29 @@
 //! Dispatch of one launch to its CPU kernel in `towers_kernels`: one call
 //! per [`Kernel`] variant, no math here. Everything a kernel needs was
-//! computed by codegen and resolved at load; this file only picks the typed
-//! views of the launch's buffers. It allocates nothing on success; an error
+//! computed by codegen and resolved at load, where [`check`] holds each
+//! launch's buffers to its kernel's operand signature (arity, dtypes,
+//! lengths: declared once, in `towers_kernels::operands`); this file then
+//! only picks the typed views of the launch's buffers by position. It allocates nothing on success; an error
 //! message is built only on failure.
 
 use towers_codegen::Kernel;
 use towers_kernels::dtype::{DType, Slice, SliceMut};
 use towers_kernels::elementwise as ew;
+use towers_kernels::operands::Actual;
 use towers_kernels::{array, batchnorm, conv, dropout, gemm, init, layout, misc, optim, pool, reduce, softmax};
 
-use super::prepare::Launch;
+use super::prepare::{Buf, Launch};
+
+/// Check a launch's buffers against its kernel's operand signature
+/// (`Kernel::signature`): arity, workspace, dtypes and lengths, once at
+/// load, so [`dispatch`] indexes operands by position without checks.
+pub fn check(kernel: &Kernel, ins: &[Buf], outs: &[Buf], ws: Option<&Buf>) -> Result<(), String> {
+    let sig = kernel.signature().map_err(|e| format!("{} parameters are invalid: {e}", kernel.name()))?;
+    let actual = |b: &Buf| Actual { dtype: b.dtype, elems: b.slot.len() };
+    let (a_ins, a_outs): (Vec<Actual>, Vec<Actual>) =
+        (ins.iter().map(actual).collect(), outs.iter().map(actual).collect());
+    sig.check(&a_ins, &a_outs, ws.map(actual)).map_err(|m| sig.explain(&m))
+}
 
 /// The typed read view of a buffer.
 ///
@@ -334,5 +348,36 @@ unsafe fn ws_f32<'a>(ws: &Option<super::mem::Slot>) -> &'a mut [f32] {
     match ws {
         Some(s) => s.f32_mut(),
         None => &mut [],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::mem::Region;
+
+    /// The load-time check holds a launch's buffers to its kernel's
+    /// signature and names the operand that disagrees.
+    #[test]
+    fn launches_are_checked_against_their_signature_at_load() {
+        let r = Region::new(64);
+        let buf = |offset: usize, len: usize, dtype: DType| Buf { slot: r.slot(offset, len).expect("in range"), dtype };
+        let k = Kernel::MatMul { m: 2, n: 2, k: 3, trans_a: false, trans_b: false };
+        let (a, b, c) = (buf(0, 6, DType::F32), buf(8, 6, DType::F32), buf(16, 4, DType::F32));
+        assert_eq!(check(&k, &[a, b], &[c], None), Ok(()));
+        assert_eq!(check(&k, &[a], &[c], None), Err("gemm takes 2 inputs (a, b), got 1".to_string()));
+        let short = buf(8, 5, DType::F32);
+        assert_eq!(
+            check(&k, &[a, short], &[c], None),
+            Err("gemm input 1 (b) has 5 elements, but the parameters need 6 (k*n = 3*2)".to_string())
+        );
+        let k = Kernel::SparseSoftmaxXent { classes: 3 };
+        let loss = buf(24, 2, DType::F32);
+        assert_eq!(
+            check(&k, &[a, buf(30, 2, DType::F32)], &[loss, buf(40, 6, DType::F32)], None),
+            Err("sparse_softmax_xent input 1 (labels) is f32, but the kernel needs i32".to_string())
+        );
+        let bad = Kernel::Softmax { classes: 0 };
+        assert_eq!(check(&bad, &[a], &[c], None), Err("softmax parameters are invalid: classes is 0".to_string()));
     }
 }

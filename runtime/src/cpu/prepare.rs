@@ -241,8 +241,9 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
                     let ins = inputs.iter().map(|r| resolve(plan, &arenas, store, r)).collect::<Result<Vec<_>, _>>()?;
                     let outs =
                         outputs.iter().map(|r| resolve(plan, &arenas, store, r)).collect::<Result<Vec<_>, _>>()?;
-                    let ws =
-                        workspace.as_ref().map(|r| resolve(plan, &arenas, store, r).map(|b| b.slot)).transpose()?;
+                    let ws = workspace.as_ref().map(|r| resolve(plan, &arenas, store, r)).transpose()?;
+                    super::exec::check(kernel, &ins, &outs, ws.as_ref()).map_err(|e| format!("launch '{node}': {e}"))?;
+                    let ws = ws.map(|b| b.slot);
                     for (k, o) in outs.iter().enumerate() {
                         // Output 0 may be input 0 itself for a kernel that works in place.
                         let aliased = |j: usize, i: &Buf| k == 0 && j == 0 && kernel.in_place_ok() && i.slot.same(&o.slot);
