@@ -78,8 +78,8 @@ use std::time::Instant;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result as drv, sys, CudaContext};
 use towers_codegen::{BufRef, Plan, Step, VariableDecl};
-use towers_graph::DType;
 use towers_kernels::Kernel;
+use towers_vocab::DType;
 
 use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
 use crate::comm::Comm;
