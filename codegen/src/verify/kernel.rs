@@ -5,7 +5,7 @@
 //! workspace length as the kernels compute it). Counts are computed with
 //! checked arithmetic; an overflow is a [`PlanError::BadParams`].
 
-use towers_graph::{DType, Padding};
+use towers_vocab::{DType, Padding};
 
 use super::{dims, product, Operand, PlanError, Site};
 use towers_kernels::{ConvGeom, Kernel, PoolGeom};

@@ -32,8 +32,8 @@ use std::fmt::Write as _;
 /// Re-exports: the expression is vocabulary (`towers_vocab::fused`).
 pub use towers_vocab::fused::{FusedError, FusedExpr, FusedStep, MAX_INPUTS, MAX_STEPS};
 
-use super::broadcast::{binary_same_shape, BinaryOp};
-use super::unary::{unary, unary_grad, UnaryOp};
+use super::broadcast::binary_same_shape;
+use super::unary::{unary, unary_grad};
 use crate::shape::{bstrides, numel, pad4};
 use crate::KernelError;
 
@@ -201,6 +201,7 @@ mod tests {
     use super::*;
     use crate::elementwise::binary;
     use crate::testutil::Lcg;
+    use crate::{BinaryOp, UnaryOp};
 
     fn swish_grad() -> FusedExpr {
         // dz = dy * s + sigmoid_grad(dy * z, s), s = sigmoid(z): inputs z, dy.

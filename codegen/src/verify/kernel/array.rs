@@ -4,7 +4,7 @@
 //! a window inside the padded shape, one multiple per axis, rank <= 4 where
 //! the kernels pad shapes to rank 4). Counts use checked arithmetic.
 
-use towers_graph::DType;
+use towers_vocab::DType;
 
 use super::super::dims;
 use super::{Check, Io};
