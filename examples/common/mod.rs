@@ -7,10 +7,10 @@
 use std::error::Error;
 use std::process::ExitCode;
 
-use towers::codegen::Plan;
 use towers::data::{mnist5k_split, Batcher};
 use towers::prelude::*;
 use towers::schedule::{Decay, Schedule};
+use towers::codegen::Plan;
 use towers::train::evaluate;
 
 /// The accuracy every port must reach on the mnist5k test split.
