@@ -32,7 +32,7 @@ use std::cmp::Reverse;
 
 use crate::liveness::{Folds, Key, Liveness, Order};
 use crate::plan::{BufRef, Buffer, BufferKind, StreamPlan};
-use towers_graph::DType;
+use towers_vocab::DType;
 
 /// Every buffer of its own starts at a multiple of this many bytes.
 pub const ALIGN: usize = 64;
@@ -247,8 +247,8 @@ mod tests {
     #[test]
     fn tensors_share_bytes_once_their_last_reader_ran() {
         use crate::plan::Step;
-        use towers_graph::{Device, StreamKind};
         use towers_kernels::{Kernel, UnaryOp};
+        use towers_vocab::{Device, StreamKind};
         let mut a = Arena::new();
         let x = a.declare("x".into(), DType::F32, vec![16], BufferKind::Feed);
         let t: Vec<usize> =

@@ -23,19 +23,29 @@
 //! - [`text`]: the text form; [`verify`](mod@verify): the plan verifier and
 //!   [`PlanError`], run at the end of [`lower`] and by backends on every plan they load;
 //! - [`CodegenError`], in [`error`].
+//!
+//! Feature `lower` (default) holds the lowering and its fusions, the only
+//! part that reads graphs; without it the crate is the plan alone (types,
+//! verifier, text, liveness, arena) over `towers_vocab`, which is how the
+//! runtime takes it: `towers_runtime` does not depend on `towers_graph`.
 
 pub mod arena;
 pub mod error;
+#[cfg(feature = "lower")]
 pub mod fusion;
 pub mod liveness;
+#[cfg(feature = "lower")]
 pub mod lower;
+#[cfg(feature = "lower")]
 mod multi_apply;
 pub mod plan;
+#[cfg(feature = "lower")]
 mod select;
 pub mod text;
 pub mod verify;
 
 pub use error::CodegenError;
+#[cfg(feature = "lower")]
 pub use lower::lower;
 pub use plan::{
     BufRef, Buffer, BufferKind, ConstantDecl, DevicePlan, LowerOptions, Mode, Plan, Step, StreamPlan, VariableDecl,

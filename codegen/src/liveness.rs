@@ -280,8 +280,8 @@ impl Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use towers_graph::{Device, StreamKind};
     use towers_kernels::{Kernel, UnaryOp};
+    use towers_vocab::{Device, StreamKind};
 
     fn relu(i: usize, o: usize) -> Step {
         Step::Launch {

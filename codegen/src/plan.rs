@@ -21,8 +21,8 @@
 //!   another only after a wait on an event recorded after the write.
 
 use serde::{Deserialize, Serialize};
-use towers_graph::StreamKind;
-use towers_graph::{DType, Device, Initializer};
+use towers_vocab::StreamKind;
+use towers_vocab::{DType, Device, Initializer};
 
 use towers_kernels::Kernel;
 

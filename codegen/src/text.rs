@@ -11,7 +11,7 @@
 
 use std::fmt::Write;
 
-use towers_graph::{Distribution, FanMode, Initializer, Padding};
+use towers_vocab::{Distribution, FanMode, Initializer, Padding};
 
 use crate::plan::{BufRef, Plan, Step};
 use towers_kernels::{ConvGeom, Kernel, PoolGeom};

@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use thiserror::Error;
-use towers_graph::{DType, Device};
+use towers_vocab::{DType, Device};
 
 use crate::plan::{BufRef, BufferKind, Plan, Step, StreamPlan};
 

@@ -267,7 +267,7 @@ impl GraphBuilder {
         spec: &str,
         f: impl FnOnce(&mut Self) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let inner = DeviceSpec::parse(spec)?;
+        let inner = DeviceSpec::parse(spec).map_err(GraphError::from)?;
         let merged = self.device.merged_with(&inner);
         let saved = std::mem::replace(&mut self.device, merged);
         let r = f(self);

@@ -65,3 +65,13 @@ pub enum GraphError {
 }
 
 pub type Result<T, E = GraphError> = std::result::Result<T, E>;
+
+/// A device string's error, as the graph's variant with the same message.
+impl From<towers_vocab::DeviceError> for GraphError {
+    fn from(e: towers_vocab::DeviceError) -> GraphError {
+        match e {
+            towers_vocab::DeviceError::Parse { spec, reason } => GraphError::DeviceParse { spec, reason },
+            towers_vocab::DeviceError::Incomplete { spec } => GraphError::IncompleteDevice { spec },
+        }
+    }
+}

@@ -1,7 +1,12 @@
 //! towers-graph: the IR and the TF1-style builder.
 //!
-//! - [`types`]: dtypes, shapes (with an unknown batch dimension), tensor types;
-//! - [`device`]: TF device strings, parsed and canonicalized;
+//! Depends on `towers_vocab` (not on the kernels): the element type, the op
+//! tables, padding, fused expressions, devices, stream kinds and
+//! initializers are the vocabulary's, re-exported here at their old paths
+//! (`towers_graph::DType`, `towers_graph::UnaryOp`, `towers_graph::Device`, ...).
+//!
+//! - [`types`]: shapes (with an unknown batch dimension), tensor types;
+//! - [`device`]: TF device strings (re-exported from the vocabulary);
 //! - [`op`]: the closed op enum;
 //! - [`infer`]: shape inference, one rule per op;
 //! - [`graph`]: nodes, typed edges, collections, serde;
@@ -31,7 +36,7 @@ pub mod verify;
 
 pub use builder::{GraphBuilder, Reuse, VariableOptions};
 pub use builder_array::PadMode;
-pub use device::{ps_task_name, Device, DeviceKind, DeviceSpec, PS_JOB};
+pub use device::{ps_task_name, Device, DeviceError, DeviceKind, DeviceSpec, PS_JOB};
 pub use error::GraphError;
 pub use graph::{keys, Edge, Graph, NewNode, Node, NodeId, Tensor};
 pub use op::{

@@ -10,64 +10,17 @@
 //! Elementwise arithmetic and activations are the kernels' own vocabulary:
 //! `Op::Binary(BinaryOp)`, `Op::Unary(UnaryOp)` and `Op::UnaryGrad(UnaryOp)`
 //! (every unary gradient is a function of the op's output y), so a new
-//! unary op is added in `towers_kernels` alone. Their TF type names come
+//! unary op is one row of `towers_vocab`'s table. Their TF type names come
 //! from those enums (`Relu`, `ReluGrad`, `RealDiv`, ...).
 
 use serde::{Deserialize, Serialize};
 
 use crate::types::{DType, F32};
 
-/// The op vocabulary shared with the kernels: one definition, in `towers_kernels`.
-pub use towers_kernels::elementwise::{FusedExpr, FusedStep};
-/// The variance-scaling initializer's options, shared with the kernels.
-pub use towers_kernels::init::{Distribution, FanMode};
-pub use towers_kernels::{BinaryOp, Padding, UnaryOp};
-
-/// How a variable gets its first value. Seeded initializers draw from a
-/// stream keyed by (graph seed, variable name), so values do not depend on
-/// creation order or thread count.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Initializer {
-    Zeros,
-    Ones,
-    Constant(F32),
-    TruncatedNormal {
-        mean: F32,
-        stddev: F32,
-    },
-    GlorotUniform,
-    RandomUniform {
-        min: F32,
-        max: F32,
-    },
-    // initializers of issue 22
-    /// TF's `variance_scaling_initializer(scale, mode, distribution)`:
-    /// variance `scale / max(1, fan)`, fans from the shape (dense `[in, out]`,
-    /// conv HWIO: receptive field `kh*kw`). He normal (`tf.keras.initializers.he_normal`)
-    /// is [`Initializer::he_normal`].
-    VarianceScaling {
-        scale: F32,
-        mode: FanMode,
-        distribution: Distribution,
-    },
-    /// TF's `random_normal_initializer(mean, stddev)` (untruncated).
-    RandomNormal {
-        mean: F32,
-        stddev: F32,
-    },
-}
-
-impl Initializer {
-    /// He (Kaiming) normal, as TF's `he_normal`: `VarianceScaling { scale: 2,
-    /// FanIn, TruncatedNormal }`.
-    pub fn he_normal() -> Initializer {
-        Initializer::VarianceScaling {
-            scale: F32(2.0),
-            mode: FanMode::FanIn,
-            distribution: Distribution::TruncatedNormal,
-        }
-    }
-}
+/// Re-exports: the op vocabulary shared with the kernels and the plan, one
+/// definition each, in `towers_vocab` (the op tables, padding, fused
+/// expressions, initializers).
+pub use towers_vocab::{BinaryOp, Distribution, FanMode, FusedExpr, FusedStep, Initializer, Padding, UnaryOp};
 
 /// A small constant tensor (scalars, learning rates, shapes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -49,23 +49,9 @@ impl std::fmt::Display for TensorRef {
     }
 }
 
-/// The kind of a stream (TF's stream group: compute, copies, collectives).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum StreamKind {
-    Compute,
-    Copy,
-    Collective,
-}
-
-impl StreamKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            StreamKind::Compute => "compute",
-            StreamKind::Copy => "copy",
-            StreamKind::Collective => "collective",
-        }
-    }
-}
+/// Re-export: the stream kind is vocabulary (`towers_vocab::StreamKind`),
+/// shared with the plan.
+pub use towers_vocab::StreamKind;
 
 /// One step of a stream's program.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

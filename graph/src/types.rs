@@ -3,14 +3,16 @@
 //!
 //! A [`Shape`] dimension is `None` when unknown at build time (TF's `None`
 //! batch dimension); it becomes known when the compiler binds the feeds'
-//! batch size. [`DType`] is the kernels' ([`towers_kernels::dtype`]): all
+//! batch size. [`DType`] is the vocabulary's (`towers_vocab::DType`): all
 //! element types are 4 bytes wide, so every buffer can live in one
 //! 4-byte-aligned arena.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-pub use towers_kernels::DType;
+/// Re-exports: the element type and the bit-compared `f32` are vocabulary
+/// (`towers_vocab`), shared with the kernels and the plan.
+pub use towers_vocab::{DType, F32};
 
 /// A shape whose dimensions may be unknown (`None`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -120,32 +122,5 @@ impl TensorType {
 impl fmt::Display for TensorType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}{}", self.dtype, self.shape)
-    }
-}
-
-/// An `f32` attribute that hashes and compares by bits, so ops stay `Eq + Hash`.
-#[derive(Clone, Copy, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct F32(pub f32);
-
-impl PartialEq for F32 {
-    fn eq(&self, o: &F32) -> bool {
-        self.0.to_bits() == o.0.to_bits()
-    }
-}
-impl Eq for F32 {}
-impl std::hash::Hash for F32 {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        self.0.to_bits().hash(h)
-    }
-}
-impl fmt::Debug for F32 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.0)
-    }
-}
-impl fmt::Display for F32 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
     }
 }

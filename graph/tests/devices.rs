@@ -63,7 +63,7 @@ fn unknown_device_strings_are_errors_with_tf_text() {
     assert!(e.to_string().contains("Cannot specify multiple device types: /gpu:0/cpu:0"), "{e}");
     let e = DeviceSpec::parse("/gpu:one").unwrap_err();
     assert!(e.to_string().contains("invalid literal for int: one"), "{e}");
-    let e = towers_graph::Device::parse("/gpu:*").unwrap_err();
+    let e = GraphError::from(towers_graph::Device::parse("/gpu:*").unwrap_err());
     assert!(matches!(e, GraphError::IncompleteDevice { .. }), "{e:?}");
     // Nothing was created by the failed scopes.
     assert!(b.graph().is_empty());

@@ -1,42 +1,12 @@
-//! Element types. Every element type is 4 bytes wide, so every buffer can
-//! live in one 4-byte-aligned arena; `Bool` is stored as an `i32` 0 or 1.
+//! Buffers by storage type. [`DType`] itself lives in `towers_vocab`
+//! (re-exported here, so `towers_kernels::DType` and
+//! `towers_kernels::dtype::DType` keep working).
 //!
 //! [`Slice`] and [`SliceMut`] carry a buffer with its storage type, for the
 //! few kernels whose element type is a run-time parameter (`cast`, `equal`).
 
-use serde::{Deserialize, Serialize};
-use std::fmt;
-
-/// Element type of a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum DType {
-    F32,
-    I32,
-    /// Stored as an `i32` 0 or 1.
-    Bool,
-}
-
-impl DType {
-    pub fn size_bytes(self) -> usize {
-        4
-    }
-    pub fn is_float(self) -> bool {
-        self == DType::F32
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::I32 => "i32",
-            DType::Bool => "bool",
-        }
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// Re-export: the element type is vocabulary (`towers_vocab::DType`).
+pub use towers_vocab::DType;
 
 /// A read-only buffer by storage type (`I32` also holds `Bool`).
 #[derive(Debug, Clone, Copy)]

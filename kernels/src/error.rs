@@ -42,3 +42,11 @@ pub enum KernelError {
     #[error("{op}: indices[{position}] = {index} is not in [0, {limit})")]
     IndexOutOfRange { op: &'static str, position: usize, index: i32, limit: usize },
 }
+
+/// A fused expression's own error ([`towers_vocab::fused::FusedError`]) is
+/// the kernels' [`KernelError::BadFusion`], with the same message.
+impl From<towers_vocab::fused::FusedError> for KernelError {
+    fn from(e: towers_vocab::fused::FusedError) -> KernelError {
+        KernelError::BadFusion { reason: e.reason }
+    }
+}

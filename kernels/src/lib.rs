@@ -1,11 +1,13 @@
 //! # towers-kernels: the kernel ABI and its CPU bodies
 //!
-//! The bottom crate of towers. It defines, once, the vocabulary every other
-//! crate speaks:
+//! Above `towers_vocab` only. It defines, once, the kernel ABI every
+//! backend speaks:
 //! - [`Kernel`] ([`kernel`]): the closed set of kernels a plan can launch,
 //!   each with its parameter block; the contract every backend honours;
-//! - the op vocabulary the graph's ops reuse: [`UnaryOp`], [`BinaryOp`],
-//!   [`Padding`] (with TF's output-size rule), [`DType`];
+//! - re-exported from `towers_vocab` (their definitions and the op tables
+//!   live there; this crate expands the tables into its CPU loops):
+//!   [`UnaryOp`], [`BinaryOp`], [`Padding`] (with TF's output-size rule),
+//!   [`DType`], [`elementwise::FusedExpr`], [`init::FanMode`], [`init::Distribution`];
 //! - the parameter blocks: [`ConvGeom`], [`PoolGeom`], shapes as `Vec<usize>`.
 //! - each kernel's operands, declared once ([`operands`]): [`Kernel::signature`]
 //!   gives every operand's name, role, dtype and element count, and the
@@ -47,7 +49,8 @@
 //! - Deterministic: same inputs give the same bits. Random kernels depend
 //!   only on seeds, keys and counters, never on threads.
 //! - Every unary op's gradient is a function of its output `y`
-//!   ([`elementwise::unary`]): adding one is one table entry there.
+//!   ([`elementwise::unary`]): adding one is one table entry in
+//!   `vocab/src/unary.rs`.
 //!
 //! ## Kernels by module
 //! - [`gemm`]: `matmul(&MatMul { m, n, k, trans_a, trans_b, alpha, beta, threads }, a, b, c)`:

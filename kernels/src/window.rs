@@ -1,38 +1,15 @@
 //! TF's output-size and padding rules for sliding windows (conv and pool),
-//! shared so the two can never disagree.
+//! shared so the two can never disagree. [`Padding`] and its rule live in
+//! `towers_vocab`; the window arithmetic of the kernels stays here.
 //!
 //! - `Same`: `out = ceil(in / stride)`,
 //!   `pad_total = max((out - 1) * stride + k - in, 0)`, `pad_before = pad_total / 2`
 //!   (the extra padding, if odd, goes after, as in TF).
 //! - `Valid`: `out = ceil((in - k + 1) / stride)` when `in >= k`, else 0; no padding.
 
-use serde::{Deserialize, Serialize};
-
-/// Padding of convolutions and pools, as TF's `padding="SAME"` / `"VALID"`.
-/// The graph's ops and the kernels' geometry share this one type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Padding {
-    Same,
-    Valid,
-}
-
-impl Padding {
-    /// `(out, pad_before)` along one spatial axis for input size `input`,
-    /// window `k` and `stride` (`stride >= 1`, `k >= 1`), TF's rules; `None`
-    /// when a `Valid` window does not fit (`input < k`).
-    pub fn out_and_pad(self, input: usize, k: usize, stride: usize) -> Option<(usize, usize)> {
-        debug_assert!(stride >= 1 && k >= 1);
-        match self {
-            Padding::Same => {
-                let out = input.div_ceil(stride);
-                let needed = (out.saturating_sub(1)) * stride + k;
-                let pad_total = needed.saturating_sub(input);
-                Some((out, pad_total / 2))
-            }
-            Padding::Valid => (input >= k).then(|| ((input - k + 1).div_ceil(stride), 0)),
-        }
-    }
-}
+/// Re-export: the padding rule is vocabulary (`towers_vocab::Padding`),
+/// shared with the graph's shape inference.
+pub use towers_vocab::Padding;
 
 /// [`Padding::out_and_pad`] with an empty output (`(0, 0)`) where the
 /// window does not fit: the kernels' geometry then has nothing to compute.

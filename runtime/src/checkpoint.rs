@@ -32,7 +32,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
-use towers_graph::DType;
+use towers_vocab::DType;
 
 use crate::error::RuntimeError;
 use crate::session::Session;

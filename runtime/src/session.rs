@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use towers_codegen::{BufRef, Plan, Step};
-use towers_graph::{DType, DeviceKind};
+use towers_vocab::{DType, DeviceKind};
 
 use crate::backend::{Backend, BackendError, HostSliceMut, ProgramId};
 use crate::comm::{Comm, LocalComm};

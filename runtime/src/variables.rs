@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use towers_codegen::VariableDecl;
-use towers_graph::{DType, Initializer};
 use towers_kernels::init;
+use towers_vocab::{DType, Initializer};
 
 use crate::backend::{HostSlice, HostSliceMut};
 

@@ -6,81 +6,20 @@
 //! `[N, C]`, or `[H, W, C]` against `[N, H, W, C]`); otherwise a general
 //! 4-deep strided loop whose innermost axis is contiguous or broadcast.
 
-use serde::{Deserialize, Serialize};
-
 use crate::reduce::sum_flags;
 use crate::shape::{broadcast_shapes, bstrides, numel, pad4};
 use crate::KernelError;
 
-/// Defines [`BinaryOp`] from one table, as `unary_ops!` does for the unary
-/// ops: `Variant { name, tf, code, f: (x, y) -> out, cuda: out of x and y }`.
-/// The CPU kernel ([`binary`]) expands each `f` into its own loop; the CUDA
-/// switch `binary_op` is generated from `cuda` by [`BinaryOp::cuda_switch`].
-///
-/// CUDA links by name: an op's code is the table's `code`, never its
-/// position in [`BinaryOp::ALL`]; a code the switch does not know writes
-/// NaN, never another op's value.
-macro_rules! binary_ops {
+/// Re-export: the op enum is vocabulary (`towers_vocab::BinaryOp`, one
+/// table in `vocab/src/binary.rs`).
+pub use towers_vocab::BinaryOp;
+
+/// Expands the vocabulary's table into the CPU kernels: [`binary`] and
+/// [`binary_same_shape`] expand each `f` into its own loop. The table's
+/// other fields are the vocabulary's.
+macro_rules! binary_kernels {
     ($( $(#[$doc:meta])* $v:ident { name: $name:literal, tf: $tf:literal, code: $code:literal, sym: $sym:literal,
         f: $f:expr, cuda: $cuda:literal $(,)? } )*) => {
-        /// The broadcasting arithmetic ops (the graph's `Op::Binary`, the
-        /// plan's `Kernel::Binary`).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        pub enum BinaryOp {
-            $( $(#[$doc])* $v, )*
-        }
-
-        impl BinaryOp {
-            /// Every op, in declaration order.
-            pub const ALL: &'static [BinaryOp] = &[$(BinaryOp::$v),*];
-
-            /// The kernel-level name (lower case, e.g. `add`).
-            pub fn name(self) -> &'static str {
-                match self { $(BinaryOp::$v => $name,)* }
-            }
-
-            /// TF's op type name (`Add`, `Sub`, `Mul`, `RealDiv`).
-            pub fn tf_name(self) -> &'static str {
-                match self { $(BinaryOp::$v => $tf,)* }
-            }
-
-            /// What joins the operand shapes in the plan text (`+`, ` max `).
-            pub fn symbol(self) -> &'static str {
-                match self { $(BinaryOp::$v => $sym,)* }
-            }
-
-            /// The op on one pair of values.
-            pub fn apply(self, x: f32, y: f32) -> f32 {
-                match self { $(BinaryOp::$v => ($f)(x, y),)* }
-            }
-
-            /// The op's code in the CUDA switch and launch arguments: the
-            /// table's `code`, never the op's position in [`BinaryOp::ALL`].
-            pub const fn code(self) -> i32 {
-                match self { $(BinaryOp::$v => $code,)* }
-            }
-
-            /// The op whose [`code`](BinaryOp::code) this is, if any.
-            pub fn from_code(code: i32) -> Option<BinaryOp> {
-                BinaryOp::ALL.iter().copied().find(|op| op.code() == code)
-            }
-
-            /// The CUDA C of `binary_op(op, x, y)`: one case per op of this
-            /// table, numbered by [`code`](BinaryOp::code); any other code
-            /// writes NaN. Deterministic: table order, same text every time.
-            pub fn cuda_switch() -> String {
-                let mut s = String::from(
-                    "\n// Generated from the table of kernels/src/elementwise/broadcast.rs (BinaryOp::cuda_switch):\n\
-                     // case N is the op whose BinaryOp::code() is N; any other code writes NaN.\n\
-                     __device__ __forceinline__ float binary_op(int op, float x, float y) {\n    switch (op) {\n",
-                );
-                $( s.push_str(&format!("    case {}: return {};  // {}\n", $code, $cuda, $name)); )*
-                s.push_str("    default: return __int_as_float(0x7fc00000);  // no such op: NaN, never another op's value\n");
-                s.push_str("    }\n}\n");
-                s
-            }
-        }
-
         /// `out[i] = op(a[i], b[i])` over equal-length slices (a fused
         /// kernel's step on operands already gathered to the output's shape).
         pub fn binary_same_shape(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
@@ -102,40 +41,7 @@ macro_rules! binary_ops {
     };
 }
 
-binary_ops! {
-    /// `x + y`.
-    Add { name: "add", tf: "Add", code: 0, sym: "+", f: |x: f32, y: f32| x + y, cuda: "__fadd_rn(x, y)" }
-    /// `x - y`.
-    Sub { name: "sub", tf: "Sub", code: 1, sym: "-", f: |x: f32, y: f32| x - y, cuda: "__fsub_rn(x, y)" }
-    /// `x * y`.
-    Mul { name: "mul", tf: "Mul", code: 2, sym: "*", f: |x: f32, y: f32| x * y, cuda: "__fmul_rn(x, y)" }
-    /// `x / y` (TF's `RealDiv`).
-    Div { name: "div", tf: "RealDiv", code: 3, sym: "/", f: |x: f32, y: f32| x / y, cuda: "__fdiv_rn(x, y)" }
-    // math ops (issue 22)
-    /// `max(x, y)` (TF's `tf.maximum`); a NaN operand yields the other
-    /// operand, as IEEE `maxNum` (`f32::max`, CUDA's `fmaxf`).
-    Maximum { name: "maximum", tf: "Maximum", code: 4, sym: " max ", f: |x: f32, y: f32| x.max(y), cuda: "fmaxf(x, y)" }
-    /// `min(x, y)` (TF's `tf.minimum`); NaN as [`BinaryOp::Maximum`].
-    Minimum { name: "minimum", tf: "Minimum", code: 5, sym: " min ", f: |x: f32, y: f32| x.min(y), cuda: "fminf(x, y)" }
-    /// `x ^ y` (TF's `tf.pow`): `powf`, so a negative base with a
-    /// non-integer exponent gives NaN and `0 ^ 0 = 1`, as TF.
-    Pow { name: "pow", tf: "Pow", code: 6, sym: "^", f: |x: f32, y: f32| x.powf(y), cuda: "powf(x, y)" }
-    /// `1` where `x >= y`, else `0` (f32): the mask that routes the gradient
-    /// of `maximum`/`minimum` (TF's `GreaterEqual` + `Select`, as a factor).
-    /// Made by autodiff only; it has no gradient.
-    GreaterEqualMask {
-        name: "ge_mask", tf: "GreaterEqualMask", code: 7, sym: " >= ",
-        f: |x: f32, y: f32| if x >= y { 1.0 } else { 0.0 }, cuda: "(x >= y ? 1.0f : 0.0f)",
-    }
-    /// `z * log(x)` where `x > 0`, else `0`, from `x` and `z = pow(x, y)`:
-    /// the factor of `pow`'s gradient with respect to the exponent (TF's
-    /// `_PowGrad`: `where(x > 0, log(x), 0) * z`). Made by autodiff only; it
-    /// has no gradient.
-    PowGradY {
-        name: "pow_grad_y", tf: "PowGradY", code: 8, sym: " powgrad ",
-        f: |x: f32, z: f32| if x > 0.0 { z * x.ln() } else { 0.0 }, cuda: "(x > 0.0f ? __fmul_rn(y, logf(x)) : 0.0f)",
-    }
-}
+towers_vocab::binary_table!(binary_kernels);
 
 /// `out = a (op) b` with broadcasting. `out` has the broadcast shape of
 /// `a_shape` and `b_shape` (see [`crate::shape::broadcast_shapes`]).

@@ -1,5 +1,8 @@
-//! The elementwise unary ops: each op's forward and its gradient, written
-//! once, in the one table of `unary_ops!`. Shapes are irrelevant: every
+//! The CPU kernels of the elementwise unary ops. The ops themselves
+//! ([`UnaryOp`], re-exported from `towers_vocab`) are one table,
+//! `towers_vocab::unary_table!` in `vocab/src/unary.rs`; this file expands
+//! the same rows into one loop per op (`unary_kernels!`), so the kernels
+//! cannot miss an op. Shapes are irrelevant: every
 //! kernel maps `x[i] -> y[i]` over equal-length slices.
 //!
 //! Invariant: every gradient is a function of the upstream gradient `dy`
@@ -8,11 +11,11 @@
 //! op (`UnaryGrad(op)(dy, y)`). An op whose derivative cannot be written
 //! from its output (`square`, `abs`) does not belong here.
 //!
-//! Adding an op: one entry in the table below (variant, names, its code,
+//! Adding an op: one entry in the table of `vocab/src/unary.rs` (variant, names, its code,
 //! forward and gradient from `y` on the CPU and in CUDA C), a builder
 //! method, a test. Nothing else changes: the graph's `Op::Unary`/
 //! `Op::UnaryGrad`, autodiff, simplify, codegen, the CPU backend and the
-//! CUDA switches (generated from this table by [`UnaryOp::cuda_switches`])
+//! CUDA switches (generated from that table by [`UnaryOp::cuda_switches`])
 //! handle every `UnaryOp` generically.
 //!
 //! CUDA links by name: an op's code is the table's `code` ([`UnaryOp::code`]),
@@ -20,106 +23,15 @@
 //! reused. A code the switches do not know writes NaN, never another op's
 //! value.
 
-use serde::{Deserialize, Serialize};
+/// Re-export: the op enum is vocabulary (`towers_vocab::UnaryOp`).
+pub use towers_vocab::UnaryOp;
 
-#[inline(always)]
-fn sigmoid(v: f32) -> f32 {
-    // Stable on both tails: exp of a non-positive argument only.
-    if v >= 0.0 {
-        1.0 / (1.0 + (-v).exp())
-    } else {
-        let e = v.exp();
-        e / (1.0 + e)
-    }
-}
-
-/// `dy` where `y > 0`, else 0. Branchless (a mask on the bits), so it
-/// vectorizes: a branch on the sign of activations mispredicts about half
-/// the time (measured 9x slower on a 256x256 ReLU gradient). At 0 the
-/// gradient is 0, as TF's `ReluGrad`.
-#[inline(always)]
-fn pass_where_positive(dy: f32, y: f32) -> f32 {
-    f32::from_bits(dy.to_bits() & u32::from(y > 0.0).wrapping_neg())
-}
-
-/// Defines [`UnaryOp`] and every kernel over it from one table:
-/// `Variant { name, tf, tf_grad, code, f: forward(x), grad: (dy, y) -> dx,
-/// cuda: forward of v, cuda_grad: dx from g = dy and v = y }` (CUDA C).
-/// Each kernel's `match` expands every closure into its own monomorphic
-/// (vectorizable) loop.
-macro_rules! unary_ops {
+/// Expands the vocabulary's table into the CPU kernels: each kernel's
+/// `match` expands every closure into its own monomorphic (vectorizable)
+/// loop. The table's other fields are the vocabulary's.
+macro_rules! unary_kernels {
     ($( $(#[$doc:meta])* $v:ident { name: $name:literal, tf: $tf:literal, tf_grad: $tfg:literal, code: $code:literal,
         f: $f:expr, grad: $g:expr, cuda: $cuda:literal, cuda_grad: $cudag:literal $(,)? } )*) => {
-        /// An elementwise unary function (the graph's `Op::Unary`, the
-        /// plan's `Kernel::Unary`).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        pub enum UnaryOp {
-            $( $(#[$doc])* $v, )*
-        }
-
-        impl UnaryOp {
-            /// Every op, in declaration order.
-            pub const ALL: &'static [UnaryOp] = &[$(UnaryOp::$v),*];
-
-            /// The kernel-level name (lower case, e.g. `relu`).
-            pub fn name(self) -> &'static str {
-                match self { $(UnaryOp::$v => $name,)* }
-            }
-
-            /// TF's op type name (`Relu`).
-            pub fn tf_name(self) -> &'static str {
-                match self { $(UnaryOp::$v => $tf,)* }
-            }
-
-            /// TF's type name of the gradient op (`ReluGrad`).
-            pub fn tf_grad_name(self) -> &'static str {
-                match self { $(UnaryOp::$v => $tfg,)* }
-            }
-
-            /// The op on one value.
-            pub fn apply(self, x: f32) -> f32 {
-                match self { $(UnaryOp::$v => ($f)(x),)* }
-            }
-
-            /// The gradient on one value, from the upstream `dy` and the output `y`.
-            pub fn grad(self, dy: f32, y: f32) -> f32 {
-                match self { $(UnaryOp::$v => ($g)(dy, y),)* }
-            }
-
-            /// The op's code in the CUDA switches and launch arguments: the
-            /// table's `code`, never the op's position in [`UnaryOp::ALL`].
-            pub const fn code(self) -> i32 {
-                match self { $(UnaryOp::$v => $code,)* }
-            }
-
-            /// The op whose [`code`](UnaryOp::code) this is, if any.
-            pub fn from_code(code: i32) -> Option<UnaryOp> {
-                UnaryOp::ALL.iter().copied().find(|op| op.code() == code)
-            }
-
-            /// The CUDA C of `unary_op(op, v)` and `unary_grad_op(op, g, v)`
-            /// (`g` = dy, `v` = y), one case per op of this table, numbered
-            /// by [`code`](UnaryOp::code); any other code writes NaN.
-            /// Products are rounded one by one (no fused multiply-add), as
-            /// the CPU bodies, so results match bit for bit where the CPU's
-            /// do. Deterministic: table order, same text every time.
-            pub fn cuda_switches() -> String {
-                let mut s = String::from(
-                    "\n// Generated from the table of kernels/src/elementwise/unary.rs (UnaryOp::cuda_switches):\n\
-                     // case N is the op whose UnaryOp::code() is N; any other code writes NaN.\n\
-                     __device__ __forceinline__ float unary_op(int op, float v) {\n    float r;\n    switch (op) {\n",
-                );
-                $( s.push_str(&format!("    case {}: r = {}; break;  // {}\n", $code, $cuda, $name)); )*
-                s.push_str("    default: r = __int_as_float(0x7fc00000); break;  // no such op: NaN, never another op's value\n");
-                s.push_str("    }\n    return r;\n}\n\n");
-                s.push_str("__device__ __forceinline__ float unary_grad_op(int op, float g, float v) {\n    float r;\n    switch (op) {\n");
-                $( s.push_str(&format!("    case {}: r = {}; break;  // {}\n", $code, $cudag, $tfg)); )*
-                s.push_str("    default: r = __int_as_float(0x7fc00000); break;  // no such op: NaN, never another op's value\n");
-                s.push_str("    }\n    return r;\n}\n");
-                s
-            }
-        }
-
         /// `y[i] = op(x[i])`.
         pub fn unary(op: UnaryOp, x: &[f32], y: &mut [f32]) {
             debug_assert_eq!(x.len(), y.len());
@@ -166,92 +78,7 @@ macro_rules! unary_ops {
     };
 }
 
-unary_ops! {
-    /// `-x`; `dx = -dy`.
-    Neg {
-        name: "neg", tf: "Neg", tf_grad: "NegGrad", code: 0,
-        f: |v: f32| -v, grad: |d: f32, _y: f32| -d,
-        cuda: "-v", cuda_grad: "__fmul_rn(g, -1.0f)",
-    }
-    /// `max(x, 0)`; `dx = dy * [y > 0]`.
-    Relu {
-        name: "relu", tf: "Relu", tf_grad: "ReluGrad", code: 1,
-        f: |v: f32| if v > 0.0 { v } else { 0.0 },
-        grad: pass_where_positive,
-        cuda: "v > 0.0f ? v : 0.0f", cuda_grad: "v > 0.0f ? g : 0.0f",
-    }
-    /// `1 / (1 + exp(-x))`; `dx = dy * y * (1 - y)`.
-    Sigmoid {
-        name: "sigmoid", tf: "Sigmoid", tf_grad: "SigmoidGrad", code: 2,
-        f: sigmoid, grad: |d: f32, y: f32| d * y * (1.0 - y),
-        cuda: "sigmoid(v)", cuda_grad: "__fmul_rn(__fmul_rn(g, v), __fsub_rn(1.0f, v))",
-    }
-    /// `tanh(x)`; `dx = dy * (1 - y^2)`.
-    Tanh {
-        name: "tanh", tf: "Tanh", tf_grad: "TanhGrad", code: 3,
-        f: |v: f32| v.tanh(), grad: |d: f32, y: f32| d * (1.0 - y * y),
-        cuda: "tanhf(v)", cuda_grad: "__fmul_rn(g, __fsub_rn(1.0f, __fmul_rn(v, v)))",
-    }
-    /// `exp(x)`; `dx = dy * y`.
-    Exp {
-        name: "exp", tf: "Exp", tf_grad: "ExpGrad", code: 4,
-        f: |v: f32| v.exp(), grad: |d: f32, y: f32| d * y,
-        cuda: "expf(v)", cuda_grad: "__fmul_rn(g, v)",
-    }
-    /// Natural log; `log(0) = -inf`, negative inputs give NaN (as TF);
-    /// `dx = dy / x = dy * exp(-y)`.
-    Log {
-        name: "log", tf: "Log", tf_grad: "LogGrad", code: 5,
-        f: |v: f32| v.ln(), grad: |d: f32, y: f32| d * (-y).exp(),
-        cuda: "logf(v)", cuda_grad: "__fmul_rn(g, expf(-v))",
-    }
-    /// `sqrt(x)`; `dx = dy / (2 y)` (TF's `SqrtGrad`).
-    Sqrt {
-        name: "sqrt", tf: "Sqrt", tf_grad: "SqrtGrad", code: 6,
-        f: |v: f32| v.sqrt(), grad: |d: f32, y: f32| d * 0.5 / y,
-        cuda: "__fsqrt_rn(v)", cuda_grad: "__fdiv_rn(__fmul_rn(g, 0.5f), v)",
-    }
-    /// `1 / sqrt(x)`; `dx = -dy * y^3 / 2` (TF's `RsqrtGrad`).
-    Rsqrt {
-        name: "rsqrt", tf: "Rsqrt", tf_grad: "RsqrtGrad", code: 7,
-        f: |v: f32| 1.0 / v.sqrt(), grad: |d: f32, y: f32| -0.5 * d * y * y * y,
-        cuda: "__fdiv_rn(1.0f, __fsqrt_rn(v))", cuda_grad: "__fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(-0.5f, g), v), v), v)",
-    }
-    /// `1 / x`; `dx = -dy * y^2` (TF's `ReciprocalGrad`).
-    Reciprocal {
-        name: "reciprocal", tf: "Reciprocal", tf_grad: "ReciprocalGrad", code: 8,
-        f: |v: f32| 1.0 / v, grad: |d: f32, y: f32| -d * y * y,
-        cuda: "__fdiv_rn(1.0f, v)", cuda_grad: "__fmul_rn(__fmul_rn(-g, v), v)",
-    }
-    /// `x` if `x > 0` else `exp(x) - 1` (TF's `tf.nn.elu`); from y:
-    /// `dx = dy` if `y > 0` else `dy * (y + 1)` (since `exp(x) = y + 1`; TF's `EluGrad`).
-    Elu {
-        name: "elu", tf: "Elu", tf_grad: "EluGrad", code: 9,
-        f: |v: f32| if v > 0.0 { v } else { v.exp_m1() },
-        grad: |d: f32, y: f32| if y > 0.0 { d } else { d * (y + 1.0) },
-        cuda: "v > 0.0f ? v : expm1f(v)", cuda_grad: "v > 0.0f ? g : __fmul_rn(g, __fadd_rn(v, 1.0f))",
-    }
-    // math ops (issue 22)
-    /// `min(max(x, 0), 6)` (TF's `tf.nn.relu6`); `dx = dy` where `0 < y < 6`,
-    /// else 0: 0 at both kinks, as TF's `Relu6Grad` (`0 < x < 6`, and
-    /// `0 < y < 6` holds exactly where `0 < x < 6`).
-    Relu6 {
-        name: "relu6", tf: "Relu6", tf_grad: "Relu6Grad", code: 10,
-        f: |v: f32| if v > 0.0 { if v < 6.0 { v } else { 6.0 } } else { 0.0 },
-        grad: |d: f32, y: f32| if y > 0.0 && y < 6.0 { d } else { 0.0 },
-        cuda: "v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f", cuda_grad: "(v > 0.0f && v < 6.0f) ? g : 0.0f",
-    }
-    /// `log(1 + exp(x))` (TF's `tf.nn.softplus`), computed stably as
-    /// `max(x, 0) + log1p(exp(-|x|))`; `dx = dy * sigmoid(x)`, and from y:
-    /// `sigmoid(x) = 1 - exp(-y)` (since `exp(y) = 1 + exp(x)`), written
-    /// `-expm1(-y)` so it stays exact for tiny y (x far below 0).
-    Softplus {
-        name: "softplus", tf: "Softplus", tf_grad: "SoftplusGrad", code: 11,
-        f: |v: f32| v.max(0.0) + (-v.abs()).exp().ln_1p(),
-        grad: |d: f32, y: f32| d * -(-y).exp_m1(),
-        cuda: "__fadd_rn(fmaxf(v, 0.0f), log1pf(expf(-fabsf(v))))", cuda_grad: "__fmul_rn(g, -expm1f(-v))",
-    }
-}
+towers_vocab::unary_table!(unary_kernels);
 
 #[cfg(test)]
 mod tests {
@@ -344,28 +171,5 @@ mod tests {
         let mut dx = [1.0; 3];
         unary_grad(UnaryOp::Relu, &[1.0, 1.0, 1.0], &[0.0, -0.0, 2.0], &mut dx);
         assert_eq!(dx, [0.0, 0.0, 1.0]);
-    }
-
-    #[test]
-    fn names_are_distinct() {
-        let mut names: Vec<&str> = UnaryOp::ALL.iter().map(|o| o.name()).collect();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), UnaryOp::ALL.len());
-    }
-
-    /// Codes are distinct and non-negative (the CUDA epilogues take -1 for
-    /// "no activation"), and each names its op back.
-    #[test]
-    fn codes_are_distinct_and_name_their_op() {
-        for &op in UnaryOp::ALL {
-            assert!(op.code() >= 0, "{op:?}");
-            assert_eq!(UnaryOp::from_code(op.code()), Some(op), "{op:?}");
-        }
-        let mut codes: Vec<i32> = UnaryOp::ALL.iter().map(|o| o.code()).collect();
-        codes.sort();
-        codes.dedup();
-        assert_eq!(codes.len(), UnaryOp::ALL.len());
-        assert_eq!(UnaryOp::from_code(-1), None);
     }
 }

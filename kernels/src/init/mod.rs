@@ -13,7 +13,6 @@
 
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 
 use crate::random::u32_to_unit;
 
@@ -94,29 +93,8 @@ pub fn glorot_uniform(x: &mut [f32], shape: &[usize], seed: u64, key: &str) {
 
 // initializers of issue 22
 
-/// Which fan scales a [`variance_scaling`] initializer (TF's `mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum FanMode {
-    /// `fan_in` (He, LeCun).
-    FanIn,
-    /// `fan_out`.
-    FanOut,
-    /// `(fan_in + fan_out) / 2` (Glorot).
-    FanAvg,
-}
-
-/// What a [`variance_scaling`] initializer draws from (TF's `distribution`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Distribution {
-    /// A normal truncated at 2 stddev, its stddev divided by 0.87962566 so
-    /// the draws have the wanted variance (TF's `"truncated_normal"`, and
-    /// TF1's `"normal"`, its old name).
-    TruncatedNormal,
-    /// An untruncated normal (TF's `"untruncated_normal"`).
-    Normal,
-    /// `U(-limit, limit)`, `limit = sqrt(3 * scale)` (TF's `"uniform"`).
-    Uniform,
-}
+/// Re-exports: the initializer options are vocabulary (`towers_vocab::init`).
+pub use towers_vocab::init::{Distribution, FanMode};
 
 /// The stddev of a standard normal truncated to [-2, 2]: TF's correction
 /// `.87962566103423978` in `VarianceScaling.__call__` (init_ops.py).

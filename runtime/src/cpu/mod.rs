@@ -49,7 +49,7 @@ pub use threads::{thread_plans, ThreadPlan};
 use std::sync::Arc;
 
 use towers_codegen::{BufRef, BufferKind, Plan, VariableDecl};
-use towers_graph::DType;
+use towers_vocab::DType;
 
 use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
 use crate::comm::Comm;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use towers_codegen::{BufRef, Kernel, Plan, Step};
-use towers_graph::DType;
+use towers_vocab::DType;
 
 use super::mem::{MutSliceList, Region, SliceList, Slot};
 use super::store::Store;

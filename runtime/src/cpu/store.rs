@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use towers_graph::DType;
+use towers_vocab::DType;
 
 use super::mem::Region;
 use crate::backend::HostSlice;

@@ -18,7 +18,7 @@
 //! the next launch of the ready stream that has run the fewest.
 
 use towers_codegen::{Plan, Step};
-use towers_graph::Device;
+use towers_vocab::Device;
 
 /// One thread's work: (stream index, step index) in execution order; its
 /// lanes take launches in the order their streams first appear.
@@ -126,7 +126,7 @@ pub fn thread_plans(plan: &Plan, cores: usize) -> Result<Vec<ThreadPlan>, String
 mod tests {
     use super::*;
     use towers_codegen::{Mode, StreamPlan};
-    use towers_graph::StreamKind;
+    use towers_vocab::StreamKind;
 
     fn plan(streams: Vec<(Device, Vec<Step>)>, num_events: usize) -> Plan {
         Plan {

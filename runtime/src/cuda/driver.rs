@@ -78,7 +78,7 @@ impl PinnedHost {
 
     /// The memory as `len` 4-byte elements of `dtype`'s host type (f32, or
     /// i32 for i32 and bool), or None when it holds fewer.
-    pub fn slice_mut(&mut self, dtype: towers_graph::DType, len: usize) -> Option<crate::backend::HostSliceMut<'_>> {
+    pub fn slice_mut(&mut self, dtype: towers_vocab::DType, len: usize) -> Option<crate::backend::HostSliceMut<'_>> {
         use crate::backend::HostSliceMut;
         if len.checked_mul(4)? > self.bytes {
             return None;
@@ -88,7 +88,7 @@ impl PinnedHost {
         // value and borrowed mutably for the slice's lifetime.
         Some(unsafe {
             match dtype {
-                towers_graph::DType::F32 => {
+                towers_vocab::DType::F32 => {
                     HostSliceMut::F32(std::slice::from_raw_parts_mut(self.ptr as *mut f32, len))
                 }
                 _ => HostSliceMut::I32(std::slice::from_raw_parts_mut(self.ptr as *mut i32, len)),

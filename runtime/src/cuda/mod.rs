@@ -64,7 +64,7 @@ use std::time::Instant;
 
 use cudarc::driver::CudaContext;
 use towers_codegen::{BufRef, Plan};
-use towers_graph::DType;
+use towers_vocab::DType;
 
 use crate::backend::{BackendError, ProgramId};
 #[cfg(feature = "nccl")]

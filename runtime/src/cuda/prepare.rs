@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use cudarc::driver::result as drv;
 use towers_codegen::{BufRef, Plan, Step};
-use towers_graph::DType;
+use towers_vocab::DType;
 use towers_kernels::Kernel;
 
 use super::args::{self, Side};

@@ -13,7 +13,7 @@
 //!   (dtypes dispatched at run time, so the generics cost two tiny copies
 //!   of each wrapper, not two copies of the session).
 
-use towers_graph::DType;
+use towers_vocab::DType;
 
 use crate::backend::{HostSlice, HostSliceMut};
 use crate::variables::HostVec;

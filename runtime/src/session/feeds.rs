@@ -7,7 +7,7 @@
 //! ([`RuntimeError::FeedLength`]).
 
 use towers_codegen::{BufRef, Plan};
-use towers_graph::DType;
+use towers_vocab::DType;
 
 use super::{compatible, list, lookup, Element, Program, Session};
 use crate::backend::{HostSlice, HostSliceMut};
