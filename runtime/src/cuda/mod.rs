@@ -455,10 +455,6 @@ impl CudaBackend {
     }
 }
 
-/// Largest im2col workspace a GPU stream gets (256 MiB): convolutions whose
-/// column matrix is larger run in chunks of this size.
-const MAX_WORKSPACE_BYTES: usize = 256 << 20;
-
 fn is_conv(k: &Kernel) -> bool {
     matches!(
         k,
@@ -473,22 +469,18 @@ fn is_conv(k: &Kernel) -> bool {
 /// other on it). The plan sizes its workspace for the CPU: a chunk of
 /// about 64K floats that stays in cache, which on a GPU means dozens of
 /// small im2col + GEMM launches per convolution; here each convolution gets
-/// its whole column matrix (up to [`MAX_WORKSPACE_BYTES`]), so an
+/// its whole column matrix (up to `towers_kernels::launch::MAX_WORKSPACE_BYTES`), so an
 /// MNIST-sized convolution is one im2col and one GEMM. Allocated at load.
 fn stream_workspace_bytes(s: &towers_codegen::StreamPlan) -> usize {
     let mut bytes = 0;
     for step in &s.steps {
         if let Step::Launch { kernel, .. } = step {
-            let g = match kernel {
-                Kernel::Conv2D { geom, .. }
-                | Kernel::Conv2DBiasAct { geom, .. }
-                | Kernel::Conv2DBackpropInput { geom, .. }
-                | Kernel::Conv2DBackpropFilter { geom, .. } => geom,
-                _ => continue,
-            };
-            let pointwise = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1;
-            if !pointwise {
-                bytes = bytes.max((g.rows() * g.k() * 4).min(MAX_WORKSPACE_BYTES.max(g.k() * 4)));
+            if let Kernel::Conv2D { geom, .. }
+            | Kernel::Conv2DBiasAct { geom, .. }
+            | Kernel::Conv2DBackpropInput { geom, .. }
+            | Kernel::Conv2DBackpropFilter { geom, .. } = kernel
+            {
+                bytes = bytes.max(towers_kernels::launch::conv_workspace_floats(geom) * 4);
             }
         }
     }
@@ -608,8 +600,10 @@ fn enqueue(
         // SAFETY: every handle and device address was created or checked at load and lives as long as the program.
         let r = unsafe {
             match &mut item.op {
-                Op::Kernel(l) => drv::launch_kernel(l.f, (l.grid, 1, 1), (l.block, 1, 1), 0, stream, l.args.params())
-                    .map_err(|e| derr("cuLaunchKernel", e)),
+                Op::Kernel(l) => {
+                    drv::launch_kernel(l.f, (l.grid, 1, 1), (l.block, 1, 1), l.smem, stream, l.args.params())
+                        .map_err(|e| derr("cuLaunchKernel", e))
+                }
                 Op::Gemm(g) => match &st.blas {
                     Some(b) => gemm(b.raw, g),
                     None => Err("no cuBLAS handle on this stream".into()),
