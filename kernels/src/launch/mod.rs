@@ -169,6 +169,22 @@ pub struct Counts<'a> {
     pub workspace: Option<usize>,
 }
 
+/// The workspace the CUDA backend gives `kernel` in place of the plan's,
+/// in f32: a convolution stages its column matrix
+/// ([`conv_workspace_floats`]; the backend's stream buffer is at least
+/// this large, shared by the stream's convolutions), a fused tower update
+/// its product (`m * n`). `None`: the plan's workspace, if any.
+pub fn backend_workspace(kernel: &Kernel) -> Option<usize> {
+    match kernel {
+        Kernel::Conv2D { geom, .. }
+        | Kernel::Conv2DBiasAct { geom, .. }
+        | Kernel::Conv2DBackpropInput { geom, .. }
+        | Kernel::Conv2DBackpropFilter { geom, .. } => Some(conv_workspace_floats(geom)),
+        Kernel::TowerMatMulApply { m, n, .. } => Some(m * n),
+        _ => None,
+    }
+}
+
 /// The CUDA lowering of `kernel` over operands of these element counts.
 pub fn lower(kernel: &Kernel, counts: Counts<'_>) -> Result<Lowering, LaunchError> {
     let mut cx = Cx { name: kernel.name(), counts, low: Lowering::default() };

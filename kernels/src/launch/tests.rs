@@ -37,7 +37,7 @@ fn samples() -> Vec<(&'static str, Kernel, Vec<usize>, Vec<usize>, Option<usize>
             None,
         ),
         (
-            "conv2d_bias_act (two chunks, fused pool)",
+            "conv2d_bias_act (im2col, fused pool)",
             Kernel::Conv2DBiasAct { geom: conv_geom(), workspace_len: 0, act: UnaryOp::Relu, pool: Some(pool_geom()) },
             vec![384, 108, 4],
             vec![512, 128],
