@@ -56,8 +56,8 @@ fn samples() -> Vec<(&'static str, Kernel, Vec<usize>, Vec<usize>, Option<usize>
         (
             "unary_grad_bias_grad (two stages)",
             Kernel::UnaryGradBiasGrad { channels: 16, act: UnaryOp::Relu },
-            vec![16384, 16384],
-            vec![16384, 16],
+            vec![65536, 65536],
+            vec![65536, 16],
             None,
         ),
         ("reduce_mean", Kernel::ReduceMean { shape: vec![4, 6], axes: vec![0] }, vec![24], vec![6], None),

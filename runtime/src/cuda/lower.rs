@@ -158,7 +158,7 @@ pub(crate) fn lower_launch(
                         Arg::Operand(o) => a.ptr(addr(*o)?),
                         Arg::Null => a.ptr(0),
                         Arg::I32(v) => a.i32(*v),
-                        Arg::I64(v) => a.push(*v),
+                        Arg::I64(v) => a.i64(*v),
                         Arg::U64(v) => a.u64(*v),
                         Arg::F32(v) => a.f32(*v),
                         Arg::Dims4(d) => a.push(*d),
