@@ -6,7 +6,9 @@
 //! runs for it, from `towers_kernels::launch` for that launch's operand
 //! sizes: the entry point with its grid, block and dynamic shared memory
 //! (`cuda towers_binary_f32 grid=4 block=256 smem=0`), or a cuBLAS GEMM's
-//! sizes (`cuda sgemm m=8 n=4 k=3 tb`). The CPU backend ignores them.
+//! sizes (`cuda sgemm m=8 n=4 k=3 tb`). The CPU backend ignores them. Only
+//! in the full form: grids (and the choice of launches) follow the sizes,
+//! which the structural view leaves out.
 //!
 //! Two forms: [`Plan::to_text`], everything, arena offsets and byte counts
 //! included; and [`Plan::to_structure_text`], the structural view for
@@ -408,7 +410,9 @@ impl Plan {
                             self.refs(inputs),
                             self.refs(outputs)
                         );
-                        self.cuda_lines(&mut o, kernel, inputs, outputs, workspace.as_ref());
+                        if !structural {
+                            self.cuda_lines(&mut o, kernel, inputs, outputs, workspace.as_ref());
+                        }
                     }
                     Step::Copy { from, to, node, .. } if structural => {
                         let _ = writeln!(o, "  copy {} -> {}  ; {node}", self.ref_name(from), self.ref_name(to));
