@@ -155,6 +155,9 @@ pub enum LaunchError {
     /// A fused kernel around an inner kernel it cannot run.
     #[error("{kernel} cannot fuse {inner}; only the optimizer updates it names")]
     CannotFuse { kernel: &'static str, inner: &'static str },
+    /// A kernel no family lowers (a new `Kernel` variant without its arm in `launch`).
+    #[error("{kernel} has no CUDA lowering; add its arm to towers_kernels::launch")]
+    NoLowering { kernel: &'static str },
     /// A kernel with an empty operand list where it needs one.
     #[error("{kernel}: no inputs")]
     NoInputs { kernel: &'static str },
@@ -201,7 +204,7 @@ fn lower_into(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
     {
         return Ok(());
     }
-    Err(LaunchError::CannotFuse { kernel: cx.name, inner: kernel.name() })
+    Err(LaunchError::NoLowering { kernel: kernel.name() })
 }
 
 /// The lowering under way: the kernel's name (for errors), the counts, the ops so far.
