@@ -2,6 +2,14 @@
 //! on a stream, every cross-stream dependency an explicit event. Byte for
 //! byte deterministic: it only walks the plan's vectors in order.
 //!
+//! Under each launch, one `cuda ...` line per operation the CUDA backend
+//! runs for it, from `towers_kernels::launch` for that launch's operand
+//! sizes: the entry point with its grid, block and dynamic shared memory
+//! (`cuda towers_binary_f32 grid=4 block=256 smem=0`), or a cuBLAS GEMM's
+//! sizes (`cuda sgemm m=8 n=4 k=3 tb`). The CPU backend ignores them. Only
+//! in the full form: grids (and the choice of launches) follow the sizes,
+//! which the structural view leaves out.
+//!
 //! Two forms: [`Plan::to_text`], everything, arena offsets and byte counts
 //! included; and [`Plan::to_structure_text`], the structural view for
 //! snapshot tests, the same lines without arena sizes, offsets and byte
@@ -14,6 +22,7 @@ use std::fmt::Write;
 use towers_vocab::{Distribution, FanMode, Initializer, Padding};
 
 use crate::plan::{BufRef, Plan, Step};
+use towers_kernels::launch::{self, Counts, LaunchError, LaunchOp, Lowering};
 use towers_kernels::{ConvGeom, Kernel, PoolGeom};
 
 fn dims(d: &[usize]) -> String {
@@ -255,6 +264,58 @@ impl Plan {
         out
     }
 
+    /// The element count of an operand (an arena buffer or a variable).
+    fn count(&self, r: &BufRef) -> usize {
+        match r {
+            BufRef::Variable(n) => self.variable(n).map_or(0, |v| v.shape.iter().product()),
+            _ => self.buffer(r).map_or(0, |b| b.len()),
+        }
+    }
+
+    /// What the CUDA backend runs for one launch of this plan
+    /// (`towers_kernels::launch::lower` over its operands' element counts,
+    /// with the workspace the backend gives it).
+    pub fn cuda_lowering(
+        &self,
+        kernel: &Kernel,
+        ins: &[BufRef],
+        outs: &[BufRef],
+        ws: Option<&BufRef>,
+    ) -> Result<Lowering, LaunchError> {
+        let (ins, outs): (Vec<usize>, Vec<usize>) =
+            (ins.iter().map(|r| self.count(r)).collect(), outs.iter().map(|r| self.count(r)).collect());
+        let workspace = launch::backend_workspace(kernel).or(ws.map(|r| self.count(r)));
+        launch::lower(kernel, Counts { ins: &ins, outs: &outs, workspace })
+    }
+
+    /// Under a launch, what the CUDA backend runs for it
+    /// (`towers_kernels::launch`, for these operands' sizes): each CUDA C
+    /// launch's entry, grid, block and dynamic shared memory, each cuBLAS
+    /// GEMM's sizes. The CPU backend ignores these lines.
+    fn cuda_lines(&self, o: &mut String, kernel: &Kernel, ins: &[BufRef], outs: &[BufRef], ws: Option<&BufRef>) {
+        match self.cuda_lowering(kernel, ins, outs, ws) {
+            Ok(low) => {
+                for op in &low.ops {
+                    let _ = match op {
+                        LaunchOp::Launch(l) => writeln!(o, "    cuda {} {}", l.entry, l.geometry()),
+                        LaunchOp::Gemm(g) => writeln!(
+                            o,
+                            "    cuda sgemm m={} n={} k={}{}{}",
+                            g.m,
+                            g.n,
+                            g.k,
+                            if g.trans_a { " ta" } else { "" },
+                            if g.trans_b { " tb" } else { "" }
+                        ),
+                    };
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(o, "    cuda none: {e}");
+            }
+        }
+    }
+
     fn refs(&self, rs: &[BufRef]) -> String {
         rs.iter().map(|r| self.ref_name(r)).collect::<Vec<_>>().join(", ")
     }
@@ -349,6 +410,9 @@ impl Plan {
                             self.refs(inputs),
                             self.refs(outputs)
                         );
+                        if !structural {
+                            self.cuda_lines(&mut o, kernel, inputs, outputs, workspace.as_ref());
+                        }
                     }
                     Step::Copy { from, to, node, .. } if structural => {
                         let _ = writeln!(o, "  copy {} -> {}  ; {node}", self.ref_name(from), self.ref_name(to));

@@ -98,6 +98,7 @@ pub mod gemm;
 pub mod init;
 pub mod kernel;
 mod lanes;
+pub mod launch;
 pub mod layout;
 pub mod misc;
 pub mod operands;

@@ -1,35 +1,14 @@
-//! The registry's own checks: entry points defined once in their sources, names unique.
+//! The sources' own checks: launch entries defined once in their sources, hashes, interning.
 
 use super::*;
 
 #[test]
-fn every_entry_point_is_defined_once_in_its_source() {
-    for k in KERNELS {
-        match k.source() {
-            None => assert!(k.kernel.starts_with("gemm") && k.entries.is_empty(), "{}", k.kernel),
-            Some(src) => {
-                for e in k.entries {
-                    let decl = format!("extern \"C\" __global__ void {e}(");
-                    assert_eq!(src.code.matches(&decl).count(), 1, "{} in {}", e, src.path);
-                }
-            }
-        }
-        for (f, e) in k.after {
-            let other = source(f).expect("a family of the registry");
-            let decl = format!("extern \"C\" __global__ void {e}(");
-            assert_eq!(other.code.matches(&decl).count(), 1, "{} in {}", e, other.path);
-        }
+fn every_launch_entry_is_defined_once_in_its_source() {
+    for e in crate::launch::entries::ALL {
+        let src = source(e.family).expect("a family of the sources");
+        let decl = format!("extern \"C\" __global__ void {}(", e.name);
+        assert_eq!(src.code.matches(&decl).count(), 1, "{} in {}", e.name, src.path);
     }
-}
-
-#[test]
-fn one_twin_per_plan_kernel() {
-    assert_eq!(KERNELS.len(), 63);
-    let mut names: Vec<_> = KERNELS.iter().map(|k| k.kernel).collect();
-    names.sort();
-    names.dedup();
-    assert_eq!(names.len(), 63);
-    assert!(KERNELS.iter().all(|k| k.family.is_none() || k.source().is_some()));
 }
 
 #[test]

@@ -10,6 +10,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use towers_kernels::cuda::{self, grid_1d, ConvArgs, Dims4, PoolArgs, BLOCK};
+use towers_kernels::{launch, Kernel};
 
 use crate::common;
 
@@ -48,6 +49,10 @@ impl<T> Dev<T> {
     pub(crate) fn a(&self) -> A {
         A::U64(self.ptr)
     }
+    /// This buffer as an operand of [`Gpu::run`]: (pointer, `len` elements).
+    pub(crate) fn of(&self, len: usize) -> (u64, usize) {
+        (self.ptr, len)
+    }
 }
 
 pub(crate) struct Gpu {
@@ -78,6 +83,10 @@ impl Gpu {
     }
 
     pub(crate) fn launch(&self, family: &'static str, entry: &str, grid: u32, block: u32, args: &[A]) {
+        self.launch_smem(family, entry, (grid, block, 0), args)
+    }
+
+    fn launch_smem(&self, family: &'static str, entry: &str, (grid, block, smem): (u32, u32, u32), args: &[A]) {
         let f = self.module(family).load_function(entry).unwrap_or_else(|e| panic!("{entry}: {e:?}"));
         let mut b = self.stream.launch_builder(&f);
         for a in args {
@@ -91,9 +100,69 @@ impl Gpu {
                 A::Conv(v) => b.arg(v),
             };
         }
-        let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem };
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| panic!("{entry}: {e:?}"));
         self.stream.synchronize().unwrap_or_else(|e| panic!("{entry}: {e:?}"));
+    }
+
+    /// Run `kernel` exactly as the CUDA backend lowers it
+    /// (`towers_kernels::launch::lower`: entries, geometry and argument
+    /// order), its operands these buffers as (device pointer, element
+    /// count); side arrays, scratch areas and the step cell (step 0) are
+    /// uploaded here as the backend's side buffer holds them.
+    pub(crate) fn run(&self, kernel: &Kernel, ins: &[(u64, usize)], outs: &[(u64, usize)], ws: Option<(u64, usize)>) {
+        let lens = |v: &[(u64, usize)]| v.iter().map(|d| d.1).collect::<Vec<_>>();
+        let (il, ol) = (lens(ins), lens(outs));
+        let counts = launch::Counts { ins: &il, outs: &ol, workspace: ws.map(|w| w.1) };
+        let low = launch::lower(kernel, counts).unwrap_or_else(|e| panic!("{e}"));
+        let addr = |o: launch::Operand| {
+            let d = match o.which {
+                launch::Which::In(i) => ins[i],
+                launch::Which::Out(j) => outs[j],
+                launch::Which::Workspace => ws.expect("a workspace"),
+            };
+            assert!(o.offset <= d.1, "{}: offset {} past {} elements", kernel.name(), o.offset, d.1);
+            d.0 + (o.offset * 4) as u64
+        };
+        let step = self.up(&[0u64]);
+        let scratch: Vec<Dev<f32>> = low.scratch.iter().map(|&n| self.up(&vec![0f32; n])).collect();
+        let (mut ptrs, mut floats, mut longs) = (Vec::new(), Vec::new(), Vec::new());
+        for op in &low.ops {
+            let l = match op {
+                launch::LaunchOp::Launch(l) => l,
+                launch::LaunchOp::Gemm(gm) => panic!("{}: the twins run no cuBLAS ({gm})", kernel.name()),
+            };
+            let mut args = Vec::new();
+            for a in &l.args {
+                args.push(match a {
+                    launch::Arg::Operand(o) => A::U64(addr(*o)),
+                    launch::Arg::Null => A::U64(0),
+                    launch::Arg::I32(v) => A::I32(*v),
+                    launch::Arg::I64(v) => A::I64(*v),
+                    launch::Arg::U64(v) => A::U64(*v),
+                    launch::Arg::F32(v) => A::F32(*v),
+                    launch::Arg::Dims4(d) => A::D4(Val(*d)),
+                    launch::Arg::Pool(p) => A::Pool(Val(*p)),
+                    launch::Arg::Conv(c) => A::Conv(Val(*c)),
+                    launch::Arg::Step => A::U64(step.ptr),
+                    launch::Arg::Operands(v) => {
+                        let p: Vec<u64> = v.iter().map(|&which| addr(launch::Operand { which, offset: 0 })).collect();
+                        ptrs.push(self.up(&p));
+                        A::U64(ptrs[ptrs.len() - 1].ptr)
+                    }
+                    launch::Arg::F32s(v) => {
+                        floats.push(self.up(v));
+                        A::U64(floats[floats.len() - 1].ptr)
+                    }
+                    launch::Arg::I64s(v) => {
+                        longs.push(self.up(v));
+                        A::U64(longs[longs.len() - 1].ptr)
+                    }
+                    launch::Arg::Scratch(k) => A::U64(scratch[*k].ptr),
+                });
+            }
+            self.launch_smem(l.family, l.entry, (l.grid, l.block, l.shared_bytes), &args);
+        }
     }
 
     /// Elementwise geometry over `count` elements.

@@ -4,7 +4,7 @@
 use towers_kernels::cuda::{grid_rows, Dims4, BLOCK};
 
 use towers_kernels::dtype::{Slice, SliceMut};
-use towers_kernels::DType;
+use towers_kernels::{DType, Kernel};
 
 use crate::cpu;
 use crate::harness::{bs, d4, n, numel, Dev, Gpu, Report, Rng, Val, A};
@@ -22,13 +22,11 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let (da, db) = (g.up(&a), g.up(&b));
         let len = numel(&out_shape);
         let dout = g.up(&vec![0f32; len]);
-        for op in towers_kernels::BinaryOp::ALL.iter().map(|b| b.code()) {
-            g.ew(
-                EWF,
-                "towers_binary_f32",
-                len,
-                &[A::I32(op), n(len), da.a(), db.a(), dout.a(), d4(&out_shape, 1), bs(sa), bs(sb)],
-            );
+        for bop in towers_kernels::BinaryOp::ALL.iter().copied() {
+            let op = bop.code();
+            let k =
+                Kernel::Binary { op: bop, a_shape: sa.to_vec(), b_shape: sb.to_vec(), out_shape: out_shape.clone() };
+            g.run(&k, &[da.of(numel(sa)), db.of(numel(sb))], &[dout.of(len)], None);
             let mut want = vec![0f32; len];
             cpu::binary(op, &a, sa, &b, sb, &mut want);
             // powf and logf (pow, pow_grad_y) differ from Rust's libm by rounding.
@@ -43,7 +41,8 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let x = rng.vec(numel(small), -1.0, 1.0);
         let dx = g.up(&x);
         let dout = g.up(&vec![0f32; numel(big)]);
-        g.ew(EWF, "towers_broadcast_to_f32", numel(big), &[n(numel(big)), dx.a(), dout.a(), d4(big, 1), bs(small)]);
+        let k = Kernel::BroadcastTo { x_shape: small.to_vec(), out_shape: big.to_vec() };
+        g.run(&k, &[dx.of(numel(small))], &[dout.of(numel(big))], None);
         let mut want = vec![0f32; numel(big)];
         cpu::broadcast_to(&x, small, &mut want, big);
         r.f32("broadcast_to", format!("{small:?} -> {big:?}"), &g.down(&dout, numel(big)), &want, None);
@@ -70,24 +69,21 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let x = rng.vec(rows * c, -1.0, 1.0);
         let b = rng.vec(c, -1.0, 1.0);
         let (dx, db, dy) = (g.up(&x), g.up(&b), g.up(&vec![0f32; rows * c]));
-        g.ew(EWF, "towers_bias_add_f32", rows * c, &[n(rows * c), n(c), dx.a(), db.a(), dy.a()]);
+        g.run(&Kernel::BiasAdd { channels: c }, &[dx.of(rows * c), db.of(c)], &[dy.of(rows * c)], None);
         let mut want = vec![0f32; rows * c];
         cpu::bias_add(&x, &b, &mut want);
         r.f32("bias_add", format!("[{rows}, {c}]"), &g.down(&dy, rows * c), &want, None);
         // The fused activation gradient + bias gradient (dy in [-1, 1], y = x + b as the forward output).
-        for (op, act) in towers_kernels::UnaryOp::ALL.iter().map(|a| (a.code(), a)) {
+        for act in towers_kernels::UnaryOp::ALL.iter() {
             if ["log", "sqrt", "rsqrt", "reciprocal"].contains(&act.name()) {
                 continue;
             }
             let yv: Vec<f32> = x.iter().zip(b.iter().cycle()).map(|(v, bb)| v + bb).collect();
             let (gy, gdx, gdb) = (g.up(&yv), g.up(&vec![0f32; rows * c]), g.up(&vec![0f32; c]));
-            g.launch(
-                "reduce",
-                "towers_unary_grad_bias_grad_f32",
-                grid_rows(c),
-                BLOCK,
-                &[A::I32(op), n(rows), n(c), dx.a(), gy.a(), gdx.a(), gdb.a()],
-            );
+            // Through the backend's lowering: one block per channel, or the
+            // two-stage kernels for tall tensors (3000 rows).
+            let k = Kernel::UnaryGradBiasGrad { channels: c, act: *act };
+            g.run(&k, &[dx.of(rows * c), gy.of(rows * c)], &[gdx.of(rows * c), gdb.of(c)], None);
             let (mut want_dx, mut want_db) = (vec![0f32; rows * c], vec![0f32; c]);
             towers_kernels::elementwise::unary_grad_bias_grad(*act, &x, &yv, &mut want_dx, &mut want_db);
             r.f32(
@@ -107,24 +103,19 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         }
         // The fused bias add + activation, for the ops defined on every real
         // (log, sqrt, rsqrt and reciprocal of x + b in [-2, 2] are checked by `unary`).
-        for (op, act) in towers_kernels::UnaryOp::ALL.iter().map(|a| (a.code(), a)) {
+        for act in towers_kernels::UnaryOp::ALL.iter() {
             if ["log", "sqrt", "rsqrt", "reciprocal"].contains(&act.name()) {
                 continue;
             }
             let out = g.up(&vec![0f32; rows * c]);
-            g.ew(EWF, "towers_bias_add_act_f32", rows * c, &[A::I32(op), n(rows * c), n(c), dx.a(), db.a(), out.a()]);
+            let k = Kernel::BiasAddAct { channels: c, act: *act };
+            g.run(&k, &[dx.of(rows * c), db.of(c)], &[out.of(rows * c)], None);
             let mut want = vec![0f32; rows * c];
             towers_kernels::elementwise::bias_add_act(&x, &b, *act, &mut want);
             r.f32("bias_add_act", format!("[{rows}, {c}] {}", act.name()), &g.down(&out, rows * c), &want, Some(1e-6));
         }
         let dgb = g.up(&vec![0f32; c]);
-        g.launch(
-            "reduce",
-            "towers_reduce_f32",
-            grid_rows(c),
-            BLOCK,
-            &[n(c), dx.a(), dgb.a(), d4(&[rows, c], 1), A::I32(0b0100), A::F32(1.0)],
-        );
+        g.run(&Kernel::BiasAddGrad { channels: c }, &[dx.of(rows * c)], &[dgb.of(c)], None);
         let mut want = vec![0f32; c];
         cpu::bias_add_grad(&x, &mut want);
         r.f32("bias_add_grad", format!("[{rows}, {c}]"), &g.down(&dgb, c), &want, Some(1e-4));

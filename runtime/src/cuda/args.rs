@@ -49,8 +49,8 @@ impl ArgPack {
     pub fn i32(&mut self, v: i32) -> &mut Self {
         self.push(v)
     }
-    pub fn i64(&mut self, v: usize) -> &mut Self {
-        self.push(v as i64)
+    pub fn i64(&mut self, v: i64) -> &mut Self {
+        self.push(v)
     }
     pub fn f32(&mut self, v: f32) -> &mut Self {
         self.push(v)

@@ -216,10 +216,6 @@ impl CudaBackend {
     }
 }
 
-/// Largest im2col workspace a GPU stream gets (256 MiB): convolutions whose
-/// column matrix is larger run in chunks of this size.
-const MAX_WORKSPACE_BYTES: usize = 256 << 20;
-
 fn is_conv(k: &Kernel) -> bool {
     matches!(
         k,
@@ -234,22 +230,18 @@ fn is_conv(k: &Kernel) -> bool {
 /// other on it). The plan sizes its workspace for the CPU: a chunk of
 /// about 64K floats that stays in cache, which on a GPU means dozens of
 /// small im2col + GEMM launches per convolution; here each convolution gets
-/// its whole column matrix (up to [`MAX_WORKSPACE_BYTES`]), so an
+/// its whole column matrix (up to `towers_kernels::launch::MAX_WORKSPACE_BYTES`), so an
 /// MNIST-sized convolution is one im2col and one GEMM. Allocated at load.
 fn stream_workspace_bytes(s: &towers_codegen::StreamPlan) -> usize {
     let mut bytes = 0;
     for step in &s.steps {
         if let Step::Launch { kernel, .. } = step {
-            let g = match kernel {
-                Kernel::Conv2D { geom, .. }
-                | Kernel::Conv2DBiasAct { geom, .. }
-                | Kernel::Conv2DBackpropInput { geom, .. }
-                | Kernel::Conv2DBackpropFilter { geom, .. } => geom,
-                _ => continue,
-            };
-            let pointwise = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1;
-            if !pointwise {
-                bytes = bytes.max((g.rows() * g.k() * 4).min(MAX_WORKSPACE_BYTES.max(g.k() * 4)));
+            if let Kernel::Conv2D { geom, .. }
+            | Kernel::Conv2DBiasAct { geom, .. }
+            | Kernel::Conv2DBackpropInput { geom, .. }
+            | Kernel::Conv2DBackpropFilter { geom, .. } = kernel
+            {
+                bytes = bytes.max(towers_kernels::launch::conv_workspace_floats(geom) * 4);
             }
         }
     }

@@ -173,8 +173,10 @@ fn enqueue(
         // SAFETY: every handle and device address was created or checked at load and lives as long as the program.
         let r = unsafe {
             match &mut item.op {
-                Op::Kernel(l) => drv::launch_kernel(l.f, (l.grid, 1, 1), (l.block, 1, 1), 0, stream, l.args.params())
-                    .map_err(|e| derr("cuLaunchKernel", e)),
+                Op::Kernel(l) => {
+                    drv::launch_kernel(l.f, (l.grid, 1, 1), (l.block, 1, 1), l.smem, stream, l.args.params())
+                        .map_err(|e| derr("cuLaunchKernel", e))
+                }
                 Op::Gemm(g) => match &st.blas {
                     Some(b) => gemm(b.raw, g),
                     None => Err("no cuBLAS handle on this stream".into()),
