@@ -98,17 +98,8 @@ pub fn prelude() -> &'static str {
     })
 }
 
-/// FNV-1a, 64 bits.
-pub const fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut i = 0;
-    while i < bytes.len() {
-        h ^= bytes[i] as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        i += 1;
-    }
-    h
-}
+/// FNV-1a, 64 bits (the one in `towers_vocab`).
+pub use towers_vocab::fnv1a64;
 
 /// The key of a compiled module in a cache: source text, target
 /// architecture (`"sm_90"`) and NVRTC version (`(13, 0)`).

@@ -16,14 +16,9 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::random::u32_to_unit;
 
-/// FNV-1a 64-bit hash of `key`'s bytes.
+/// FNV-1a 64-bit hash of `key`'s bytes ([`towers_vocab::fnv1a64`]).
 pub fn fnv1a64(key: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    towers_vocab::fnv1a64(key.as_bytes())
 }
 
 fn rng(seed: u64, key: &str) -> ChaCha8Rng {
