@@ -33,8 +33,8 @@ use std::time::Instant;
 
 use cudarc::driver::result as drv;
 use towers_codegen::{BufRef, Plan, Step};
-use towers_vocab::DType;
 use towers_kernels::Kernel;
+use towers_vocab::DType;
 
 use super::args::{self, Side};
 use super::driver::{derr, Blas, DevMem, Event, Stream};
