@@ -18,6 +18,7 @@
 pub mod builder;
 mod builder_array;
 pub mod builder_math;
+mod builder_ops;
 pub mod device;
 pub mod dot;
 pub mod dot_collapsed;
@@ -25,6 +26,7 @@ pub mod error;
 pub mod graph;
 pub mod infer;
 mod infer_array;
+mod infer_layout;
 pub mod layers;
 pub mod op;
 pub mod program;

@@ -1,0 +1,205 @@
+//! The builder's core TF ops (`tf.placeholder`, `tf.matmul`, `tf.nn.conv2d`,
+//! the reductions, losses, `tf.group`, ...), each one thin method over
+//! [`GraphBuilder::op1`], named as TF names the op.
+//!
+//! Invariants: no method here names, scopes or places a node itself; naming,
+//! uniquifying, device scopes and control dependencies all happen in
+//! `GraphBuilder::op` (`builder.rs`), and shapes in `infer.rs`, so an op
+//! added here is one method with no rule of its own.
+
+use crate::builder::GraphBuilder;
+use crate::error::{GraphError, Result};
+use crate::graph::{NodeId, Tensor};
+use crate::op::{BinaryOp, ConstValue, Op, UnaryOp};
+use crate::types::{DType, Shape, F32};
+
+impl GraphBuilder {
+    pub fn placeholder(&mut self, name: &str, dtype: DType, shape: impl Into<Shape>) -> Result<Tensor> {
+        self.op1(name, Op::Placeholder { dtype, shape: shape.into() }, &[])
+    }
+    pub fn constant(&mut self, name: &str, dtype: DType, shape: &[usize], data: &[f32]) -> Result<Tensor> {
+        let value = ConstValue { dtype, shape: shape.to_vec(), data: data.iter().map(|&v| F32(v)).collect() };
+        self.op1(name, Op::Const { value }, &[])
+    }
+    pub fn scalar(&mut self, v: f32) -> Result<Tensor> {
+        self.op1("Const", Op::Const { value: ConstValue::scalar(v) }, &[])
+    }
+    pub fn matmul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("MatMul", Op::MatMul { transpose_a: false, transpose_b: false }, &[a, b])
+    }
+    pub fn matmul_t(&mut self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Result<Tensor> {
+        self.op1("MatMul", Op::MatMul { transpose_a, transpose_b }, &[a, b])
+    }
+    pub fn add(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("add", Op::Binary(BinaryOp::Add), &[a, b])
+    }
+    pub fn sub(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("sub", Op::Binary(BinaryOp::Sub), &[a, b])
+    }
+    pub fn mul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("mul", Op::Binary(BinaryOp::Mul), &[a, b])
+    }
+    pub fn div(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("truediv", Op::Binary(BinaryOp::Div), &[a, b])
+    }
+    pub fn add_n(&mut self, xs: &[Tensor]) -> Result<Tensor> {
+        self.op1("AddN", Op::AddN, xs)
+    }
+    pub fn bias_add(&mut self, x: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("BiasAdd", Op::BiasAdd, &[x, b])
+    }
+    /// Any elementwise unary op, named by its TF type name (`Relu`, `Exp`, ...).
+    pub fn unary(&mut self, op: UnaryOp, x: Tensor) -> Result<Tensor> {
+        self.op1(op.tf_name(), Op::Unary(op), &[x])
+    }
+    pub fn neg(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg, x)
+    }
+    pub fn relu(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu, x)
+    }
+    pub fn sigmoid(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid, x)
+    }
+    pub fn tanh(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh, x)
+    }
+    /// `x` if `x > 0` else `exp(x) - 1` (TF's `tf.nn.elu`).
+    pub fn elu(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Elu, x)
+    }
+    pub fn conv2d(
+        &mut self,
+        x: Tensor,
+        filter: Tensor,
+        strides: [usize; 2],
+        padding: crate::op::Padding,
+    ) -> Result<Tensor> {
+        self.op1("Conv2D", Op::Conv2D { strides, padding }, &[x, filter])
+    }
+    pub fn max_pool(
+        &mut self,
+        x: Tensor,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: crate::op::Padding,
+    ) -> Result<Tensor> {
+        self.op1("MaxPool", Op::MaxPool { ksize, strides, padding }, &[x])
+    }
+    pub fn avg_pool(
+        &mut self,
+        x: Tensor,
+        ksize: [usize; 2],
+        strides: [usize; 2],
+        padding: crate::op::Padding,
+    ) -> Result<Tensor> {
+        self.op1("AvgPool", Op::AvgPool { ksize, strides, padding }, &[x])
+    }
+    pub fn reshape(&mut self, x: Tensor, shape: &[i64]) -> Result<Tensor> {
+        self.op1("Reshape", Op::Reshape { shape: shape.to_vec() }, &[x])
+    }
+    /// Keep the batch dimension, flatten the rest (`[N, ...] -> [N, prod]`).
+    pub fn flatten(&mut self, x: Tensor) -> Result<Tensor> {
+        let s = self.graph.tensor_type(x)?.shape.clone();
+        let rest: Option<usize> = s.0[1..].iter().copied().try_fold(1usize, |a, d| d.and_then(|d| a.checked_mul(d)));
+        let rest = rest.ok_or_else(|| GraphError::Shape {
+            node: Self::join(&self.name_scope, "Flatten"),
+            scope: self.name_scope.clone(),
+            op: "Reshape".into(),
+            detail: format!("flatten needs all but the batch dimension known, got {s}"),
+        })?;
+        self.name_scope("Flatten", |b| b.op1("Reshape", Op::Reshape { shape: vec![-1, rest as i64] }, &[x]))
+    }
+    pub fn concat(&mut self, xs: &[Tensor], axis: usize) -> Result<Tensor> {
+        self.op1("concat", Op::Concat { axis }, xs)
+    }
+    pub fn split(&mut self, x: Tensor, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
+        let id = self.op("split", Op::Split { axis, sizes: sizes.to_vec() }, &[x])?;
+        Ok((0..sizes.len()).map(|i| Tensor::new(id, i)).collect())
+    }
+    pub fn slice(&mut self, x: Tensor, begin: &[usize], size: &[i64]) -> Result<Tensor> {
+        self.op1("Slice", Op::Slice { begin: begin.to_vec(), size: size.to_vec() }, &[x])
+    }
+    pub fn softmax(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("Softmax", Op::Softmax, &[x])
+    }
+    pub fn log_softmax(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("LogSoftmax", Op::LogSoftmax, &[x])
+    }
+    /// Per-example loss `[N]` of logits `[N,C]` against i32 labels `[N]`.
+    pub fn sparse_softmax_cross_entropy_with_logits(&mut self, logits: Tensor, labels: Tensor) -> Result<Tensor> {
+        self.op1("SparseSoftmaxCrossEntropyWithLogits", Op::SparseSoftmaxCrossEntropy, &[logits, labels])
+    }
+    /// Per-example loss `[N]` of logits `[N,C]` against one-hot labels `[N,C]`.
+    pub fn softmax_cross_entropy_with_logits(&mut self, logits: Tensor, labels: Tensor) -> Result<Tensor> {
+        self.op1("SoftmaxCrossEntropyWithLogits", Op::SoftmaxCrossEntropy, &[logits, labels])
+    }
+    pub fn reduce_sum(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
+        self.op1("Sum", Op::ReduceSum { axes: axes.to_vec(), keep_dims }, &[x])
+    }
+    pub fn reduce_mean(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
+        self.op1("Mean", Op::ReduceMean { axes: axes.to_vec(), keep_dims }, &[x])
+    }
+    /// Mean over every axis.
+    pub fn reduce_mean_all(&mut self, x: Tensor) -> Result<Tensor> {
+        let r = self.graph.tensor_type(x)?.shape.rank();
+        self.reduce_mean(x, &(0..r).collect::<Vec<_>>(), false)
+    }
+    pub fn reduce_sum_all(&mut self, x: Tensor) -> Result<Tensor> {
+        let r = self.graph.tensor_type(x)?.shape.rank();
+        self.reduce_sum(x, &(0..r).collect::<Vec<_>>(), false)
+    }
+    pub fn argmax(&mut self, x: Tensor, axis: usize) -> Result<Tensor> {
+        self.op1("ArgMax", Op::ArgMax { axis }, &[x])
+    }
+    pub fn equal(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.op1("Equal", Op::Equal, &[a, b])
+    }
+    pub fn cast(&mut self, x: Tensor, dtype: DType) -> Result<Tensor> {
+        self.op1("Cast", Op::Cast { dtype }, &[x])
+    }
+    /// TF's `tf.nn.dropout(x, rate=rate)`: drop probability `rate`,
+    /// identity when the program runs in eval mode. No seed is needed: the
+    /// op seed derives from the graph seed and the op's name without its
+    /// `tower_<i>/` scope ([`crate::seeds::op_seed`]), so every tower of a
+    /// hand-built tower loop, and every replica the compiler makes, draws
+    /// from one stream. The rows come from the tower it is built in: when
+    /// `x` is computed from output `i` of a batch `split` (axis 0), the
+    /// masks are those of the global rows that output holds, as on one
+    /// device ([`Op::Dropout`]'s `first_row`).
+    pub fn dropout(&mut self, x: Tensor, rate: f32) -> Result<Tensor> {
+        let id = self.op("dropout", Op::Dropout { rate: F32(rate), seed: 0, first_row: 0 }, &[x])?;
+        let seed = crate::seeds::op_seed(self.graph.seed, &self.graph.node(id).name);
+        self.finish_dropout(id, seed)
+    }
+
+    /// TF's `tf.nn.dropout(x, rate=rate, seed=seed)`: as
+    /// [`GraphBuilder::dropout`] with the op seed `seed`, used as given.
+    pub fn dropout_with_seed(&mut self, x: Tensor, rate: f32, seed: u64) -> Result<Tensor> {
+        let id = self.op("dropout", Op::Dropout { rate: F32(rate), seed, first_row: 0 }, &[x])?;
+        self.finish_dropout(id, seed)
+    }
+
+    /// Set a new dropout node's seed and its first global row.
+    fn finish_dropout(&mut self, id: NodeId, seed: u64) -> Result<Tensor> {
+        let row = crate::seeds::split_row_of(&self.graph, id)?;
+        if let Op::Dropout { seed: s, first_row, .. } = &mut self.graph.node_mut(id).op {
+            *s = seed;
+            *first_row = row;
+        }
+        Ok(Tensor::new(id, 0))
+    }
+    pub fn l2_loss(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("L2Loss", Op::L2Loss, &[x])
+    }
+    pub fn identity(&mut self, x: Tensor, name: &str) -> Result<Tensor> {
+        self.op1(name, Op::Identity, &[x])
+    }
+    pub fn stop_gradient(&mut self, x: Tensor) -> Result<Tensor> {
+        self.op1("StopGradient", Op::StopGradient, &[x])
+    }
+    /// A group node with control inputs only (TF's `tf.group`).
+    pub fn group(&mut self, name: &str, deps: &[NodeId]) -> Result<NodeId> {
+        self.control_dependencies(deps, |b| b.op(name, Op::NoOp, &[]))
+    }
+}
