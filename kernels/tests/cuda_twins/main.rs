@@ -153,6 +153,24 @@ fn cuda_twins_match_cpu() {
     assert!(failed.is_empty(), "failed on the GPU: {failed:?}");
 }
 
+/// `TOWERS_REQUIRE_GPU=1` turns the twins' skip into a failure (issue 20
+/// item 9): where no device can be used, the twin test run again in a
+/// child process with the variable set must fail, saying why. (On a GPU the
+/// twin test itself runs; nothing to prove here.)
+#[test]
+fn require_gpu_fails_the_twins_without_a_gpu() {
+    if let Err(why) = device() {
+        let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", "cuda_twins_match_cpu", "--test-threads", "1"])
+            .env(towers_kernels::require_gpu::VAR, "1")
+            .output()
+            .expect("the test binary runs");
+        let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success(), "no GPU here ({why}), yet the twins passed under TOWERS_REQUIRE_GPU=1:\n{log}");
+        assert!(log.contains("TOWERS_REQUIRE_GPU is set") && log.contains("1 failed"), "{log}");
+    }
+}
+
 /// Every plan kernel with CUDA C of its own (all but the cuBLAS-only
 /// GEMMs): each must have a twin check.
 const WITH_SOURCE: &[&str] = &[
