@@ -50,9 +50,12 @@ pub(crate) struct Dev<T> {
     pub(crate) ptr: u64,
 }
 
+/// An operand of [`Gpu::run`]: (device pointer, element count).
+pub(crate) type Operand = (u64, usize);
+
 impl<T> Dev<T> {
     /// This buffer as an operand of [`Gpu::run`]: (pointer, `len` elements).
-    pub(crate) fn of(&self, len: usize) -> (u64, usize) {
+    pub(crate) fn of(&self, len: usize) -> Operand {
         (self.ptr, len)
     }
 }

@@ -5,7 +5,7 @@
 use towers_kernels::Kernel;
 
 use crate::cpu;
-use crate::harness::{Dev, Gpu, Report, Rng};
+use crate::harness::{Dev, Gpu, Operand, Report, Rng};
 
 pub(crate) fn dropout(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     // Masks and outputs, from element 0 (the kernels' dropout) and at an
@@ -188,7 +188,7 @@ pub(crate) fn optim(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         // Each member's variable, then its slots (momentum's accum from
         // s1s; Adam's m, v from s1s, s2s; RMSProp's ms from the
         // non-negative s2s, mom from s1s; Adagrad's accum from s2s).
-        let (apply, slots, rest): (Kernel, Vec<&[Dev<f32>]>, Vec<(u64, usize)>) = match opt {
+        let (apply, slots, rest): (Kernel, Vec<&[Dev<f32>]>, Vec<Operand>) = match opt {
             "gradient_descent" => (Kernel::ApplyGradientDescent {}, vec![], vec![lr_sgd.of(1)]),
             "momentum" => (Kernel::ApplyMomentum { momentum: 0.9, nesterov: true }, vec![&d1[..]], vec![lr_mom.of(1)]),
             "rmsprop" => (
