@@ -20,7 +20,7 @@
 #   5. nccl (if built: GPU_BUILD_NCCL=1): a bucket through ncclAllReduce.
 #
 # Every figure is printed with the GPU's name. Logs and summary.txt go to
-# $OUT (the device tool brings back at most 8 files: this writes 6), else
+# $OUT (the device tool brings back at most 8 files: this writes 5 at most), else
 # /tmp/towers-gpu-check. Exit 0 only when every part passed.
 #
 #   --preflight       run the preflight alone and exit (0: ready)
