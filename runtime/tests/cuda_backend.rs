@@ -6,7 +6,7 @@
 //! Without a GPU (or without NVRTC/cuBLAS), asking for the CUDA backend is
 //! a typed error naming the missing library and `LD_LIBRARY_PATH`, and the
 //! GPU parts say SKIPPED, unless `TOWERS_REQUIRE_GPU` is set
-//! (`bench/gpu.sh`): then each of them fails.
+//! (`bench/gpu_check.sh`, `bench/gpu.sh`): then each of them fails.
 //!
 //! Tolerance: 1e-4 relative (|a-b| / max(1, |b|)). The GPU sums in other
 //! orders than the CPU (cuBLAS's GEMM blocking, the kernels' tree

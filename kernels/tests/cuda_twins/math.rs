@@ -1,16 +1,13 @@
 //! Elementwise kernels, sums over axes, argmax, comparisons, casts and the
 //! softmax family.
 
-use towers_kernels::cuda::{grid_rows, Dims4, BLOCK};
-
 use towers_kernels::dtype::{Slice, SliceMut};
 use towers_kernels::{DType, Kernel};
 
 use crate::cpu;
-use crate::harness::{bs, d4, n, numel, Dev, Gpu, Report, Rng, Val, A};
+use crate::harness::{numel, Dev, Gpu, Report, Rng};
 
 pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
-    const EWF: &str = "elementwise";
     let cases: &[(&[usize], &[usize])] =
         &[(&[3, 4], &[3, 4]), (&[2, 3, 4, 5], &[3, 1, 5]), (&[64, 10], &[10]), (&[], &[7, 5]), (&[5, 1], &[1, 6])];
     for &(sa, sb) in cases {
@@ -50,16 +47,8 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let y = rng.vec(numel(big), -1.0, 1.0);
         let dy = g.up(&y);
         let ds = g.up(&vec![0f32; numel(small)]);
-        let pb = Dims4::padded(big, 1).unwrap();
-        let ps = Dims4::padded(small, 1).unwrap();
-        let mask = (0..4).filter(|&k| ps.d[k] == 1 && pb.d[k] != 1).fold(0, |m, k| m | (1 << k));
-        g.launch(
-            "reduce",
-            "towers_reduce_f32",
-            grid_rows(numel(small)),
-            BLOCK,
-            &[n(numel(small)), dy.a(), ds.a(), A::D4(Val(pb)), A::I32(mask), A::F32(1.0)],
-        );
+        let k = Kernel::SumTo { x_shape: big.to_vec(), out_shape: small.to_vec() };
+        g.run(&k, &[dy.of(numel(big))], &[ds.of(numel(small))], None);
         let mut want = vec![0f32; numel(small)];
         cpu::sum_to(&y, big, &mut want, small);
         r.f32("sum_to_shape", format!("{big:?} -> {small:?}"), &g.down(&ds, numel(small)), &want, Some(1e-4));
@@ -138,7 +127,7 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let (op, name) = (uop.code(), uop.tf_name());
         let positive = matches!(uop, U::Exp | U::Log | U::Sqrt | U::Rsqrt | U::Reciprocal);
         let (xin, dxin) = if positive { (&xp, &dxp) } else { (&x, &dxx) };
-        g.ew(EWF, "towers_unary_f32", len, &[A::I32(op), n(len), dxin.a(), dy.a()]);
+        g.run(&Kernel::Unary { op: uop }, &[dxin.of(len)], &[dy.of(len)], None);
         let mut y = vec![0f32; len];
         cpu::unary(op, xin, &mut y);
         // Transcendentals differ from Rust's libm by rounding; sqrt and division are exact.
@@ -150,7 +139,7 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         r.f32("unary", name, &g.down(&dy, len), &y, tol);
         // The gradient from the CPU's forward output, so both sides see the same y.
         let dyy = g.up(&y);
-        g.ew(EWF, "towers_unary_grad_f32", len, &[A::I32(op), n(len), dgy.a(), dyy.a(), ddx.a()]);
+        g.run(&Kernel::UnaryGrad { op: uop }, &[dgy.of(len), dyy.of(len)], &[ddx.of(len)], None);
         let mut want = vec![0f32; len];
         cpu::unary_grad(op, &gy, &y, &mut want);
         let tol = if matches!(uop, U::Log | U::Softplus) { Some(2e-6) } else { None };
@@ -160,35 +149,31 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     let len = 70_001;
     let xs: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(len, -1.0, 1.0)).collect();
     let devs: Vec<Dev<f32>> = xs.iter().map(|x| g.up(x)).collect();
-    let refs: Vec<&Dev<f32>> = devs.iter().collect();
-    let p = g.ptrs(&refs);
     let out = g.up(&vec![0f32; len]);
     let cx: Vec<&[f32]> = xs.iter().map(|v| v.as_slice()).collect();
-    g.ew("misc", "towers_add_n_f32", len, &[n(len), A::I32(4), p.a(), out.a()]);
+    let ins: Vec<(u64, usize)> = devs.iter().map(|d| d.of(len)).collect();
+    g.run(&Kernel::AddN { n: 4 }, &ins, &[out.of(len)], None);
     let mut want = vec![0f32; len];
     cpu::misc::add_n(&cx, &mut want);
     r.f32("add_n", "4 x 70001", &g.down(&out, len), &want, None);
     let w = [0.5f32, 0.25, 0.125, 0.125];
-    let dw = g.up(&w);
-    g.ew("misc", "towers_weighted_sum_f32", len, &[n(len), A::I32(4), p.a(), dw.a(), out.a()]);
+    g.run(&Kernel::WeightedSum { weights: w.to_vec() }, &ins, &[out.of(len)], None);
     cpu::misc::weighted_sum(&cx, &w, &mut want);
     r.f32("weighted_sum", "4 towers x 70001", &g.down(&out, len), &want, None);
     let w3 = [0.3f32, 0.45, 0.25];
-    let dw3 = g.up(&w3);
-    g.ew("misc", "towers_weighted_sum_f32", len, &[n(len), A::I32(3), p.a(), dw3.a(), out.a()]);
+    g.run(&Kernel::WeightedSum { weights: w3.to_vec() }, &ins[..3], &[out.of(len)], None);
     cpu::misc::weighted_sum(&cx[..3], &w3, &mut want);
     r.f32("weighted_sum", "3 uneven towers", &g.down(&out, len), &want, None);
-    g.ew("misc", "towers_fill_f32", len, &[n(len), A::F32(0.75), out.a()]);
+    g.run(&Kernel::Fill { value: 0.75 }, &[], &[out.of(len)], None);
     r.f32("fill", "0.75", &g.down(&out, len), &vec![0.75; len], None);
 }
 
 pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     // The activation gradient with its per-channel sum, as lowering launches
-    // it (runtime/src/cuda/lower.rs, bias_grad_launches): two stages for
-    // tall tensors (a convolution's rows; a wide dense layer), one block per
-    // channel otherwise; dx may be dy (in place).
+    // it (towers_kernels::launch, bias_grad): two stages for tall tensors (a
+    // convolution's rows; a wide dense layer), one block per channel
+    // otherwise; dx may be dy (in place: output 0 is input 0's buffer).
     let relu = towers_kernels::UnaryOp::Relu;
-    let code = relu.code();
     for (rows, c, in_place) in
         [(256 * 28 * 28, 12usize, true), (256 * 14 * 14, 24, false), (5000, 1000, false), (256, 256, true)]
     {
@@ -197,37 +182,12 @@ pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let y = rng.vec(len, -0.5, 1.0);
         let (gdy, gy, gdb) = (g.up(&dy), g.up(&y), g.up(&vec![f32::NAN; c]));
         let gdx = if in_place { g.up(&dy) } else { g.up(&vec![f32::NAN; len]) };
-        let src = if in_place { gdx.a() } else { gdy.a() };
-        let two_stage = rows >= 4 * 264 && c <= 1024;
-        if two_stage {
-            let rpb = rows.div_ceil(264);
-            let parts = rows.div_ceil(rpb);
-            let block = if c <= BLOCK as usize { (BLOCK as usize / c) * c } else { c };
-            let scratch = g.up(&vec![f32::NAN; parts * c]);
-            g.launch(
-                "reduce",
-                "towers_unary_grad_bias_partial_f32",
-                parts as u32,
-                block as u32,
-                &[A::I32(code), n(rows), n(c), n(rpb), src, gy.a(), gdx.a(), scratch.a()],
-            );
-            g.ew("reduce", "towers_sum_partials_f32", c, &[n(parts), n(c), scratch.a(), gdb.a()]);
-        } else {
-            g.launch(
-                "reduce",
-                "towers_unary_grad_bias_grad_f32",
-                grid_rows(c),
-                BLOCK,
-                &[A::I32(code), n(rows), n(c), src, gy.a(), gdx.a(), gdb.a()],
-            );
-        }
+        let src = if in_place { gdx.of(len) } else { gdy.of(len) };
+        let k = Kernel::UnaryGradBiasGrad { channels: c, act: relu };
+        g.run(&k, &[src, gy.of(len)], &[gdx.of(len), gdb.of(c)], None);
         let (mut dx, mut db) = (vec![0f32; len], vec![0f32; c]);
         towers_kernels::elementwise::unary_grad_bias_grad(relu, &dy, &y, &mut dx, &mut db);
-        let case = format!(
-            "[{rows}, {c}]{}{}",
-            if two_stage { " two stages" } else { "" },
-            if in_place { " in place" } else { "" }
-        );
+        let case = format!("[{rows}, {c}]{}", if in_place { " in place" } else { "" });
         r.f32("unary_grad_bias_grad", format!("{case}: dx"), &g.down(&gdx, len), &dx, None);
         r.f32("unary_grad_bias_grad", format!("{case}: db"), &g.down(&gdb, c), &db, Some(1e-4));
     }
@@ -241,70 +201,58 @@ pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let x = rng.vec(numel(shape), -1.0, 1.0);
         let dx = g.up(&x);
         let kept: usize = (0..shape.len()).filter(|a| !axes.contains(a)).map(|a| shape[a]).product();
-        let count: usize = axes.iter().map(|a| shape[*a]).product();
-        let off = 4 - shape.len();
-        let mask = axes.iter().fold(0, |m, a| m | (1 << (a + off)));
         let out = g.up(&vec![0f32; kept]);
-        for (kernel, scale) in [("reduce_sum", 1.0f32), ("reduce_mean", 1.0 / count as f32)] {
-            g.launch(
-                "reduce",
-                "towers_reduce_f32",
-                grid_rows(kept),
-                BLOCK,
-                &[n(kept), dx.a(), out.a(), d4(shape, 1), A::I32(mask), A::F32(scale)],
-            );
+        let (shape_v, axes_v) = (shape.to_vec(), axes.to_vec());
+        for k in [
+            Kernel::ReduceSum { shape: shape_v.clone(), axes: axes_v.clone() },
+            Kernel::ReduceMean { shape: shape_v, axes: axes_v },
+        ] {
+            g.run(&k, &[dx.of(x.len())], &[out.of(kept)], None);
             let mut want = vec![0f32; kept];
-            if kernel == "reduce_sum" {
+            if matches!(k, Kernel::ReduceSum { .. }) {
                 cpu::reduce::reduce_sum(&x, shape, axes, &mut want).unwrap();
             } else {
                 cpu::reduce::reduce_mean(&x, shape, axes, &mut want).unwrap();
             }
             let first = g.down(&out, kept);
-            r.f32(kernel, format!("{shape:?} axes {axes:?}"), &first, &want, Some(1e-4));
+            r.f32(k.name(), format!("{shape:?} axes {axes:?}"), &first, &want, Some(1e-4));
             // Deterministic: a second launch gives the same bits.
-            g.launch(
-                "reduce",
-                "towers_reduce_f32",
-                grid_rows(kept),
-                BLOCK,
-                &[n(kept), dx.a(), out.a(), d4(shape, 1), A::I32(mask), A::F32(scale)],
-            );
-            r.f32(kernel, format!("{shape:?} axes {axes:?}: run 2 = run 1"), &g.down(&out, kept), &first, None);
+            g.run(&k, &[dx.of(x.len())], &[out.of(kept)], None);
+            r.f32(k.name(), format!("{shape:?} axes {axes:?}: run 2 = run 1"), &g.down(&out, kept), &first, None);
         }
     }
     // l2_loss
     for len in [1usize, 1000, 300_001] {
         let x = rng.vec(len, -1.0, 1.0);
         let (dx, out) = (g.up(&x), g.up(&[0f32]));
-        g.launch("reduce", "towers_l2_loss_f32", 1, BLOCK, &[n(len), dx.a(), out.a()]);
+        g.run(&Kernel::L2Loss, &[dx.of(len)], &[out.of(1)], None);
         let first = g.down(&out, 1);
         r.f32("l2_loss", format!("{len}"), &first, &[cpu::misc::l2_loss(&x)], Some(1e-6));
-        g.launch("reduce", "towers_l2_loss_f32", 1, BLOCK, &[n(len), dx.a(), out.a()]);
+        g.run(&Kernel::L2Loss, &[dx.of(len)], &[out.of(1)], None);
         r.f32("l2_loss", format!("{len}: run 2 = run 1"), &g.down(&out, 1), &first, None);
     }
     // argmax (ties: first)
     for (shape, axis) in [(&[3usize, 7, 5][..], 1usize), (&[64, 10], 1), (&[9, 4], 0)] {
         let x = rng.coarse(numel(shape));
-        let outer: usize = shape[..axis].iter().product();
-        let inner: usize = shape[axis + 1..].iter().product();
-        let (dx, out) = (g.up(&x), g.up(&vec![0i32; outer * inner]));
-        g.ew("reduce", "towers_argmax_f32", outer * inner, &[n(outer), n(shape[axis]), n(inner), dx.a(), out.a()]);
-        let mut want = vec![0i32; outer * inner];
+        let m = numel(shape) / shape[axis];
+        let (dx, out) = (g.up(&x), g.up(&vec![0i32; m]));
+        g.run(&Kernel::ArgMax { shape: shape.to_vec(), axis }, &[dx.of(x.len())], &[out.of(m)], None);
+        let mut want = vec![0i32; m];
         cpu::reduce::argmax(&x, shape, axis, &mut want).unwrap();
-        r.i32("argmax", format!("{shape:?} axis {axis}"), &g.down(&out, outer * inner), &want);
+        r.i32("argmax", format!("{shape:?} axis {axis}"), &g.down(&out, m), &want);
     }
     // equal (exec.rs writes i32 0/1) and casts.
     let len = 5000;
     let a = rng.coarse(len);
     let b = rng.coarse(len);
     let (da, db, out) = (g.up(&a), g.up(&b), g.up(&vec![0i32; len]));
-    g.ew("reduce", "towers_equal_f32", len, &[n(len), da.a(), db.a(), out.a()]);
+    g.run(&Kernel::Equal { dtype: DType::F32 }, &[da.of(len), db.of(len)], &[out.of(len)], None);
     let want: Vec<i32> = a.iter().zip(&b).map(|(x, y)| (x == y) as i32).collect();
     r.i32("equal", "f32", &g.down(&out, len), &want);
     let ai = rng.ints(len, 5);
     let bi = rng.ints(len, 5);
     let (dai, dbi) = (g.up(&ai), g.up(&bi));
-    g.ew("reduce", "towers_equal_i32", len, &[n(len), dai.a(), dbi.a(), out.a()]);
+    g.run(&Kernel::Equal { dtype: DType::I32 }, &[dai.of(len), dbi.of(len)], &[out.of(len)], None);
     let want: Vec<i32> = ai.iter().zip(&bi).map(|(x, y)| (x == y) as i32).collect();
     r.i32("equal", "i32", &g.down(&out, len), &want);
     let mut xf = rng.vec(len, -1e3, 1e3);
@@ -312,21 +260,22 @@ pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     let xi: Vec<i32> = rng.ints(len, 2001).iter().map(|v| v - 1000).chain([i32::MAX, i32::MIN]).collect();
     let (dxf, dxi) = (g.up(&xf), g.up(&xi));
     let (oi, of) = (g.up(&vec![0i32; xi.len()]), g.up(&vec![0f32; xi.len()]));
-    g.ew("reduce", "towers_cast_f32_i32", len, &[n(len), dxf.a(), oi.a()]);
+    let cast = |from, to, x: (u64, usize), y: (u64, usize)| g.run(&Kernel::Cast { from, to }, &[x], &[y], None);
+    cast(DType::F32, DType::I32, dxf.of(len), oi.of(len));
     let mut want = vec![0i32; len];
     cpu::reduce::cast(Slice::F32(&xf), DType::I32, SliceMut::I32(&mut want));
     r.i32("cast", "f32 -> i32", &g.down(&oi, len), &want);
-    g.ew("reduce", "towers_cast_i32_f32", xi.len(), &[n(xi.len()), dxi.a(), of.a()]);
+    cast(DType::I32, DType::F32, dxi.of(xi.len()), of.of(xi.len()));
     let mut want = vec![0f32; xi.len()];
     cpu::reduce::cast(Slice::I32(&xi), DType::F32, SliceMut::F32(&mut want));
     r.f32("cast", "i32 -> f32", &g.down(&of, xi.len()), &want, None);
-    g.ew("reduce", "towers_cast_f32_bool", len, &[n(len), dxf.a(), oi.a()]);
+    cast(DType::F32, DType::Bool, dxf.of(len), oi.of(len));
     let want: Vec<i32> = xf.iter().map(|v| (*v != 0.0) as i32).collect();
     r.i32("cast", "f32 -> bool", &g.down(&oi, len), &want);
-    g.ew("reduce", "towers_cast_i32_bool", xi.len(), &[n(xi.len()), dxi.a(), oi.a()]);
+    cast(DType::I32, DType::Bool, dxi.of(xi.len()), oi.of(xi.len()));
     let want: Vec<i32> = xi.iter().map(|v| (*v != 0) as i32).collect();
     r.i32("cast", "i32 -> bool", &g.down(&oi, xi.len()), &want);
-    g.ew("reduce", "towers_copy_u32", len, &[n(len), dxf.a(), of.a()]);
+    cast(DType::F32, DType::F32, dxf.of(len), of.of(len));
     r.f32("cast", "f32 -> f32 (copy)", &g.down(&of, len), &xf, None);
 }
 
@@ -339,41 +288,36 @@ pub(crate) fn softmax(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let (dx, dgy) = (g.up(&x), g.up(&gy));
         let (dy, dd) = (g.up(&vec![0f32; len]), g.up(&vec![0f32; len]));
         let case = format!("[{rows}, {c}]");
-        let geo = (grid_rows(rows), BLOCK);
-        for (kernel, entry, grad) in [
-            ("softmax", "towers_softmax_f32", "towers_softmax_grad_f32"),
-            ("log_softmax", "towers_log_softmax_f32", "towers_log_softmax_grad_f32"),
-        ] {
-            g.launch("softmax", entry, geo.0, geo.1, &[n(rows), A::I32(c as i32), dx.a(), dy.a()]);
+        for log in [false, true] {
+            let (fwd, grad) = if log {
+                (Kernel::LogSoftmax { classes: c }, Kernel::LogSoftmaxGrad { classes: c })
+            } else {
+                (Kernel::Softmax { classes: c }, Kernel::SoftmaxGrad { classes: c })
+            };
+            g.run(&fwd, &[dx.of(len)], &[dy.of(len)], None);
             let mut y = vec![0f32; len];
             let mut dxw = vec![0f32; len];
-            if kernel == "softmax" {
-                cpu::softmax::softmax(&x, c, &mut y);
-            } else {
+            if log {
                 cpu::softmax::log_softmax(&x, c, &mut y);
-            }
-            r.f32(kernel, case.clone(), &g.down(&dy, len), &y, Some(1e-5));
-            let dyy = g.up(&y);
-            g.launch("softmax", grad, geo.0, geo.1, &[n(rows), A::I32(c as i32), dgy.a(), dyy.a(), dd.a()]);
-            if kernel == "softmax" {
-                cpu::softmax::softmax_grad(&gy, &y, c, &mut dxw);
-                r.f32("softmax_grad", case.clone(), &g.down(&dd, len), &dxw, Some(1e-5));
             } else {
-                cpu::softmax::log_softmax_grad(&gy, &y, c, &mut dxw);
-                r.f32("log_softmax_grad", case.clone(), &g.down(&dd, len), &dxw, Some(1e-5));
+                cpu::softmax::softmax(&x, c, &mut y);
             }
+            r.f32(fwd.name(), case.clone(), &g.down(&dy, len), &y, Some(1e-5));
+            let dyy = g.up(&y);
+            g.run(&grad, &[dgy.of(len), dyy.of(len)], &[dd.of(len)], None);
+            if log {
+                cpu::softmax::log_softmax_grad(&gy, &y, c, &mut dxw);
+            } else {
+                cpu::softmax::softmax_grad(&gy, &y, c, &mut dxw);
+            }
+            r.f32(grad.name(), case.clone(), &g.down(&dd, len), &dxw, Some(1e-5));
         }
         // Cross-entropies.
         let labels = rng.ints(rows, c as u64);
         let dl = g.up(&labels);
         let (loss, bp) = (g.up(&vec![0f32; rows]), g.up(&vec![0f32; len]));
-        g.launch(
-            "softmax",
-            "towers_sparse_softmax_xent_f32",
-            geo.0,
-            geo.1,
-            &[n(rows), A::I32(c as i32), dx.a(), dl.a(), loss.a(), bp.a(), A::U64(0)],
-        );
+        let k = Kernel::SparseSoftmaxXent { classes: c };
+        g.run(&k, &[dx.of(len), dl.of(rows)], &[loss.of(rows), bp.of(len)], None);
         let (mut wl, mut wb) = (vec![0f32; rows], vec![0f32; len]);
         cpu::softmax::sparse_softmax_cross_entropy(&x, &labels, c, &mut wl, &mut wb).unwrap();
         r.f32("sparse_softmax_xent", format!("{case} loss"), &g.down(&loss, rows), &wl, Some(1e-5));
@@ -382,45 +326,21 @@ pub(crate) fn softmax(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         // gradient: the scaled xent, then two reductions, as lowering runs it.
         let scale = 1.0 / rows as f32;
         let (gs, gmean, gdb) = (g.up(&[scale]), g.up(&[0f32]), g.up(&vec![0f32; c]));
-        g.launch(
-            "softmax",
-            "towers_sparse_softmax_xent_f32",
-            geo.0,
-            geo.1,
-            &[n(rows), A::I32(c as i32), dx.a(), dl.a(), loss.a(), bp.a(), gs.a()],
-        );
-        g.launch(
-            "reduce",
-            "towers_reduce_f32",
-            grid_rows(1),
-            BLOCK,
-            &[n(1), loss.a(), gmean.a(), d4(&[rows], 1), A::I32(0b1000), A::F32(1.0 / rows as f32)],
-        );
-        g.launch(
-            "reduce",
-            "towers_reduce_f32",
-            grid_rows(c),
-            BLOCK,
-            &[n(c), bp.a(), gdb.a(), d4(&[rows, c], 1), A::I32(0b0100), A::F32(1.0)],
-        );
+        let k = Kernel::SparseSoftmaxXentMeanGrad { classes: c };
+        g.run(&k, &[dx.of(len), dl.of(rows), gs.of(1)], &[loss.of(rows), gmean.of(1), bp.of(len), gdb.of(c)], None);
         let (mut fl, mut fm, mut fd, mut fb) = (vec![0f32; rows], vec![0f32; 1], vec![0f32; len], vec![0f32; c]);
         cpu::softmax::sparse_softmax_xent_mean_grad(&x, &labels, c, scale, &mut fl, &mut fm, &mut fd, &mut fb).unwrap();
-        r.f32("sparse_softmax_xent_mean_grad", format!("{case} mean"), &g.down(&gmean, 1), &fm, Some(1e-5));
-        r.f32("sparse_softmax_xent_mean_grad", format!("{case} dlogits"), &g.down(&bp, len), &fd, Some(1e-5));
-        r.f32("sparse_softmax_xent_mean_grad", format!("{case} db"), &g.down(&gdb, c), &fb, Some(1e-5));
+        let fused = "sparse_softmax_xent_mean_grad";
+        r.f32(fused, format!("{case} mean"), &g.down(&gmean, 1), &fm, Some(1e-5));
+        r.f32(fused, format!("{case} dlogits"), &g.down(&bp, len), &fd, Some(1e-5));
+        r.f32(fused, format!("{case} db"), &g.down(&gdb, c), &fb, Some(1e-5));
         let mut soft = rng.vec(len, 0.0, 1.0);
         for row in soft.chunks_mut(c) {
             let s: f32 = row.iter().sum();
             row.iter_mut().for_each(|v| *v /= s);
         }
         let ds = g.up(&soft);
-        g.launch(
-            "softmax",
-            "towers_softmax_xent_f32",
-            geo.0,
-            geo.1,
-            &[n(rows), A::I32(c as i32), dx.a(), ds.a(), loss.a(), bp.a()],
-        );
+        g.run(&Kernel::SoftmaxXent { classes: c }, &[dx.of(len), ds.of(len)], &[loss.of(rows), bp.of(len)], None);
         cpu::softmax::softmax_cross_entropy(&x, &soft, c, &mut wl, &mut wb);
         r.f32("softmax_xent", format!("{case} loss"), &g.down(&loss, rows), &wl, Some(1e-5));
         r.f32("softmax_xent", format!("{case} backprop"), &g.down(&bp, len), &wb, Some(1e-5));
@@ -446,18 +366,13 @@ pub(crate) fn fused(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     ];
     for (text, shapes, tol) in cases {
         let e: FusedExpr = text.parse().unwrap();
-        let gen = towers_kernels::cuda::fused_source(&e);
         let xs: Vec<Vec<f32>> = shapes.iter().map(|s| rng.vec(numel(s), 0.5, 2.0)).collect();
         let ds: Vec<_> = xs.iter().map(|x| g.up(x)).collect();
         let len = numel(&out_shape);
         let dout = g.up(&vec![0f32; len]);
-        let mut args = vec![n(len), d4(&out_shape, 1)];
-        for (d, s) in ds.iter().zip(&shapes) {
-            args.push(d.a());
-            args.push(bs(s));
-        }
-        args.push(dout.a());
-        g.ew(gen.source.family, gen.entry, len, &args);
+        let ins: Vec<(u64, usize)> = ds.iter().zip(&xs).map(|(d, x)| d.of(x.len())).collect();
+        let k = Kernel::Fused { expr: e.clone(), in_shapes: shapes.clone(), out_shape: out_shape.clone() };
+        g.run(&k, &ins, &[dout.of(len)], None);
         let mut want = vec![0f32; len];
         let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
         fused(&e, &refs, &shapes, &out_shape, &mut want).unwrap();
