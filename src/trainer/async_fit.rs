@@ -35,11 +35,16 @@ pub const NOT_EXACT: &str = "ps-async: asynchronous parameter servers; the resul
 /// sleeps `ms` milliseconds before each of that rank's steps (read once).
 pub const SLOW_WORKER_ENV: &str = "TOWERS_TEST_PS_ASYNC_SLOW";
 
-/// What an asynchronous run reports: each owner's staleness.
+/// What an asynchronous run reports: each owner's staleness (gathered to
+/// rank 0) and this rank's digest of the variables.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AsyncReport {
-    /// (owning rank, its gradients' staleness), ranks ascending.
+    /// (owning rank, its gradients' staleness), ranks ascending; on rank 0
+    /// only (empty on the others).
     pub owners: Vec<(usize, Staleness)>,
+    /// This rank's checksum of the trained variables after the final
+    /// broadcast ([`Session::variables_checksum_of`]): the same on every rank.
+    pub digest: u64,
     /// Gradients each owner should have applied: workers × steps.
     pub expected_per_owner: u64,
 }
@@ -201,13 +206,13 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
     let words = ex.staleness().to_words();
     let mut all = vec![0f32; if lead { words.len() * world } else { 0 }];
     comm.gather_to(0, &words, &mut all).map_err(|e| collective("ps_async/staleness", e))?;
-    let report = lead.then(|| AsyncReport {
-        owners: owners
-            .iter()
-            .map(|(r, _)| (*r, Staleness::from_words(&all[r * words.len()..][..words.len()])))
-            .collect(),
+    // Rank 0 alone received the records (`all` is empty elsewhere).
+    let owned = owners.iter().filter(|_| lead);
+    let report = AsyncReport {
+        owners: owned.map(|(r, _)| (*r, Staleness::from_words(&all[r * words.len()..][..words.len()]))).collect(),
+        digest: sess.variables_checksum_of(shared)?,
         expected_per_owner: (world * total) as u64,
-    });
+    };
     let (mut test_accuracy, mut acc) = (0.0, [0f32; 2]);
     if lead {
         test_accuracy = evaluate(&mut sess, test_set, eval_batch, &model.images, &model.labels)?;
@@ -227,7 +232,7 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
         backend_note: note,
         diagnostics: worker.diagnostics,
         evals,
-        ps_async: report,
+        ps_async: Some(report),
     })
 }
 

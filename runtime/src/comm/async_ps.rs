@@ -9,6 +9,10 @@
 //!   applies at once. Each remote owner has a ring of [`DEPTH`] send buffers:
 //!   a worker whose oldest send to that owner has not completed waits for it
 //!   (while serving its own messages, so two waiting ranks cannot deadlock).
+//!   Each values message also says how many of that worker's gradients the
+//!   owner applied: a worker with [`MAX_AHEAD`] gradients not yet applied by
+//!   an owner waits for it, so a worker far ahead (or an owner that hangs)
+//!   stops the worker, not memory, and a silent owner ends in a timeout.
 //! - **Apply.** An owner receives gradients as they arrive (`MPI_Iprobe` +
 //!   `MPI_Recv`) and applies each one, in arrival order, with the apply
 //!   program (the optimizer's own kernels on its variables and slots). The
@@ -46,9 +50,13 @@ use super::{CommError, Staleness};
 use crate::error::RuntimeError;
 use crate::session::Session;
 
-/// Gradient sends in flight per remote owner before a worker waits.
+/// Gradient send buffers per remote owner (a worker waits for its oldest send to complete).
 pub const DEPTH: usize = 2;
-/// Header words (bit patterns in f32 slots): kind, version low, version high, worker step.
+/// Gradients a worker may have pushed to an owner that the owner has not
+/// applied yet; a worker further ahead waits (serving its own messages).
+pub const MAX_AHEAD: u64 = 4;
+/// Header words (bit patterns in f32 slots): kind, version low, version high, and
+/// the worker step (a gradient) or that worker's gradients applied so far (values).
 const HDR: usize = 4;
 const GRAD_TAG: i32 = 0x7a51;
 const VALUES_TAG: i32 = 0x7a52;
@@ -141,6 +149,11 @@ pub struct AsyncPs {
     hdr_in: [f32; HDR],
     /// Per shard: the version of the values this rank holds.
     seen: Vec<u64>,
+    /// Per shard: gradients this worker pushed, and how many of them its owner applied.
+    pushed: Vec<u64>,
+    acked: Vec<u64>,
+    /// This rank's own shard: gradients applied per worker.
+    applied_from: Vec<u64>,
     /// This rank's own shard: a received gradient, and its values to each rank.
     grad_in: Vec<f32>,
     values_out: Vec<Slot>,
@@ -214,6 +227,9 @@ impl AsyncPs {
             grad_names,
             hdr_in: [0.0; HDR],
             seen: vec![0; n],
+            pushed: vec![0; n],
+            acked: vec![0; n],
+            applied_from: vec![0; world],
             grad_in: vec![0.0; HDR + own],
             values_out: (0..world).map(|_| Slot::new(own)).collect(),
             dirty: vec![false; world],
@@ -246,7 +262,8 @@ impl AsyncPs {
             if Some(s) == self.mine {
                 continue;
             }
-            let i = self.free_slot(sess, s)?;
+            let i = self.free_slot(sess, s, true)?;
+            self.pushed[s] += 1;
             let slot = &mut self.rings[s][i];
             header(&mut slot.buf, KIND_GRAD, self.seen[s], step);
             let mut at = HDR;
@@ -263,7 +280,7 @@ impl AsyncPs {
                 at += len;
             }
             header(&mut self.grad_in, KIND_GRAD, self.seen[m], step);
-            self.apply_received(sess)?;
+            self.apply_received(sess, self.rank)?;
         }
         self.poll(sess)?;
         Ok(())
@@ -292,11 +309,12 @@ impl AsyncPs {
     }
 
     /// The next slot of shard `s`'s ring, waiting (and serving this rank's
-    /// messages) while its previous send is in flight.
-    fn free_slot(&mut self, sess: &mut Session, s: usize) -> Result<usize, RuntimeError> {
+    /// messages) while its previous send is in flight, and for a gradient
+    /// (`gradient`) while the owner has [`MAX_AHEAD`] of ours unapplied.
+    fn free_slot(&mut self, sess: &mut Session, s: usize, gradient: bool) -> Result<usize, RuntimeError> {
         let i = self.next[s];
         self.last_progress = Instant::now();
-        while !self.rings[s][i].test() {
+        while !self.rings[s][i].test() || (gradient && self.pushed[s] - self.acked[s] >= MAX_AHEAD) {
             if !self.poll(sess)? {
                 self.idle(&[self.shards[s].owner])?;
             }
@@ -338,7 +356,7 @@ impl AsyncPs {
             self.recv(GRAD_TAG, src, len)?;
             match read_header(&self.grad_in).0 {
                 KIND_DONE => self.done_from[src] = true,
-                KIND_GRAD => self.apply_received(sess)?,
+                KIND_GRAD => self.apply_received(sess, src)?,
                 k => {
                     return Err(self.fail("ps-async receive", format!("rank {src} sent a message of unknown kind {k}")))
                 }
@@ -357,6 +375,10 @@ impl AsyncPs {
             }
             self.recv(VALUES_TAG, src, len)?;
             let (kind, version) = read_header(shard.map_or(&self.hdr_in[..], |s| &self.values_in[s]));
+            if let (Some(s), KIND_VALUES) = (shard, kind) {
+                let acked = self.values_in[s][3].to_bits() as u64;
+                self.acked[s] = self.acked[s].max(acked);
+            }
             if kind == KIND_FINAL {
                 self.final_from[src] = true;
             } else if let Some(s) = shard.filter(|&s| kind == KIND_VALUES && version > self.seen[s]) {
@@ -395,7 +417,7 @@ impl AsyncPs {
     /// Copy this rank's shard `m` into worker `w`'s buffer and send it.
     fn send_values(&mut self, sess: &mut Session, m: usize, w: usize) -> Result<(), RuntimeError> {
         let slot = &mut self.values_out[w];
-        header(&mut slot.buf, KIND_VALUES, self.seen[m], 0);
+        header(&mut slot.buf, KIND_VALUES, self.seen[m], self.applied_from[w]);
         let mut at = HDR;
         for (name, n) in &self.shards[m].vars {
             sess.read_variable_into(name, &mut slot.buf[at..at + n])?;
@@ -406,8 +428,8 @@ impl AsyncPs {
         Ok(())
     }
 
-    /// Apply the gradient in `grad_in` to this rank's shard.
-    fn apply_received(&mut self, sess: &mut Session) -> Result<(), RuntimeError> {
+    /// Apply the gradient in `grad_in` (from worker `from_rank`) to this rank's shard.
+    fn apply_received(&mut self, sess: &mut Session, from_rank: usize) -> Result<(), RuntimeError> {
         let (Some(m), Some(apply)) = (self.mine, &self.programs.apply) else {
             return Err(self.fail("ps-async apply", "this rank owns no shard".into()));
         };
@@ -421,6 +443,7 @@ impl AsyncPs {
         let now = self.seen[m];
         self.stats.record(now.saturating_sub(from));
         self.seen[m] = now + 1;
+        self.applied_from[from_rank] += 1;
         for w in (0..self.world).filter(|&w| w != self.rank) {
             self.dirty[w] = true;
         }
@@ -477,7 +500,7 @@ impl AsyncPs {
             if Some(s) == self.mine {
                 continue;
             }
-            let i = self.free_slot(sess, s)?;
+            let i = self.free_slot(sess, s, false)?;
             header(&mut self.rings[s][i].buf, KIND_DONE, 0, 0);
             self.send(s, i, HDR);
         }
