@@ -74,6 +74,7 @@ impl AsyncReport {
 }
 
 /// What [`fit_async`] needs from the common start of a run.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 pub(crate) struct AsyncRun<'a> {
     pub sess: Session,
     pub model: &'a Model,
