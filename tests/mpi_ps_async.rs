@@ -9,6 +9,9 @@
 //!   digests, compared across ranks by the launcher test).
 //! - A worker slowed by the test hook ([`towers::trainer::SLOW_WORKER_ENV`])
 //!   makes the other's gradients stale: the maximum staleness is above 0.
+//! - `towers train --ps-async --checkpoint`: the file holds the tensors of a
+//!   one-process run's (every owner's Adam slots) and resumes in one process.
+//! - The typed refusals (no `--variables ps`, one process, periodic saves).
 //! - `towers train --ps-async`: a rank stopped (SIGSTOP) or killed (SIGKILL)
 //!   ends the other within `--comm-timeout` + 5 s, and the error names it.
 //!
@@ -191,8 +194,60 @@ fn ps_async_without_ps_variables_or_processes_is_refused_naming_the_flag() {
     assert!(!ok && err.contains("--ps-async") && err.contains("needs --variables ps"), "{err}");
     let (ok, err) = train_alone(&["--ps-async", "--variables", "ps"]);
     assert!(!ok && err.contains("--ps-async") && err.contains("mpirun -np N"), "{err}");
-    let (ok, err) = train_alone(&["--ps-async", "--variables", "ps", "--checkpoint", "x.safetensors"]);
-    assert!(!ok && err.contains("--ps-async"), "{err}");
+}
+
+/// The tensor names of a safetensors file.
+fn tensor_names(path: &std::path::Path) -> Vec<String> {
+    let bytes = std::fs::read(path).expect("the checkpoint exists");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("a whole safetensors file");
+    let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_async_checkpoint_is_whole_and_resumes_in_one_process() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (a, one) = (dir.path().join("async.safetensors"), dir.path().join("one.safetensors"));
+    let flags = ["train", "--optimizer", "adam", "--lr", "0.005", "--hidden", "32", "--steps", "20"];
+    let session = tempfile::tempdir().expect("a session folder");
+    let out = Command::new("mpirun")
+        .args(["-np", "2", "--oversubscribe"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_orte_tmpdir_base", session.path())
+        .arg(env!("CARGO_BIN_EXE_towers"))
+        .args(flags)
+        .args(["--variables", "ps", "--ps-async", "--checkpoint", a.to_str().unwrap()])
+        .output()
+        .expect("mpirun starts");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("not exact") && err.contains("ps-async: 80 gradients over 2 shard(s)"), "{err}");
+    let single = Command::new(env!("CARGO_BIN_EXE_towers"))
+        .args(flags)
+        .args(["--checkpoint", one.to_str().unwrap()])
+        .env_remove("OMPI_COMM_WORLD_SIZE")
+        .output()
+        .expect("towers runs");
+    assert!(single.status.success(), "{}", String::from_utf8_lossy(&single.stderr));
+    // Every owner's Adam slots, as in the file of one process.
+    assert_eq!(tensor_names(&a), tensor_names(&one));
+    let resumed = Command::new(env!("CARGO_BIN_EXE_towers"))
+        .args(["train", "--optimizer", "adam", "--lr", "0.005", "--hidden", "32", "--steps", "22", "--log-every", "1"])
+        .args(["--checkpoint", a.to_str().unwrap(), "--resume"])
+        .env_remove("OMPI_COMM_WORLD_SIZE")
+        .output()
+        .expect("towers runs");
+    let text = String::from_utf8_lossy(&resumed.stdout);
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert!(text.contains("step 21 ") && !text.contains("step 20 "), "resumes after step 20:\n{text}");
+    let (ok, err) =
+        train_alone(&["--ps-async", "--variables", "ps", "--checkpoint-every", "5", "--checkpoint", "x.st"]);
+    assert!(!ok && err.contains("--ps-async") && err.contains("--checkpoint-every"), "{err}");
 }
 
 // ---- faults, through `towers train` ---------------------------------------

@@ -25,7 +25,9 @@
 use towers_codegen::{lower, Plan};
 use towers_graph::{keys, Graph, NewNode, Op, Tensor};
 use towers_passes::options::VarPlacement;
-use towers_passes::{apply_gradients, pipeline, PassManager, Pipeline, Place, ProcessGroup, ScheduleStreams};
+use towers_passes::{
+    apply_gradients, pipeline, CompileState, PassManager, Pipeline, Place, ProcessGroup, ScheduleStreams,
+};
 
 use super::{Model, TRAIN_ACCURACY};
 use crate::compiler::{train_lower_options, CompileError};
@@ -49,17 +51,15 @@ pub(crate) fn check(cfg: &TrainConfig, model: &Model, world: usize) -> Result<()
     if !matches!(cfg.variables, VarPlacement::Ps { .. }) {
         return Err(bad("needs --variables ps (the variables sharded over parameter-server tasks)".into()));
     }
-    if world < 2 {
-        return Err(bad(
-            "needs several processes: run it under mpirun -np N (N >= 2); with one process there is nobody to be asynchronous with (drop --ps-async)".into(),
-        ));
-    }
     if matches!(cfg.backend, crate::train::BackendChoice::Cuda) {
         return Err(bad("runs on the cpu backend only (give --backend cpu); its exchange reads and writes host variables between steps".into()));
     }
-    if cfg.checkpoint.is_some() || cfg.resume {
+    if cfg.resume {
+        return Err(bad("cannot resume (its checkpoint resumes synchronously: drop --ps-async, or --resume)".into()));
+    }
+    if cfg.checkpoint_every.is_some() || cfg.checkpoint_secs.is_some() {
         return Err(bad(
-            "does not write or resume checkpoints yet (drop --checkpoint/--resume, or train synchronously)".into(),
+            "writes its checkpoint once, at the end, after the final broadcast (drop --checkpoint-every/--checkpoint-secs)".into(),
         ));
     }
     if cfg.trace.is_some() {
@@ -71,18 +71,22 @@ pub(crate) fn check(cfg: &TrainConfig, model: &Model, world: usize) -> Result<()
             model.graph.collection(keys::UPDATE_OPS).join(", ")
         )));
     }
+    if world < 2 {
+        return Err(bad(
+            "needs several processes: run it under mpirun -np N (N >= 2); with one process there is nobody to be asynchronous with (drop --ps-async)".into(),
+        ));
+    }
     Ok(())
 }
 
-/// Every owning rank and its variables, as the synchronous ps run shards them.
-pub(crate) fn owners(
-    model: &Model,
-    cfg: &TrainConfig,
-    process: ProcessGroup,
-) -> Result<Vec<(usize, Vec<String>)>, TrainError> {
+/// The synchronous ps run's compile state, whose `ps_groups` say every
+/// owning rank, its variables and its optimizer slots (the names the apply
+/// programs create too).
+pub(crate) fn owners(model: &Model, cfg: &TrainConfig, process: ProcessGroup) -> Result<CompileState, TrainError> {
     let opts = cfg.compile_options_for(process);
-    let out = pipeline::train(&model.graph, &model.loss, &opts).map_err(CompileError::from)?;
-    Ok(out.state.ps_groups.iter().filter(|g| !g.variables.is_empty()).map(|g| (g.rank, g.variables.clone())).collect())
+    let mut state = pipeline::train(&model.graph, &model.loss, &opts).map_err(CompileError::from)?.state;
+    state.ps_groups.retain(|g| !g.variables.is_empty());
+    Ok(state)
 }
 
 /// The worker program on `rows` examples per step (this rank's rows).
@@ -131,7 +135,7 @@ pub(crate) fn apply(model: &Model, cfg: &TrainConfig, variables: &[String]) -> R
     let res = apply_gradients(&mut g, &grads, &cfg.optimizer()).map_err(CompileError::from)?;
     let train_op = g.node(res.train_op).name.clone();
     g.program_mut().train_op = Some(train_op);
-    let mut st = towers_passes::CompileState::default();
+    let mut st = CompileState::default();
     let mut pm = PassManager::new();
     pm.push(Box::new(Place { strategy: VarPlacement::Cpu, devices: Vec::new() }));
     pm.push(Box::new(ScheduleStreams));

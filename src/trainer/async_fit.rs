@@ -102,14 +102,15 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
 
     use towers_passes::optimizer::LEARNING_RATE;
     use towers_passes::ProcessGroup;
-    use towers_runtime::comm::{AsyncPrograms, AsyncPs, AsyncShard, ValueExchange};
+    use towers_runtime::comm::{AsyncPrograms, AsyncPs, AsyncShard};
     use towers_runtime::RuntimeError;
 
     use super::async_compile::{self, GRAD_PREFIX};
     use super::TRAIN_ACCURACY;
     use crate::compiler::{compile_eval, CompileError};
     use crate::data::Batcher;
-    use crate::train::evaluate;
+    use crate::saver::Saver;
+    use crate::train::{evaluate, PsStep};
 
     let AsyncRun { mut sess, model, cfg, train_set, test_set, comm, which } = run;
     let (rank, world) = (comm.rank(), comm.world_size());
@@ -123,7 +124,8 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
     let process = ProcessGroup::new(rank, world).map_err(CompileError::from)?;
     let lead = rank == 0;
     let rows = cfg.compile_options_for(process).process_rows().map_err(CompileError::from)?;
-    let owners = async_compile::owners(model, cfg, process)?;
+    let state = async_compile::owners(model, cfg, process)?;
+    let owners: Vec<(usize, Vec<String>)> = state.ps_groups.iter().map(|g| (g.rank, g.variables.clone())).collect();
     let worker = async_compile::worker(model, cfg, rows.len())?;
     let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
@@ -200,8 +202,25 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
     ex.finish(&mut sess)?;
     let examples_per_sec = (total * cfg.batch) as f64 / started.elapsed().as_secs_f64().max(1e-9);
     // Every gradient is applied: one synchronous broadcast of each shard.
-    ValueExchange::new(&sess, "train", &owners)?.run(&mut sess)?;
+    let mut ps = PsStep::new(&sess, "train", &state)?
+        .ok_or_else(|| TrainError::Options("--ps-async: the model has no variables to shard".into()))?;
+    ps.after_step(&mut sess)?;
     sess.check_replicas_of("after the last step", shared)?;
+    if let Some(path) = &cfg.checkpoint {
+        // The whole file a synchronous run writes: every owner's slots
+        // gathered to rank 0, and global_step the steps taken (the data's
+        // position; the owners' counters hold the gradients they applied).
+        let extra = ps.gather_slots(&sess)?;
+        if lead {
+            if sess.variable_names().iter().any(|n| n == "global_step") {
+                sess.write_variable_i32("global_step", &[total as i32])?;
+            }
+            let run = crate::resume::run_description(cfg, train_set, model);
+            let mut saver = Saver::new(path, None, None, cfg.keep).with_run(run);
+            saver.start(None, cfg.overwrite)?;
+            saver.save_with(&sess, &extra)?;
+        }
+    }
     let collective =
         |node: &str, e| RuntimeError::Collective { program: "train".into(), node: node.into(), source: Box::new(e) };
     let words = ex.staleness().to_words();
