@@ -144,3 +144,7 @@ pub(crate) fn apply(model: &Model, cfg: &TrainConfig, variables: &[String]) -> R
     opts.batch = 1;
     Ok(lower(&g, &train_lower_options(&opts)).map_err(CompileError::from)?)
 }
+
+#[cfg(test)]
+#[path = "async_compile_tests.rs"]
+mod tests;
