@@ -143,6 +143,11 @@ pub struct TrainConfig {
     /// ([`crate::trace`]).
     pub trace: Option<PathBuf>,
     pub trace_steps: usize,
+    /// With `--variables ps` across MPI processes: asynchronous parameter
+    /// servers ([`crate::trainer::async_fit`]); not exact.
+    pub ps_async: bool,
+    /// How long an asynchronous exchange waits for a silent rank (`--comm-timeout`).
+    pub comm_timeout: std::time::Duration,
 }
 
 impl Default for TrainConfig {
@@ -192,6 +197,8 @@ impl Default for TrainConfig {
             cuda_graphs: true,
             trace: None,
             trace_steps: 1,
+            ps_async: false,
+            comm_timeout: std::time::Duration::from_secs(300),
         }
     }
 }

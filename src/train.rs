@@ -176,6 +176,9 @@ pub struct TrainReport {
     pub diagnostics: Vec<String>,
     /// (step, test accuracy) of every periodic evaluation (`eval_every`).
     pub evals: Vec<(usize, f64)>,
+    /// `--ps-async`: the staleness of the applied gradients (gathered on
+    /// rank 0) and the variables' digest.
+    pub ps_async: Option<crate::trainer::AsyncReport>,
 }
 
 /// Train the seed model `cfg` describes ([`TrainConfig::model`]) in this

@@ -284,6 +284,12 @@ pub struct TrainArgs {
     /// most 1e9.
     #[arg(long, default_value_t = 300.0)]
     pub comm_timeout: f64,
+    /// With --variables ps under mpirun: asynchronous parameter servers.
+    /// Workers push gradients and pull values without waiting for each
+    /// other; each owner applies gradients as they arrive. Not exact: the
+    /// results depend on timing. Reports the gradients' staleness.
+    #[arg(long)]
+    pub ps_async: bool,
     /// Write the last --trace-steps steps as a Chrome trace (JSON for
     /// Perfetto or chrome://tracing): one lane per device stream, every
     /// launch, copy, wait and all-reduce with its node and duration (on the cuda

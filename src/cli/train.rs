@@ -154,6 +154,9 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     cfg.scale_lr = a.scale_lr;
     cfg.trace = a.trace;
     cfg.trace_steps = a.trace_steps;
+    cfg.ps_async = a.ps_async;
+    // Checked by `communicator` above.
+    cfg.comm_timeout = std::time::Duration::try_from_secs_f64(a.comm_timeout).unwrap_or(cfg.comm_timeout);
     // Before anything is created (the --logdir event file): options first.
     towers::guards::validate(&cfg, comm.world_size()).map_err(|e| e.to_string())?;
     if let (true, Some(path)) = (lead, &a.plot) {
@@ -191,6 +194,9 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     }
     for d in &r.diagnostics {
         eprintln!("warning: {d}");
+    }
+    for line in r.ps_async.iter().flat_map(|p| p.lines()) {
+        eprintln!("{line}");
     }
     eprintln!("{} steps, {:.0} examples/s", r.steps, r.examples_per_sec);
     println!("test accuracy: {:.4}", r.test_accuracy);

@@ -133,6 +133,12 @@ fn run(
     model.check_data(&train_set)?;
     model.check_data(&test_set)?;
     crate::guards::check_dump_after(cfg, process)?;
+    if cfg.ps_async {
+        let which = format!("{which}; {}", comm.describe());
+        let (train_set, test_set) = (&train_set, &test_set);
+        let run = super::async_fit::AsyncRun { sess, model, cfg, train_set, test_set, comm, which };
+        return super::async_fit::fit_async(run, obs);
+    }
     let t0 = Instant::now();
     let mut opts = cfg.compile_options_for(process);
     if let Some(acc) = &model.accuracy {
@@ -340,5 +346,6 @@ fn run(
         backend_note: note,
         diagnostics: compiled.state.diagnostics.iter().map(|d| format!("{}: {}", d.pass, d.message)).collect(),
         evals,
+        ps_async: None,
     })
 }

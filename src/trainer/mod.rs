@@ -34,10 +34,14 @@
 //! goes to a [`crate::train::TrainObserver`]); a model is checked
 //! ([`Model::check`], [`Model::check_data`]) before anything compiles.
 
+mod async_compile;
+mod async_fit;
 mod file;
 mod fit;
 mod model;
 
+pub use async_compile::GRAD_PREFIX;
+pub use async_fit::{AsyncReport, NOT_EXACT, SLOW_WORKER_ENV};
 pub use file::{ModelFileError, FORMAT, VERSION};
 pub(crate) use fit::fit_seed_in;
 pub use fit::{fit, fit_datasets, fit_in, TRAIN_ACCURACY};

@@ -31,6 +31,8 @@
 //! World size 1 (one process, the default of every `Session`) is a valid
 //! group whose collectives return at once, leaving buffers unchanged.
 
+#[cfg(feature = "mpi")]
+pub mod async_ps;
 pub mod exchange;
 mod local;
 #[cfg(feature = "mpi")]
@@ -38,15 +40,19 @@ mod mpi;
 #[cfg(feature = "mpi")]
 mod mpi_shared;
 pub mod nccl_id;
+pub mod staleness;
 
 use std::time::Duration;
 
 use thiserror::Error;
 
 #[cfg(feature = "mpi")]
+pub use self::async_ps::{AsyncPrograms, AsyncPs, AsyncShard};
+#[cfg(feature = "mpi")]
 pub use self::mpi::{MpiComm, MpiReduce};
 pub use exchange::ValueExchange;
 pub use local::LocalComm;
+pub use staleness::Staleness;
 
 /// One rank of a communicator group. See the module docs for the contract.
 pub trait Comm: Send + Sync {
