@@ -353,10 +353,12 @@ impl PsStep {
 }
 
 /// One line for a multi-process run's notes: what crosses processes per
-/// step on this rank (the payload of the gradient all-reduces, the values
-/// it broadcasts and receives under `--variables ps`) and the optimizer
-/// slots it holds (read off the compiled graph: the slot inputs of the
-/// updates this rank runs).
+/// step on this rank (the payload of the gradient collectives: every rank
+/// sends each bucket; it receives the sums of the all-reduced buckets and,
+/// under `--variables ps`, of the buckets reduced to it, its own
+/// variables' gradients; then the values it broadcasts and receives) and
+/// the optimizer slots it holds (read off the compiled graph: the slot
+/// inputs of the updates this rank runs).
 pub fn exchange_note(
     graph: &towers_graph::Graph,
     state: &towers_passes::CompileState,
@@ -364,6 +366,11 @@ pub fn exchange_note(
     rank: usize,
 ) -> String {
     let grads: usize = state.buckets.iter().map(|b| b.bytes).sum();
+    let all: Vec<&towers_passes::Bucket> = state.buckets.iter().filter(|b| b.root.is_none()).collect();
+    let to_owner: Vec<&towers_passes::Bucket> = state.buckets.iter().filter(|b| b.root.is_some()).collect();
+    let all_bytes: usize = all.iter().map(|b| b.bytes).sum();
+    let owner_bytes: usize = to_owner.iter().map(|b| b.bytes).sum();
+    let sums = all_bytes + to_owner.iter().filter(|b| b.root == Some(rank)).map(|b| b.bytes).sum::<usize>();
     let mut slots = 0usize;
     for id in graph.node_ids() {
         if let towers_graph::Op::ApplyGradient { optimizer } = &graph.node(id).op {
@@ -375,7 +382,8 @@ pub fn exchange_note(
     }
     let (sent, received) = ps.map_or((0, 0), |p| p.value_bytes(rank));
     format!(
-        "exchange: rank {rank} all-reduces {grads} B of gradients in {} bucket(s) per step, broadcasts {sent} B of values and receives {received} B; it holds {slots} B of optimizer slots",
-        state.buckets.len()
+        "exchange: rank {rank} sends {grads} B of gradients per step (all-reduces {all_bytes} B in {} bucket(s), reduces {owner_bytes} B to their owners in {} bucket(s)) and receives {sums} B of sums, broadcasts {sent} B of values and receives {received} B; it holds {slots} B of optimizer slots",
+        all.len(),
+        to_owner.len()
     )
 }

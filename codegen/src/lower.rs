@@ -368,7 +368,10 @@ impl<'g> Lowerer<'g> {
                     Some(bucket) => vec![bucket.clone()],
                     None => (0..inputs.len()).map(inb).collect(),
                 };
-                vec![Step::AllReduce { buffers, node: name }]
+                match node.op {
+                    Op::AllReduce { root: Some(root), .. } => vec![Step::Reduce { root, buffers, node: name }],
+                    _ => vec![Step::AllReduce { buffers, node: name }],
+                }
             }
             Lowering::CopyOut => vec![Step::Copy { from: inb(0), to: outb(0), bytes: bytes(0), node: name }],
             Lowering::CopyAndOnes => vec![

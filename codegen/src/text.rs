@@ -430,6 +430,15 @@ impl Plan {
                             self.members(buffers).join(", ")
                         );
                     }
+                    Step::Reduce { root, buffers, node } => {
+                        let bytes: usize = buffers.iter().filter_map(|b| self.buffer(b)).map(|b| b.bytes).sum();
+                        let bytes = if structural { String::new() } else { format!(" {bytes} B") };
+                        let _ = writeln!(
+                            o,
+                            "  reduce→rank {root} sum over ranks{bytes} ({})  ; {node}",
+                            self.members(buffers).join(", ")
+                        );
+                    }
                     Step::Record(e) => {
                         let _ = writeln!(o, "  record e{e}");
                     }

@@ -305,9 +305,14 @@ pub enum Op {
     /// sums, weighted by their shares of the global batch). out: n tensors,
     /// output i the sum of input i over every process of the group (the
     /// plan's collective step, in place). `bucket` numbers the buckets of a
-    /// device in the order their all-reduces start.
+    /// device in the order their all-reduces start. With `root: Some(k)`
+    /// (`--variables ps`: every gradient of the bucket is read only by the
+    /// update of a variable rank `k` owns) the sums go to rank `k` alone, a
+    /// reduce instead of an all-reduce: on every other rank the outputs are
+    /// unspecified and must not be read.
     AllReduce {
         bucket: usize,
+        root: Option<usize>,
     },
     /// in: x on another device. out: x on this node's device.
     Copy,

@@ -109,3 +109,44 @@ fn ps_tasks_map_to_ranks_round_robin() {
         }
     }
 }
+
+/// Gradients go to their owners only: under `--variables ps` each owned
+/// gradient is in a `Step::Reduce` whose root is its owner, so the bytes
+/// reduced to rank `r` are exactly the bytes of the variables `r` owns,
+/// and what stays all-reduced (the loss) is not a gradient. The plan text
+/// and the dot name the root.
+#[test]
+fn gradients_are_reduced_to_their_owner_only() {
+    use towers::codegen::Step;
+    let model = small_model(ModelKind::Mlp, false, 5);
+    let opt = optimizers()[0].clone();
+    for world in [2usize, 4] {
+        let mut o = CompileOptions::new(opt.clone(), BATCH);
+        o.variables = ps(world as u32);
+        o.process = ProcessGroup::new(world - 1, world).unwrap();
+        let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+        let steps: Vec<&Step> = c.plan.streams.iter().flat_map(|s| &s.steps).collect();
+        let bytes = |bufs: &[towers::codegen::BufRef]| -> usize {
+            bufs.iter().filter_map(|b| c.plan.buffer(b)).map(|b| b.bytes).sum()
+        };
+        let mut reduced = vec![0usize; world];
+        let mut all_reduced = 0;
+        for s in &steps {
+            match s {
+                Step::Reduce { root, buffers, .. } => reduced[*root] += bytes(buffers),
+                Step::AllReduce { buffers, .. } => all_reduced += bytes(buffers),
+                _ => {}
+            }
+        }
+        let mut owned = vec![0usize; world];
+        for g in &c.state.ps_groups {
+            owned[g.rank] += g.variable_bytes;
+        }
+        assert_eq!(reduced, owned, "{world} ranks: bytes reduced to each rank vs the bytes it owns");
+        assert!(all_reduced < 64, "{world} ranks: only the loss stays all-reduced, got {all_reduced} B");
+        let text = c.plan.to_text();
+        assert!(text.contains("reduce→rank 0 sum over ranks"), "{text}");
+        let dot = towers_graph::dot::to_dot(&c.graph).expect("dot");
+        assert!(dot.contains("reduce→rank 0"), "{dot}");
+    }
+}

@@ -14,9 +14,10 @@
 //!   buffer groups of the same lengths, in the same order. A rank issues one
 //!   collective at a time (a plan orders its collective steps by one stream
 //!   or by events); a [`LocalComm`] refuses a second concurrent call.
-//! - **Deterministic sums.** [`Comm::all_reduce_sum`] adds the ranks'
-//!   values in rank order (rank 0 + rank 1 + ...), whatever order the ranks
-//!   arrive in, so every rank gets bit-identical results and a run is
+//! - **Deterministic sums.** [`Comm::all_reduce_sum`] and
+//!   [`Comm::reduce_to`] add the ranks' values in rank order (rank 0 +
+//!   rank 1 + ...), whatever order the ranks arrive in, so every rank (the
+//!   root of a reduce) gets bit-identical results and a run is
 //!   reproducible. (NCCL does not promise this across ring/tree choices; its
 //!   implementation must say so where it cannot.)
 //! - **No allocation per call once warm**: the training step calls
@@ -58,6 +59,15 @@ pub trait Comm: Send + Sync {
     /// all ranks (added in rank order). Every rank passes the same number of
     /// buffers with the same lengths.
     fn all_reduce_sum(&self, group: &mut [&mut [f32]]) -> Result<(), CommError>;
+    /// [`Comm::all_reduce_sum`] delivered to rank `root` alone: on `root`
+    /// every buffer of `group` is replaced by its sum over all ranks, added
+    /// in rank order, bit-identical to what `all_reduce_sum` gives it; the
+    /// other ranks only send theirs (their buffers are left as they were).
+    /// The same length check, arrival check and timeout as the others; a
+    /// `root` outside the group is [`CommError::BadRoot`]. For the plan's
+    /// `Step::Reduce` (`--variables ps`: a gradient bucket to its owner), on
+    /// the step's hot path: no allocation once warm.
+    fn reduce_to(&self, root: usize, group: &mut [&mut [f32]]) -> Result<(), CommError>;
     /// Overwrite every buffer of `group` with rank `root`'s values.
     fn broadcast(&self, root: usize, group: &mut [&mut [f32]]) -> Result<(), CommError>;
     /// Gather every rank's `send` onto rank `root`: its `recv` gets the

@@ -5,12 +5,16 @@
 use super::prepare::AllReduce;
 use crate::comm::CommError;
 
-/// Sum the group's buffers in place over the ranks of its communicator.
+/// Sum the group's buffers in place over the ranks of its communicator:
+/// on every rank (`root` None) or on `root` alone (the others only send).
 ///
 /// # Safety
 /// The module invariant of [`super::mem`]: no other thread touches the
 /// group's buffers while the step runs (they are distinct: checked at load).
 pub unsafe fn all_reduce(a: &mut AllReduce) -> Result<(), CommError> {
-    let AllReduce { bufs, comm, slices, .. } = a;
-    slices.with(bufs.iter().map(|s| s.f32_mut()), |group| comm.all_reduce_sum(group))
+    let AllReduce { bufs, root, comm, slices, .. } = a;
+    slices.with(bufs.iter().map(|s| s.f32_mut()), |group| match *root {
+        Some(root) => comm.reduce_to(root, group),
+        None => comm.all_reduce_sum(group),
+    })
 }

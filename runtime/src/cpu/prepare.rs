@@ -43,9 +43,11 @@ pub struct Launch {
     pub mut_slices: MutSliceList<f32>,
 }
 
-/// A collective step: its f32 buffers, summed in place over the ranks of `comm`.
+/// A collective step: its f32 buffers, summed in place over the ranks of
+/// `comm` (`Step::AllReduce`), or onto rank `root` alone (`Step::Reduce`).
 pub struct AllReduce {
     pub bufs: Vec<Slot>,
+    pub root: Option<usize>,
     pub comm: Arc<dyn Comm>,
     pub node: String,
     pub slices: MutSliceList<f32>,
@@ -211,7 +213,17 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
                     }
                     Exec::Copy(node.clone())
                 }
-                Step::AllReduce { buffers, node } => {
+                Step::AllReduce { buffers, node } | Step::Reduce { buffers, node, .. } => {
+                    let root = match step {
+                        Step::Reduce { root, .. } if *root >= comm.world_size() => {
+                            return Err(format!(
+                                "reduce '{node}' sends its sums to rank {root}, but the communicator has {} rank(s); compile the program for this world size (--world-size)",
+                                comm.world_size()
+                            ));
+                        }
+                        Step::Reduce { root, .. } => Some(*root),
+                        _ => None,
+                    };
                     let mut bufs: Vec<Slot> = Vec::with_capacity(buffers.len());
                     for r in buffers {
                         if aliases.contains_key(r) {
@@ -232,6 +244,7 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
                     let n = bufs.len();
                     Exec::AllReduce(Box::new(AllReduce {
                         bufs,
+                        root,
                         comm: Arc::clone(comm),
                         node: node.clone(),
                         slices: MutSliceList::with_capacity(n),
