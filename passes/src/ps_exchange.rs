@@ -9,8 +9,12 @@
 //!
 //! The exchange of one step:
 //! 1. the gradients are summed across ranks by `all_reduce`'s buckets, in
-//!    rank order (`Comm::all_reduce_sum`), so the sum an owner applies is
-//!    bit-identical to the one the all-reduce path applies;
+//!    rank order, so the sum an owner applies is bit-identical to the one
+//!    the all-reduce path applies; a bucket of gradients that only one
+//!    rank's updates read (`to_owners`) is reduced to that rank alone
+//!    (`AllReduce { root: Some(k) }`, the plan's `Step::Reduce`,
+//!    `Comm::reduce_to`), so a rank receives the sums of the gradients it
+//!    owns, and of the all-reduced rest (the loss, batch-norm statistics);
 //! 2. only the owner of a variable runs its `ApplyGradient`: this pass
 //!    removes every other rank's apply of it, its optimizer slots (which
 //!    then exist on the owner alone: no buffer, no initializer, no
@@ -24,7 +28,8 @@
 //!   owns, and a slot variable exactly when it holds its apply;
 //! - every `AllReduce` bucket is kept on every rank (same collectives in
 //!   the same order on every rank: the `Comm` contract), even a bucket
-//!   whose gradients this rank no longer reads;
+//!   whose gradients this rank no longer reads (a reduce to another rank:
+//!   this rank only sends its share);
 //! - `st.ps_groups` lists every owning rank once, ascending, with its
 //!   variables sorted by name; it depends only on the graph, the owners
 //!   and the world size, never on the rank, so every rank issues the same

@@ -150,3 +150,41 @@ fn gradients_are_reduced_to_their_owner_only() {
         assert!(dot.contains("reduce→rank 0"), "{dot}");
     }
 }
+
+/// The cost model's ps layouts (`towers::cost::ps`): each rank's payload
+/// matches what the compiled programs exchange (all-reduce: every rank sends
+/// and receives every gradient; ps: every rank receives, as a sum or as a
+/// value, each variable once, and sends its gradients plus its own values),
+/// and the predicted exchange orders the layouts as their busiest rank's
+/// bytes do.
+#[test]
+fn the_cost_model_orders_the_ps_layouts_by_their_bytes() {
+    use towers::cost::ps::{predict_layouts, Link};
+    let model = small_model(ModelKind::Mlp, false, 5);
+    let base = CompileOptions::new(optimizers()[0].clone(), BATCH);
+    let link = Link { bytes_per_ns: 10.0, latency_ns: 0.0 };
+    let p = predict_layouts(&model.graph, &model.loss, &base, 2, link).expect("predicts");
+    assert_eq!(p.iter().map(|l| l.name).collect::<Vec<_>>(), ["all-reduce", "ps", "ps-greedy"]);
+    let grads = p[0].ranks[0].sent;
+    for r in &p[0].ranks {
+        assert_eq!((r.sent, r.received), (grads, grads), "all-reduce: {r:?}");
+    }
+    for l in &p[1..] {
+        let own: usize = l.ranks.iter().map(|r| r.sent - grads).sum();
+        assert!(own > 0 && own < grads, "{}: the owners' values are the variables: {:?}", l.name, l.ranks);
+        for r in &l.ranks {
+            assert_eq!(r.received, grads, "{}: each variable arrives once, as its sum or its value: {r:?}", l.name);
+        }
+    }
+    let busiest = |i: usize| p[i].ranks.iter().map(|r| r.sent + r.received).max().unwrap();
+    for i in 0..p.len() {
+        for j in 0..p.len() {
+            if busiest(i) < busiest(j) {
+                assert!(p[i].exchange_ns < p[j].exchange_ns, "{} vs {}: {p:?}", p[i].name, p[j].name);
+            }
+        }
+    }
+    // Round-robin puts every weight matrix on task 0; greedy balances bytes.
+    assert!(busiest(2) < busiest(1), "{p:?}");
+    assert!(predict_layouts(&model.graph, &model.loss, &base, 1, link).is_err());
+}
