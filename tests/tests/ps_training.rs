@@ -148,6 +148,14 @@ fn gradients_are_reduced_to_their_owner_only() {
         assert!(text.contains("reduce→rank 0 sum over ranks"), "{text}");
         let dot = towers_graph::dot::to_dot(&c.graph).expect("dot");
         assert!(dot.contains("reduce→rank 0"), "{dot}");
+        // A plan compiled for 4 ranks reduces to ranks 2 and 3: a communicator of 2
+        // ranks refuses it at load, naming the flag.
+        if world == 4 {
+            let comm = std::sync::Arc::new(towers_runtime::comm::LocalComm::group(2).remove(0));
+            let mut sess = towers_runtime::Session::new(1).with_comm(comm);
+            let e = sess.load("train", c.plan.clone()).expect_err("root 3 of 2 ranks").to_string();
+            assert!(e.contains("the communicator has 2 rank(s)") && e.contains("--world-size"), "{e}");
+        }
     }
 }
 
