@@ -265,11 +265,6 @@ impl PsStep {
         Ok(Some(PsStep { exchange, slots, owners, slot_bytes: (mine, all) }))
     }
 
-    /// After a step: every owner's new values to every rank.
-    pub fn after_step(&mut self, sess: &mut Session) -> Result<(), TrainError> {
-        Ok(self.exchange.run(sess)?)
-    }
-
     /// The optimizer slots other ranks own (a restore skips them).
     pub fn others_slots(&self, rank: usize) -> std::collections::BTreeSet<String> {
         self.owners.iter().filter(|o| o.0 != rank).flat_map(|o| o.1.iter().cloned()).collect()

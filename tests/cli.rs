@@ -462,7 +462,8 @@ fn train_writes_a_chrome_trace_with_one_lane_per_stream() {
                 Step::Launch { node, .. }
                 | Step::Copy { node, .. }
                 | Step::AllReduce { node, .. }
-                | Step::Reduce { node, .. } => Some(node.clone()),
+                | Step::Reduce { node, .. }
+                | Step::Broadcast { node, .. } => Some(node.clone()),
                 Step::Wait(e) => Some(format!("wait e{e}")),
                 Step::Record(_) => None,
             })

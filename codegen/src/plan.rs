@@ -214,6 +214,13 @@ pub enum Step {
         buffers: Vec<BufRef>,
         node: String,
     },
+    /// Every f32 buffer of the group (variables: `--variables ps`, an
+    /// owner's new values) overwritten on every rank with rank `root`'s.
+    Broadcast {
+        root: usize,
+        buffers: Vec<BufRef>,
+        node: String,
+    },
     Record(usize),
     Wait(usize),
 }

@@ -184,7 +184,8 @@ impl fmt::Display for Site<'_> {
                         Step::Launch { node, .. }
                         | Step::Copy { node, .. }
                         | Step::AllReduce { node, .. }
-                        | Step::Reduce { node, .. },
+                        | Step::Reduce { node, .. }
+                        | Step::Broadcast { node, .. },
                     ) => {
                         write!(f, " '{node}'")
                     }
@@ -541,7 +542,7 @@ impl<'p> Verifier<'p> {
             // A reduce to one root obeys the all-reduce's rules (its root
             // is checked against the communicator when a backend loads it:
             // the world size is not part of the plan).
-            Step::AllReduce { buffers, .. } | Step::Reduce { buffers, .. } => {
+            Step::AllReduce { buffers, .. } | Step::Reduce { buffers, .. } | Step::Broadcast { buffers, .. } => {
                 if buffers.is_empty() {
                     return Err(PlanError::AllReduceEmpty { at: at.to_string().into() });
                 }

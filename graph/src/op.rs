@@ -314,6 +314,14 @@ pub enum Op {
         bucket: usize,
         root: Option<usize>,
     },
+    /// in: `variables` variables of one parameter-server owner (`root`).
+    /// Writes every input with rank `root`'s values (a broadcast across
+    /// processes, `--variables ps`: the owner's new values after its
+    /// updates). No outputs.
+    Broadcast {
+        root: usize,
+        variables: usize,
+    },
     /// in: x on another device. out: x on this node's device.
     Copy,
     /// Groups control inputs; no data.
@@ -428,6 +436,7 @@ impl Op {
             Op::AllReduce { .. } => "AllReduce",
             Op::Copy => "Copy",
             Op::NoOp => "NoOp",
+            Op::Broadcast { .. } => "Broadcast",
             // array ops (issue 22)
             Op::OneHot { .. } => "OneHot",
             Op::Transpose { .. } => "Transpose",
@@ -458,6 +467,7 @@ impl Op {
     pub fn mutated_inputs(&self) -> std::ops::Range<usize> {
         match self {
             Op::AssignMovingAverage { .. } | Op::IncrementStep => 0..1,
+            Op::Broadcast { variables, .. } => 0..*variables,
             Op::ApplyGradient { optimizer } => 0..1 + optimizer.slot_names().len(),
             _ => 0..0,
         }

@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use towers_graph::{Graph, NodeId, Op};
+use towers_graph::{Graph, NewNode, NodeId, Op, Tensor};
 
 use crate::manager::Pass;
 use crate::options::ProcessGroup;
@@ -159,8 +159,10 @@ impl Pass for PsExchange {
         prune(g, &keep);
         st.var_list.retain(|v| g.get(v).is_some());
         st.grads.retain(|_, t| g.get(&t.node).is_some());
+        let groups: Vec<PsGroup> = groups.into_values().collect();
+        broadcasts(g, st, &groups, self.group.rank)?;
         st.ps_groups = groups
-            .into_values()
+            .into_iter()
             .map(|mut p| {
                 let tasks: BTreeSet<u32> = p.tasks.iter().copied().collect();
                 p.tasks = tasks.into_iter().collect();
@@ -174,6 +176,57 @@ impl Pass for PsExchange {
         g.reinfer()?;
         Ok(())
     }
+}
+
+/// The owners' values back, in the plan: one `Broadcast { root }` per
+/// owning rank over its variables, chained into the collectives' order
+/// right after the last bucket reduced to that rank (owners in rank
+/// order; an owner with no reduced bucket after the last bucket), so the
+/// order is the same on every rank. On the owner it follows its updates
+/// of those variables; on every rank it follows every reader of them
+/// (`place`'s write-after-read edges), so it overwrites nothing this step
+/// still reads.
+fn broadcasts(g: &mut Graph, st: &CompileState, groups: &[PsGroup], rank: usize) -> Result<(), PassError> {
+    let buckets: Vec<NodeId> = st.buckets.iter().map(|b| g.find(&b.node)).collect::<Result<_, _>>()?;
+    let last_of =
+        |r: usize| st.buckets.iter().rposition(|b| b.root == Some(r)).unwrap_or(st.buckets.len().saturating_sub(1));
+    let mut order: Vec<NodeId> = Vec::new();
+    let mut made: Vec<(usize, NodeId)> = Vec::new();
+    for grp in groups {
+        let vars: Vec<NodeId> = grp.variables.iter().map(|v| g.find(v)).collect::<Result<_, _>>()?;
+        let device = g.node(vars[0]).device;
+        let inputs = vars.iter().map(|&v| Tensor::new(v, 0)).collect();
+        let name = g.unique_name(&format!("ps_broadcast/rank_{}", grp.rank));
+        let op = Op::Broadcast { root: grp.rank, variables: vars.len() };
+        let b = g.add(NewNode::new(name, op, inputs))?;
+        g.node_mut(b).device = device;
+        if grp.rank == rank {
+            // After this rank's updates of the variables it sends.
+            let applies: Vec<NodeId> = vars
+                .iter()
+                .flat_map(|&v| g.consumers(v))
+                .filter(|&(c, slot, _)| slot == 0 && matches!(g.node(c).op, Op::ApplyGradient { .. }))
+                .map(|(c, _, _)| c)
+                .collect();
+            for a in applies {
+                g.add_control(a, b)?;
+            }
+        }
+        made.push((last_of(grp.rank), b));
+    }
+    for (i, &bucket) in buckets.iter().enumerate() {
+        order.push(bucket);
+        order.extend(made.iter().filter(|m| m.0 == i).map(|m| m.1));
+    }
+    if buckets.is_empty() {
+        order.extend(made.iter().map(|m| m.1));
+    }
+    for w in order.windows(2) {
+        if !g.reaches(w[0], w[1]) {
+            g.add_control(w[0], w[1])?;
+        }
+    }
+    crate::place::add_war_edges(g)
 }
 
 #[cfg(test)]

@@ -196,3 +196,59 @@ fn the_cost_model_orders_the_ps_layouts_by_their_bytes() {
     assert!(busiest(2) < busiest(1), "{p:?}");
     assert!(predict_layouts(&model.graph, &model.loss, &base, 1, link).is_err());
 }
+
+/// The owners' values come back inside the step, overlapping it: each
+/// owner's `Broadcast` is chained into the collectives right after the last
+/// gradient bucket reduced to it, in the order the backward pass finishes
+/// the gradients, the same order on every rank. With one tensor per bucket
+/// (MLP, round-robin: w0, w1 on rank 0, b0, b1 on rank 1; backward order
+/// b1, w1, b0, w0), rank 1's values go out before w0's gradient is reduced.
+#[test]
+fn value_broadcasts_follow_each_owners_last_reduce_in_backward_order() {
+    use towers_graph::Op;
+    let model = small_model(ModelKind::Mlp, false, 5);
+    let mut orders = Vec::new();
+    for rank in 0..2 {
+        let mut o = CompileOptions::new(optimizers()[0].clone(), BATCH);
+        o.variables = ps(2);
+        o.bucket_bytes = 1;
+        o.process = ProcessGroup::new(rank, 2).unwrap();
+        let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+        let g = &c.graph;
+        // Every collective in the order the chain of control edges imposes.
+        let mut collectives: Vec<_> = g
+            .node_ids()
+            .into_iter()
+            .filter(|&id| matches!(g.node(id).op, Op::AllReduce { .. } | Op::Broadcast { .. }))
+            .collect();
+        collectives.sort_by(|&a, &b| {
+            if g.reaches(a, b) {
+                std::cmp::Ordering::Less
+            } else {
+                assert!(g.reaches(b, a), "rank {rank}: {} and {} are not ordered", g.node(a).name, g.node(b).name);
+                std::cmp::Ordering::Greater
+            }
+        });
+        let label = |id| match g.node(id).op {
+            Op::AllReduce { root: Some(r), .. } => {
+                let b = c.state.buckets.iter().find(|b| b.node == g.node(id).name).unwrap();
+                format!("reduce {}→{r}", b.members.join("+"))
+            }
+            Op::AllReduce { root: None, .. } => "all_reduce".to_string(),
+            Op::Broadcast { root, .. } => format!("broadcast {root}"),
+            _ => unreachable!(),
+        };
+        let order: Vec<String> = collectives.into_iter().map(label).collect();
+        // Each broadcast right after its owner's last reduce.
+        for (i, l) in order.iter().enumerate() {
+            if let Some(r) = l.strip_prefix("broadcast ") {
+                let last = order.iter().rposition(|x| x.ends_with(&format!("→{r}"))).unwrap();
+                assert!(last < i && order[last + 1..i].iter().all(|x| x.starts_with("broadcast")), "{order:?}");
+            }
+        }
+        let first_broadcast = order.iter().position(|x| x.starts_with("broadcast")).unwrap();
+        assert!(order[first_broadcast..].iter().any(|x| x.starts_with("reduce")), "no overlap: {order:?}");
+        orders.push(order);
+    }
+    assert_eq!(orders[0], orders[1], "every rank issues the same collectives in the same order");
+}

@@ -226,6 +226,7 @@ impl Backend for CudaBackend {
                 Step::Copy { node, .. } => Some(("copy", node.clone())),
                 Step::AllReduce { node, .. } => Some(("all_reduce", node.clone())),
                 Step::Reduce { node, .. } => Some(("reduce", node.clone())),
+                Step::Broadcast { node, .. } => Some(("broadcast", node.clone())),
                 Step::Launch { kernel, node, .. } => Some((kernel.name(), node.clone())),
             }
         };

@@ -112,6 +112,11 @@ impl CudaBackend {
                         let op = Op::Copy { dst: t.ptr, src: f.ptr, bytes: *bytes };
                         items.push(Item { step: j, op, kernel: "copy", node: node.clone() });
                     }
+                    Step::Broadcast { node, root, .. } => {
+                        return Err(bad(format!(
+                            "broadcast '{node}' from rank {root} (--variables ps across processes): the CUDA backend does not run parameter-server value broadcasts; train with --variables replicated (NCCL all-reduce) on GPUs, or run the ps program on the CPU backend"
+                        )));
+                    }
                     Step::Reduce { node, root, .. } => {
                         // A gradient bucket to its owner (--variables ps across
                         // processes): NCCL's ncclReduce would run here, but its
