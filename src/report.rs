@@ -119,7 +119,9 @@ fn ps_section(s: &mut String, g: &Graph, plan: &Plan, ps: &towers_graph::PsShard
     let slots: std::collections::BTreeSet<String> = g
         .node_ids()
         .into_iter()
-        .filter(|&i| !g.node(i).op.mutated_inputs().is_empty())
+        // An update's inputs after its variable (a value broadcast writes
+        // variables only).
+        .filter(|&i| !g.node(i).op.mutated_inputs().is_empty() && !matches!(g.node(i).op, Op::Broadcast { .. }))
         .flat_map(|i| {
             let muts = g.node(i).op.mutated_inputs();
             g.inputs(i).into_iter().take(muts.end).skip(1).map(|t| g.node(t.node).name.clone()).collect::<Vec<_>>()

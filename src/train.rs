@@ -227,8 +227,9 @@ pub fn evaluate(
 }
 
 /// The parameter-server half of a step under `--variables ps` across
-/// processes (see `towers_passes::ps_exchange`): the owners' broadcasts of
-/// their new values after each step, and the names of the optimizer slots,
+/// processes (see `towers_passes::ps_exchange`): the bytes of the owners'
+/// value broadcasts (which the plan runs inside each step), the checkpoint
+/// agreement and slot gather, and the names of the optimizer slots,
 /// which live on their owner only (so the replica check leaves them out).
 pub struct PsStep {
     exchange: towers_runtime::comm::ValueExchange,

@@ -19,9 +19,13 @@
 //!    removes every other rank's apply of it, its optimizer slots (which
 //!    then exist on the owner alone: no buffer, no initializer, no
 //!    checkpoint entry on the others) and whatever fed only them;
-//! 3. after the step each owner broadcasts the new values of its variables
-//!    ([`PsGroup`], run by the runtime's `ValueExchange` between steps),
-//!    one broadcast per owning rank, in rank order, on every rank.
+//! 3. each owner broadcasts the new values of its variables inside the
+//!    step: one `Broadcast { root }` node per owning rank ([`PsGroup`]),
+//!    chained into the collectives right after the last bucket reduced to
+//!    it (the same order on every rank), after the owner's updates and
+//!    after every reader of those variables on every rank (`place`'s
+//!    write-after-read edges), so a shard's values go out as soon as they
+//!    are final and overwrite nothing the step still reads.
 //!
 //! Invariants after this pass:
 //! - a rank's graph holds an `ApplyGradient` exactly for the variables it

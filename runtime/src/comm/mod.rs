@@ -26,8 +26,11 @@
 //!   lengths disagree, is a [`CommError`] naming the rank and the collective;
 //!   a waiting rank gives up after the group's timeout.
 //!
-//! [`ValueExchange`] (`exchange`) is the values' half of a `--variables ps`
-//! step across processes: each owner broadcasts the variables it updated.
+//! [`ValueExchange`] (`exchange`) broadcasts each owner's variables between
+//! steps (`--variables ps` across processes). The synchronous training step
+//! now does this inside the plan (`Step::Broadcast`); the exchange stays
+//! for code that updates variables outside a plan, and for its byte
+//! counts.
 //!
 //! World size 1 (one process, the default of every `Session`) is a valid
 //! group whose collectives return at once, leaving buffers unchanged.
