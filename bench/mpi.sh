@@ -22,10 +22,12 @@ fi
 
 # Parameter servers (--variables ps, ZeRO-1) against the all-reduce, 2 ranks,
 # on the seed models: the step time (from examples/s), the bytes crossing
-# processes per step per rank (the payload of the gradient all-reduces plus
-# the owners' value broadcasts sent and received; the collective's own
-# traffic on top of the payload depends on MPI's algorithm) and the
-# optimizer-state bytes each rank holds (Adam: two slots per variable).
+# processes per step per rank (the gradient payload this rank sends, and the
+# sums it receives: every all-reduced bucket, and under ps only the buckets
+# reduced to it, its own variables' gradients; then the owners' value
+# broadcasts sent and received; the collective's own traffic on top of the
+# payload depends on MPI's algorithm) and the optimizer-state bytes each
+# rank holds (Adam: two slots per variable).
 # Rank 0's figures; ps-greedy balances the owners by bytes (round-robin puts
 # every weight matrix of the seed models on task 0).
 # "ps on separate ranks" (--ps-ranks) is not built: no row.
@@ -34,7 +36,7 @@ bin="${TOWERS_BIN:-target/release/towers}"
 steps="${TOWERS_BENCH_PS_STEPS:-200}"
 [ -n "${TOWERS_BENCH_QUICK:-}" ] && steps=20
 batch=64
-printf '%-8s %-10s %12s %14s %14s %14s %14s\n' model mode step_ms grad_B/step sent_B/step recv_B/step slots_B/rank
+printf '%-8s %-10s %12s %14s %14s %14s %14s %14s\n' model mode step_ms grad_B/step sums_B/step sent_B/step recv_B/step slots_B/rank
 for model in mlp convnet; do
   for mode in all-reduce ps ps-greedy; do
     vars=(--variables cpu)
@@ -48,8 +50,9 @@ for model in mlp convnet; do
     line=$(grep '^exchange: rank 0 ' "$err" || true)
     rm -f "$err"
     nums=($(grep -o '[0-9][0-9]*' <<<"$line"))
-    # exchange: rank R all-reduces G B ... in N bucket(s) ..., broadcasts S B ... receives V B; ... holds O B
+    # exchange: rank R sends G B ... (all-reduces A B in N bucket(s), reduces D B ... in M bucket(s))
+    #   and receives H B of sums, broadcasts S B ... receives V B; ... holds O B
     step_ms=$(awk -v e="$eps" -v b="$batch" 'BEGIN { if (e > 0) printf "%.3f", 1000 * b / e; else print "n/a" }')
-    printf '%-8s %-10s %12s %14s %14s %14s %14s\n' "$model" "$mode" "$step_ms" "${nums[1]:-?}" "${nums[3]:-?}" "${nums[4]:-?}" "${nums[5]:-?}"
+    printf '%-8s %-10s %12s %14s %14s %14s %14s %14s\n' "$model" "$mode" "$step_ms" "${nums[1]:-?}" "${nums[6]:-?}" "${nums[7]:-?}" "${nums[8]:-?}" "${nums[9]:-?}"
   done
 done

@@ -85,14 +85,14 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
     let reductions = g.node_ids().iter().filter(|&&i| matches!(g.node(i).op, Op::TowerMean { .. })).count();
     let _ = writeln!(s, "\ncopies: {copies}, cross-tower reductions: {reductions}, events: {}", plan.num_events);
     // Cross-process all-reduces, in the order they start (several processes only).
-    let mut buckets: Vec<(usize, String, usize, usize)> = g
+    let mut buckets: Vec<(usize, String, usize, usize, Option<usize>)> = g
         .node_ids()
         .into_iter()
         .filter_map(|i| match g.node(i).op {
-            Op::AllReduce { bucket } => {
+            Op::AllReduce { bucket, root } => {
                 let n = g.node(i);
                 let bytes = n.outputs.iter().filter_map(|t| t.byte_size()).sum();
-                Some((bucket, n.name.clone(), n.outputs.len(), bytes))
+                Some((bucket, n.name.clone(), n.outputs.len(), bytes, root))
             }
             _ => None,
         })
@@ -101,8 +101,9 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
     if !buckets.is_empty() {
         let total: usize = buckets.iter().map(|b| b.3).sum();
         let _ = writeln!(s, "all-reduce buckets across processes: {} ({total} B per step)", buckets.len());
-        for (_, name, tensors, bytes) in &buckets {
-            let _ = writeln!(s, "  {name}: {tensors} tensors, {bytes} B");
+        for (_, name, tensors, bytes, root) in &buckets {
+            let to = root.map(|k| format!(", reduce→rank {k}")).unwrap_or_default();
+            let _ = writeln!(s, "  {name}: {tensors} tensors, {bytes} B{to}");
         }
     }
     s
@@ -118,7 +119,9 @@ fn ps_section(s: &mut String, g: &Graph, plan: &Plan, ps: &towers_graph::PsShard
     let slots: std::collections::BTreeSet<String> = g
         .node_ids()
         .into_iter()
-        .filter(|&i| !g.node(i).op.mutated_inputs().is_empty())
+        // An update's inputs after its variable (a value broadcast writes
+        // variables only).
+        .filter(|&i| !g.node(i).op.mutated_inputs().is_empty() && !matches!(g.node(i).op, Op::Broadcast { .. }))
         .flat_map(|i| {
             let muts = g.node(i).op.mutated_inputs();
             g.inputs(i).into_iter().take(muts.end).skip(1).map(|t| g.node(t.node).name.clone()).collect::<Vec<_>>()

@@ -69,6 +69,11 @@ fn describe(plan: &Plan, stream: usize, index: usize, kind: &str, node: &str) ->
             args.insert("buffers".into(), json!(buffers.iter().map(|r| plan.ref_name(r)).collect::<Vec<_>>()));
             node.clone()
         }
+        Some(Step::Reduce { root, buffers, node } | Step::Broadcast { root, buffers, node }) => {
+            args.insert("buffers".into(), json!(buffers.iter().map(|r| plan.ref_name(r)).collect::<Vec<_>>()));
+            args.insert("root".into(), json!(root));
+            node.clone()
+        }
         Some(Step::Wait(e)) => {
             args.insert("event".into(), json!(e));
             format!("wait e{e}")

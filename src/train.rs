@@ -230,8 +230,9 @@ pub fn evaluate(
 }
 
 /// The parameter-server half of a step under `--variables ps` across
-/// processes (see `towers_passes::ps_exchange`): the owners' broadcasts of
-/// their new values after each step, and the names of the optimizer slots,
+/// processes (see `towers_passes::ps_exchange`): the bytes of the owners'
+/// value broadcasts (which the plan runs inside each step), the checkpoint
+/// agreement and slot gather, and the names of the optimizer slots,
 /// which live on their owner only (so the replica check leaves them out).
 pub struct PsStep {
     exchange: towers_runtime::comm::ValueExchange,
@@ -266,11 +267,6 @@ impl PsStep {
         let all = state.ps_groups.iter().map(|g| g.slot_bytes).sum();
         let owners = state.ps_groups.iter().map(|g| (g.rank, g.slots.clone(), g.slot_shapes.clone())).collect();
         Ok(Some(PsStep { exchange, slots, owners, slot_bytes: (mine, all) }))
-    }
-
-    /// After a step: every owner's new values to every rank.
-    pub fn after_step(&mut self, sess: &mut Session) -> Result<(), TrainError> {
-        Ok(self.exchange.run(sess)?)
     }
 
     /// The optimizer slots other ranks own (a restore skips them).
@@ -356,10 +352,12 @@ impl PsStep {
 }
 
 /// One line for a multi-process run's notes: what crosses processes per
-/// step on this rank (the payload of the gradient all-reduces, the values
-/// it broadcasts and receives under `--variables ps`) and the optimizer
-/// slots it holds (read off the compiled graph: the slot inputs of the
-/// updates this rank runs).
+/// step on this rank (the payload of the gradient collectives: every rank
+/// sends each bucket; it receives the sums of the all-reduced buckets and,
+/// under `--variables ps`, of the buckets reduced to it, its own
+/// variables' gradients; then the values it broadcasts and receives) and
+/// the optimizer slots it holds (read off the compiled graph: the slot
+/// inputs of the updates this rank runs).
 pub fn exchange_note(
     graph: &towers_graph::Graph,
     state: &towers_passes::CompileState,
@@ -367,6 +365,11 @@ pub fn exchange_note(
     rank: usize,
 ) -> String {
     let grads: usize = state.buckets.iter().map(|b| b.bytes).sum();
+    let all: Vec<&towers_passes::Bucket> = state.buckets.iter().filter(|b| b.root.is_none()).collect();
+    let to_owner: Vec<&towers_passes::Bucket> = state.buckets.iter().filter(|b| b.root.is_some()).collect();
+    let all_bytes: usize = all.iter().map(|b| b.bytes).sum();
+    let owner_bytes: usize = to_owner.iter().map(|b| b.bytes).sum();
+    let sums = all_bytes + to_owner.iter().filter(|b| b.root == Some(rank)).map(|b| b.bytes).sum::<usize>();
     let mut slots = 0usize;
     for id in graph.node_ids() {
         if let towers_graph::Op::ApplyGradient { optimizer } = &graph.node(id).op {
@@ -378,7 +381,8 @@ pub fn exchange_note(
     }
     let (sent, received) = ps.map_or((0, 0), |p| p.value_bytes(rank));
     format!(
-        "exchange: rank {rank} all-reduces {grads} B of gradients in {} bucket(s) per step, broadcasts {sent} B of values and receives {received} B; it holds {slots} B of optimizer slots",
-        state.buckets.len()
+        "exchange: rank {rank} sends {grads} B of gradients per step (all-reduces {all_bytes} B in {} bucket(s), reduces {owner_bytes} B to their owners in {} bucket(s)) and receives {sums} B of sums, broadcasts {sent} B of values and receives {received} B; it holds {slots} B of optimizer slots",
+        all.len(),
+        to_owner.len()
     )
 }

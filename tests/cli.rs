@@ -459,9 +459,11 @@ fn train_writes_a_chrome_trace_with_one_lane_per_stream() {
             .steps
             .iter()
             .filter_map(|st| match st {
-                Step::Launch { node, .. } | Step::Copy { node, .. } | Step::AllReduce { node, .. } => {
-                    Some(node.clone())
-                }
+                Step::Launch { node, .. }
+                | Step::Copy { node, .. }
+                | Step::AllReduce { node, .. }
+                | Step::Reduce { node, .. }
+                | Step::Broadcast { node, .. } => Some(node.clone()),
                 Step::Wait(e) => Some(format!("wait e{e}")),
                 Step::Record(_) => None,
             })

@@ -191,6 +191,15 @@ fn ps_ranks_train_exactly_and_their_whole_checkpoint_resumes_under_any_layout() 
     // "ps: rank 0 holds M B of optimizer slots of T B in all (T-M B fewer ...)"
     let (mine, all, fewer) = (nums[1], nums[2], nums[3]);
     assert!(mine > 0 && mine < all && fewer == all - mine, "{line}");
+    // Gradients reach their owner only: the sums rank 0 receives are what it
+    // sends less the gradients of the variables it receives the values of.
+    let line = stderr.lines().find(|l| l.starts_with("exchange: rank 0 ")).unwrap_or_else(|| panic!("{stderr}"));
+    let nums: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    // "exchange: rank 0 sends G B ... (all-reduces A B in N bucket(s), reduces D B ... in M bucket(s))
+    //  and receives H B of sums, broadcasts S B of values and receives V B; it holds O B ..."
+    let (sent, all_reduced, reduced, sums, values_in) = (nums[1], nums[2], nums[4], nums[6], nums[8]);
+    assert!(reduced > 0 && all_reduced + reduced == sent, "{line}");
+    assert_eq!(sums + values_in, sent, "{line}");
     let (ok, ar_out, stderr) =
         mpirun_towers(&strs(&args("10", &ar, &["--towers", "1", "--variables", "cpu"]))).unwrap();
     assert!(ok, "{stderr}\n{ar_out}");

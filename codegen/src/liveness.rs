@@ -152,7 +152,9 @@ pub fn step_refs(step: &Step) -> Vec<&BufRef> {
             inputs.iter().chain(outputs).chain(workspace.iter()).filter(|r| matches!(r, BufRef::Arena { .. })).collect()
         }
         Step::Copy { from, to, .. } => [from, to].into_iter().filter(|r| matches!(r, BufRef::Arena { .. })).collect(),
-        Step::AllReduce { buffers, .. } => buffers.iter().filter(|r| matches!(r, BufRef::Arena { .. })).collect(),
+        Step::AllReduce { buffers, .. } | Step::Reduce { buffers, .. } | Step::Broadcast { buffers, .. } => {
+            buffers.iter().filter(|r| matches!(r, BufRef::Arena { .. })).collect()
+        }
         Step::Record(_) | Step::Wait(_) => Vec::new(),
     }
 }

@@ -285,7 +285,7 @@ impl<'g> Lowerer<'g> {
         self.fuse_launch(id, &mut low, &in_refs, opts)?;
         let mut workspace = None;
         match &low {
-            Lowering::Nothing => {}
+            Lowering::Nothing | Lowering::Broadcast => {}
             Lowering::Alias => {
                 if let Some(r) = in_refs.first() {
                     self.bind.insert(Tensor::new(id, 0), r.clone());
@@ -363,12 +363,19 @@ impl<'g> Lowerer<'g> {
         let bytes = |s: usize| node.outputs[s].byte_size().unwrap_or(0);
         match low {
             Lowering::Nothing | Lowering::Alias | Lowering::Views => Vec::new(),
+            Lowering::Broadcast => {
+                let Op::Broadcast { root, .. } = node.op else { unreachable!("select lowers only Broadcast so") };
+                vec![Step::Broadcast { root, buffers: (0..inputs.len()).map(inb).collect(), node: name }]
+            }
             Lowering::AllReduce => {
                 let buffers = match self.buckets.get(&id) {
                     Some(bucket) => vec![bucket.clone()],
                     None => (0..inputs.len()).map(inb).collect(),
                 };
-                vec![Step::AllReduce { buffers, node: name }]
+                match node.op {
+                    Op::AllReduce { root: Some(root), .. } => vec![Step::Reduce { root, buffers, node: name }],
+                    _ => vec![Step::AllReduce { buffers, node: name }],
+                }
             }
             Lowering::CopyOut => vec![Step::Copy { from: inb(0), to: outb(0), bytes: bytes(0), node: name }],
             Lowering::CopyAndOnes => vec![

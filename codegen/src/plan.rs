@@ -204,6 +204,23 @@ pub enum Step {
         buffers: Vec<BufRef>,
         node: String,
     },
+    /// `AllReduce`'s sum delivered to rank `root` alone (`--variables ps`:
+    /// a bucket of gradients that only `root`, their owner, applies): the
+    /// same f32 buffers, the same rank-order sum, bit for bit, on `root`;
+    /// on every other rank the buffers are only sent (their contents after
+    /// the step are unspecified, and nothing reads them).
+    Reduce {
+        root: usize,
+        buffers: Vec<BufRef>,
+        node: String,
+    },
+    /// Every f32 buffer of the group (variables: `--variables ps`, an
+    /// owner's new values) overwritten on every rank with rank `root`'s.
+    Broadcast {
+        root: usize,
+        buffers: Vec<BufRef>,
+        node: String,
+    },
     Record(usize),
     Wait(usize),
 }

@@ -43,6 +43,9 @@ pub(crate) enum Lowering {
     /// A collective over the processes of the group: output i is input i's
     /// buffer, summed in place by one `Step::AllReduce` over all inputs.
     AllReduce,
+    /// The variables (inputs) overwritten with the root's values: one
+    /// `Step::Broadcast`; no outputs.
+    Broadcast,
     /// One kernel launch; `inputs` are node input indices.
     Launch { kernel: Kernel, inputs: Vec<usize>, outs: Outs },
 }
@@ -84,6 +87,7 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
         Reshape { .. } | Identity | StopGradient => Ok(Lowering::Alias),
         Copy => Ok(Lowering::CopyOut),
         AllReduce { .. } => Ok(Lowering::AllReduce),
+        Broadcast { .. } => Ok(Lowering::Broadcast),
         MatMul { transpose_a, transpose_b } => {
             let (a, b) = (&ins[0].dims, &ins[1].dims);
             if a.len() != 2 || b.len() != 2 {

@@ -430,6 +430,32 @@ impl Plan {
                             self.members(buffers).join(", ")
                         );
                     }
+                    Step::Reduce { root, buffers, node } => {
+                        let bytes: usize = buffers.iter().filter_map(|b| self.buffer(b)).map(|b| b.bytes).sum();
+                        let bytes = if structural { String::new() } else { format!(" {bytes} B") };
+                        let _ = writeln!(
+                            o,
+                            "  reduce→rank {root} sum over ranks{bytes} ({})  ; {node}",
+                            self.members(buffers).join(", ")
+                        );
+                    }
+                    Step::Broadcast { root, buffers, node } => {
+                        let var = |b: &BufRef| match b {
+                            BufRef::Variable(name) => self.variables.iter().find(|d| &d.name == name),
+                            BufRef::Arena { .. } => None,
+                        };
+                        let bytes: usize = buffers
+                            .iter()
+                            .filter_map(var)
+                            .map(|d| d.shape.iter().product::<usize>() * d.dtype.size_bytes())
+                            .sum();
+                        let bytes = if structural { String::new() } else { format!(" {bytes} B") };
+                        let _ = writeln!(
+                            o,
+                            "  broadcast from rank {root}{bytes} ({})  ; {node}",
+                            buffers.iter().map(|b| self.ref_name(b)).collect::<Vec<_>>().join(", ")
+                        );
+                    }
                     Step::Record(e) => {
                         let _ = writeln!(o, "  record e{e}");
                     }

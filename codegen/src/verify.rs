@@ -180,7 +180,13 @@ impl fmt::Display for Site<'_> {
             Site::Step { stream, index } => {
                 write!(f, "{} step {index}", stream.name())?;
                 match stream.steps.get(*index) {
-                    Some(Step::Launch { node, .. } | Step::Copy { node, .. } | Step::AllReduce { node, .. }) => {
+                    Some(
+                        Step::Launch { node, .. }
+                        | Step::Copy { node, .. }
+                        | Step::AllReduce { node, .. }
+                        | Step::Reduce { node, .. }
+                        | Step::Broadcast { node, .. },
+                    ) => {
                         write!(f, " '{node}'")
                     }
                     Some(Step::Record(e)) => write!(f, " (record e{e})"),
@@ -533,7 +539,10 @@ impl<'p> Verifier<'p> {
                 }
                 Ok(())
             }
-            Step::AllReduce { buffers, .. } => {
+            // A reduce to one root obeys the all-reduce's rules (its root
+            // is checked against the communicator when a backend loads it:
+            // the world size is not part of the plan).
+            Step::AllReduce { buffers, .. } | Step::Reduce { buffers, .. } | Step::Broadcast { buffers, .. } => {
                 if buffers.is_empty() {
                     return Err(PlanError::AllReduceEmpty { at: at.to_string().into() });
                 }

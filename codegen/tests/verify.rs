@@ -794,3 +794,38 @@ fn a_wrong_size_names_the_operand_and_the_rule() {
         "gpu:0/compute step 1 'y': bias_add parameters are invalid: input 0 (x) 'x.gpu0' has 6 elements, not a multiple of channels 4"
     );
 }
+
+/// A reduce to one rank (`--variables ps`) obeys the all-reduce's rules.
+#[test]
+fn reduce_groups_follow_the_all_reduce_rules() {
+    let to_root = |p: &mut Plan| {
+        let step = &mut p.streams[2].steps[2];
+        let Step::AllReduce { buffers, node } = step.clone() else { unreachable!() };
+        *step = Step::Reduce { root: 1, buffers, node };
+    };
+    let mut p = base();
+    to_root(&mut p);
+    assert_eq!(verify(&p), Ok(()));
+    fn reduce(p: &mut Plan) -> &mut Vec<BufRef> {
+        match &mut p.streams[2].steps[2] {
+            Step::Reduce { buffers, .. } => buffers,
+            _ => unreachable!(),
+        }
+    }
+    let err_reduce = |f: &dyn Fn(&mut Plan)| {
+        let mut p = base();
+        to_root(&mut p);
+        f(&mut p);
+        verify(&p).expect_err("the broken plan verifies").to_string()
+    };
+    assert_eq!(
+        err_reduce(&|p| reduce(p).clear()),
+        "gpu:0/compute step 2 'allreduce/y': all-reduce over an empty group"
+    );
+    assert!(err_reduce(&|p| reduce(p).push(BufRef::Variable("global_step".into()))).contains("sums f32 buffers only"));
+    assert!(err_reduce(&|p| reduce(p).push(Y)).contains("which overlap"));
+    // The plan text names the root.
+    let mut p = base();
+    to_root(&mut p);
+    assert!(p.to_text().contains("reduce→rank 1 sum over ranks"), "{}", p.to_text());
+}

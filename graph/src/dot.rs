@@ -123,6 +123,10 @@ fn emit(g: &Graph, c: &Cluster, index: &BTreeMap<NodeId, usize>, s: &mut String,
             .as_ref()
             .and_then(|ps| ps.owner(&n.name))
             .map(|k| format!("\\nowner {}", crate::device::ps_task_name(k)))
+            .or_else(|| match n.op {
+                Op::AllReduce { root: Some(k), .. } => Some(format!("\\nreduce→rank {k}")),
+                _ => None,
+            })
             .unwrap_or_default();
         let _ = writeln!(
             s,

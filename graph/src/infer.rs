@@ -453,6 +453,13 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             arity(inputs, 0)?;
             Ok(vec![])
         }
+        Broadcast { variables, .. } => {
+            arity(inputs, *variables)?;
+            if let Some(t) = inputs.iter().find(|t| t.dtype != DType::F32) {
+                return detail(format!("a broadcast carries f32 variables; got {t}"));
+            }
+            Ok(vec![])
+        }
         // array ops (issue 22)
         OneHot { .. }
         | Transpose { .. }

@@ -305,9 +305,22 @@ pub enum Op {
     /// sums, weighted by their shares of the global batch). out: n tensors,
     /// output i the sum of input i over every process of the group (the
     /// plan's collective step, in place). `bucket` numbers the buckets of a
-    /// device in the order their all-reduces start.
+    /// device in the order their all-reduces start. With `root: Some(k)`
+    /// (`--variables ps`: every gradient of the bucket is read only by the
+    /// update of a variable rank `k` owns) the sums go to rank `k` alone, a
+    /// reduce instead of an all-reduce: on every other rank the outputs are
+    /// unspecified and must not be read.
     AllReduce {
         bucket: usize,
+        root: Option<usize>,
+    },
+    /// in: `variables` variables of one parameter-server owner (`root`).
+    /// Writes every input with rank `root`'s values (a broadcast across
+    /// processes, `--variables ps`: the owner's new values after its
+    /// updates). No outputs.
+    Broadcast {
+        root: usize,
+        variables: usize,
     },
     /// in: x on another device. out: x on this node's device.
     Copy,
@@ -423,6 +436,7 @@ impl Op {
             Op::AllReduce { .. } => "AllReduce",
             Op::Copy => "Copy",
             Op::NoOp => "NoOp",
+            Op::Broadcast { .. } => "Broadcast",
             // array ops (issue 22)
             Op::OneHot { .. } => "OneHot",
             Op::Transpose { .. } => "Transpose",
@@ -453,6 +467,7 @@ impl Op {
     pub fn mutated_inputs(&self) -> std::ops::Range<usize> {
         match self {
             Op::AssignMovingAverage { .. } | Op::IncrementStep => 0..1,
+            Op::Broadcast { variables, .. } => 0..*variables,
             Op::ApplyGradient { optimizer } => 0..1 + optimizer.slot_names().len(),
             _ => 0..0,
         }

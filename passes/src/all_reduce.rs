@@ -45,9 +45,18 @@
 //! (collective nodes are hoisted), so it overlaps the rest of the backward
 //! pass.
 //!
-//! `--variables ps` (the program records parameter-server owners) keeps
-//! these buckets: `ps_exchange`, right after this pass, then keeps each
-//! variable's update on its owner only.
+//! **Reduce to the owner** (`to_owners`, `--variables ps`: the program
+//! records parameter-server owners). A mean read only by the update of a
+//! variable that rank `k` owns (task `k' % world`), through copies, and
+//! neither fetched nor a control input, has root `k`; any other mean (a
+//! batch-norm statistic, a clipped or fetched gradient) has none. Buckets
+//! never mix roots (per device and root, filled in ready order, then
+//! sorted by readiness), and a bucket with root `k` is `AllReduce { root:
+//! Some(k) }`: the plan's `Step::Reduce`, whose sums reach rank `k` alone
+//! (in rank order, bit-identical to the all-reduce's), so a rank receives
+//! only the gradients it applies. `ps_exchange`, right after this pass,
+//! keeps each variable's update on its owner only, so no other rank reads
+//! a reduced bucket.
 //!
 //! With several processes, batch-norm moving averages must combine every
 //! rank's statistics (`BnUpdates::Mean`); a moving average fed by anything
@@ -71,6 +80,9 @@ pub struct AllReduceBuckets {
     /// Every replica of every rank has the same share of the global batch
     /// (the scale fold of the module docs applies).
     pub uniform: bool,
+    /// `--variables ps`: a gradient read only by the update of a variable
+    /// owned by rank `k` is reduced to rank `k` alone (see the module docs).
+    pub to_owners: bool,
 }
 
 /// A tensor to reduce: its node (a mean, or the single replica's gradient
@@ -86,17 +98,20 @@ struct Member {
     device: Device,
     bytes: usize,
     ready: usize,
+    /// The rank its sum goes to (`None`: every rank).
+    root: Option<usize>,
 }
 
-/// Pack the means into buckets (see the module docs): per device in ready
-/// order, greedily up to `cap` bytes; buckets then sorted by readiness.
+/// Pack the means into buckets (see the module docs): per device and root
+/// in ready order, greedily up to `cap` bytes; buckets then sorted by
+/// readiness.
 fn pack(mut members: Vec<Member>, cap: usize) -> Vec<Vec<Member>> {
-    members.sort_by(|a, b| (a.device, a.ready, &a.name).cmp(&(b.device, b.ready, &b.name)));
+    members.sort_by(|a, b| (a.device, a.root, a.ready, &a.name).cmp(&(b.device, b.root, b.ready, &b.name)));
     let mut buckets: Vec<Vec<Member>> = Vec::new();
     let mut bytes = 0;
     for m in members {
         match buckets.last_mut() {
-            Some(b) if b[0].device == m.device && bytes + m.bytes <= cap => {
+            Some(b) if b[0].device == m.device && b[0].root == m.root && bytes + m.bytes <= cap => {
                 bytes += m.bytes;
                 b.push(m);
             }
@@ -107,8 +122,43 @@ fn pack(mut members: Vec<Member>, cap: usize) -> Vec<Vec<Member>> {
         }
     }
     let ready = |b: &Vec<Member>| b.iter().map(|m| m.ready).max().unwrap_or(0);
-    buckets.sort_by_key(|b| (ready(b), b[0].device));
+    buckets.sort_by_key(|b| (ready(b), b[0].device, b[0].root));
     buckets
+}
+
+/// The rank a mean's sum must reach under `--variables ps`: `Some(k)` when
+/// every reader of the mean (through copies and identities) is the update
+/// of a variable owned by rank `k` (as its gradient input), and the mean is
+/// neither fetched nor a control input; `None` (every rank needs it: a
+/// batch-norm statistic, a clipped or fetched gradient) otherwise.
+fn owner_rank(g: &Graph, mean: NodeId, fetched: &[NodeId], world: usize) -> Option<usize> {
+    let ps = g.program().ps.as_ref()?;
+    let mut root = None;
+    let mut todo = vec![mean];
+    while let Some(id) = todo.pop() {
+        if fetched.contains(&id) || !g.control_consumers(id).is_empty() {
+            return None;
+        }
+        let consumers = g.consumers(id);
+        if consumers.is_empty() {
+            return None;
+        }
+        for (c, dst, _) in consumers {
+            match &g.node(c).op {
+                Op::Copy | Op::Identity => todo.push(c),
+                Op::ApplyGradient { optimizer } if dst == 1 + optimizer.slot_names().len() => {
+                    let var = g.inputs(c).first().map(|t| g.node(t.node).name.clone())?;
+                    let rank = crate::ps_exchange::task_rank(ps.owner(&var)?, world);
+                    if root.is_some_and(|r| r != rank) {
+                        return None;
+                    }
+                    root = Some(rank);
+                }
+                _ => return None,
+            }
+        }
+    }
+    root
 }
 
 /// The node that computed `id`'s value, looking through copies between
@@ -204,7 +254,17 @@ impl Pass for AllReduceBuckets {
             })?;
             let bytes = n.outputs[slot].byte_size().unwrap_or(0);
             let ready = g.inputs(id).iter().map(|t| pos[&producer(g, t.node)]).max().unwrap_or(0);
-            members.push(Member { id: m, slot, folded: folded.is_some(), name: n.name.clone(), device, bytes, ready });
+            let root = if self.to_owners { owner_rank(g, id, &fetched, self.group.world) } else { None };
+            members.push(Member {
+                id: m,
+                slot,
+                folded: folded.is_some(),
+                name: n.name.clone(),
+                device,
+                bytes,
+                ready,
+                root,
+            });
         }
         if members.is_empty() {
             return Err(PassError::MissingState {
@@ -225,8 +285,9 @@ impl Pass for AllReduceBuckets {
                 .collect();
             let controls: Vec<Vec<NodeId>> =
                 bucket.iter().map(|m| if m.folded { Vec::new() } else { g.control_consumers(m.id) }).collect();
+            let root = bucket[0].root;
             let name = g.unique_name(&format!("all_reduce/bucket_{i}"));
-            let mut new = NewNode::new(name.clone(), Op::AllReduce { bucket: i }, inputs);
+            let mut new = NewNode::new(name.clone(), Op::AllReduce { bucket: i, root }, inputs);
             new.control_inputs.extend(previous);
             let ar = g.add(new)?;
             g.node_mut(ar).device = Some(bucket[0].device);
@@ -246,6 +307,7 @@ impl Pass for AllReduceBuckets {
                 device: bucket[0].device,
                 members: bucket.iter().map(|m| m.name.clone()).collect(),
                 bytes: bucket.iter().map(|m| m.bytes).sum(),
+                root,
             });
             previous = Some(ar);
         }
@@ -275,7 +337,7 @@ mod tests {
     use super::*;
 
     fn m(name: &str, device: Device, bytes: usize, ready: usize) -> Member {
-        Member { id: NodeId::new(0), slot: 0, folded: false, name: name.into(), device, bytes, ready }
+        Member { id: NodeId::new(0), slot: 0, folded: false, name: name.into(), device, bytes, ready, root: None }
     }
 
     fn names(b: &[Vec<Member>]) -> Vec<Vec<&str>> {

@@ -119,7 +119,12 @@ impl Pipeline {
         passes.push(Box::new(ApplyOptimizer { optimizer: opts.optimizer.clone() }));
         passes.push(Box::new(Place { strategy: opts.variables, devices: towers }));
         if several {
-            passes.push(Box::new(AllReduceBuckets { group: opts.process, bucket_bytes: opts.bucket_bytes, uniform }));
+            passes.push(Box::new(AllReduceBuckets {
+                group: opts.process,
+                bucket_bytes: opts.bucket_bytes,
+                uniform,
+                to_owners: matches!(opts.variables, VarPlacement::Ps { .. }),
+            }));
             if matches!(opts.variables, VarPlacement::Ps { .. }) {
                 passes.push(Box::new(PsExchange { group: opts.process }));
             }

@@ -474,7 +474,7 @@ fn readers(g: &Graph, v: NodeId) -> Vec<NodeId> {
 }
 
 /// Every writer of a variable runs after the variable's other readers.
-fn add_war_edges(g: &mut Graph) -> Result<(), PassError> {
+pub(crate) fn add_war_edges(g: &mut Graph) -> Result<(), PassError> {
     for w in g.node_ids() {
         let muts = g.node(w).op.mutated_inputs();
         if muts.is_empty() {

@@ -9,22 +9,31 @@
 //!
 //! The exchange of one step:
 //! 1. the gradients are summed across ranks by `all_reduce`'s buckets, in
-//!    rank order (`Comm::all_reduce_sum`), so the sum an owner applies is
-//!    bit-identical to the one the all-reduce path applies;
+//!    rank order, so the sum an owner applies is bit-identical to the one
+//!    the all-reduce path applies; a bucket of gradients that only one
+//!    rank's updates read (`to_owners`) is reduced to that rank alone
+//!    (`AllReduce { root: Some(k) }`, the plan's `Step::Reduce`,
+//!    `Comm::reduce_to`), so a rank receives the sums of the gradients it
+//!    owns, and of the all-reduced rest (the loss, batch-norm statistics);
 //! 2. only the owner of a variable runs its `ApplyGradient`: this pass
 //!    removes every other rank's apply of it, its optimizer slots (which
 //!    then exist on the owner alone: no buffer, no initializer, no
 //!    checkpoint entry on the others) and whatever fed only them;
-//! 3. after the step each owner broadcasts the new values of its variables
-//!    ([`PsGroup`], run by the runtime's `ValueExchange` between steps),
-//!    one broadcast per owning rank, in rank order, on every rank.
+//! 3. each owner broadcasts the new values of its variables inside the
+//!    step: one `Broadcast { root }` node per owning rank ([`PsGroup`]),
+//!    chained into the collectives right after the last bucket reduced to
+//!    it (the same order on every rank), after the owner's updates and
+//!    after every reader of those variables on every rank (`place`'s
+//!    write-after-read edges), so a shard's values go out as soon as they
+//!    are final and overwrite nothing the step still reads.
 //!
 //! Invariants after this pass:
 //! - a rank's graph holds an `ApplyGradient` exactly for the variables it
 //!   owns, and a slot variable exactly when it holds its apply;
 //! - every `AllReduce` bucket is kept on every rank (same collectives in
 //!   the same order on every rank: the `Comm` contract), even a bucket
-//!   whose gradients this rank no longer reads;
+//!   whose gradients this rank no longer reads (a reduce to another rank:
+//!   this rank only sends its share);
 //! - `st.ps_groups` lists every owning rank once, ascending, with its
 //!   variables sorted by name; it depends only on the graph, the owners
 //!   and the world size, never on the rank, so every rank issues the same
@@ -39,7 +48,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use towers_graph::{Graph, NodeId, Op};
+use towers_graph::{Graph, NewNode, NodeId, Op, Tensor};
 
 use crate::manager::Pass;
 use crate::options::ProcessGroup;
@@ -154,8 +163,10 @@ impl Pass for PsExchange {
         prune(g, &keep);
         st.var_list.retain(|v| g.get(v).is_some());
         st.grads.retain(|_, t| g.get(&t.node).is_some());
+        let groups: Vec<PsGroup> = groups.into_values().collect();
+        broadcasts(g, st, &groups, self.group.rank)?;
         st.ps_groups = groups
-            .into_values()
+            .into_iter()
             .map(|mut p| {
                 let tasks: BTreeSet<u32> = p.tasks.iter().copied().collect();
                 p.tasks = tasks.into_iter().collect();
@@ -169,6 +180,57 @@ impl Pass for PsExchange {
         g.reinfer()?;
         Ok(())
     }
+}
+
+/// The owners' values back, in the plan: one `Broadcast { root }` per
+/// owning rank over its variables, chained into the collectives' order
+/// right after the last bucket reduced to that rank (owners in rank
+/// order; an owner with no reduced bucket after the last bucket), so the
+/// order is the same on every rank. On the owner it follows its updates
+/// of those variables; on every rank it follows every reader of them
+/// (`place`'s write-after-read edges), so it overwrites nothing this step
+/// still reads.
+fn broadcasts(g: &mut Graph, st: &CompileState, groups: &[PsGroup], rank: usize) -> Result<(), PassError> {
+    let buckets: Vec<NodeId> = st.buckets.iter().map(|b| g.find(&b.node)).collect::<Result<_, _>>()?;
+    let last_of =
+        |r: usize| st.buckets.iter().rposition(|b| b.root == Some(r)).unwrap_or(st.buckets.len().saturating_sub(1));
+    let mut order: Vec<NodeId> = Vec::new();
+    let mut made: Vec<(usize, NodeId)> = Vec::new();
+    for grp in groups {
+        let vars: Vec<NodeId> = grp.variables.iter().map(|v| g.find(v)).collect::<Result<_, _>>()?;
+        let device = g.node(vars[0]).device;
+        let inputs = vars.iter().map(|&v| Tensor::new(v, 0)).collect();
+        let name = g.unique_name(&format!("ps_broadcast/rank_{}", grp.rank));
+        let op = Op::Broadcast { root: grp.rank, variables: vars.len() };
+        let b = g.add(NewNode::new(name, op, inputs))?;
+        g.node_mut(b).device = device;
+        if grp.rank == rank {
+            // After this rank's updates of the variables it sends.
+            let applies: Vec<NodeId> = vars
+                .iter()
+                .flat_map(|&v| g.consumers(v))
+                .filter(|&(c, slot, _)| slot == 0 && matches!(g.node(c).op, Op::ApplyGradient { .. }))
+                .map(|(c, _, _)| c)
+                .collect();
+            for a in applies {
+                g.add_control(a, b)?;
+            }
+        }
+        made.push((last_of(grp.rank), b));
+    }
+    for (i, &bucket) in buckets.iter().enumerate() {
+        order.push(bucket);
+        order.extend(made.iter().filter(|m| m.0 == i).map(|m| m.1));
+    }
+    if buckets.is_empty() {
+        order.extend(made.iter().map(|m| m.1));
+    }
+    for w in order.windows(2) {
+        if !g.reaches(w[0], w[1]) {
+            g.add_control(w[0], w[1])?;
+        }
+    }
+    crate::place::add_war_edges(g)
 }
 
 #[cfg(test)]

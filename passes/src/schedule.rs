@@ -47,7 +47,7 @@ pub fn is_scheduled(op: &Op) -> bool {
 pub fn stream_kind(op: &Op) -> StreamKind {
     match op {
         Op::Copy => StreamKind::Copy,
-        Op::TowerMean { .. } | Op::AllReduce { .. } => StreamKind::Collective,
+        Op::TowerMean { .. } | Op::AllReduce { .. } | Op::Broadcast { .. } => StreamKind::Collective,
         _ => StreamKind::Compute,
     }
 }
@@ -98,11 +98,18 @@ fn scheduled_preds(g: &Graph, id: NodeId) -> BTreeSet<NodeId> {
 /// backward pass, which the other tower then waits for; after it, both
 /// towers' threads are free to split it.
 fn hoist_collectives(g: &Graph, order: Vec<NodeId>) -> Vec<NodeId> {
-    if !order.iter().any(|&id| matches!(g.node(id).op, Op::AllReduce { .. } | Op::TowerMean { .. })) {
+    if !order
+        .iter()
+        .any(|&id| matches!(g.node(id).op, Op::AllReduce { .. } | Op::TowerMean { .. } | Op::Broadcast { .. }))
+    {
         return order;
     }
-    let collective =
-        |id: NodeId| matches!(g.node(id).op, Op::TowerMean { .. } | Op::AllReduce { .. } | Op::ApplyGradient { .. });
+    let collective = |id: NodeId| {
+        matches!(
+            g.node(id).op,
+            Op::TowerMean { .. } | Op::AllReduce { .. } | Op::ApplyGradient { .. } | Op::Broadcast { .. }
+        )
+    };
     // A copy whose every reader is hoisted: a tower's gradient on its way to
     // a mean, or the learning rate or step on their way to the updates.
     let feeds_hoisted = |id: NodeId| {

@@ -74,6 +74,10 @@ pub struct Bucket {
     pub members: Vec<String>,
     /// Their total size.
     pub bytes: usize,
+    /// The rank its sums go to (`--variables ps`: a reduce to the owner of
+    /// every member's variable); `None`: every rank (an all-reduce).
+    #[serde(default)]
+    pub root: Option<usize>,
 }
 
 /// One copy of the forward and backward subgraph: tower `tower`, micro-batch `micro`.

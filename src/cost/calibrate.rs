@@ -89,6 +89,14 @@ pub fn signature(plan: &Plan, step: &Step) -> Option<String> {
             let bytes: usize = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
             Some(format!("all_reduce {} buffers {bytes} B", buffers.len()))
         }
+        Step::Reduce { root, buffers, .. } => {
+            let bytes: usize = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
+            Some(format!("reduce to {root} {} buffers {bytes} B", buffers.len()))
+        }
+        Step::Broadcast { root, buffers, .. } => {
+            let bytes: usize = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
+            Some(format!("broadcast from {root} {} buffers {bytes} B", buffers.len()))
+        }
         Step::Record(_) | Step::Wait(_) => None,
     }
 }
@@ -179,7 +187,7 @@ impl Calibration {
             for e in &t.events {
                 let work = matches!(
                     plan.streams.get(e.stream).and_then(|s| s.steps.get(e.index)),
-                    Some(Step::Launch { .. } | Step::AllReduce { .. })
+                    Some(Step::Launch { .. } | Step::AllReduce { .. } | Step::Reduce { .. } | Step::Broadcast { .. })
                 );
                 if let Some(v) = threads.get(e.stream).and_then(|&th| by_thread.get_mut(th)) {
                     v.push((e.start_ns, e.start_ns + e.dur_ns, work));

@@ -141,6 +141,14 @@ pub fn predict_with(
                     let bytes = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
                     add_link("all-reduce".into(), bytes, ns);
                 }
+                Step::Reduce { root, buffers, .. } => {
+                    let bytes = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
+                    add_link(format!("reduce→rank {root}"), bytes, ns);
+                }
+                Step::Broadcast { root, buffers, .. } => {
+                    let bytes = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
+                    add_link(format!("broadcast from rank {root}"), bytes, ns);
+                }
                 Step::Record(_) | Step::Wait(_) => {}
             }
         }
@@ -153,6 +161,8 @@ pub fn predict_with(
                 Step::Launch { kernel, node, .. } => (kernel.name().to_string(), node.clone()),
                 Step::Copy { node, .. } => ("copy".into(), node.clone()),
                 Step::AllReduce { node, .. } => ("all_reduce".into(), node.clone()),
+                Step::Reduce { node, .. } => ("reduce".into(), node.clone()),
+                Step::Broadcast { node, .. } => ("broadcast".into(), node.clone()),
                 Step::Record(e) | Step::Wait(e) => ("event".into(), format!("e{e}")),
             };
             PathItem { stream: plan.stream_name(s), kind, node, ns: costs[si][i] }
@@ -262,7 +272,7 @@ mod tests {
                     .map(|st| match st {
                         Step::Launch { .. } if s.device.kind == DeviceKind::Cpu => host,
                         Step::Launch { .. } => 10,
-                        Step::Copy { .. } | Step::AllReduce { .. } => 1,
+                        Step::Copy { .. } | Step::AllReduce { .. } | Step::Reduce { .. } | Step::Broadcast { .. } => 1,
                         Step::Record(_) | Step::Wait(_) => 0,
                     })
                     .collect()

@@ -46,6 +46,7 @@ pub mod calibrate;
 pub mod critical;
 pub mod explain;
 pub mod placements;
+pub mod ps;
 
 use thiserror::Error;
 use towers_codegen::Plan;

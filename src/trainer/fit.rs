@@ -169,7 +169,7 @@ fn run(
     };
     sess.load("train", compiled.plan).map_err(memory)?;
     // --variables ps across processes: owners broadcast their new values.
-    let mut ps = crate::train::PsStep::new(&sess, "train", &compiled.state)?;
+    let ps = crate::train::PsStep::new(&sess, "train", &compiled.state)?;
     let slots = ps.as_ref().map(|p| p.slots().clone()).unwrap_or_default();
     let shared = |name: &str| !slots.contains(name);
     sess.load("eval", eval.plan).map_err(memory)?;
@@ -254,10 +254,9 @@ fn run(
         sess.write_variable(LEARNING_RATE, &[lr])?;
         obs.learning_rate(step, lr);
         comm.note_step(step as u64);
+        // Under --variables ps the owners' values come back inside the step
+        // (the plan's broadcasts, `ps_exchange`).
         sess.run("train")?;
-        if let Some(ps) = ps.as_mut() {
-            ps.after_step(&mut sess)?;
-        }
         if first_traced.is_some_and(|f| step >= f) {
             traces.push(sess.trace("train")?);
         }

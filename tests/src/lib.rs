@@ -75,10 +75,8 @@ pub fn run_as(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)
     let mut sess = Session::new(model.spec.seed).with_comm(comm);
     sess.load("train", c.plan).expect("loads");
     // --variables ps across processes: the owners broadcast their values
-    // after each step (`ps_exchange`); slots live on their owner only.
-    let groups: Vec<(usize, Vec<String>)> = c.state.ps_groups.iter().map(|g| (g.rank, g.variables.clone())).collect();
-    let mut exchange = (!groups.is_empty())
-        .then(|| towers_runtime::comm::ValueExchange::new(&sess, "train", &groups).expect("the exchange"));
+    // inside the step (the plan's `Step::Broadcast`, `ps_exchange`); slots
+    // live on their owner only.
     let slots: Vec<&String> = c.state.ps_groups.iter().flat_map(|g| &g.slots).collect();
     sess.check_replicas_of("before the first step", |n| !slots.iter().any(|s| *s == n)).expect("identical variables");
     let mut losses = Vec::new();
@@ -87,9 +85,6 @@ pub fn run_as(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)
         sess.feed("train", &model.images, &imgs[rows.start * per..rows.end * per]).expect("feed images");
         sess.feed("train", &model.labels, &labels[rows.clone()]).expect("feed labels");
         sess.run("train").expect("runs");
-        if let Some(x) = exchange.as_mut() {
-            x.run(&mut sess).expect("the owners' values");
-        }
         losses.push(sess.fetch::<f32>("train", "loss").expect("loss")[0]);
     }
     let mut variables = BTreeMap::new();

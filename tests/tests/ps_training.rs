@@ -109,3 +109,146 @@ fn ps_tasks_map_to_ranks_round_robin() {
         }
     }
 }
+
+/// Gradients go to their owners only: under `--variables ps` each owned
+/// gradient is in a `Step::Reduce` whose root is its owner, so the bytes
+/// reduced to rank `r` are exactly the bytes of the variables `r` owns,
+/// and what stays all-reduced (the loss) is not a gradient. The plan text
+/// and the dot name the root.
+#[test]
+fn gradients_are_reduced_to_their_owner_only() {
+    use towers::codegen::Step;
+    let model = small_model(ModelKind::Mlp, false, 5);
+    let opt = optimizers()[0].clone();
+    for world in [2usize, 4] {
+        let mut o = CompileOptions::new(opt.clone(), BATCH);
+        o.variables = ps(world as u32);
+        o.process = ProcessGroup::new(world - 1, world).unwrap();
+        let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+        let steps: Vec<&Step> = c.plan.streams.iter().flat_map(|s| &s.steps).collect();
+        let bytes = |bufs: &[towers::codegen::BufRef]| -> usize {
+            bufs.iter().filter_map(|b| c.plan.buffer(b)).map(|b| b.bytes).sum()
+        };
+        let mut reduced = vec![0usize; world];
+        let mut all_reduced = 0;
+        for s in &steps {
+            match s {
+                Step::Reduce { root, buffers, .. } => reduced[*root] += bytes(buffers),
+                Step::AllReduce { buffers, .. } => all_reduced += bytes(buffers),
+                _ => {}
+            }
+        }
+        let mut owned = vec![0usize; world];
+        for g in &c.state.ps_groups {
+            owned[g.rank] += g.variable_bytes;
+        }
+        assert_eq!(reduced, owned, "{world} ranks: bytes reduced to each rank vs the bytes it owns");
+        assert!(all_reduced < 64, "{world} ranks: only the loss stays all-reduced, got {all_reduced} B");
+        let text = c.plan.to_text();
+        assert!(text.contains("reduce→rank 0 sum over ranks"), "{text}");
+        let dot = towers_graph::dot::to_dot(&c.graph).expect("dot");
+        assert!(dot.contains("reduce→rank 0"), "{dot}");
+        // A plan compiled for 4 ranks reduces to ranks 2 and 3: a communicator of 2
+        // ranks refuses it at load, naming the flag.
+        if world == 4 {
+            let comm = std::sync::Arc::new(towers_runtime::comm::LocalComm::group(2).remove(0));
+            let mut sess = towers_runtime::Session::new(1).with_comm(comm);
+            let e = sess.load("train", c.plan.clone()).expect_err("root 3 of 2 ranks").to_string();
+            assert!(e.contains("the communicator has 2 rank(s)") && e.contains("--world-size"), "{e}");
+        }
+    }
+}
+
+/// The cost model's ps layouts (`towers::cost::ps`): each rank's payload
+/// matches what the compiled programs exchange (all-reduce: every rank sends
+/// and receives every gradient; ps: every rank receives, as a sum or as a
+/// value, each variable once, and sends its gradients plus its own values),
+/// and the predicted exchange orders the layouts as their busiest rank's
+/// bytes do.
+#[test]
+fn the_cost_model_orders_the_ps_layouts_by_their_bytes() {
+    use towers::cost::ps::{predict_layouts, Link};
+    let model = small_model(ModelKind::Mlp, false, 5);
+    let base = CompileOptions::new(optimizers()[0].clone(), BATCH);
+    let link = Link { bytes_per_ns: 10.0, latency_ns: 0.0 };
+    let p = predict_layouts(&model.graph, &model.loss, &base, 2, link).expect("predicts");
+    assert_eq!(p.iter().map(|l| l.name).collect::<Vec<_>>(), ["all-reduce", "ps", "ps-greedy"]);
+    let grads = p[0].ranks[0].sent;
+    for r in &p[0].ranks {
+        assert_eq!((r.sent, r.received), (grads, grads), "all-reduce: {r:?}");
+    }
+    for l in &p[1..] {
+        let own: usize = l.ranks.iter().map(|r| r.sent - grads).sum();
+        assert!(own > 0 && own < grads, "{}: the owners' values are the variables: {:?}", l.name, l.ranks);
+        for r in &l.ranks {
+            assert_eq!(r.received, grads, "{}: each variable arrives once, as its sum or its value: {r:?}", l.name);
+        }
+    }
+    let busiest = |i: usize| p[i].ranks.iter().map(|r| r.sent + r.received).max().unwrap();
+    for i in 0..p.len() {
+        for j in 0..p.len() {
+            if busiest(i) < busiest(j) {
+                assert!(p[i].exchange_ns < p[j].exchange_ns, "{} vs {}: {p:?}", p[i].name, p[j].name);
+            }
+        }
+    }
+    // Round-robin puts every weight matrix on task 0; greedy balances bytes.
+    assert!(busiest(2) < busiest(1), "{p:?}");
+    assert!(predict_layouts(&model.graph, &model.loss, &base, 1, link).is_err());
+}
+
+/// The owners' values come back inside the step, overlapping it: each
+/// owner's `Broadcast` is chained into the collectives right after the last
+/// gradient bucket reduced to it, in the order the backward pass finishes
+/// the gradients, the same order on every rank. With one tensor per bucket
+/// (MLP, round-robin: w0, w1 on rank 0, b0, b1 on rank 1; backward order
+/// b1, w1, b0, w0), rank 1's values go out before w0's gradient is reduced.
+#[test]
+fn value_broadcasts_follow_each_owners_last_reduce_in_backward_order() {
+    use towers_graph::Op;
+    let model = small_model(ModelKind::Mlp, false, 5);
+    let mut orders = Vec::new();
+    for rank in 0..2 {
+        let mut o = CompileOptions::new(optimizers()[0].clone(), BATCH);
+        o.variables = ps(2);
+        o.bucket_bytes = 1;
+        o.process = ProcessGroup::new(rank, 2).unwrap();
+        let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+        let g = &c.graph;
+        // Every collective in the order the chain of control edges imposes.
+        let mut collectives: Vec<_> = g
+            .node_ids()
+            .into_iter()
+            .filter(|&id| matches!(g.node(id).op, Op::AllReduce { .. } | Op::Broadcast { .. }))
+            .collect();
+        collectives.sort_by(|&a, &b| {
+            if g.reaches(a, b) {
+                std::cmp::Ordering::Less
+            } else {
+                assert!(g.reaches(b, a), "rank {rank}: {} and {} are not ordered", g.node(a).name, g.node(b).name);
+                std::cmp::Ordering::Greater
+            }
+        });
+        let label = |id| match g.node(id).op {
+            Op::AllReduce { root: Some(r), .. } => {
+                let b = c.state.buckets.iter().find(|b| b.node == g.node(id).name).unwrap();
+                format!("reduce {}→{r}", b.members.join("+"))
+            }
+            Op::AllReduce { root: None, .. } => "all_reduce".to_string(),
+            Op::Broadcast { root, .. } => format!("broadcast {root}"),
+            _ => unreachable!(),
+        };
+        let order: Vec<String> = collectives.into_iter().map(label).collect();
+        // Each broadcast right after its owner's last reduce.
+        for (i, l) in order.iter().enumerate() {
+            if let Some(r) = l.strip_prefix("broadcast ") {
+                let last = order.iter().rposition(|x| x.ends_with(&format!("→{r}"))).unwrap();
+                assert!(last < i && order[last + 1..i].iter().all(|x| x.starts_with("broadcast")), "{order:?}");
+            }
+        }
+        let first_broadcast = order.iter().position(|x| x.starts_with("broadcast")).unwrap();
+        assert!(order[first_broadcast..].iter().any(|x| x.starts_with("reduce")), "no overlap: {order:?}");
+        orders.push(order);
+    }
+    assert_eq!(orders[0], orders[1], "every rank issues the same collectives in the same order");
+}

@@ -242,6 +242,35 @@ impl Comm for LocalComm {
         })
     }
 
+    fn reduce_to(&self, root: usize, group: &mut [&mut [f32]]) -> Result<(), CommError> {
+        const OP: &str = "reduce";
+        let world = self.world_size();
+        if root >= world {
+            return Err(CommError::BadRoot { op: OP, rank: self.rank, root, world });
+        }
+        let Some(g) = &self.group else { return Ok(()) };
+        self.exclusive(OP, || {
+            self.stage(g, group);
+            g.meet(self.rank, OP)?;
+            // Every rank checks every rank's lengths (the same error
+            // everywhere); the root alone sums, in rank order.
+            let mut summed = Ok(());
+            for k in 0..g.world {
+                summed = if self.rank == root {
+                    self.take(OP, g, k, group, k > 0)
+                } else {
+                    let s = g.slots[k].read().unwrap_or_else(|p| p.into_inner());
+                    self.check(OP, k, &s, group)
+                };
+                if summed.is_err() {
+                    break;
+                }
+            }
+            let met = g.meet(self.rank, OP);
+            summed.and(met)
+        })
+    }
+
     fn broadcast(&self, root: usize, group: &mut [&mut [f32]]) -> Result<(), CommError> {
         const OP: &str = "broadcast";
         let world = self.world_size();
@@ -388,6 +417,32 @@ mod tests {
             assert_eq!(a, [0.0]);
             assert_eq!(b, [3.0; 3]);
         }
+    }
+
+    #[test]
+    fn reduce_gives_the_root_the_all_reduce_sum_bit_for_bit() {
+        // Values whose sum depends on the association: only rank order gives
+        // the all-reduce's bits.
+        let vals = [1.0e8f32, 1.0, -1.0e8, 0.5];
+        let run = |reduce: bool| {
+            on_ranks(LocalComm::group(4), move |c| {
+                let mut a = vec![vals[c.rank()], vals[c.rank()] * 3.0];
+                let mut b = vec![vals[3 - c.rank()]];
+                let r = if reduce {
+                    c.reduce_to(2, &mut [&mut a[..], &mut b[..]])
+                } else {
+                    c.all_reduce_sum(&mut [&mut a[..], &mut b[..]])
+                };
+                r.unwrap();
+                (a, b)
+            })
+        };
+        let (reduced, all) = (run(true), run(false));
+        assert_eq!(reduced[2], all[2]);
+        // The other ranks keep their own values.
+        assert_eq!(reduced[0], (vec![vals[0], vals[0] * 3.0], vec![vals[3]]));
+        let bad = LocalComm::single().reduce_to(1, &mut []);
+        assert!(matches!(bad, Err(CommError::BadRoot { root: 1, world: 1, .. })));
     }
 
     #[test]

@@ -14,9 +14,10 @@
 //!   buffer groups of the same lengths, in the same order. A rank issues one
 //!   collective at a time (a plan orders its collective steps by one stream
 //!   or by events); a [`LocalComm`] refuses a second concurrent call.
-//! - **Deterministic sums.** [`Comm::all_reduce_sum`] adds the ranks'
-//!   values in rank order (rank 0 + rank 1 + ...), whatever order the ranks
-//!   arrive in, so every rank gets bit-identical results and a run is
+//! - **Deterministic sums.** [`Comm::all_reduce_sum`] and
+//!   [`Comm::reduce_to`] add the ranks' values in rank order (rank 0 +
+//!   rank 1 + ...), whatever order the ranks arrive in, so every rank (the
+//!   root of a reduce) gets bit-identical results and a run is
 //!   reproducible. (NCCL does not promise this across ring/tree choices; its
 //!   implementation must say so where it cannot.)
 //! - **No allocation per call once warm**: the training step calls
@@ -25,8 +26,11 @@
 //!   lengths disagree, is a [`CommError`] naming the rank and the collective;
 //!   a waiting rank gives up after the group's timeout.
 //!
-//! [`ValueExchange`] (`exchange`) is the values' half of a `--variables ps`
-//! step across processes: each owner broadcasts the variables it updated.
+//! [`ValueExchange`] (`exchange`) broadcasts each owner's variables between
+//! steps (`--variables ps` across processes). The synchronous training step
+//! now does this inside the plan (`Step::Broadcast`); the exchange stays
+//! for code that updates variables outside a plan, and for its byte
+//! counts.
 //!
 //! World size 1 (one process, the default of every `Session`) is a valid
 //! group whose collectives return at once, leaving buffers unchanged.
@@ -64,6 +68,15 @@ pub trait Comm: Send + Sync {
     /// all ranks (added in rank order). Every rank passes the same number of
     /// buffers with the same lengths.
     fn all_reduce_sum(&self, group: &mut [&mut [f32]]) -> Result<(), CommError>;
+    /// [`Comm::all_reduce_sum`] delivered to rank `root` alone: on `root`
+    /// every buffer of `group` is replaced by its sum over all ranks, added
+    /// in rank order, bit-identical to what `all_reduce_sum` gives it; the
+    /// other ranks only send theirs (their buffers are left as they were).
+    /// The same length check, arrival check and timeout as the others; a
+    /// `root` outside the group is [`CommError::BadRoot`]. For the plan's
+    /// `Step::Reduce` (`--variables ps`: a gradient bucket to its owner), on
+    /// the step's hot path: no allocation once warm.
+    fn reduce_to(&self, root: usize, group: &mut [&mut [f32]]) -> Result<(), CommError>;
     /// Overwrite every buffer of `group` with rank `root`'s values.
     fn broadcast(&self, root: usize, group: &mut [&mut [f32]]) -> Result<(), CommError>;
     /// Gather every rank's `send` onto rank `root`: its `recv` gets the

@@ -360,6 +360,48 @@ impl Comm for MpiComm {
         Ok(())
     }
 
+    fn reduce_to(&self, root: usize, group: &mut [&mut [f32]]) -> Result<(), CommError> {
+        let op = "reduce";
+        if root >= self.world {
+            return Err(CommError::BadRoot { op, rank: self.rank, root, world: self.world });
+        }
+        if self.world == 1 {
+            return Ok(());
+        }
+        let mut guard = self.lock(op)?;
+        let inner = &mut *guard;
+        self.check_lengths(inner, op, group)?;
+        let single = group.len() == 1;
+        if !single {
+            Self::pack(inner, group);
+        }
+        let n: usize = group.iter().map(|b| b.len()).sum();
+        // Gather every rank's copy onto the root (MPI_Reduce does not
+        // promise an order of additions), then add them there in rank order,
+        // as `all_reduce_sum` does: ((v0 + v1) + v2) + ...
+        let at = inner.world.process_at_rank(root as i32);
+        let mine: &[f32] = if single { &group[0][..] } else { &inner.send[..] };
+        if self.rank != root {
+            at.gather_into(mine);
+            return Ok(());
+        }
+        inner.recv.resize(n * self.world, 0.0);
+        at.gather_into_root(mine, &mut inner.recv[..]);
+        let recv = &inner.recv;
+        let mut off = 0;
+        for b in group.iter_mut() {
+            let len = b.len();
+            b.copy_from_slice(&recv[off..off + len]);
+            for r in 1..self.world {
+                for (x, y) in b.iter_mut().zip(&recv[r * n + off..r * n + off + len]) {
+                    *x += *y;
+                }
+            }
+            off += len;
+        }
+        Ok(())
+    }
+
     fn broadcast(&self, root: usize, group: &mut [&mut [f32]]) -> Result<(), CommError> {
         let op = "broadcast";
         if root >= self.world {

@@ -43,9 +43,23 @@ pub struct Launch {
     pub mut_slices: MutSliceList<f32>,
 }
 
-/// A collective step: its f32 buffers, summed in place over the ranks of `comm`.
+/// Which collective a [`AllReduce`] step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collective {
+    /// `Step::AllReduce`: the sums on every rank.
+    AllReduce,
+    /// `Step::Reduce`: the sums on this rank alone.
+    Reduce(usize),
+    /// `Step::Broadcast`: this rank's values to every rank.
+    Broadcast(usize),
+}
+
+/// A collective step: its f32 buffers, summed in place over the ranks of
+/// `comm` (`Step::AllReduce`), onto rank `root` alone (`Step::Reduce`), or
+/// overwritten with rank `root`'s (`Step::Broadcast`).
 pub struct AllReduce {
     pub bufs: Vec<Slot>,
+    pub kind: Collective,
     pub comm: Arc<dyn Comm>,
     pub node: String,
     pub slices: MutSliceList<f32>,
@@ -211,7 +225,20 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
                     }
                     Exec::Copy(node.clone())
                 }
-                Step::AllReduce { buffers, node } => {
+                Step::AllReduce { buffers, node }
+                | Step::Reduce { buffers, node, .. }
+                | Step::Broadcast { buffers, node, .. } => {
+                    let kind = match step {
+                        Step::Reduce { root, .. } | Step::Broadcast { root, .. } if *root >= comm.world_size() => {
+                            return Err(format!(
+                                "collective '{node}' names rank {root} as its root, but the communicator has {} rank(s); compile the program for this world size (--world-size)",
+                                comm.world_size()
+                            ));
+                        }
+                        Step::Reduce { root, .. } => Collective::Reduce(*root),
+                        Step::Broadcast { root, .. } => Collective::Broadcast(*root),
+                        _ => Collective::AllReduce,
+                    };
                     let mut bufs: Vec<Slot> = Vec::with_capacity(buffers.len());
                     for r in buffers {
                         if aliases.contains_key(r) {
@@ -232,6 +259,7 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
                     let n = bufs.len();
                     Exec::AllReduce(Box::new(AllReduce {
                         bufs,
+                        kind,
                         comm: Arc::clone(comm),
                         node: node.clone(),
                         slices: MutSliceList::with_capacity(n),

@@ -87,7 +87,14 @@ pub struct ProfileEntry {
 fn label(x: &Exec, step: usize) -> ItemLabel {
     let (kind, node) = match x {
         Exec::Launch(l) => (l.kernel.name(), l.node.clone()),
-        Exec::AllReduce(a) => ("all_reduce", a.node.clone()),
+        Exec::AllReduce(a) => (
+            match a.kind {
+                super::prepare::Collective::AllReduce => "all_reduce",
+                super::prepare::Collective::Reduce(_) => "reduce",
+                super::prepare::Collective::Broadcast(_) => "broadcast",
+            },
+            a.node.clone(),
+        ),
         Exec::Wait(e) => ("wait", format!("event {e}")),
         Exec::Record(e) => ("record", format!("event {e}")),
         Exec::Copy(node) => ("copy", node.clone()),

@@ -36,7 +36,9 @@ pub fn global_order(plan: &Plan) -> Result<Vec<(usize, usize)>, String> {
     let mut pos = vec![0usize; plan.streams.len()];
     let total: usize = plan.streams.iter().map(|s| s.steps.len()).sum();
     let mut order = Vec::with_capacity(total);
-    let is_work = |st: &Step| matches!(st, Step::Launch { .. } | Step::AllReduce { .. });
+    let is_work = |st: &Step| {
+        matches!(st, Step::Launch { .. } | Step::AllReduce { .. } | Step::Reduce { .. } | Step::Broadcast { .. })
+    };
     let mut launched = vec![0usize; plan.streams.len()];
     while order.len() < total {
         let mut progressed = false;
@@ -107,7 +109,9 @@ pub fn thread_plans(plan: &Plan, cores: usize) -> Result<Vec<ThreadPlan>, String
     let mut devices: Vec<Device> = plan.streams.iter().map(|s| s.device).collect();
     devices.sort();
     devices.dedup();
-    let collective = plan.streams.iter().any(|s| s.steps.iter().any(|st| matches!(st, Step::AllReduce { .. })));
+    let collective = plan.streams.iter().any(|s| {
+        s.steps.iter().any(|st| matches!(st, Step::AllReduce { .. } | Step::Reduce { .. } | Step::Broadcast { .. }))
+    });
     let join = devices.len() > cores.max(1) && devices.first() == Some(&Device::CPU0) && !collective;
     let of = |d: Device| -> Vec<(usize, usize)> {
         order.iter().copied().filter(|&(si, _)| plan.streams[si].device == d).collect()

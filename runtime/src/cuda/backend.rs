@@ -225,6 +225,8 @@ impl Backend for CudaBackend {
                 Step::Wait(e) => Some(("wait", format!("event {e}"))),
                 Step::Copy { node, .. } => Some(("copy", node.clone())),
                 Step::AllReduce { node, .. } => Some(("all_reduce", node.clone())),
+                Step::Reduce { node, .. } => Some(("reduce", node.clone())),
+                Step::Broadcast { node, .. } => Some(("broadcast", node.clone())),
                 Step::Launch { kernel, node, .. } => Some((kernel.name(), node.clone())),
             }
         };

@@ -112,6 +112,19 @@ impl CudaBackend {
                         let op = Op::Copy { dst: t.ptr, src: f.ptr, bytes: *bytes };
                         items.push(Item { step: j, op, kernel: "copy", node: node.clone() });
                     }
+                    Step::Broadcast { node, root, .. } => {
+                        return Err(bad(format!(
+                            "broadcast '{node}' from rank {root} (--variables ps across processes): the CUDA backend does not run parameter-server value broadcasts; train with --variables replicated (NCCL all-reduce) on GPUs, or run the ps program on the CPU backend"
+                        )));
+                    }
+                    Step::Reduce { node, root, .. } => {
+                        // A gradient bucket to its owner (--variables ps across
+                        // processes): NCCL's ncclReduce would run here, but its
+                        // sum order is not the rank order the CPU path promises.
+                        return Err(bad(format!(
+                            "reduce '{node}' to rank {root} (--variables ps across processes): the CUDA backend does not run parameter-server reduces; train with --variables replicated (NCCL all-reduce) on GPUs, or run the ps program on the CPU backend"
+                        )));
+                    }
                     Step::AllReduce { node, buffers } => {
                         if comm.world_size() == 1 && self.nccl_world().is_none() {
                             items.push(Item { step: j, op: Op::Nothing, kernel: "all_reduce", node: node.clone() });

@@ -518,7 +518,7 @@ fn eval(
             vars.insert(input_name(0), w.clone());
             one(w)
         }
-        Op::NoOp => vec![],
+        Op::NoOp | Op::Broadcast { .. } => vec![],
         // array ops (issue 22)
         Op::OneHot { .. }
         | Op::Transpose { .. }
