@@ -24,18 +24,13 @@ use thiserror::Error;
 use crate::cuda::{ConvArgs, Dims4, PoolArgs, BLOCK};
 use crate::Kernel;
 
-mod array;
-mod dense;
-mod elementwise;
 pub mod entries;
-mod optim;
-mod reduce;
 mod text;
 
 #[cfg(test)]
 mod tests;
 
-pub use dense::{conv_workspace_floats, MAX_WORKSPACE_BYTES};
+pub use crate::conv::desc::{conv_workspace_floats, MAX_WORKSPACE_BYTES};
 pub use entries::Entry;
 
 /// Which operand of the plan launch an argument points at.
@@ -195,23 +190,36 @@ pub fn lower(kernel: &Kernel, counts: Counts<'_>) -> Result<Lowering, LaunchErro
     Ok(cx.low)
 }
 
+/// The lowering of `kernel` by its family (`<family>/desc.rs`).
 fn lower_into(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
-    if dense::lower(kernel, cx)?
-        || elementwise::lower(kernel, cx)?
-        || reduce::lower(kernel, cx)?
-        || optim::lower(kernel, cx)?
-        || array::lower(kernel, cx)?
-    {
-        return Ok(());
-    }
-    Err(LaunchError::NoLowering { kernel: kernel.name() })
+    (kernel.desc().lower)(kernel, cx)
 }
 
 /// The lowering under way: the kernel's name (for errors), the counts, the ops so far.
 pub(crate) struct Cx<'a> {
-    name: &'static str,
-    counts: Counts<'a>,
-    low: Lowering,
+    pub(crate) name: &'static str,
+    pub(crate) counts: Counts<'a>,
+    pub(crate) low: Lowering,
+}
+
+/// A GEMM with alpha 1.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    (trans_a, trans_b): (bool, bool),
+    a: Operand,
+    b: Operand,
+    c: Operand,
+    beta: f32,
+) -> Gemm {
+    Gemm { m, n, k, trans_a, trans_b, a, b, c, alpha: 1.0, beta }
+}
+
+/// Operand `which`, `offset` elements in.
+pub(crate) fn at(which: Which, offset: usize) -> Operand {
+    Operand { which, offset }
 }
 
 pub(crate) fn i64a(v: usize) -> Arg {
@@ -220,22 +228,22 @@ pub(crate) fn i64a(v: usize) -> Arg {
 
 impl Cx<'_> {
     /// The element count of input `k`.
-    fn i(&self, k: usize) -> Result<usize, LaunchError> {
+    pub(crate) fn i(&self, k: usize) -> Result<usize, LaunchError> {
         self.counts.ins.get(k).copied().ok_or(LaunchError::Missing { kernel: self.name, which: Which::In(k) })
     }
     /// The element count of output `k`.
-    fn o(&self, k: usize) -> Result<usize, LaunchError> {
+    pub(crate) fn o(&self, k: usize) -> Result<usize, LaunchError> {
         self.counts.outs.get(k).copied().ok_or(LaunchError::Missing { kernel: self.name, which: Which::Out(k) })
     }
     /// Input `k` as a pointer argument.
-    fn inp(&self, k: usize) -> Result<Arg, LaunchError> {
+    pub(crate) fn inp(&self, k: usize) -> Result<Arg, LaunchError> {
         self.i(k).map(|_| Arg::Operand(Operand { which: Which::In(k), offset: 0 }))
     }
     /// Output `k` as a pointer argument.
-    fn out(&self, k: usize) -> Result<Arg, LaunchError> {
+    pub(crate) fn out(&self, k: usize) -> Result<Arg, LaunchError> {
         self.o(k).map(|_| Arg::Operand(Operand { which: Which::Out(k), offset: 0 }))
     }
-    fn operand(&self, which: Which, offset: usize) -> Result<Operand, LaunchError> {
+    pub(crate) fn operand(&self, which: Which, offset: usize) -> Result<Operand, LaunchError> {
         match which {
             Which::In(k) => self.i(k)?,
             Which::Out(k) => self.o(k)?,
@@ -244,31 +252,31 @@ impl Cx<'_> {
         Ok(Operand { which, offset })
     }
     /// The workspace's element count.
-    fn ws(&self) -> Result<usize, LaunchError> {
+    pub(crate) fn ws(&self) -> Result<usize, LaunchError> {
         self.counts.workspace.ok_or(LaunchError::Missing { kernel: self.name, which: Which::Workspace })
     }
-    fn dims(&self, v: &[usize], fill: i64) -> Result<Dims4, LaunchError> {
+    pub(crate) fn dims(&self, v: &[usize], fill: i64) -> Result<Dims4, LaunchError> {
         Dims4::padded(v, fill).ok_or(LaunchError::Rank { kernel: self.name, rank: v.len() })
     }
-    fn d4(&self, v: &[usize], fill: i64) -> Result<Arg, LaunchError> {
+    pub(crate) fn d4(&self, v: &[usize], fill: i64) -> Result<Arg, LaunchError> {
         self.dims(v, fill).map(Arg::Dims4)
     }
-    fn strides(&self, v: &[usize]) -> Result<Arg, LaunchError> {
+    pub(crate) fn strides(&self, v: &[usize]) -> Result<Arg, LaunchError> {
         Dims4::broadcast_strides(v).map(Arg::Dims4).ok_or(LaunchError::Rank { kernel: self.name, rank: v.len() })
     }
     /// A launch of `entry` with block [`BLOCK`] and no dynamic shared memory.
-    fn launch(&mut self, entry: Entry, grid: u32, args: Vec<Arg>) {
+    pub(crate) fn launch(&mut self, entry: Entry, grid: u32, args: Vec<Arg>) {
         self.launch_block(entry, grid, BLOCK, args)
     }
-    fn launch_block(&mut self, entry: Entry, grid: u32, block: u32, args: Vec<Arg>) {
+    pub(crate) fn launch_block(&mut self, entry: Entry, grid: u32, block: u32, args: Vec<Arg>) {
         let l = Launch { family: entry.family, entry: entry.name, grid, block, shared_bytes: 0, args };
         self.low.ops.push(LaunchOp::Launch(l));
     }
-    fn gemm(&mut self, g: Gemm) {
+    pub(crate) fn gemm(&mut self, g: Gemm) {
         self.low.ops.push(LaunchOp::Gemm(g));
     }
     /// A new scratch area of `floats` f32; its index.
-    fn scratch(&mut self, floats: usize) -> usize {
+    pub(crate) fn scratch(&mut self, floats: usize) -> usize {
         self.low.scratch.push(floats);
         self.low.scratch.len() - 1
     }

@@ -30,8 +30,7 @@ use crate::dtype::DType;
 use crate::Kernel;
 
 mod check;
-mod table;
-mod table_more;
+pub(crate) mod table;
 #[cfg(test)]
 mod tests;
 

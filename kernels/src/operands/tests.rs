@@ -480,3 +480,44 @@ fn the_variant_docs_name_the_signature_operands() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert!(checked >= 80, "only {checked} operand lists are checked against the docs");
 }
+
+/// Every variant is described by its own family (`crate::family`): the
+/// family's signature, CUDA lowering and plan text all take it, so no
+/// family's arm for foreign kernels is ever reached; each family lists its
+/// own entry points and no other family names one of them.
+#[test]
+fn every_variant_is_described_by_its_family() {
+    use crate::launch::{self, Counts, LaunchError};
+    use crate::Family;
+    let mut seen = std::collections::BTreeSet::new();
+    for k in &samples() {
+        let d = k.desc();
+        seen.insert(k.family());
+        let s = sig(k);
+        let (ins, outs, ws) = fit(&s);
+        let (ins, outs): (Vec<usize>, Vec<usize>) =
+            (ins.iter().map(|a| a.elems).collect(), outs.iter().map(|a| a.elems).collect());
+        let ws = launch::backend_workspace(k).or(ws.map(|a| a.elems));
+        match launch::lower(k, Counts { ins: &ins, outs: &outs, workspace: ws }) {
+            Err(LaunchError::NoLowering { kernel }) => panic!("{kernel} has no lowering in family {}", d.name),
+            Err(e) => panic!("{}: {e}", k.name()),
+            Ok(low) => {
+                for l in low.launches().filter(|l| !l.family.starts_with("fused_")) {
+                    let owner = Family::ALL.iter().find(|f| f.desc().name == l.family).expect("a family");
+                    assert!(owner.desc().entries.iter().any(|e| e.name == l.entry), "{}: {}", k.name(), l.entry);
+                }
+            }
+        }
+        let text = k.params_text();
+        assert!(!text.contains("is not a kernel of"), "{}: {text}", k.name());
+        let foreign = Family::ALL.iter().find(|f| **f != k.family()).expect("two families").desc();
+        let err = (foreign.text)(k).expect_err("a foreign kernel");
+        assert_eq!(err.family, foreign.name);
+    }
+    assert_eq!(seen.len(), Family::ALL.len(), "a sample of every family");
+    let names: Vec<&str> = Family::ALL.iter().map(|f| f.desc().name).collect();
+    let mut unique = names.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "family names are distinct: {names:?}");
+}
