@@ -3,8 +3,9 @@
 //! [`Kernel`] variants, the operand signature ([`Kernel::signature`]), the
 //! CUDA lowering ([`crate::launch::lower`]), the CUDA source and entry
 //! points ([`crate::cuda::sources`], [`crate::launch::entries::all`]), the
-//! plan text's parameters ([`Kernel::params_text`]). Everything else reads
-//! those descriptors through [`Kernel::family`].
+//! plan text's parameters ([`Kernel::params_text`]) and the CPU dispatch
+//! ([`Kernel::run_cpu`]). Everything else reads those descriptors through
+//! [`Kernel::family`].
 //!
 //! ## Invariants
 //! - Every variant belongs to exactly one family: [`Kernel::family`] is an
@@ -12,9 +13,10 @@
 //!   variant does not compile until it names its family.
 //! - A family's functions are only called with that family's kernels. Each
 //!   family's matches end in one arm for foreign kernels that returns a
-//!   typed error ([`Foreign`]); the test `every_variant_is_described_by_its_family`
-//!   (in `operands/tests.rs`) runs every variant through its family's
-//!   signature, lowering and text, so no such arm is reached.
+//!   typed error ([`Foreign`]); the tests `every_variant_is_described_by_its_family`
+//!   and `every_variant_runs_through_its_family_on_the_cpu` (in
+//!   `operands/tests.rs`) run every variant through its family's signature,
+//!   lowering, text and CPU dispatch, so no such arm is reached.
 //! - Adding a family: a folder with the CPU body (`mod.rs`), the `.cu`
 //!   and `desc.rs`; one line in `families!` and the variants with their
 //!   `family()` arms in `kernel.rs`; the module line in `lib.rs`; the
@@ -22,6 +24,7 @@
 
 use thiserror::Error;
 
+use crate::cpu::{CpuError, Io, Lists};
 use crate::launch::{Cx, Entry, LaunchError};
 use crate::operands::table::Builder;
 use crate::operands::ParamError;
@@ -50,6 +53,8 @@ pub struct Desc {
     pub(crate) lower: for<'a, 'b> fn(&'a Kernel, &'b mut Cx<'_>) -> Result<(), LaunchError>,
     /// A kernel's parameters as the plan text shows them.
     pub(crate) text: fn(&Kernel) -> Result<String, Foreign>,
+    /// Run a kernel's CPU body on a launch's operands ([`Kernel::run_cpu`]).
+    pub(crate) run: unsafe fn(&Kernel, &dyn Io, &mut Lists<'_>, u64) -> Result<(), CpuError>,
 }
 
 /// A kernel handed to a family it does not belong to (a family's
@@ -143,6 +148,7 @@ pub(crate) fn pool_text(g: &PoolGeom) -> String {
 /// What every family's `desc.rs` uses (`use crate::family::prelude::*`).
 pub(crate) mod prelude {
     pub(crate) use super::{conv_text, list, pool_text, CudaFile, Desc, Foreign};
+    pub(crate) use crate::cpu::{view, view_mut, CpuError, Io, Lists};
     pub(crate) use crate::cuda::{grid_1d, grid_rows, ConvArgs, Dims4, PoolArgs, BLOCK};
     pub(crate) use crate::launch::entries::entries;
     pub(crate) use crate::launch::{

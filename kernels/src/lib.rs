@@ -89,6 +89,7 @@
 pub mod array;
 pub mod batchnorm;
 pub mod conv;
+pub mod cpu;
 pub mod cuda;
 pub mod dropout;
 pub mod dtype;

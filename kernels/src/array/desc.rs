@@ -6,6 +6,7 @@
 //! the GPU: gather writes 0 for it and gather_grad drops its row (TF's GPU
 //! behaviour; the CPU backend fails with TF's error instead).
 
+use crate::array;
 use crate::family::prelude::*;
 
 entries! { "array";
@@ -26,6 +27,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -146,6 +148,29 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
         other => return Err(Foreign::of(other, DESC.name).into()),
     };
     cx.launch(entry, grid_1d(y), a);
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let ii = |n: usize| io.i32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::OneHot { depth, on, off } => array::one_hot(ii(0), *depth, *on, *off, o(0)),
+        Kernel::Transpose { shape, perm } => array::transpose(i(0), shape, perm, o(0))?,
+        Kernel::Pad { shape, before, out_shape, value } => array::pad(i(0), shape, before, out_shape, *value, o(0))?,
+        Kernel::Gather { outer, limit, inner, .. } => array::gather(i(0), ii(1), *outer, *limit, *inner, o(0))?,
+        Kernel::GatherGrad { outer, limit, inner, .. } => {
+            array::gather_grad(i(0), ii(1), *outer, *limit, *inner, o(0))?
+        }
+        Kernel::Tile { shape, multiples } => array::tile(i(0), shape, multiples, o(0))?,
+        Kernel::TileGrad { shape, multiples } => array::tile_grad(i(0), shape, multiples, o(0))?,
+        _ => return Err(Foreign::of(k, DESC.name).into()),
+    }
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! channels last, `[rows, channels]`): operands, CUDA launches and plan
 //! text, in one place (see [`crate::family`]).
 
+use crate::batchnorm;
 use crate::family::prelude::*;
 
 entries! { "batchnorm";
@@ -20,6 +21,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -100,6 +102,26 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             cx.launch(BATCH_NORM_GRAD_DX, grid_1d(x), args);
         }
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::BatchNormTrain { epsilon, .. } => {
+            batchnorm::batch_norm_train(i(0), i(1), i(2), *epsilon, o(0), o(1), o(3), o(2))
+        }
+        Kernel::BatchNormInfer { epsilon, .. } => {
+            batchnorm::batch_norm_infer(i(0), i(1), i(2), i(3), i(4), *epsilon, o(0), o(1), o(2), o(3))
+        }
+        Kernel::BatchNormGrad { .. } => batchnorm::batch_norm_grad(i(0), i(1), i(2), i(3), i(4), o(0), o(1), o(2)),
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! the column matrix, exactly as the CPU twin chunks them) and plan text,
 //! in one place (see [`crate::family`]).
 
+use crate::conv;
 use crate::elementwise::desc::BIAS_ACT_IN_PLACE;
 use crate::family::prelude::*;
 use crate::pool::desc::MAX_POOL;
@@ -21,6 +22,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -71,6 +73,28 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
         | Kernel::Conv2DBackpropInput { geom, .. }
         | Kernel::Conv2DBackpropFilter { geom, .. } => conv(kernel, geom, cx)?,
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::Conv2D { geom, .. } => conv::conv2d(geom, i(0), i(1), o(0), io.ws()),
+        Kernel::Conv2DBiasAct { geom, act, pool: None, .. } => {
+            conv::conv2d_bias_act(geom, i(0), i(1), i(2), *act, o(0), io.ws())
+        }
+        Kernel::Conv2DBiasAct { geom, act, pool: Some(pool), .. } => {
+            conv::conv2d_bias_act_max_pool(geom, i(0), i(1), i(2), *act, pool, o(0), o(1), io.ws())
+        }
+        Kernel::Conv2DBackpropInput { geom, .. } => conv::conv2d_backprop_input(geom, i(0), i(1), o(0), io.ws()),
+        Kernel::Conv2DBackpropFilter { geom, .. } => conv::conv2d_backprop_filter(geom, i(0), i(1), o(0), io.ws()),
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }

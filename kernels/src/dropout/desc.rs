@@ -2,6 +2,7 @@
 //! in one place (see [`crate::family`]). Element `i` draws its mask from
 //! `(seed, step, elem_offset + i)`.
 
+use crate::dropout;
 use crate::family::prelude::*;
 
 entries! { "dropout";
@@ -16,6 +17,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -52,6 +54,22 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             cx.launch(DROPOUT, grid_1d(y), args);
         }
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::Dropout { keep_prob, seed, elem_offset } => {
+            dropout::dropout(i(0), *keep_prob, *seed, step, *elem_offset, o(0), o(1))
+        }
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! `BLOCK`, grid `grid_1d(n)`; the bias and activation gradients and the
 //! sums to a shape run the reduce family's kernels.
 
+use crate::elementwise as ew;
 use crate::elementwise::FusedExpr;
 use crate::family::prelude::*;
 use crate::reduce::desc::REDUCE;
@@ -28,6 +29,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -168,6 +170,38 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             cx.launch(REDUCE, grid_rows(y), args);
         }
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::Binary { op, a_shape, b_shape, .. } => ew::binary(*op, i(0), a_shape, i(1), b_shape, o(0))?,
+        Kernel::Fused { expr, in_shapes, out_shape } => {
+            let out = o(0);
+            lists
+                .f32s
+                .with((0..io.counts().0).map(|k| io.f32(k)), |xs| ew::fused(expr, xs, in_shapes, out_shape, out))?
+        }
+        Kernel::BiasAdd { .. } => ew::bias_add(i(0), i(1), o(0)),
+        Kernel::BiasAddAct { act, .. } => ew::bias_add_act(i(0), i(1), *act, o(0)),
+        Kernel::UnaryGradBiasGrad { act, .. } if io.in_place() => {
+            ew::unary_grad_bias_grad_in_place(*act, o(0), i(1), o(1))
+        }
+        Kernel::UnaryGradBiasGrad { act, .. } => ew::unary_grad_bias_grad(*act, i(0), i(1), o(0), o(1)),
+        Kernel::BiasAddGrad { .. } => ew::bias_add_grad(i(0), o(0)),
+        Kernel::Unary { op } => ew::unary(*op, i(0), o(0)),
+        Kernel::UnaryGrad { op } if io.in_place() => ew::unary_grad_in_place(*op, o(0), i(1)),
+        Kernel::UnaryGrad { op } => ew::unary_grad(*op, i(0), i(1), o(0)),
+        Kernel::BroadcastTo { x_shape, out_shape } => ew::broadcast_to(i(0), x_shape, o(0), out_shape)?,
+        Kernel::SumTo { x_shape, out_shape } => ew::sum_to_shape(i(0), x_shape, o(0), out_shape)?,
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }

@@ -3,14 +3,17 @@
 //! lowering (cuBLAS GEMMs; the fused bias and activation run in place on
 //! the product) and plan text, in one place (see [`crate::family`]).
 
+use crate::elementwise as ew;
 use crate::elementwise::desc::BIAS_ACT_IN_PLACE;
 use crate::family::prelude::*;
+use crate::gemm;
+use crate::KernelError;
 
 /// No `.cu`: no entry points.
 const ENTRIES: &[Entry] = &[];
 
 /// The gemm family.
-pub(crate) static DESC: Desc = Desc { name: "gemm", cuda: None, entries: ENTRIES, declare, lower, text };
+pub(crate) static DESC: Desc = Desc { name: "gemm", cuda: None, entries: ENTRIES, declare, lower, text, run };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
     match k {
@@ -109,6 +112,39 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             cx.low.ops.extend(low.ops);
         }
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::MatMul { m, n, k, trans_a, trans_b } => {
+            let p = gemm::MatMul::new(*m, *k, *n).trans_a(*trans_a).trans_b(*trans_b);
+            gemm::matmul(&p, i(0), i(1), o(0));
+        }
+        Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
+            let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
+            gemm::tower_matmul(&p, |k| io.f32(k), o(0));
+        }
+        Kernel::TowerMatMulApply { m, n, ks, trans_a, trans_b, weights, apply } => {
+            let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
+            let lr = io.counts().0.checked_sub(1).map_or(0.0, |n| io.f32(n)[0]);
+            let acc = if io.counts().1 > 1 { Some(o(1)) } else { None };
+            gemm::tower_matmul_apply(&p, tower_update(apply, lr)?, |k| io.f32(k), o(0), acc)?;
+        }
+        Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
+            let p = gemm::MatMul::new(*m, *k, *n).trans_a(*trans_a).trans_b(*trans_b);
+            let y = o(0);
+            gemm::matmul(&p, i(0), i(1), y);
+            ew::bias_then_act_in_place(y, i(2), *act);
+        }
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }
@@ -215,5 +251,17 @@ fn remap(low: &mut Lowering, f: impl Fn(Which) -> Which) {
                 }
             }
         }
+    }
+}
+
+/// The update a `TowerMatMulApply` fuses, with this step's learning rate
+/// (plain SGD or non-Nesterov momentum; the signature refuses others).
+pub fn tower_update(apply: &Kernel, lr: f32) -> Result<gemm::TowerUpdate, KernelError> {
+    match apply {
+        Kernel::ApplyGradientDescent {} => Ok(gemm::TowerUpdate::Sgd { lr }),
+        Kernel::ApplyMomentum { momentum, nesterov: false } => {
+            Ok(gemm::TowerUpdate::Momentum { lr, momentum: *momentum })
+        }
+        other => Err(KernelError::CannotFuse { op: other.name(), into: "gemm_tower_apply" }),
     }
 }

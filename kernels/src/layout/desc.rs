@@ -4,6 +4,7 @@
 //! [`crate::family`]). Layout kernels move any 4-byte element.
 
 use crate::family::prelude::*;
+use crate::layout;
 
 entries! { "layout";
     CONCAT_PART = "towers_concat_part_f32";
@@ -20,6 +21,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -118,6 +120,33 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             cx.launch(entry, grid_1d(y), args);
         }
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::Concat { axis, shapes: s } => {
+            let out = o(0);
+            lists.f32s.with((0..io.counts().0).map(|k| io.f32(k)), |xs| {
+                lists.dims.with(s.iter().map(|d| d.as_slice()), |ss| layout::concat(xs, ss, *axis, out))
+            })?;
+        }
+        Kernel::Split { axis, shape, sizes } => {
+            let x = i(0);
+            lists
+                .muts
+                .with((0..io.counts().1).map(|j| io.out_f32(j)), |ys| layout::split(x, shape, *axis, sizes, ys))?;
+        }
+        Kernel::Slice { shape, begin, size } => layout::slice(i(0), shape, begin, size, o(0))?,
+        Kernel::SliceGrad { shape, begin, size } => layout::slice_grad(i(0), shape, begin, size, o(0))?,
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }

@@ -3,6 +3,8 @@
 //! in one place (see [`crate::family`]).
 
 use crate::family::prelude::*;
+use crate::init;
+use crate::misc;
 use crate::reduce::desc::L2_LOSS;
 
 entries! { "misc";
@@ -19,6 +21,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -72,6 +75,25 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             cx.launch(L2_LOSS, 1, args);
         }
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::AddN { .. } => lists.f32s.with((0..io.counts().0).map(|k| io.f32(k)), |xs| misc::add_n(xs, o(0))),
+        Kernel::WeightedSum { weights } => {
+            lists.f32s.with((0..io.counts().0).map(|k| io.f32(k)), |xs| misc::weighted_sum(xs, weights, o(0)))
+        }
+        Kernel::L2Loss => o(0)[0] = misc::l2_loss(i(0)),
+        Kernel::Fill { value } => init::fill(o(0), *value),
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }

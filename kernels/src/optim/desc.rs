@@ -5,7 +5,9 @@
 //! on the device each step; pointer and weight arrays are side data
 //! ([`Arg::Operands`], [`Arg::F32s`]).
 
+use crate::batchnorm;
 use crate::family::prelude::*;
+use crate::optim;
 use crate::optim::update_arity;
 
 entries! { "optim";
@@ -36,6 +38,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -149,6 +152,65 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             cx.launch_block(INCREMENT_STEP, 1, 1, vec![cx.out(0)?]);
         }
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let ii = |n: usize| io.i32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::AssignMovingAverage { decay } => batchnorm::assign_moving_average(o(0), i(0), *decay),
+        Kernel::MeanApply { weights, apply } => {
+            // Inputs: the towers' gradients, then (Adam) global_step, then the learning rate.
+            let n = weights.len();
+            let t = match apply.as_ref() {
+                Kernel::ApplyAdam { .. } => optim::adam_step(ii(n)),
+                _ => 1,
+            };
+            let lr = i(io.counts().0 - 1)[0];
+            lists.f32s.with((0..n).map(|k| io.f32(k)), |gs| {
+                lists.muts.with((0..io.counts().1).map(|j| io.out_f32(j)), |os| {
+                    optim::mean_apply(gs, weights, apply, t, lr, os)
+                })
+            })?
+        }
+        Kernel::MultiApply { apply, count } => {
+            // Inputs: the members' gradients, then (Adam) global_step, then the learning rate.
+            let n = *count;
+            let slots = optim::update_slots(apply, "multi_apply")?;
+            let t = match apply.as_ref() {
+                Kernel::ApplyAdam { .. } => optim::adam_step(ii(n)),
+                _ => 1,
+            };
+            let lr = i(io.counts().0 - 1)[0];
+            for m in 0..n {
+                // Member m's variable and slots.
+                let mut member: [&mut [f32]; 3] = [&mut [], &mut [], &mut []];
+                for (s, b) in member.iter_mut().take(slots).enumerate() {
+                    *b = o(m * slots + s);
+                }
+                optim::update(apply, &mut member[..slots], i(m), lr, t, "multi_apply")?;
+            }
+        }
+        Kernel::ApplyGradientDescent {} => optim::apply_gradient_descent(o(0), i(0), i(1)[0]),
+        Kernel::ApplyMomentum { momentum, nesterov } => {
+            optim::apply_momentum(o(0), o(1), i(0), i(1)[0], *momentum, *nesterov)
+        }
+        Kernel::ApplyAdam { beta1, beta2, epsilon } => {
+            optim::apply_adam(o(0), o(1), o(2), i(0), i(2)[0], *beta1, *beta2, *epsilon, optim::adam_step(ii(1)))
+        }
+        Kernel::IncrementStep => optim::increment_step(io.out_i32(0)),
+        Kernel::ApplyRmsProp { decay, momentum, epsilon } => {
+            optim::apply_rmsprop(o(0), o(1), o(2), i(0), i(1)[0], *decay, *momentum, *epsilon)
+        }
+        Kernel::ApplyAdagrad {} => optim::apply_adagrad(o(0), o(1), i(0), i(1)[0]),
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! (see [`crate::family`]). One grid-stride launch each.
 
 use crate::family::prelude::*;
+use crate::pool;
 use crate::reduce::desc::bias_grad;
 
 entries! { "pool";
@@ -21,6 +22,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -87,6 +89,26 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             cx.launch(AVG_POOL_GRAD, grid_1d(dx), vec![Arg::Pool(geom.into()), cx.inp(0)?, cx.out(0)?]);
         }
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::MaxPool { geom } => pool::max_pool(geom, i(0), o(0)),
+        Kernel::MaxPoolGrad { geom } => pool::max_pool_grad(geom, i(0), i(1), i(2), o(0)),
+        Kernel::MaxPoolGradActBiasGrad { geom, act } => {
+            pool::max_pool_grad_act_bias_grad(geom, i(0), i(1), i(2), *act, i(3), o(0), o(1))
+        }
+        Kernel::AvgPool { geom } => pool::avg_pool(geom, i(0), o(0)),
+        Kernel::AvgPoolGrad { geom } => pool::avg_pool_grad(geom, i(0), o(0)),
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }

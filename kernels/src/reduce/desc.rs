@@ -6,6 +6,7 @@
 //! `grid_rows`), elementwise tails `grid_1d`.
 
 use crate::family::prelude::*;
+use crate::reduce;
 
 entries! { "reduce";
     UNARY_GRAD_BIAS_GRAD = "towers_unary_grad_bias_grad_f32";
@@ -31,6 +32,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -112,6 +114,24 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             cx.launch(entry, grid_1d(y), vec![i64a(y), cx.inp(0)?, cx.out(0)?]);
         }
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::ReduceSum { shape, axes } => reduce::reduce_sum(i(0), shape, axes, o(0))?,
+        Kernel::ReduceMean { shape, axes } => reduce::reduce_mean(i(0), shape, axes, o(0))?,
+        Kernel::ArgMax { shape, axis } => reduce::argmax(i(0), shape, *axis, io.out_i32(0))?,
+        Kernel::Equal { .. } => reduce::equal(view(io, 0), view(io, 1), io.out_i32(0)),
+        Kernel::Cast { to, .. } => reduce::cast(view(io, 0), *to, view_mut(io, 0)),
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }

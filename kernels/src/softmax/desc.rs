@@ -5,6 +5,7 @@
 use crate::family::prelude::*;
 use crate::reduce::desc::column_sums;
 use crate::reduce::desc::REDUCE;
+use crate::softmax;
 
 entries! { "softmax";
     SOFTMAX = "towers_softmax_f32";
@@ -23,6 +24,7 @@ pub(crate) static DESC: Desc = Desc {
     declare,
     lower,
     text,
+    run,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -115,6 +117,31 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             column_sums(cx, rows, c, x, y);
         }
         _ => return Err(Foreign::of(kernel, DESC.name).into()),
+    }
+    Ok(())
+}
+
+/// The CPU body of one of this family's kernels on a launch's operands.
+///
+/// # Safety
+/// As [`Io`].
+unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, _step: u64) -> Result<(), CpuError> {
+    let i = |n: usize| io.f32(n);
+    let ii = |n: usize| io.i32(n);
+    let o = |n: usize| io.out_f32(n);
+    match k {
+        Kernel::Softmax { classes } => softmax::softmax(i(0), *classes, o(0)),
+        Kernel::LogSoftmax { classes } => softmax::log_softmax(i(0), *classes, o(0)),
+        Kernel::SoftmaxGrad { classes } => softmax::softmax_grad(i(0), i(1), *classes, o(0)),
+        Kernel::LogSoftmaxGrad { classes } => softmax::log_softmax_grad(i(0), i(1), *classes, o(0)),
+        Kernel::SparseSoftmaxXent { classes } => {
+            softmax::sparse_softmax_cross_entropy(i(0), ii(1), *classes, o(0), o(1))?
+        }
+        Kernel::SparseSoftmaxXentMeanGrad { classes } => {
+            softmax::sparse_softmax_xent_mean_grad(i(0), ii(1), *classes, i(2)[0], o(0), o(1), o(2), o(3))?
+        }
+        Kernel::SoftmaxXent { classes } => softmax::softmax_cross_entropy(i(0), i(1), *classes, o(0), o(1)),
+        _ => return Err(Foreign::of(k, DESC.name).into()),
     }
     Ok(())
 }
