@@ -9,8 +9,11 @@
 //!
 //! ## Invariants
 //! - Deterministic: the ops depend on the kernel and the counts only.
-//! - Every entry point is named once, in the family's constant list
-//!   ([`entries`]), beside the family whose `.cu` defines it.
+//! - Each kernel is lowered by its family (`lower` in
+//!   `kernels/src/<family>/desc.rs`); this module holds the types and the
+//!   context they fill.
+//! - Every entry point is named once, in the `entries!` list of the family
+//!   whose `.cu` defines it ([`entries::all`] collects them).
 //! - Op codes come from the op tables (`op.code()`), never a position.
 //! - Operand offsets ([`Operand::offset`]) count elements (4 bytes each:
 //!   every launch operand is f32, i32 or bool-as-u32).
