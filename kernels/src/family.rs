@@ -15,7 +15,7 @@
 //!   family's matches end in one arm for foreign kernels that returns a
 //!   typed error ([`Foreign`]); the tests `every_variant_is_described_by_its_family`
 //!   and `every_variant_runs_through_its_family_on_the_cpu` (in
-//!   `operands/tests.rs`) run every variant through its family's signature,
+//!   `operands/tests_family.rs`) run every variant through its family's signature,
 //!   lowering, text and CPU dispatch, so no such arm is reached.
 //! - Adding a family: a folder with the CPU body (`mod.rs`), the `.cu`
 //!   and `desc.rs`; one line in `families!` and the variants with their

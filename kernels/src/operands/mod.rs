@@ -34,6 +34,8 @@ mod check;
 pub(crate) mod table;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_family;
 
 pub use check::{Actual, Mismatch};
 
