@@ -1,6 +1,6 @@
 //! The array family's descriptor (issue 22: one_hot, transpose, pad,
-//! gather, tile and their gradients): operands, CUDA launches and plan
-//! text, in one place (see [`crate::family`]). Indices are i32, data f32
+//! gather, tile and their gradients): operands, CUDA launches, plan text
+//! and CPU dispatch, in one place (see [`crate::family`]). Indices are i32, data f32
 //! (a transpose moves any 4-byte element), rank <= 4 where the kernels pad
 //! shapes to rank 4. A gather index outside its range is not checked on
 //! the GPU: gather writes 0 for it and gather_grad drops its row (TF's GPU

@@ -1,6 +1,6 @@
 //! The batch-norm family's descriptor (train, infer and gradient,
-//! channels last, `[rows, channels]`): operands, CUDA launches and plan
-//! text, in one place (see [`crate::family`]).
+//! channels last, `[rows, channels]`): operands, CUDA launches, plan text
+//! and CPU dispatch, in one place (see [`crate::family`]).
 
 use crate::batchnorm;
 use crate::family::prelude::*;

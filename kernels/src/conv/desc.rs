@@ -1,6 +1,6 @@
 //! The convolution family's descriptor: operands, CUDA lowering (im2col
 //! / col2im chunks around cuBLAS GEMMs; the workspace holds one chunk of
-//! the column matrix, exactly as the CPU twin chunks them) and plan text,
+//! the column matrix, exactly as the CPU twin chunks them) and plan text and CPU dispatch,
 //! in one place (see [`crate::family`]).
 
 use crate::conv;

@@ -1,4 +1,4 @@
-//! The dropout family's descriptor: operands, CUDA launch and plan text,
+//! The dropout family's descriptor: operands, CUDA launch and plan text and CPU dispatch,
 //! in one place (see [`crate::family`]). Element `i` draws its mask from
 //! `(seed, step, elem_offset + i)`.
 

@@ -1,6 +1,6 @@
 //! The elementwise family's descriptor (unary and binary ops with codes
 //! from the op tables, the bias adds, the generated fused kernels,
-//! broadcasts and their sums): operands, CUDA launches and plan text, in one
+//! broadcasts and their sums): operands, CUDA launches and plan text and CPU dispatch, in one
 //! place (see [`crate::family`]). One grid-stride launch each, block
 //! `BLOCK`, grid `grid_1d(n)`; the bias and activation gradients and the
 //! sums to a shape run the reduce family's kernels.

@@ -1,7 +1,7 @@
 //! The GEMM family's descriptor (`gemm`, `gemm_bias_act`, the tower
 //! products and the tower product fused into its update): operands, CUDA
 //! lowering (cuBLAS GEMMs; the fused bias and activation run in place on
-//! the product) and plan text, in one place (see [`crate::family`]).
+//! the product) and plan text and CPU dispatch, in one place (see [`crate::family`]).
 
 use crate::elementwise as ew;
 use crate::elementwise::desc::BIAS_ACT_IN_PLACE;

@@ -1,6 +1,6 @@
 //! The layout family's descriptor (concat, split, slice and its
 //! gradient): operands, CUDA launches (one grid-stride launch each, one per
-//! part for concat and split) and plan text, in one place (see
+//! part for concat and split) and plan text and CPU dispatch, in one place (see
 //! [`crate::family`]). Layout kernels move any 4-byte element.
 
 use crate::family::prelude::*;

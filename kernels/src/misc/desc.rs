@@ -1,5 +1,5 @@
 //! The misc family's descriptor (sums of several inputs, the tower
-//! reduction, the L2 loss, fills): operands, CUDA launches and plan text,
+//! reduction, the L2 loss, fills): operands, CUDA launches and plan text and CPU dispatch,
 //! in one place (see [`crate::family`]).
 
 use crate::family::prelude::*;

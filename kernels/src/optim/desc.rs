@@ -1,6 +1,6 @@
 //! The optimizer family's descriptor (updates alone, averaged over
 //! towers, or over many variables at once, the moving averages and the
-//! step counter): operands, CUDA launches and plan text, in one place (see
+//! step counter): operands, CUDA launches and plan text and CPU dispatch, in one place (see
 //! [`crate::family`]). The learning rate is an input buffer (f32[1]) read
 //! on the device each step; pointer and weight arrays are side data
 //! ([`Arg::Operands`], [`Arg::F32s`]).

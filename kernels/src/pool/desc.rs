@@ -1,6 +1,6 @@
 //! The pooling family's descriptor (max and average pools, their
 //! gradients, and the max pool's gradient fused with the activation and
-//! bias gradients): operands, CUDA launches and plan text, in one place
+//! bias gradients): operands, CUDA launches and plan text and CPU dispatch, in one place
 //! (see [`crate::family`]). One grid-stride launch each.
 
 use crate::family::prelude::*;

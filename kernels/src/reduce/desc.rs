@@ -1,7 +1,7 @@
 //! The reduce family's descriptor (sums over axes, argmax, comparisons,
 //! casts), and the reduce `.cu`'s shared launches (the activation and bias
 //! gradients in one or two stages, column sums) that other families call:
-//! operands, CUDA launches and plan text, in one place (see
+//! operands, CUDA launches and plan text and CPU dispatch, in one place (see
 //! [`crate::family`]). Reductions run one block per output (grid
 //! `grid_rows`), elementwise tails `grid_1d`.
 

@@ -1,6 +1,6 @@
 //! The softmax family's descriptor (softmax, log-softmax, their gradients
 //! and the cross entropies, on rows of `classes`): operands, CUDA launches
-//! and plan text, in one place (see [`crate::family`]). One block per row.
+//! and plan text and CPU dispatch, in one place (see [`crate::family`]). One block per row.
 
 use crate::family::prelude::*;
 use crate::reduce::desc::column_sums;
