@@ -80,7 +80,7 @@ impl From<Foreign> for ParamError {
 
 impl From<Foreign> for LaunchError {
     fn from(f: Foreign) -> Self {
-        LaunchError::NoLowering { kernel: f.kernel }
+        LaunchError::NoLowering { kernel: f.kernel, family: f.family }
     }
 }
 

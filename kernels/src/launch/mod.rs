@@ -153,9 +153,10 @@ pub enum LaunchError {
     /// A fused kernel around an inner kernel it cannot run.
     #[error("{kernel} cannot fuse {inner}; only the optimizer updates it names")]
     CannotFuse { kernel: &'static str, inner: &'static str },
-    /// A kernel no family lowers (a new `Kernel` variant without its arm in `launch`).
-    #[error("{kernel} has no CUDA lowering; add its arm to towers_kernels::launch")]
-    NoLowering { kernel: &'static str },
+    /// A kernel its family does not lower (a new `Kernel` variant without
+    /// its arm in the family's `lower`).
+    #[error("{kernel} has no CUDA lowering in the {family} family; add its arm to the family's lower (kernels/src/{family}/desc.rs)")]
+    NoLowering { kernel: &'static str, family: &'static str },
     /// A kernel with an empty operand list where it needs one.
     #[error("{kernel}: no inputs")]
     NoInputs { kernel: &'static str },

@@ -24,7 +24,7 @@ fn every_variant_is_described_by_its_family() {
             (ins.iter().map(|a| a.elems).collect(), outs.iter().map(|a| a.elems).collect());
         let ws = launch::backend_workspace(k).or(ws.map(|a| a.elems));
         match launch::lower(k, Counts { ins: &ins, outs: &outs, workspace: ws }) {
-            Err(LaunchError::NoLowering { kernel }) => panic!("{kernel} has no lowering in family {}", d.name),
+            Err(e @ LaunchError::NoLowering { .. }) => panic!("{e} (its family: {})", d.name),
             Err(e) => panic!("{}: {e}", k.name()),
             Ok(low) => {
                 for l in low.launches().filter(|l| !l.family.starts_with("fused_")) {
@@ -38,6 +38,13 @@ fn every_variant_is_described_by_its_family() {
         let foreign = Family::ALL.iter().find(|f| **f != k.family()).expect("two families").desc();
         let err = (foreign.text)(k).expect_err("a foreign kernel");
         assert_eq!(err.family, foreign.name);
+        let mut b = super::table::Builder::new(k.name());
+        let err = (foreign.declare)(k, &mut b).expect_err("a foreign kernel");
+        assert!(err.reason.ends_with(&format!("not a kernel of the {} family", foreign.name)), "{}", err.reason);
+        let counts = Counts { ins: &ins, outs: &outs, workspace: ws };
+        let mut cx = launch::Cx { name: k.name(), counts, low: Default::default() };
+        let err = (foreign.lower)(k, &mut cx).expect_err("a foreign kernel");
+        assert_eq!(err, LaunchError::NoLowering { kernel: k.name(), family: foreign.name });
     }
     assert_eq!(seen.len(), Family::ALL.len(), "a sample of every family");
     let names: Vec<&str> = Family::ALL.iter().map(|f| f.desc().name).collect();
