@@ -55,6 +55,15 @@ pub struct Desc {
     pub(crate) text: fn(&Kernel) -> Result<String, Foreign>,
     /// Run a kernel's CPU body on a launch's operands ([`Kernel::run_cpu`]).
     pub(crate) run: unsafe fn(&Kernel, &dyn Io, &mut Lists<'_>, u64) -> Result<(), CpuError>,
+    /// The workspace the CUDA backend gives a kernel in place of the
+    /// plan's, in f32 ([`crate::launch::backend_workspace`]); [`no_workspace`]
+    /// for a family that stages nothing.
+    pub(crate) backend_workspace: fn(&Kernel) -> Option<usize>,
+}
+
+/// A family whose kernels take the plan's workspace, if any, on CUDA.
+pub(crate) fn no_workspace(_: &Kernel) -> Option<usize> {
+    None
 }
 
 /// A kernel handed to a family it does not belong to (a family's
@@ -147,7 +156,7 @@ pub(crate) fn pool_text(g: &PoolGeom) -> String {
 
 /// What every family's `desc.rs` uses (`use crate::family::prelude::*`).
 pub(crate) mod prelude {
-    pub(crate) use super::{conv_text, list, pool_text, CudaFile, Desc, Foreign};
+    pub(crate) use super::{conv_text, list, no_workspace, pool_text, CudaFile, Desc, Foreign};
     pub(crate) use crate::cpu::{view, view_mut, CpuError, Io, Lists};
     pub(crate) use crate::cuda::{grid_1d, grid_rows, ConvArgs, Dims4, PoolArgs, BLOCK};
     pub(crate) use crate::launch::entries::entries;

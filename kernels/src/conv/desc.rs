@@ -23,6 +23,7 @@ pub(crate) static DESC: Desc = Desc {
     lower,
     text,
     run,
+    backend_workspace: backend_workspace,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
@@ -223,4 +224,17 @@ fn conv(kernel: &Kernel, geom: &ConvGeom, cx: &mut Cx<'_>) -> Result<(), LaunchE
         }
     }
     Ok(())
+}
+
+/// A convolution stages its column matrix on CUDA ([`conv_workspace_floats`];
+/// the backend's stream buffer is at least this large, shared by the
+/// stream's convolutions).
+fn backend_workspace(k: &Kernel) -> Option<usize> {
+    match k {
+        Kernel::Conv2D { geom, .. }
+        | Kernel::Conv2DBiasAct { geom, .. }
+        | Kernel::Conv2DBackpropInput { geom, .. }
+        | Kernel::Conv2DBackpropFilter { geom, .. } => Some(conv_workspace_floats(geom)),
+        _ => None,
+    }
 }

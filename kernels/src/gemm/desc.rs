@@ -13,7 +13,16 @@ use crate::KernelError;
 const ENTRIES: &[Entry] = &[];
 
 /// The gemm family.
-pub(crate) static DESC: Desc = Desc { name: "gemm", cuda: None, entries: ENTRIES, declare, lower, text, run };
+pub(crate) static DESC: Desc = Desc {
+    name: "gemm",
+    cuda: None,
+    entries: ENTRIES,
+    declare,
+    lower,
+    text,
+    run,
+    backend_workspace: backend_workspace,
+};
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
     match k {
@@ -263,5 +272,14 @@ pub fn tower_update(apply: &Kernel, lr: f32) -> Result<gemm::TowerUpdate, Kernel
             Ok(gemm::TowerUpdate::Momentum { lr, momentum: *momentum })
         }
         other => Err(KernelError::CannotFuse { op: other.name(), into: "gemm_tower_apply" }),
+    }
+}
+
+/// A fused tower update stages its product (`m * n` f32) on CUDA; the
+/// other GEMMs take none.
+fn backend_workspace(k: &Kernel) -> Option<usize> {
+    match k {
+        Kernel::TowerMatMulApply { m, n, .. } => Some(m * n),
+        _ => None,
     }
 }

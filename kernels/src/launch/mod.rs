@@ -175,16 +175,10 @@ pub struct Counts<'a> {
 /// in f32: a convolution stages its column matrix
 /// ([`conv_workspace_floats`]; the backend's stream buffer is at least
 /// this large, shared by the stream's convolutions), a fused tower update
-/// its product (`m * n`). `None`: the plan's workspace, if any.
+/// its product (`m * n`), as the kernel's family declares (`Desc`).
+/// `None`: the plan's workspace, if any.
 pub fn backend_workspace(kernel: &Kernel) -> Option<usize> {
-    match kernel {
-        Kernel::Conv2D { geom, .. }
-        | Kernel::Conv2DBiasAct { geom, .. }
-        | Kernel::Conv2DBackpropInput { geom, .. }
-        | Kernel::Conv2DBackpropFilter { geom, .. } => Some(conv_workspace_floats(geom)),
-        Kernel::TowerMatMulApply { m, n, .. } => Some(m * n),
-        _ => None,
-    }
+    (kernel.desc().backend_workspace)(kernel)
 }
 
 /// The CUDA lowering of `kernel` over operands of these element counts.

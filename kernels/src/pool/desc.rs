@@ -23,6 +23,7 @@ pub(crate) static DESC: Desc = Desc {
     lower,
     text,
     run,
+    backend_workspace: no_workspace,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
