@@ -19,11 +19,11 @@
 
 use std::fmt::Write;
 
-use towers_vocab::{Distribution, FanMode, Initializer, Padding};
+use towers_vocab::{Distribution, FanMode, Initializer};
 
 use crate::plan::{BufRef, Plan, Step};
 use towers_kernels::launch::{self, Counts, LaunchError, LaunchOp, Lowering};
-use towers_kernels::{ConvGeom, Kernel, PoolGeom};
+use towers_kernels::Kernel;
 
 fn dims(d: &[usize]) -> String {
     let v: Vec<String> = d.iter().map(|x| x.to_string()).collect();
@@ -55,180 +55,10 @@ fn init(i: &Initializer) -> String {
     }
 }
 
-fn list<T: std::fmt::Display>(v: &[T]) -> String {
-    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
-}
-
-fn padding(p: Padding) -> &'static str {
-    match p {
-        Padding::Same => "same",
-        Padding::Valid => "valid",
-    }
-}
-
-/// `128x28x28x1 k=5x5 s=1x1 valid -> 12`: input NHWC, window, strides, padding, output channels.
-fn conv(g: &ConvGeom) -> String {
-    format!(
-        "{}x{}x{}x{} k={}x{} s={}x{} {} -> {}",
-        g.n,
-        g.h,
-        g.w,
-        g.c_in,
-        g.kh,
-        g.kw,
-        g.stride_h,
-        g.stride_w,
-        padding(g.padding),
-        g.c_out
-    )
-}
-
-/// `32x8x8x16 k=2x2 s=2x2 same`: input NHWC, window, strides, padding.
-fn pool(g: &PoolGeom) -> String {
-    format!(
-        "{}x{}x{}x{} k={}x{} s={}x{} {}",
-        g.n,
-        g.h,
-        g.w,
-        g.c,
-        g.kh,
-        g.kw,
-        g.stride_h,
-        g.stride_w,
-        padding(g.padding)
-    )
-}
-
-/// The parameters of a kernel as the plan text shows them, designed per
-/// kernel: shapes as `[a,b]`, NHWC geometry as `NxHxWxC`, flags by name
-/// (`trans_b`, `nesterov`) only when set, scalars as `key=value`. Empty for
-/// kernels without parameters. Deterministic: plain formatting of the values.
+/// The parameters of a kernel as the plan text shows them: its family's
+/// text ([`Kernel::params_text`], declared in the family's `desc.rs`).
 pub fn kernel_params(k: &Kernel) -> String {
-    match k {
-        Kernel::MatMul { m, n, k, trans_a, trans_b } => {
-            let ta = if *trans_a { " trans_a" } else { "" };
-            let tb = if *trans_b { " trans_b" } else { "" };
-            format!("m={m} n={n} k={k}{ta}{tb}")
-        }
-        Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
-            let ta = if *trans_a { " trans_a" } else { "" };
-            let tb = if *trans_b { " trans_b" } else { "" };
-            let ks = ks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("+");
-            format!("m={m} n={n} k={ks}{ta}{tb} w={}", list(weights))
-        }
-        Kernel::TowerMatMulApply { m, n, ks, trans_a, trans_b, weights, apply } => {
-            let ta = if *trans_a { " trans_a" } else { "" };
-            let tb = if *trans_b { " trans_b" } else { "" };
-            let ks = ks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("+");
-            let p = kernel_params(apply);
-            let sep = if p.is_empty() { "" } else { " " };
-            format!("m={m} n={n} k={ks}{ta}{tb} w={} {}{sep}{p}", list(weights), apply.name())
-        }
-        Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
-            let ta = if *trans_a { " trans_a" } else { "" };
-            let tb = if *trans_b { " trans_b" } else { "" };
-            let act = act.map_or(String::new(), |a| format!(" {}", a.name()));
-            format!("m={m} n={n} k={k}{ta}{tb} +bias{act}")
-        }
-        Kernel::Binary { op, a_shape, b_shape, out_shape } => {
-            let sym = op.symbol();
-            let name = op.name();
-            // The output shape is written only where it is not the larger operand's.
-            let out = if out_shape == a_shape || out_shape == b_shape {
-                String::new()
-            } else {
-                format!(" -> {}", dims(out_shape))
-            };
-            format!("{name} {}{sym}{}{out}", dims(a_shape), dims(b_shape))
-        }
-        Kernel::Fused { expr, in_shapes, out_shape } => {
-            let ins: Vec<String> = in_shapes.iter().map(|s| dims(s)).collect();
-            format!("{} ({}) -> {}", expr.tree(), ins.join(", "), dims(out_shape))
-        }
-        Kernel::AddN { n } => format!("n={n}"),
-        Kernel::BiasAdd { channels } | Kernel::BiasAddGrad { channels } => format!("c={channels}"),
-        Kernel::BiasAddAct { channels, act } | Kernel::UnaryGradBiasGrad { channels, act } => {
-            format!("c={channels} {}", act.name())
-        }
-        Kernel::Unary { op } | Kernel::UnaryGrad { op } => op.name().into(),
-        Kernel::Conv2DBiasAct { geom, act, pool: None, .. } => format!("{} {}", conv(geom), act.name()),
-        Kernel::Conv2DBiasAct { geom, act, pool: Some(p), .. } => {
-            format!("{} {} +max_pool {}", conv(geom), act.name(), pool(p))
-        }
-        Kernel::Conv2D { geom, .. }
-        | Kernel::Conv2DBackpropInput { geom, .. }
-        | Kernel::Conv2DBackpropFilter { geom, .. } => conv(geom),
-        Kernel::MaxPoolGradActBiasGrad { geom, act } => format!("{} {}", pool(geom), act.name()),
-        Kernel::MaxPool { geom }
-        | Kernel::MaxPoolGrad { geom }
-        | Kernel::AvgPool { geom }
-        | Kernel::AvgPoolGrad { geom } => pool(geom),
-        Kernel::Concat { axis, shapes } => {
-            format!("axis={axis} {}", shapes.iter().map(|s| dims(s)).collect::<Vec<_>>().join("+"))
-        }
-        Kernel::Split { axis, shape, sizes } => format!("axis={axis} {} sizes={}", dims(shape), list(sizes)),
-        Kernel::Slice { shape, begin, size } | Kernel::SliceGrad { shape, begin, size } => {
-            format!("{} begin={} size={}", dims(shape), dims(begin), dims(size))
-        }
-        Kernel::BroadcastTo { x_shape, out_shape } | Kernel::SumTo { x_shape, out_shape } => {
-            format!("{} -> {}", dims(x_shape), dims(out_shape))
-        }
-        Kernel::Softmax { classes }
-        | Kernel::LogSoftmax { classes }
-        | Kernel::SoftmaxGrad { classes }
-        | Kernel::LogSoftmaxGrad { classes }
-        | Kernel::SparseSoftmaxXent { classes }
-        | Kernel::SparseSoftmaxXentMeanGrad { classes }
-        | Kernel::SoftmaxXent { classes } => format!("classes={classes}"),
-        Kernel::L2Loss | Kernel::IncrementStep => String::new(),
-        Kernel::ReduceSum { shape, axes } | Kernel::ReduceMean { shape, axes } => {
-            format!("{} axes={}", dims(shape), list(axes))
-        }
-        Kernel::ArgMax { shape, axis } => format!("{} axis={axis}", dims(shape)),
-        Kernel::Equal { dtype } => dtype.to_string(),
-        Kernel::Cast { from, to } => format!("{from} -> {to}"),
-        Kernel::Dropout { keep_prob, seed, elem_offset } => {
-            format!("keep_prob={keep_prob} seed={seed} offset={elem_offset}")
-        }
-        Kernel::Fill { value } => format!("value={value}"),
-        Kernel::BatchNormTrain { channels, epsilon } | Kernel::BatchNormInfer { channels, epsilon } => {
-            format!("c={channels} eps={epsilon}")
-        }
-        Kernel::BatchNormGrad { channels } => format!("c={channels}"),
-        Kernel::AssignMovingAverage { decay } => format!("decay={decay}"),
-        // The learning rate is an input (a host scalar each step), not a parameter.
-        Kernel::ApplyGradientDescent {} => String::new(),
-        Kernel::ApplyMomentum { momentum, nesterov } => {
-            let nv = if *nesterov { " nesterov" } else { "" };
-            format!("momentum={momentum}{nv}")
-        }
-        Kernel::ApplyAdam { beta1, beta2, epsilon } => format!("beta1={beta1} beta2={beta2} eps={epsilon}"),
-        Kernel::ApplyRmsProp { decay, momentum, epsilon } => format!("decay={decay} momentum={momentum} eps={epsilon}"),
-        Kernel::ApplyAdagrad {} => String::new(),
-        Kernel::WeightedSum { weights } => format!("w={}", list(weights)),
-        Kernel::MeanApply { weights, apply } => {
-            let p = kernel_params(apply);
-            let sep = if p.is_empty() { "" } else { " " };
-            format!("w={} {}{sep}{p}", list(weights), apply.name())
-        }
-        Kernel::MultiApply { apply, count } => {
-            let p = kernel_params(apply);
-            let sep = if p.is_empty() { "" } else { " " };
-            format!("n={count} {}{sep}{p}", apply.name())
-        }
-        // array ops (issue 22)
-        Kernel::OneHot { depth, on, off } => format!("depth={depth} on={on} off={off}"),
-        Kernel::Transpose { shape, perm } => format!("{} perm={}", dims(shape), list(perm)),
-        Kernel::Pad { shape, before, out_shape, value } => {
-            format!("{} -> {} before={} value={value}", dims(shape), dims(out_shape), dims(before))
-        }
-        Kernel::Gather { outer, limit, inner, count } | Kernel::GatherGrad { outer, limit, inner, count } => {
-            format!("outer={outer} limit={limit} inner={inner} count={count}")
-        }
-        Kernel::Tile { shape, multiples } | Kernel::TileGrad { shape, multiples } => {
-            format!("{} multiples={}", dims(shape), list(multiples))
-        }
-    }
+    k.params_text()
 }
 
 impl Plan {

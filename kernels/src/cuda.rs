@@ -112,41 +112,22 @@ pub fn cache_key(source: &Source, arch: &str, nvrtc_version: (i32, i32)) -> u64 
     fnv1a64(&bytes)
 }
 
-/// (family, path under `kernels/src`, the family's own text).
-macro_rules! family {
-    ($family:literal, $file:literal) => {
-        ($family, concat!($family, "/", $file), include_str!(concat!($family, "/", $file)))
-    };
-}
-
-/// Every kernel family's `.cu`, embedded.
-const FAMILIES: &[(&str, &str, &str)] = &[
-    family!("elementwise", "elementwise.cu"),
-    family!("reduce", "reduce.cu"),
-    family!("misc", "misc.cu"),
-    family!("pool", "pool.cu"),
-    family!("softmax", "softmax.cu"),
-    family!("conv", "conv.cu"),
-    family!("layout", "layout.cu"),
-    family!("batchnorm", "batchnorm.cu"),
-    family!("dropout", "dropout.cu"),
-    family!("optim", "optim.cu"),
-    // array ops (issue 22)
-    family!("array", "array.cu"),
-];
-
-/// Every CUDA source, one per kernel family: the [`prelude`], then the
-/// family's `.cu`. Made once per process (the prelude's op switches are
+/// Every CUDA source, one per kernel family that has one (its descriptor's
+/// [`crate::family::Desc::cuda`], in [`crate::Family::ALL`] order): the
+/// [`prelude`], then the family's `.cu`. Made once per process (the prelude's op switches are
 /// generated), then fixed for its life, as the embedded text is.
 pub fn sources() -> &'static [Source] {
     static SOURCES: OnceLock<Vec<Source>> = OnceLock::new();
     SOURCES.get_or_init(|| {
-        FAMILIES
+        crate::Family::ALL
             .iter()
-            .map(|&(family, path, text)| Source {
-                family,
-                path,
-                code: Box::leak(format!("{}{text}", prelude()).into_boxed_str()),
+            .filter_map(|f| {
+                let d = f.desc();
+                d.cuda.map(|c| Source {
+                    family: d.name,
+                    path: c.path,
+                    code: Box::leak(format!("{}{}", prelude(), c.text).into_boxed_str()),
+                })
             })
             .collect()
     })

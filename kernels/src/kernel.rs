@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::conv::ConvGeom;
 use crate::dtype::DType;
 use crate::elementwise::{BinaryOp, FusedExpr, UnaryOp};
+use crate::family::Desc;
 use crate::pool::PoolGeom;
 
 /// One kernel with its parameters.
@@ -470,6 +471,103 @@ impl Kernel {
             Kernel::TileGrad { .. } => "tile_grad",
             Kernel::ApplyRmsProp { .. } => "apply_rmsprop",
             Kernel::ApplyAdagrad { .. } => "apply_adagrad",
+        }
+    }
+}
+
+/// The kernel families, one per folder of kernels (`kernels/src/<module>`),
+/// each described once by its `desc.rs` ([`crate::family::Desc`]). The
+/// order is the order of [`crate::cuda::sources`].
+macro_rules! families {
+    ($($variant:ident => $module:ident,)*) => {
+        /// A kernel family (see [`crate::family`]).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Family {
+            $($variant,)*
+        }
+
+        impl Family {
+            /// Every family, in source order.
+            pub const ALL: &'static [Family] = &[$(Family::$variant,)*];
+
+            /// The family's descriptor.
+            pub fn desc(self) -> &'static Desc {
+                match self {
+                    $(Family::$variant => &crate::$module::desc::DESC,)*
+                }
+            }
+        }
+    };
+}
+
+families! {
+    Gemm => gemm,
+    Elementwise => elementwise,
+    Reduce => reduce,
+    Misc => misc,
+    Pool => pool,
+    Softmax => softmax,
+    Conv => conv,
+    Layout => layout,
+    BatchNorm => batchnorm,
+    Dropout => dropout,
+    Optim => optim,
+    Array => array,
+}
+
+impl Kernel {
+    /// The family that describes this kernel (exhaustive: a new variant
+    /// names its family here).
+    pub fn family(&self) -> Family {
+        use Kernel::*;
+        match self {
+            MatMul { .. } | TowerMatMul { .. } | TowerMatMulApply { .. } | MatMulBiasAct { .. } => Family::Gemm,
+            Binary { .. }
+            | Fused { .. }
+            | BiasAdd { .. }
+            | BiasAddAct { .. }
+            | UnaryGradBiasGrad { .. }
+            | BiasAddGrad { .. }
+            | Unary { .. }
+            | UnaryGrad { .. }
+            | BroadcastTo { .. }
+            | SumTo { .. } => Family::Elementwise,
+            ReduceSum { .. } | ReduceMean { .. } | ArgMax { .. } | Equal { .. } | Cast { .. } => Family::Reduce,
+            AddN { .. } | WeightedSum { .. } | L2Loss | Fill { .. } => Family::Misc,
+            MaxPool { .. }
+            | MaxPoolGrad { .. }
+            | MaxPoolGradActBiasGrad { .. }
+            | AvgPool { .. }
+            | AvgPoolGrad { .. } => Family::Pool,
+            Softmax { .. }
+            | LogSoftmax { .. }
+            | SoftmaxGrad { .. }
+            | LogSoftmaxGrad { .. }
+            | SparseSoftmaxXent { .. }
+            | SparseSoftmaxXentMeanGrad { .. }
+            | SoftmaxXent { .. } => Family::Softmax,
+            Conv2D { .. } | Conv2DBiasAct { .. } | Conv2DBackpropInput { .. } | Conv2DBackpropFilter { .. } => {
+                Family::Conv
+            }
+            Concat { .. } | Split { .. } | Slice { .. } | SliceGrad { .. } => Family::Layout,
+            BatchNormTrain { .. } | BatchNormInfer { .. } | BatchNormGrad { .. } => Family::BatchNorm,
+            Dropout { .. } => Family::Dropout,
+            AssignMovingAverage { .. }
+            | ApplyGradientDescent { .. }
+            | ApplyMomentum { .. }
+            | ApplyAdam { .. }
+            | ApplyRmsProp { .. }
+            | ApplyAdagrad { .. }
+            | MeanApply { .. }
+            | MultiApply { .. }
+            | IncrementStep => Family::Optim,
+            OneHot { .. }
+            | Transpose { .. }
+            | Pad { .. }
+            | Gather { .. }
+            | GatherGrad { .. }
+            | Tile { .. }
+            | TileGrad { .. } => Family::Array,
         }
     }
 }

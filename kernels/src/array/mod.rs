@@ -17,6 +17,7 @@
 //!   order of the incoming gradient's index, the order the CUDA twins use,
 //!   so both give the same bits (no atomics).
 
+pub mod desc;
 use crate::shape::{numel, pad4};
 use crate::KernelError;
 

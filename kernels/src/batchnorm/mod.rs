@@ -21,6 +21,8 @@
 //! no seed model or benchmark uses batch norm, so no measurement would show
 //! a gain to pay for the change.
 
+pub mod desc;
+
 /// Rows summed into a partial before it is added to the running total.
 pub const BLOCK: usize = 256;
 

@@ -124,6 +124,7 @@ mod blocked_dx;
 #[cfg(target_arch = "x86_64")]
 mod blocked_dx_avx512;
 mod cpu;
+pub mod desc;
 mod direct;
 mod direct_dw;
 mod direct_fwd;

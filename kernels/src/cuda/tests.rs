@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn every_launch_entry_is_defined_once_in_its_source() {
-    for e in crate::launch::entries::ALL {
+    for e in crate::launch::entries::all() {
         let src = source(e.family).expect("a family of the sources");
         let decl = format!("extern \"C\" __global__ void {}(", e.name);
         assert_eq!(src.code.matches(&decl).count(), 1, "{} in {}", e.name, src.path);

@@ -8,6 +8,7 @@
 //! The mask is stored as f32 scale factors: `0` or `1 / keep_prob`, so
 //! `y = x * mask` and the gradient is the graph's `dx = dy * mask` (a `Mul`).
 
+pub mod desc;
 use crate::random::{philox_block, u32_to_unit};
 
 /// `mask[i] = (unit(seed, step, offset + i) < keep_prob) / keep_prob`,

@@ -14,6 +14,7 @@
 
 pub mod bias;
 pub mod broadcast;
+pub mod desc;
 pub mod fused;
 pub mod unary;
 

@@ -13,6 +13,7 @@
 //! `threads <= 1` runs on the calling thread (`Parallelism::None`); larger
 //! values use `Parallelism::Rayon(threads)` on rayon's global pool.
 
+pub mod desc;
 use gemm::Parallelism;
 
 /// Shape and scalars of one matrix product; see the module docs.

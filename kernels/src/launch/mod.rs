@@ -9,8 +9,11 @@
 //!
 //! ## Invariants
 //! - Deterministic: the ops depend on the kernel and the counts only.
-//! - Every entry point is named once, in the family's constant list
-//!   ([`entries`]), beside the family whose `.cu` defines it.
+//! - Each kernel is lowered by its family (`lower` in
+//!   `kernels/src/<family>/desc.rs`); this module holds the types and the
+//!   context they fill.
+//! - Every entry point is named once, in the `entries!` list of the family
+//!   whose `.cu` defines it ([`entries::all`] collects them).
 //! - Op codes come from the op tables (`op.code()`), never a position.
 //! - Operand offsets ([`Operand::offset`]) count elements (4 bytes each:
 //!   every launch operand is f32, i32 or bool-as-u32).
@@ -24,18 +27,13 @@ use thiserror::Error;
 use crate::cuda::{ConvArgs, Dims4, PoolArgs, BLOCK};
 use crate::Kernel;
 
-mod array;
-mod dense;
-mod elementwise;
 pub mod entries;
-mod optim;
-mod reduce;
 mod text;
 
 #[cfg(test)]
 mod tests;
 
-pub use dense::{conv_workspace_floats, MAX_WORKSPACE_BYTES};
+pub use crate::conv::desc::{conv_workspace_floats, MAX_WORKSPACE_BYTES};
 pub use entries::Entry;
 
 /// Which operand of the plan launch an argument points at.
@@ -155,9 +153,10 @@ pub enum LaunchError {
     /// A fused kernel around an inner kernel it cannot run.
     #[error("{kernel} cannot fuse {inner}; only the optimizer updates it names")]
     CannotFuse { kernel: &'static str, inner: &'static str },
-    /// A kernel no family lowers (a new `Kernel` variant without its arm in `launch`).
-    #[error("{kernel} has no CUDA lowering; add its arm to towers_kernels::launch")]
-    NoLowering { kernel: &'static str },
+    /// A kernel its family does not lower (a new `Kernel` variant without
+    /// its arm in the family's `lower`).
+    #[error("{kernel} has no CUDA lowering in the {family} family; add its arm to the family's lower (kernels/src/{family}/desc.rs)")]
+    NoLowering { kernel: &'static str, family: &'static str },
     /// A kernel with an empty operand list where it needs one.
     #[error("{kernel}: no inputs")]
     NoInputs { kernel: &'static str },
@@ -176,16 +175,10 @@ pub struct Counts<'a> {
 /// in f32: a convolution stages its column matrix
 /// ([`conv_workspace_floats`]; the backend's stream buffer is at least
 /// this large, shared by the stream's convolutions), a fused tower update
-/// its product (`m * n`). `None`: the plan's workspace, if any.
+/// its product (`m * n`), as the kernel's family declares (`Desc`).
+/// `None`: the plan's workspace, if any.
 pub fn backend_workspace(kernel: &Kernel) -> Option<usize> {
-    match kernel {
-        Kernel::Conv2D { geom, .. }
-        | Kernel::Conv2DBiasAct { geom, .. }
-        | Kernel::Conv2DBackpropInput { geom, .. }
-        | Kernel::Conv2DBackpropFilter { geom, .. } => Some(conv_workspace_floats(geom)),
-        Kernel::TowerMatMulApply { m, n, .. } => Some(m * n),
-        _ => None,
-    }
+    (kernel.desc().backend_workspace)(kernel)
 }
 
 /// The CUDA lowering of `kernel` over operands of these element counts.
@@ -195,23 +188,36 @@ pub fn lower(kernel: &Kernel, counts: Counts<'_>) -> Result<Lowering, LaunchErro
     Ok(cx.low)
 }
 
+/// The lowering of `kernel` by its family (`<family>/desc.rs`).
 fn lower_into(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
-    if dense::lower(kernel, cx)?
-        || elementwise::lower(kernel, cx)?
-        || reduce::lower(kernel, cx)?
-        || optim::lower(kernel, cx)?
-        || array::lower(kernel, cx)?
-    {
-        return Ok(());
-    }
-    Err(LaunchError::NoLowering { kernel: kernel.name() })
+    (kernel.desc().lower)(kernel, cx)
 }
 
 /// The lowering under way: the kernel's name (for errors), the counts, the ops so far.
 pub(crate) struct Cx<'a> {
-    name: &'static str,
-    counts: Counts<'a>,
-    low: Lowering,
+    pub(crate) name: &'static str,
+    pub(crate) counts: Counts<'a>,
+    pub(crate) low: Lowering,
+}
+
+/// A GEMM with alpha 1.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    (trans_a, trans_b): (bool, bool),
+    a: Operand,
+    b: Operand,
+    c: Operand,
+    beta: f32,
+) -> Gemm {
+    Gemm { m, n, k, trans_a, trans_b, a, b, c, alpha: 1.0, beta }
+}
+
+/// Operand `which`, `offset` elements in.
+pub(crate) fn at(which: Which, offset: usize) -> Operand {
+    Operand { which, offset }
 }
 
 pub(crate) fn i64a(v: usize) -> Arg {
@@ -220,22 +226,22 @@ pub(crate) fn i64a(v: usize) -> Arg {
 
 impl Cx<'_> {
     /// The element count of input `k`.
-    fn i(&self, k: usize) -> Result<usize, LaunchError> {
+    pub(crate) fn i(&self, k: usize) -> Result<usize, LaunchError> {
         self.counts.ins.get(k).copied().ok_or(LaunchError::Missing { kernel: self.name, which: Which::In(k) })
     }
     /// The element count of output `k`.
-    fn o(&self, k: usize) -> Result<usize, LaunchError> {
+    pub(crate) fn o(&self, k: usize) -> Result<usize, LaunchError> {
         self.counts.outs.get(k).copied().ok_or(LaunchError::Missing { kernel: self.name, which: Which::Out(k) })
     }
     /// Input `k` as a pointer argument.
-    fn inp(&self, k: usize) -> Result<Arg, LaunchError> {
+    pub(crate) fn inp(&self, k: usize) -> Result<Arg, LaunchError> {
         self.i(k).map(|_| Arg::Operand(Operand { which: Which::In(k), offset: 0 }))
     }
     /// Output `k` as a pointer argument.
-    fn out(&self, k: usize) -> Result<Arg, LaunchError> {
+    pub(crate) fn out(&self, k: usize) -> Result<Arg, LaunchError> {
         self.o(k).map(|_| Arg::Operand(Operand { which: Which::Out(k), offset: 0 }))
     }
-    fn operand(&self, which: Which, offset: usize) -> Result<Operand, LaunchError> {
+    pub(crate) fn operand(&self, which: Which, offset: usize) -> Result<Operand, LaunchError> {
         match which {
             Which::In(k) => self.i(k)?,
             Which::Out(k) => self.o(k)?,
@@ -244,31 +250,31 @@ impl Cx<'_> {
         Ok(Operand { which, offset })
     }
     /// The workspace's element count.
-    fn ws(&self) -> Result<usize, LaunchError> {
+    pub(crate) fn ws(&self) -> Result<usize, LaunchError> {
         self.counts.workspace.ok_or(LaunchError::Missing { kernel: self.name, which: Which::Workspace })
     }
-    fn dims(&self, v: &[usize], fill: i64) -> Result<Dims4, LaunchError> {
+    pub(crate) fn dims(&self, v: &[usize], fill: i64) -> Result<Dims4, LaunchError> {
         Dims4::padded(v, fill).ok_or(LaunchError::Rank { kernel: self.name, rank: v.len() })
     }
-    fn d4(&self, v: &[usize], fill: i64) -> Result<Arg, LaunchError> {
+    pub(crate) fn d4(&self, v: &[usize], fill: i64) -> Result<Arg, LaunchError> {
         self.dims(v, fill).map(Arg::Dims4)
     }
-    fn strides(&self, v: &[usize]) -> Result<Arg, LaunchError> {
+    pub(crate) fn strides(&self, v: &[usize]) -> Result<Arg, LaunchError> {
         Dims4::broadcast_strides(v).map(Arg::Dims4).ok_or(LaunchError::Rank { kernel: self.name, rank: v.len() })
     }
     /// A launch of `entry` with block [`BLOCK`] and no dynamic shared memory.
-    fn launch(&mut self, entry: Entry, grid: u32, args: Vec<Arg>) {
+    pub(crate) fn launch(&mut self, entry: Entry, grid: u32, args: Vec<Arg>) {
         self.launch_block(entry, grid, BLOCK, args)
     }
-    fn launch_block(&mut self, entry: Entry, grid: u32, block: u32, args: Vec<Arg>) {
+    pub(crate) fn launch_block(&mut self, entry: Entry, grid: u32, block: u32, args: Vec<Arg>) {
         let l = Launch { family: entry.family, entry: entry.name, grid, block, shared_bytes: 0, args };
         self.low.ops.push(LaunchOp::Launch(l));
     }
-    fn gemm(&mut self, g: Gemm) {
+    pub(crate) fn gemm(&mut self, g: Gemm) {
         self.low.ops.push(LaunchOp::Gemm(g));
     }
     /// A new scratch area of `floats` f32; its index.
-    fn scratch(&mut self, floats: usize) -> usize {
+    pub(crate) fn scratch(&mut self, floats: usize) -> usize {
         self.low.scratch.push(floats);
         self.low.scratch.len() - 1
     }

@@ -5,6 +5,7 @@
 //! input of a concat contributes a run of `shape[axis] * inner` elements per
 //! outer index.
 
+pub mod desc;
 use crate::shape::{numel, pad4};
 use crate::KernelError;
 

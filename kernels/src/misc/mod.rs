@@ -10,6 +10,8 @@
 //! path**. `l2_loss` stays a plain loop (f64 accumulators in a fixed order
 //! of 4; not hot).
 
+pub mod desc;
+
 /// Output elements per block in `add_n` / `weighted_sum` (16 KiB).
 pub const BLOCK: usize = 4096;
 

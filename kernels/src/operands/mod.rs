@@ -7,8 +7,9 @@
 //! repeats a kernel's arity, dtypes or sizes.
 //!
 //! Invariants:
-//! - `Kernel::signature` is the one exhaustive match over [`Kernel`] that
-//!   states operands (the table is in `table.rs` and `table_more.rs`); it
+//! - `Kernel::signature` states every kernel's operands through its
+//!   family's descriptor (`declare` in `kernels/src/<family>/desc.rs`,
+//!   filling the [`table::Builder`]; see `crate::family`); it
 //!   also validates the parameters against themselves (shapes that
 //!   broadcast, axes in range, positive windows, channels and classes, the
 //!   convolution's workspace length) and computes every count with checked
@@ -30,10 +31,11 @@ use crate::dtype::DType;
 use crate::Kernel;
 
 mod check;
-mod table;
-mod table_more;
+pub(crate) mod table;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_family;
 
 pub use check::{Actual, Mismatch};
 

@@ -20,7 +20,7 @@ fn pool_geom() -> PoolGeom {
 }
 
 /// One kernel of every variant (the match in [`covered`] keeps the list whole).
-fn samples() -> Vec<Kernel> {
+pub(super) fn samples() -> Vec<Kernel> {
     let g = conv_geom();
     let p = pool_geom();
     let sgd = Box::new(Kernel::ApplyGradientDescent {});
@@ -174,13 +174,13 @@ fn covered(k: &Kernel) -> &'static str {
     }
 }
 
-fn sig(k: &Kernel) -> Signature {
+pub(super) fn sig(k: &Kernel) -> Signature {
     k.signature().unwrap_or_else(|e| panic!("{}: {e}", k.name()))
 }
 
 /// Operands that fit `s`: every rule resolved (an `Any` length is 6, a
 /// multiple of n is 2n), dtypes as declared (`Any`: f32).
-fn fit(s: &Signature) -> (Vec<Actual>, Vec<Actual>, Option<Actual>) {
+pub(super) fn fit(s: &Signature) -> (Vec<Actual>, Vec<Actual>, Option<Actual>) {
     let n = [s.input_count(), s.output_count()];
     let mut lens: [Vec<Option<usize>>; 2] = [vec![None; n[0]], vec![None; n[1]]];
     let mut dts: [Vec<Option<DType>>; 2] = [vec![None; n[0]], vec![None; n[1]]];

@@ -12,6 +12,7 @@
 //! tower reduction is [`weighted_sum`] (`misc`), likewise identical.
 
 mod body;
+pub mod desc;
 #[cfg(test)]
 mod tests_rmsprop_adagrad;
 

@@ -20,6 +20,7 @@
 //! references); see `body.rs` for the order of operations.
 
 mod body;
+pub mod desc;
 mod fused;
 #[cfg(test)]
 mod tests;

@@ -19,6 +19,7 @@
 //! loss and the accuracy (a few hundred floats a step); a wider body would
 //! have to emulate the 8-sum layout on 16 lanes to keep the bits.
 
+pub mod desc;
 use crate::dtype::{DType, Slice, SliceMut};
 use crate::shape::{merge_runs, pad4};
 use crate::KernelError;

@@ -18,6 +18,7 @@
 //! are short (the seed models' logits are `[256, 10]`: the whole family is
 //! a few microseconds a step).
 
+pub mod desc;
 use crate::KernelError;
 
 /// Writes `row - max(row)` into `out` and returns `log(sum(exp(...)))`.

@@ -1,17 +1,22 @@
-//! Dispatch of one launch to its CPU kernel in `towers_kernels`: one call
-//! per [`Kernel`] variant, no math here. Everything a kernel needs was
-//! computed by codegen and resolved at load, where [`check`] holds each
-//! launch's buffers to its kernel's operand signature (arity, dtypes,
-//! lengths: declared once, in `towers_kernels::operands`); this file then
-//! only picks the typed views of the launch's buffers by position. It allocates nothing on success; an error
-//! message is built only on failure.
+//! Dispatch of one launch to its CPU kernel in `towers_kernels`, no math
+//! here. Everything a kernel needs was computed by codegen and resolved at
+//! load, where [`check`] holds each launch's buffers to its kernel's operand
+//! signature (arity, dtypes, lengths: declared once, in `towers_kernels`).
+//! [`dispatch`] hands the buffers to the kernel's family
+//! (`Kernel::run_cpu`, each family's `desc.rs`), which picks the typed views
+//! by position; this file keeps the runtime's own decisions: which launches
+//! split into ranges across threads ([`splittable`], [`dispatch_range`]).
+//! It allocates nothing on success; an error message is built only on
+//! failure.
 
 use towers_codegen::Kernel;
-use towers_kernels::dtype::{DType, Slice, SliceMut};
-use towers_kernels::elementwise as ew;
+use towers_kernels::cpu::{Io, Lists};
+use towers_kernels::dtype::DType;
+use towers_kernels::gemm::desc::tower_update;
 use towers_kernels::operands::Actual;
-use towers_kernels::{array, batchnorm, conv, dropout, gemm, init, layout, misc, optim, pool, reduce, softmax};
+use towers_kernels::{gemm, optim};
 
+use super::mem::Slot;
 use super::prepare::{Buf, Launch};
 
 /// Check a launch's buffers against its kernel's operand signature
@@ -23,28 +28,6 @@ pub fn check(kernel: &Kernel, ins: &[Buf], outs: &[Buf], ws: Option<&Buf>) -> Re
     let (a_ins, a_outs): (Vec<Actual>, Vec<Actual>) =
         (ins.iter().map(actual).collect(), outs.iter().map(actual).collect());
     sig.check(&a_ins, &a_outs, ws.map(actual)).map_err(|m| sig.explain(&m))
-}
-
-/// The typed read view of a buffer.
-///
-/// # Safety
-/// As [`dispatch`].
-unsafe fn view<'a>(b: &super::prepare::Buf) -> Slice<'a> {
-    match b.dtype {
-        DType::F32 => Slice::F32(b.slot.f32()),
-        DType::I32 | DType::Bool => Slice::I32(b.slot.i32()),
-    }
-}
-
-/// The typed write view of a buffer.
-///
-/// # Safety
-/// As [`dispatch`].
-unsafe fn view_mut<'a>(b: &super::prepare::Buf) -> SliceMut<'a> {
-    match b.dtype {
-        DType::F32 => SliceMut::F32(b.slot.f32_mut()),
-        DType::I32 | DType::Bool => SliceMut::I32(b.slot.i32_mut()),
-    }
 }
 
 /// Elements below which a launch is never split across threads (a split
@@ -142,213 +125,76 @@ pub unsafe fn dispatch_range(l: &Launch, lo: usize, hi: usize) -> Result<(), Str
             let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
             let w = l.outs[0].slot.range(lo * n, hi * n).f32_mut();
             let acc = l.outs.get(1).map(|b| b.slot.range(lo * n, hi * n).f32_mut());
-            gemm::tower_matmul_apply_rows(&p, tower_update(apply, lr())?, |i| l.ins[i].slot.f32(), w, acc, lo, hi)
-                .map_err(err)
+            gemm::tower_matmul_apply_rows(
+                &p,
+                tower_update(apply, lr()).map_err(err)?,
+                |i| l.ins[i].slot.f32(),
+                w,
+                acc,
+                lo,
+                hi,
+            )
+            .map_err(err)
         }
         other => Err(format!("{} cannot run in ranges", other.name())),
     }
 }
 
-/// The update a `TowerMatMulApply` fuses, with this step's learning rate.
-fn tower_update(apply: &Kernel, lr: f32) -> Result<gemm::TowerUpdate, String> {
-    match apply {
-        Kernel::ApplyGradientDescent {} => Ok(gemm::TowerUpdate::Sgd { lr }),
-        Kernel::ApplyMomentum { momentum, nesterov: false } => {
-            Ok(gemm::TowerUpdate::Momentum { lr, momentum: *momentum })
+/// The launch's operands as the kernels' CPU seam sees them.
+struct Ops<'l> {
+    ins: &'l [Buf],
+    outs: &'l [Buf],
+    ws: &'l Option<Slot>,
+}
+
+// SAFETY: the slots are the launch's own buffers; `dispatch`'s contract (the
+// module invariant of `super::mem`) is the trait's, and `check` held them to
+// the kernel's signature at load.
+unsafe impl Io for Ops<'_> {
+    fn counts(&self) -> (usize, usize) {
+        (self.ins.len(), self.outs.len())
+    }
+    fn in_dtype(&self, i: usize) -> DType {
+        self.ins[i].dtype
+    }
+    fn out_dtype(&self, j: usize) -> DType {
+        self.outs[j].dtype
+    }
+    fn in_place(&self) -> bool {
+        matches!((self.ins.first(), self.outs.first()), (Some(a), Some(b)) if a.slot.same(&b.slot))
+    }
+    unsafe fn f32<'a>(&self, i: usize) -> &'a [f32] {
+        self.ins[i].slot.f32()
+    }
+    unsafe fn i32<'a>(&self, i: usize) -> &'a [i32] {
+        self.ins[i].slot.i32()
+    }
+    unsafe fn out_f32<'a>(&self, j: usize) -> &'a mut [f32] {
+        self.outs[j].slot.f32_mut()
+    }
+    unsafe fn out_i32<'a>(&self, j: usize) -> &'a mut [i32] {
+        self.outs[j].slot.i32_mut()
+    }
+    unsafe fn ws<'a>(&self) -> &'a mut [f32] {
+        match self.ws {
+            Some(s) => s.f32_mut(),
+            None => &mut [],
         }
-        other => Err(format!("gemm_tower_apply cannot fuse {}", other.name())),
     }
 }
 
-/// Run one launch. `step` is the program's 0-based run count (dropout's stream).
+/// Run one launch: its family's CPU dispatch (`Kernel::run_cpu`, declared
+/// in the family's `desc.rs`). `step` is the program's 0-based run count
+/// (dropout's stream).
 ///
 /// # Safety
 /// The module invariant of [`super::mem`]: no other thread touches the
 /// launch's outputs, and its inputs are not written meanwhile.
 pub unsafe fn dispatch(l: &mut Launch, step: u64) -> Result<(), String> {
     let Launch { kernel, ins, outs, ws, slices, shapes, mut_slices, .. } = l;
-    let i = |k: usize| ins[k].slot.f32();
-    let ii = |k: usize| ins[k].slot.i32();
-    let o = |k: usize| outs[k].slot.f32_mut();
-    let err = |e: towers_kernels::KernelError| e.to_string();
-    match kernel {
-        Kernel::MatMul { m, n, k, trans_a, trans_b } => {
-            let p = gemm::MatMul::new(*m, *k, *n).trans_a(*trans_a).trans_b(*trans_b);
-            gemm::matmul(&p, i(0), i(1), o(0));
-        }
-        Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
-            let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
-            gemm::tower_matmul(&p, |k| ins[k].slot.f32(), o(0));
-        }
-        Kernel::TowerMatMulApply { m, n, ks, trans_a, trans_b, weights, apply } => {
-            let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
-            let lr = ins.last().map_or(0.0, |b| b.slot.f32()[0]);
-            let acc = if outs.len() > 1 { Some(o(1)) } else { None };
-            gemm::tower_matmul_apply(&p, tower_update(apply, lr)?, |k| ins[k].slot.f32(), o(0), acc).map_err(err)?;
-        }
-        Kernel::MatMulBiasAct { m, n, k, trans_a, trans_b, act } => {
-            let p = gemm::MatMul::new(*m, *k, *n).trans_a(*trans_a).trans_b(*trans_b);
-            let y = o(0);
-            gemm::matmul(&p, i(0), i(1), y);
-            ew::bias_then_act_in_place(y, i(2), *act);
-        }
-        Kernel::Binary { op, a_shape, b_shape, .. } => {
-            ew::binary(*op, i(0), a_shape, i(1), b_shape, o(0)).map_err(err)?
-        }
-        Kernel::Fused { expr, in_shapes, out_shape } => {
-            let out = o(0);
-            slices
-                .with(ins.iter().map(|b| b.slot.f32()), |xs| ew::fused(expr, xs, in_shapes, out_shape, out))
-                .map_err(err)?
-        }
-        Kernel::AddN { .. } => slices.with(ins.iter().map(|b| b.slot.f32()), |xs| misc::add_n(xs, o(0))),
-        Kernel::WeightedSum { weights } => {
-            slices.with(ins.iter().map(|b| b.slot.f32()), |xs| misc::weighted_sum(xs, weights, o(0)))
-        }
-        Kernel::BiasAdd { .. } => ew::bias_add(i(0), i(1), o(0)),
-        Kernel::BiasAddAct { act, .. } => ew::bias_add_act(i(0), i(1), *act, o(0)),
-        Kernel::UnaryGradBiasGrad { act, .. } if ins[0].slot.same(&outs[0].slot) => {
-            ew::unary_grad_bias_grad_in_place(*act, o(0), i(1), o(1))
-        }
-        Kernel::UnaryGradBiasGrad { act, .. } => ew::unary_grad_bias_grad(*act, i(0), i(1), o(0), o(1)),
-        Kernel::BiasAddGrad { .. } => ew::bias_add_grad(i(0), o(0)),
-        Kernel::Unary { op } => ew::unary(*op, i(0), o(0)),
-        Kernel::UnaryGrad { op } if ins[0].slot.same(&outs[0].slot) => ew::unary_grad_in_place(*op, o(0), i(1)),
-        Kernel::UnaryGrad { op } => ew::unary_grad(*op, i(0), i(1), o(0)),
-        Kernel::Conv2D { geom, .. } => conv::conv2d(geom, i(0), i(1), o(0), ws_f32(ws)),
-        Kernel::Conv2DBiasAct { geom, act, pool: None, .. } => {
-            conv::conv2d_bias_act(geom, i(0), i(1), i(2), *act, o(0), ws_f32(ws))
-        }
-        Kernel::Conv2DBiasAct { geom, act, pool: Some(pool), .. } => {
-            conv::conv2d_bias_act_max_pool(geom, i(0), i(1), i(2), *act, pool, o(0), o(1), ws_f32(ws))
-        }
-        Kernel::Conv2DBackpropInput { geom, .. } => conv::conv2d_backprop_input(geom, i(0), i(1), o(0), ws_f32(ws)),
-        Kernel::Conv2DBackpropFilter { geom, .. } => conv::conv2d_backprop_filter(geom, i(0), i(1), o(0), ws_f32(ws)),
-        Kernel::MaxPool { geom } => pool::max_pool(geom, i(0), o(0)),
-        Kernel::MaxPoolGrad { geom } => pool::max_pool_grad(geom, i(0), i(1), i(2), o(0)),
-        Kernel::MaxPoolGradActBiasGrad { geom, act } => {
-            pool::max_pool_grad_act_bias_grad(geom, i(0), i(1), i(2), *act, i(3), o(0), o(1))
-        }
-        Kernel::AvgPool { geom } => pool::avg_pool(geom, i(0), o(0)),
-        Kernel::AvgPoolGrad { geom } => pool::avg_pool_grad(geom, i(0), o(0)),
-        Kernel::Concat { axis, shapes: s } => {
-            let out = o(0);
-            slices
-                .with(ins.iter().map(|b| b.slot.f32()), |xs| {
-                    shapes.with(s.iter().map(|d| d.as_slice()), |ss| layout::concat(xs, ss, *axis, out))
-                })
-                .map_err(err)?;
-        }
-        Kernel::Split { axis, shape, sizes } => {
-            let x = i(0);
-            mut_slices
-                .with(outs.iter().map(|b| b.slot.f32_mut()), |ys| layout::split(x, shape, *axis, sizes, ys))
-                .map_err(err)?;
-        }
-        Kernel::Slice { shape, begin, size } => layout::slice(i(0), shape, begin, size, o(0)).map_err(err)?,
-        Kernel::SliceGrad { shape, begin, size } => layout::slice_grad(i(0), shape, begin, size, o(0)).map_err(err)?,
-        Kernel::BroadcastTo { x_shape, out_shape } => ew::broadcast_to(i(0), x_shape, o(0), out_shape).map_err(err)?,
-        Kernel::SumTo { x_shape, out_shape } => ew::sum_to_shape(i(0), x_shape, o(0), out_shape).map_err(err)?,
-        Kernel::Softmax { classes } => softmax::softmax(i(0), *classes, o(0)),
-        Kernel::LogSoftmax { classes } => softmax::log_softmax(i(0), *classes, o(0)),
-        Kernel::SoftmaxGrad { classes } => softmax::softmax_grad(i(0), i(1), *classes, o(0)),
-        Kernel::LogSoftmaxGrad { classes } => softmax::log_softmax_grad(i(0), i(1), *classes, o(0)),
-        Kernel::SparseSoftmaxXent { classes } => {
-            softmax::sparse_softmax_cross_entropy(i(0), ii(1), *classes, o(0), o(1)).map_err(err)?
-        }
-        Kernel::SparseSoftmaxXentMeanGrad { classes } => {
-            softmax::sparse_softmax_xent_mean_grad(i(0), ii(1), *classes, i(2)[0], o(0), o(1), o(2), o(3))
-                .map_err(err)?
-        }
-        Kernel::SoftmaxXent { classes } => softmax::softmax_cross_entropy(i(0), i(1), *classes, o(0), o(1)),
-        Kernel::L2Loss => o(0)[0] = misc::l2_loss(i(0)),
-        Kernel::ReduceSum { shape, axes } => reduce::reduce_sum(i(0), shape, axes, o(0)).map_err(err)?,
-        Kernel::ReduceMean { shape, axes } => reduce::reduce_mean(i(0), shape, axes, o(0)).map_err(err)?,
-        Kernel::ArgMax { shape, axis } => reduce::argmax(i(0), shape, *axis, outs[0].slot.i32_mut()).map_err(err)?,
-        Kernel::Equal { .. } => reduce::equal(view(&ins[0]), view(&ins[1]), outs[0].slot.i32_mut()),
-        Kernel::Cast { to, .. } => reduce::cast(view(&ins[0]), *to, view_mut(&outs[0])),
-        Kernel::Dropout { keep_prob, seed, elem_offset } => {
-            dropout::dropout(i(0), *keep_prob, *seed, step, *elem_offset, o(0), o(1))
-        }
-        Kernel::Fill { value } => init::fill(o(0), *value),
-        Kernel::BatchNormTrain { epsilon, .. } => {
-            batchnorm::batch_norm_train(i(0), i(1), i(2), *epsilon, o(0), o(1), o(3), o(2))
-        }
-        Kernel::BatchNormInfer { epsilon, .. } => {
-            batchnorm::batch_norm_infer(i(0), i(1), i(2), i(3), i(4), *epsilon, o(0), o(1), o(2), o(3))
-        }
-        Kernel::BatchNormGrad { .. } => batchnorm::batch_norm_grad(i(0), i(1), i(2), i(3), i(4), o(0), o(1), o(2)),
-        Kernel::AssignMovingAverage { decay } => batchnorm::assign_moving_average(o(0), i(0), *decay),
-        Kernel::MeanApply { weights, apply } => {
-            // Inputs: the towers' gradients, then (Adam) global_step, then the learning rate.
-            let n = weights.len();
-            let t = match apply.as_ref() {
-                Kernel::ApplyAdam { .. } => optim::adam_step(ii(n)),
-                _ => 1,
-            };
-            let lr = i(ins.len() - 1)[0];
-            slices
-                .with(ins[..n].iter().map(|b| b.slot.f32()), |gs| {
-                    mut_slices.with(outs.iter().map(|b| b.slot.f32_mut()), |os| {
-                        optim::mean_apply(gs, weights, apply, t, lr, os)
-                    })
-                })
-                .map_err(err)?
-        }
-        Kernel::MultiApply { apply, count } => {
-            // Inputs: the members' gradients, then (Adam) global_step, then the learning rate.
-            let n = *count;
-            let slots = optim::update_slots(apply, "multi_apply").map_err(err)?;
-            let t = match apply.as_ref() {
-                Kernel::ApplyAdam { .. } => optim::adam_step(ii(n)),
-                _ => 1,
-            };
-            let lr = i(ins.len() - 1)[0];
-            for m in 0..n {
-                // Member m's variable and slots.
-                let mut member: [&mut [f32]; 3] = [&mut [], &mut [], &mut []];
-                for (s, b) in member.iter_mut().take(slots).enumerate() {
-                    *b = o(m * slots + s);
-                }
-                optim::update(apply, &mut member[..slots], i(m), lr, t, "multi_apply").map_err(err)?;
-            }
-        }
-        Kernel::ApplyGradientDescent {} => optim::apply_gradient_descent(o(0), i(0), i(1)[0]),
-        Kernel::ApplyMomentum { momentum, nesterov } => {
-            optim::apply_momentum(o(0), o(1), i(0), i(1)[0], *momentum, *nesterov)
-        }
-        Kernel::ApplyAdam { beta1, beta2, epsilon } => {
-            optim::apply_adam(o(0), o(1), o(2), i(0), i(2)[0], *beta1, *beta2, *epsilon, optim::adam_step(ii(1)))
-        }
-        Kernel::IncrementStep => optim::increment_step(outs[0].slot.i32_mut()),
-        // array ops (issue 22)
-        Kernel::OneHot { depth, on, off } => array::one_hot(ii(0), *depth, *on, *off, o(0)),
-        // Any 4-byte element: f32 views move the bits unchanged.
-        Kernel::Transpose { shape, perm } => array::transpose(i(0), shape, perm, o(0)).map_err(err)?,
-        Kernel::Pad { shape, before, out_shape, value } => {
-            array::pad(i(0), shape, before, out_shape, *value, o(0)).map_err(err)?
-        }
-        Kernel::Gather { outer, limit, inner, .. } => {
-            array::gather(i(0), ii(1), *outer, *limit, *inner, o(0)).map_err(err)?
-        }
-        Kernel::GatherGrad { outer, limit, inner, .. } => {
-            array::gather_grad(i(0), ii(1), *outer, *limit, *inner, o(0)).map_err(err)?
-        }
-        Kernel::Tile { shape, multiples } => array::tile(i(0), shape, multiples, o(0)).map_err(err)?,
-        Kernel::TileGrad { shape, multiples } => array::tile_grad(i(0), shape, multiples, o(0)).map_err(err)?,
-        Kernel::ApplyRmsProp { decay, momentum, epsilon } => {
-            optim::apply_rmsprop(o(0), o(1), o(2), i(0), i(1)[0], *decay, *momentum, *epsilon)
-        }
-        Kernel::ApplyAdagrad {} => optim::apply_adagrad(o(0), o(1), i(0), i(1)[0]),
-    }
-    Ok(())
-}
-
-unsafe fn ws_f32<'a>(ws: &Option<super::mem::Slot>) -> &'a mut [f32] {
-    match ws {
-        Some(s) => s.f32_mut(),
-        None => &mut [],
-    }
+    let io = Ops { ins, outs, ws };
+    let mut lists = Lists { f32s: slices, dims: shapes, muts: mut_slices };
+    kernel.run_cpu(&io, &mut lists, step).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -153,50 +153,6 @@ impl Slot {
     }
 }
 
-/// Reusable storage for a list of slices, filled per call without
-/// allocating (its capacity is reserved at load).
-pub struct SliceList<T: 'static> {
-    v: Vec<&'static [T]>,
-}
-
-impl<T: 'static> SliceList<T> {
-    pub fn with_capacity(n: usize) -> Self {
-        SliceList { v: Vec::with_capacity(n) }
-    }
-    /// Call `f` with the slices of `items`; the list is empty again afterwards.
-    pub fn with<'a, R>(&mut self, items: impl Iterator<Item = &'a [T]>, f: impl FnOnce(&[&'a [T]]) -> R) -> R {
-        self.v.clear();
-        // SAFETY: the 'static references never outlive this call: the list
-        // is cleared before returning and only read through `f`'s borrow.
-        self.v.extend(items.map(|s| unsafe { std::mem::transmute::<&'a [T], &'static [T]>(s) }));
-        let r = f(&self.v[..]);
-        self.v.clear();
-        r
-    }
-}
-
-/// As [`SliceList`], for mutable slices.
-pub struct MutSliceList<T: 'static> {
-    v: Vec<&'static mut [T]>,
-}
-
-impl<T: 'static> MutSliceList<T> {
-    pub fn with_capacity(n: usize) -> Self {
-        MutSliceList { v: Vec::with_capacity(n) }
-    }
-    pub fn with<'a, R>(
-        &mut self,
-        items: impl Iterator<Item = &'a mut [T]>,
-        f: impl FnOnce(&mut [&'a mut [T]]) -> R,
-    ) -> R {
-        self.v.clear();
-        // SAFETY: as in `SliceList::with`.
-        self.v.extend(items.map(|s| unsafe { std::mem::transmute::<&'a mut [T], &'static mut [T]>(s) }));
-        // SAFETY: shortening the element lifetime back to 'a for the call.
-        let v: &mut [&'a mut [T]] =
-            unsafe { std::mem::transmute::<&mut [&'static mut [T]], &mut [&'a mut [T]]>(&mut self.v[..]) };
-        let r = f(v);
-        self.v.clear();
-        r
-    }
-}
+/// The reusable lists of slices (moved to `towers_kernels::cpu`, where
+/// the families' CPU dispatch fills them).
+pub use towers_kernels::cpu::{MutSliceList, SliceList};
