@@ -269,6 +269,14 @@ impl PsStep {
         Ok(Some(PsStep { exchange, slots, owners, slot_bytes: (mine, all) }))
     }
 
+    /// Broadcast every owner's current values to every rank, once, outside
+    /// a step (a collective: every rank calls it). The synchronous plan does
+    /// this inside each step; `--ps-async` calls it after its last step so
+    /// every rank ends with the owners' values.
+    pub fn exchange_values(&mut self, sess: &mut Session) -> Result<(), TrainError> {
+        Ok(self.exchange.run(sess)?)
+    }
+
     /// The optimizer slots other ranks own (a restore skips them).
     pub fn others_slots(&self, rank: usize) -> std::collections::BTreeSet<String> {
         self.owners.iter().filter(|o| o.0 != rank).flat_map(|o| o.1.iter().cloned()).collect()

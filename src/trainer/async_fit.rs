@@ -204,7 +204,7 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
     // Every gradient is applied: one synchronous broadcast of each shard.
     let mut ps = PsStep::new(&sess, "train", &state)?
         .ok_or_else(|| TrainError::Options("--ps-async: the model has no variables to shard".into()))?;
-    ps.after_step(&mut sess)?;
+    ps.exchange_values(&mut sess)?;
     sess.check_replicas_of("after the last step", shared)?;
     if let Some(path) = &cfg.checkpoint {
         // The whole file a synchronous run writes: every owner's slots

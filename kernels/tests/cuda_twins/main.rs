@@ -8,7 +8,7 @@
 //!   is recorded as text and checked against the insta snapshots in
 //!   `snapshots/` (one per section), so a change of marshalling fails here.
 //!   Every plan kernel with CUDA C (`WITH_SOURCE`) must be lowered by some
-//!   case, and every entry point of `launch::entries::ALL` launched.
+//!   case, and every entry point of `launch::entries::all()` launched.
 //! - **On a GPU**: the same cases run: random inputs (fixed seeds), each
 //!   family's source compiled by NVRTC to a cubin for the device's own
 //!   architecture, launched through cudarc's driver API with the lowering's
@@ -110,8 +110,7 @@ fn cuda_twins_match_cpu() {
 
     // Coverage: every kernel with CUDA C lowered, every entry point launched.
     let missing: Vec<&str> = WITH_SOURCE.iter().copied().filter(|k| !g.kernels.borrow().contains(k)).collect();
-    let unlaunched: Vec<&str> = towers_kernels::launch::entries::ALL
-        .iter()
+    let unlaunched: Vec<&str> = towers_kernels::launch::entries::all()
         .map(|e| e.name)
         .filter(|e| !g.entries.borrow().contains(e))
         .collect();
