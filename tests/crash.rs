@@ -61,7 +61,9 @@ fn kill_9_during_periodic_checkpoints_leaves_no_torn_or_stray_file_and_resumes_e
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Kill moments scale with this machine's speed (fsyncs dominate): each
     // killed run gets between a 40th and a 10th of a whole run.
-    let whole = t.elapsed().as_millis() as u64;
+    // A run that ends before its kill (the machine got faster, e.g. a
+    // neighbour stopped compiling) shortens the later delays.
+    let mut whole = t.elapsed().as_millis() as u64;
 
     let dir = tempfile::tempdir().unwrap();
     let ck = dir.path().join("x.safetensors");
@@ -69,7 +71,9 @@ fn kill_9_during_periodic_checkpoints_leaves_no_torn_or_stray_file_and_resumes_e
     // xorshift: seeded kill moments.
     let mut seed = 0x23_C2A5u64;
     let (mut kills, mut left_temporaries) = (0, 0);
-    for _ in 0..12 {
+    let mut runs = 0;
+    while runs < 12 || (kills < 8 && runs < 30) {
+        runs += 1;
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
@@ -79,6 +83,8 @@ fn kill_9_during_periodic_checkpoints_leaves_no_torn_or_stray_file_and_resumes_e
         if child.try_wait().unwrap().is_none() {
             child.kill().unwrap(); // SIGKILL
             kills += 1;
+        } else {
+            whole = (whole * 2 / 3).max(40);
         }
         child.wait().unwrap();
         left_temporaries += assert_whole(dir.path());
