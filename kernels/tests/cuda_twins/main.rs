@@ -110,10 +110,8 @@ fn cuda_twins_match_cpu() {
 
     // Coverage: every kernel with CUDA C lowered, every entry point launched.
     let missing: Vec<&str> = WITH_SOURCE.iter().copied().filter(|k| !g.kernels.borrow().contains(k)).collect();
-    let unlaunched: Vec<&str> = towers_kernels::launch::entries::all()
-        .map(|e| e.name)
-        .filter(|e| !g.entries.borrow().contains(e))
-        .collect();
+    let unlaunched: Vec<&str> =
+        towers_kernels::launch::entries::all().map(|e| e.name).filter(|e| !g.entries.borrow().contains(e)).collect();
     let lowered: usize = logs.iter().map(|(_, l)| l.lines().filter(|l| !l.starts_with(' ')).count()).sum();
     eprintln!(
         "{lowered} lowerings of {} kernels, {} entry points; kernels not covered: {missing:?}; entries not launched: {unlaunched:?}",
