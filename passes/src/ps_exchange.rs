@@ -27,6 +27,14 @@
 //!    write-after-read edges), so a shard's values go out as soon as they
 //!    are final and overwrite nothing the step still reads.
 //!
+//! With `--ps-ranks K` (`ProcessGroup::ps_ranks`) task `k` lives on rank
+//! `world - K + k % K`, and a parameter-server rank runs no towers: it
+//! compiles the workers' graph up to the collectives, then its share of
+//! every collective becomes a `-0.0`-filled tensor (the exact additive
+//! identity, so every sum is the workers' bit for bit) and everything the
+//! feeds reach is pruned (`zero_contributions`; a fetch the towers compute
+//! on one rank alone is refused by `check_no_towers`).
+//!
 //! Invariants after this pass:
 //! - a rank's graph holds an `ApplyGradient` exactly for the variables it
 //!   owns, and a slot variable exactly when it holds its apply;
