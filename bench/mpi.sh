@@ -29,8 +29,11 @@ fi
 # payload depends on MPI's algorithm) and the optimizer-state bytes each
 # rank holds (Adam: two slots per variable).
 # Rank 0's figures; ps-greedy balances the owners by bytes (round-robin puts
-# every weight matrix of the seed models on task 0).
-# "ps on separate ranks" (--ps-ranks) is not built: no row.
+# every weight matrix of the seed models on task 0). ps-ranks: 3 processes,
+# 2 workers and a parameter-server rank that runs no towers (--ps-ranks 1,
+# the variables and every slot on rank 2): rank 0 is a worker, it sends
+# every gradient, receives only the loss's sum and every value, and holds
+# no slot.
 bin="${TOWERS_BIN:-target/release/towers}"
 [ -n "${TOWERS_BIN:-}" ] || cargo build --release --features mpi --bin towers
 steps="${TOWERS_BENCH_PS_STEPS:-200}"
@@ -38,12 +41,14 @@ steps="${TOWERS_BENCH_PS_STEPS:-200}"
 batch=64
 printf '%-8s %-10s %12s %14s %14s %14s %14s %14s\n' model mode step_ms grad_B/step sums_B/step sent_B/step recv_B/step slots_B/rank
 for model in mlp convnet; do
-  for mode in all-reduce ps ps-greedy; do
+  for mode in all-reduce ps ps-greedy ps-ranks; do
     vars=(--variables cpu)
+    np=2
     [ "$mode" = ps ] && vars=(--variables ps)
     [ "$mode" = ps-greedy ] && vars=(--variables ps --ps-strategy greedy)
+    [ "$mode" = ps-ranks ] && { vars=(--variables ps --ps-ranks 1); np=3; }
     err=$(mktemp)
-    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe \
+    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$np" --oversubscribe \
       "$bin" train --model "$model" --towers 1 --batch "$batch" --optimizer adam \
       --steps "$steps" --log-every "$steps" "${vars[@]}" 2>"$err")
     eps=$(cat "$err" - <<<"$out" | sed -n 's/^[0-9]* steps, \([0-9.]*\) examples\/s.*$/\1/p' | head -1)

@@ -146,6 +146,9 @@ pub struct TrainConfig {
     /// With `--variables ps` across MPI processes: asynchronous parameter
     /// servers ([`crate::trainer::async_fit`]); not exact.
     pub ps_async: bool,
+    /// `--ps-ranks K`: the last K processes are parameter-server ranks
+    /// that run no towers (0: the ps tasks live on the workers).
+    pub ps_ranks: usize,
     /// How long an asynchronous exchange waits for a silent rank (`--comm-timeout`).
     pub comm_timeout: std::time::Duration,
 }
@@ -198,6 +201,7 @@ impl Default for TrainConfig {
             trace: None,
             trace_steps: 1,
             ps_async: false,
+            ps_ranks: 0,
             comm_timeout: std::time::Duration::from_secs(300),
         }
     }

@@ -83,8 +83,10 @@ pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
         if w.contains(&0) {
             return Err(bad("split-weights", format!("every tower needs a weight of at least 1, got {w:?}")));
         }
-        // With several processes each has at least one tower.
-        let all = if world > 1 { cfg.towers.max(1) * world } else { cfg.towers };
+        // With several processes each worker has at least one tower (the
+        // --ps-ranks ranks run none).
+        let world = world.saturating_sub(cfg.ps_ranks).max(1);
+        let all = if world > 1 || cfg.ps_ranks > 0 { cfg.towers.max(1) * world } else { cfg.towers };
         if w.len() != all {
             let which = if world > 1 {
                 format!("{all} towers ({} per process x {world} processes, rank 0's first)", cfg.towers.max(1))

@@ -14,6 +14,11 @@ use cli_support::{accuracy, towers};
 
 /// `mpirun -np 2 towers ARGS`; None when mpirun is missing outside CI.
 fn mpirun_towers(args: &[&str]) -> Option<(bool, String, String)> {
+    mpirun_towers_np(2, args)
+}
+
+/// `mpirun -np NP towers ARGS`; None when mpirun is missing outside CI.
+fn mpirun_towers_np(np: usize, args: &[&str]) -> Option<(bool, String, String)> {
     if Command::new("mpirun").arg("--version").output().is_err() {
         assert!(std::env::var_os("CI").is_none(), "mpirun is missing under CI: .ci/run installs openmpi-bin");
         eprintln!("SKIPPED: mpirun not found (apt-get install libopenmpi-dev openmpi-bin)");
@@ -23,7 +28,7 @@ fn mpirun_towers(args: &[&str]) -> Option<(bool, String, String)> {
     // would otherwise race on Open MPI's shared one under /tmp.
     let session = tempfile::tempdir().expect("a session folder");
     let out = Command::new("mpirun")
-        .args(["-np", "2", "--oversubscribe"])
+        .args(["-np", &np.to_string(), "--oversubscribe"])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_orte_tmpdir_base", session.path())
@@ -238,4 +243,42 @@ fn ps_ranks_train_exactly_and_their_whole_checkpoint_resumes_under_any_layout() 
         let (x, y) = (got.last().copied().unwrap(), want.last().copied().unwrap());
         assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "layout {extra:?}: resumed {got:?} vs straight {want:?}");
     }
+}
+
+/// `mpirun -np 3 towers train --variables ps --ps-ranks 1`: 2 workers and a
+/// parameter-server rank that runs no towers; its losses equal the
+/// co-located run on 2 ranks (within the equivalence tolerance; the ps
+/// rank adds -0.0 to each sum, so they are in fact the same), it writes
+/// the same checkpoint, and the flag's misuses are refused naming it.
+#[test]
+fn a_separate_ps_rank_trains_what_the_colocated_ps_ranks_train() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (sep, colo) = (path("sep.safetensors"), path("colo.safetensors"));
+    let args = |ckpt: &str, extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["train", "--steps", "10", "--batch", "32", "--optimizer", "adam", "--log-every", "2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(["--towers", "1", "--variables", "ps", "--checkpoint", ckpt].iter().map(|s| s.to_string()));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let Some((ok, sep_out, stderr)) = mpirun_towers_np(3, &strs(&args(&sep, &["--ps-ranks", "1"]))) else { return };
+    assert!(ok, "{stderr}\n{sep_out}");
+    let (ok, colo_out, stderr) = mpirun_towers(&strs(&args(&colo, &[]))).unwrap();
+    assert!(ok, "{stderr}\n{colo_out}");
+    let (a, b) = (losses(&sep_out), losses(&colo_out));
+    assert!(a.len() == 5 && a.len() == b.len(), "{sep_out}\n{colo_out}");
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "--ps-ranks 1 {a:?} vs co-located {b:?}");
+    }
+    assert!(std::fs::read(&sep).unwrap() == std::fs::read(&colo).unwrap(), "the checkpoints differ");
+    let (ok, _, stderr) = mpirun_towers(&strs(&args(&path("x.safetensors"), &["--ps-ranks", "2"]))).unwrap();
+    assert!(!ok && stderr.contains("--ps-ranks 2") && stderr.contains("worker"), "{stderr}");
+    let mut cpu = args(&path("y.safetensors"), &["--ps-ranks", "1"]);
+    let at = cpu.iter().position(|s| s == "ps").unwrap();
+    cpu[at] = "cpu".into();
+    let (ok, _, stderr) = mpirun_towers(&strs(&cpu)).unwrap();
+    assert!(!ok && stderr.contains("--ps-ranks 1 needs --variables ps"), "{stderr}");
 }

@@ -131,7 +131,7 @@ fn pack(mut members: Vec<Member>, cap: usize) -> Vec<Vec<Member>> {
 /// of a variable owned by rank `k` (as its gradient input), and the mean is
 /// neither fetched nor a control input; `None` (every rank needs it: a
 /// batch-norm statistic, a clipped or fetched gradient) otherwise.
-fn owner_rank(g: &Graph, mean: NodeId, fetched: &[NodeId], world: usize) -> Option<usize> {
+fn owner_rank(g: &Graph, mean: NodeId, fetched: &[NodeId], group: ProcessGroup) -> Option<usize> {
     let ps = g.program().ps.as_ref()?;
     let mut root = None;
     let mut todo = vec![mean];
@@ -148,7 +148,7 @@ fn owner_rank(g: &Graph, mean: NodeId, fetched: &[NodeId], world: usize) -> Opti
                 Op::Copy | Op::Identity => todo.push(c),
                 Op::ApplyGradient { optimizer } if dst == 1 + optimizer.slot_names().len() => {
                     let var = g.inputs(c).first().map(|t| g.node(t.node).name.clone())?;
-                    let rank = crate::ps_exchange::task_rank(ps.owner(&var)?, world);
+                    let rank = crate::ps_exchange::task_rank(ps.owner(&var)?, group.world, group.ps_ranks);
                     if root.is_some_and(|r| r != rank) {
                         return None;
                     }
@@ -200,6 +200,12 @@ impl Pass for AllReduceBuckets {
     }
 
     fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
+        if self.group.ps_ranks > 0 && !self.to_owners {
+            return Err(PassError::Options(format!(
+                "--ps-ranks {} needs --variables ps: parameter-server ranks hold sharded variables, and the all-reduce layout has none (add --variables ps, or drop --ps-ranks)",
+                self.group.ps_ranks
+            )));
+        }
         if self.bucket_bytes == 0 {
             return Err(PassError::Options("the gradient bucket size must be at least 1 byte".into()));
         }
@@ -254,7 +260,7 @@ impl Pass for AllReduceBuckets {
             })?;
             let bytes = n.outputs[slot].byte_size().unwrap_or(0);
             let ready = g.inputs(id).iter().map(|t| pos[&producer(g, t.node)]).max().unwrap_or(0);
-            let root = if self.to_owners { owner_rank(g, id, &fetched, self.group.world) } else { None };
+            let root = if self.to_owners { owner_rank(g, id, &fetched, self.group) } else { None };
             members.push(Member {
                 id: m,
                 slot,

@@ -104,16 +104,22 @@ pub const DEFAULT_BUCKET_BYTES: usize = 25 * 1024 * 1024;
 
 /// One process's place in a group of processes training one model together
 /// (an MPI communicator: rank `rank` of `world`). TF1 names the devices of
-/// rank `i` `/job:worker/task:i/...`.
+/// rank `i` `/job:worker/task:i/...`. With `ps_ranks` K > 0
+/// (`--ps-ranks K`, `--variables ps`), the last K ranks are
+/// parameter-server ranks that run no towers: the first `world - K` ranks
+/// are the workers, which split the global batch among themselves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ProcessGroup {
     pub rank: usize,
     pub world: usize,
+    /// How many of the last ranks are parameter-server ranks (0: none).
+    #[serde(default)]
+    pub ps_ranks: usize,
 }
 
 impl ProcessGroup {
     /// One process alone: world size 1.
-    pub const SINGLE: ProcessGroup = ProcessGroup { rank: 0, world: 1 };
+    pub const SINGLE: ProcessGroup = ProcessGroup { rank: 0, world: 1, ps_ranks: 0 };
 
     /// Rank `rank` of `world` processes; an error unless `rank < world`.
     pub fn new(rank: usize, world: usize) -> Result<ProcessGroup, crate::PassError> {
@@ -122,7 +128,33 @@ impl ProcessGroup {
                 "process rank {rank} of world size {world}: the rank must be in 0..{world} and the world size at least 1"
             )));
         }
-        Ok(ProcessGroup { rank, world })
+        Ok(ProcessGroup { rank, world, ps_ranks: 0 })
+    }
+
+    /// The same rank with the last `k` ranks as parameter-server ranks
+    /// (`--ps-ranks k`); an error naming the flag unless at least one
+    /// worker is left (`k < world`).
+    pub fn with_ps_ranks(self, k: usize) -> Result<ProcessGroup, crate::PassError> {
+        if k > 0 && k >= self.world {
+            return Err(crate::PassError::Options(format!(
+                "--ps-ranks {k} with {} processes leaves no worker: the last K ranks run no towers, so K must be below the number of processes (mpirun -np {} or more)",
+                self.world,
+                k + 1
+            )));
+        }
+        Ok(ProcessGroup { ps_ranks: k, ..self })
+    }
+
+    /// The ranks that run towers (all of them without `--ps-ranks`).
+    pub fn workers(&self) -> usize {
+        self.world - self.ps_ranks
+    }
+
+    /// Whether this rank is a parameter-server rank (`--ps-ranks`): it runs
+    /// no towers, feeds no data and takes part in the collectives with
+    /// `-0.0`-filled buffers.
+    pub fn is_ps_rank(&self) -> bool {
+        self.rank >= self.workers()
     }
 
     /// Whether this is one process alone (no cross-process collectives).
@@ -132,6 +164,9 @@ impl ProcessGroup {
 
     /// TF1's name of this process's job and task, `/job:worker/task:<rank>`.
     pub fn task(&self) -> String {
+        if self.is_ps_rank() {
+            return format!("/job:ps/task:{}", self.rank - self.workers());
+        }
         format!("/job:worker/task:{}", self.rank)
     }
 }

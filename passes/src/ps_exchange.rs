@@ -27,6 +27,14 @@
 //!    write-after-read edges), so a shard's values go out as soon as they
 //!    are final and overwrite nothing the step still reads.
 //!
+//! With `--ps-ranks K` (`ProcessGroup::ps_ranks`) task `k` lives on rank
+//! `world - K + k % K`, and a parameter-server rank runs no towers: it
+//! compiles the workers' graph up to the collectives, then its share of
+//! every collective becomes a `-0.0`-filled tensor (the exact additive
+//! identity, so every sum is the workers' bit for bit) and everything the
+//! feeds reach is pruned (`zero_contributions`; a fetch the towers compute
+//! on one rank alone is refused by `check_no_towers`).
+//!
 //! Invariants after this pass:
 //! - a rank's graph holds an `ApplyGradient` exactly for the variables it
 //!   owns, and a slot variable exactly when it holds its apply;
@@ -48,7 +56,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use towers_graph::{Graph, NewNode, NodeId, Op, Tensor};
+use towers_graph::{ConstValue, Graph, NewNode, NodeId, Op, Tensor, UnaryOp, F32};
 
 use crate::manager::Pass;
 use crate::options::ProcessGroup;
@@ -73,9 +81,15 @@ pub struct PsGroup {
     pub slot_bytes: usize,
 }
 
-/// The rank that runs parameter-server task `task` among `world` ranks.
-pub fn task_rank(task: u32, world: usize) -> usize {
-    task as usize % world.max(1)
+/// The rank that runs parameter-server task `task` among `world` ranks,
+/// the last `ps_ranks` of which are parameter-server ranks (`--ps-ranks`):
+/// task `k` on rank `k % world` without them, on rank
+/// `world - ps_ranks + k % ps_ranks` with them.
+pub fn task_rank(task: u32, world: usize, ps_ranks: usize) -> usize {
+    match ps_ranks {
+        0 => task as usize % world.max(1),
+        k => world.saturating_sub(k) + task as usize % k,
+    }
 }
 
 /// Keep each variable's update on its owner only (see the module docs).
@@ -109,7 +123,7 @@ impl Pass for PsExchange {
                     n.name
                 ))
             })?;
-            let rank = task_rank(task, world);
+            let rank = task_rank(task, world, self.group.ps_ranks);
             let slot_names: Vec<(String, Vec<usize>)> = inputs[1..=slots]
                 .iter()
                 .map(|t| {
@@ -153,6 +167,7 @@ impl Pass for PsExchange {
         for id in drop {
             g.remove(id);
         }
+        let fed = if self.group.is_ps_rank() { zero_contributions(g)? } else { BTreeSet::new() };
         // Whatever fed only the removed updates goes too; every bucket and
         // every other variable stays (a rank that owns nothing still holds
         // the learning rate the training loop writes each step).
@@ -160,6 +175,10 @@ impl Pass for PsExchange {
         keep.extend(
             g.node_ids().into_iter().filter(|&id| matches!(g.node(id).op, Op::AllReduce { .. } | Op::Variable { .. })),
         );
+        if self.group.is_ps_rank() {
+            check_no_towers(g, &fed)?;
+            keep.retain(|id| !fed.contains(id));
+        }
         prune(g, &keep);
         st.var_list.retain(|v| g.get(v).is_some());
         st.grads.retain(|_, t| g.get(&t.node).is_some());
@@ -180,6 +199,78 @@ impl Pass for PsExchange {
         g.reinfer()?;
         Ok(())
     }
+}
+
+/// A parameter-server rank's share of every collective (`--ps-ranks`): it
+/// runs no towers, so each input of every `AllReduce` becomes a fresh
+/// `-0.0`-filled tensor (`Neg` of a `+0.0` constant, rewritten every step
+/// into the buffer the collective sums in place). `-0.0` is the exact
+/// additive identity (`x + -0.0 == x` bit for bit for every `x`, `+0.0`
+/// and `-0.0` included), so the rank-ordered sums equal the workers' alone.
+/// The towers then feed nothing the program keeps, and `prune` drops them.
+fn zero_contributions(g: &mut Graph) -> Result<BTreeSet<NodeId>, PassError> {
+    let reduces: Vec<NodeId> =
+        g.topo_order()?.into_iter().filter(|&id| matches!(g.node(id).op, Op::AllReduce { .. })).collect();
+    for r in reduces {
+        let device = g.node(r).device;
+        for (slot, t) in g.inputs(r).into_iter().enumerate() {
+            let ty = g.tensor_type(t)?.clone();
+            let shape = ty.shape.dims().ok_or_else(|| {
+                PassError::Options(format!(
+                    "'{}' (input {slot} of '{}') has no static shape; a --ps-ranks rank fills its share of the collective with -0.0 and needs the shape",
+                    g.node(t.node).name,
+                    g.node(r).name
+                ))
+            })?;
+            let n: usize = shape.iter().product();
+            let value = ConstValue { dtype: ty.dtype, shape, data: vec![F32(0.0); n] };
+            let base = format!("ps_rank/{}/{slot}", g.node(r).name);
+            let zeros = g.add(NewNode::new(g.unique_name(&format!("{base}/zeros")), Op::Const { value }, vec![]))?;
+            g.node_mut(zeros).device = device;
+            let op = Op::Unary(UnaryOp::Neg);
+            let neg =
+                g.add(NewNode::new(g.unique_name(&format!("{base}/neg_zeros")), op, vec![Tensor::new(zeros, 0)]))?;
+            g.node_mut(neg).device = device;
+            g.set_input(r, slot, Tensor::new(neg, 0))?;
+        }
+    }
+    // What remains of the towers is what the feeds reach through data
+    // edges; an ordering edge from it (`place`'s write-after-read edges
+    // into the updates) orders nothing that runs here any more.
+    let mut fed: BTreeSet<NodeId> = BTreeSet::new();
+    let mut todo: Vec<NodeId> =
+        g.node_ids().into_iter().filter(|&id| matches!(g.node(id).op, Op::Placeholder { .. })).collect();
+    while let Some(id) = todo.pop() {
+        if fed.insert(id) {
+            todo.extend(g.consumers(id).into_iter().map(|(c, _, _)| c));
+        }
+    }
+    for id in g.node_ids().into_iter().filter(|id| !fed.contains(id)) {
+        let controls = g.control_inputs(id);
+        if controls.iter().any(|c| fed.contains(c)) {
+            g.clear_control_inputs(id);
+            for c in controls.into_iter().filter(|c| !fed.contains(c)) {
+                g.add_control(c, id)?;
+            }
+        }
+    }
+    Ok(fed)
+}
+
+/// A parameter-server rank computes no per-rank value: every fetch must
+/// be reduced across the ranks (the loss, a reduced accuracy), not read
+/// from the towers (`fed`: whatever the feeds reach).
+fn check_no_towers(g: &Graph, fed: &BTreeSet<NodeId>) -> Result<(), PassError> {
+    for (name, t) in &g.program().fetches {
+        let id = t.resolve(g)?.node;
+        if fed.contains(&id) {
+            return Err(PassError::Options(format!(
+                "--ps-ranks: the fetch '{name}' ('{}') is computed from one rank's batch and not reduced across ranks, but a parameter-server rank runs no towers; fetch a value averaged over the towers (a scalar mean, as the loss), or co-locate the ps tasks (drop --ps-ranks)",
+                g.node(id).name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The owners' values back, in the plan: one `Broadcast { root }` per
@@ -239,7 +330,9 @@ mod tests {
 
     #[test]
     fn tasks_map_to_ranks_round_robin() {
-        assert_eq!((0..5).map(|k| task_rank(k, 2)).collect::<Vec<_>>(), [0, 1, 0, 1, 0]);
-        assert_eq!(task_rank(3, 4), 3);
+        assert_eq!((0..5).map(|k| task_rank(k, 2, 0)).collect::<Vec<_>>(), [0, 1, 0, 1, 0]);
+        assert_eq!(task_rank(3, 4, 0), 3);
+        // --ps-ranks 2 of 5: workers 0..3, tasks on ranks 3 and 4.
+        assert_eq!((0..4).map(|k| task_rank(k, 5, 2)).collect::<Vec<_>>(), [3, 4, 3, 4]);
     }
 }

@@ -52,14 +52,17 @@ pub struct ProcessShare {
 impl ProcessShare {
     /// Every replica's size over the whole group, rank after rank.
     pub fn global_sizes(&self, batch: usize) -> Result<Vec<usize>, PassError> {
-        split_sizes(&self.policy, batch, self.group.world * self.towers, self.accumulate)
+        split_sizes(&self.policy, batch, self.group.workers() * self.towers, self.accumulate)
     }
 
     /// This process's replicas: (their sizes, the global row each starts at).
+    /// Only the workers split the batch (`--ps-ranks`): a parameter-server
+    /// rank gets the last worker's replicas, for their shapes alone (its
+    /// program keeps none of the towers and feeds nothing).
     pub fn replicas(&self, batch: usize) -> Result<(Vec<usize>, Vec<usize>), PassError> {
         let all = self.global_sizes(batch)?;
         let per = self.towers * self.accumulate;
-        let at = self.group.rank * per;
+        let at = self.group.rank.min(self.group.workers() - 1) * per;
         let first: usize = all[..at].iter().sum();
         let sizes = all[at..at + per].to_vec();
         let firsts = sizes.iter().scan(first, |acc, &b| Some(std::mem::replace(acc, *acc + b))).collect();

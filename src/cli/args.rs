@@ -145,6 +145,13 @@ pub struct Common {
     /// Under mpirun task k runs on rank k mod N.
     #[arg(long)]
     pub ps_tasks: Option<u32>,
+    /// With --variables ps under mpirun -np N: the last K ranks are
+    /// parameter-server ranks that run no towers (they hold the variables
+    /// they own and their slots, apply and send the values back); the first
+    /// N-K ranks are the workers, which split the batch. --ps-tasks
+    /// defaults to K; task k runs on rank N-K + k mod K.
+    #[arg(long)]
+    pub ps_ranks: Option<u32>,
     /// With --variables ps: how variables are dealt to the tasks.
     #[arg(long, value_enum, default_value = "round-robin")]
     pub ps_strategy: PsStrat,

@@ -35,7 +35,9 @@ fn parse_input(s: &str) -> Result<[usize; 3], String> {
 
 pub fn run_compile(a: CompileArgs) -> Result<(), String> {
     let mut cfg = config(&a.common)?;
-    let process = ProcessGroup::new(a.rank, a.world_size).map_err(|e| format!("--rank/--world-size: {e}"))?;
+    let process = ProcessGroup::new(a.rank, a.world_size)
+        .and_then(|p| p.with_ps_ranks(a.common.ps_ranks.unwrap_or(0) as usize))
+        .map_err(|e| format!("--rank/--world-size: {e}"))?;
     // The same guards as `towers train`: what compiles is what would train.
     towers::guards::validate(&cfg, process.world).map_err(|e| e.to_string())?;
     towers::guards::check_dump_after(&cfg, process).map_err(|e| e.to_string())?;

@@ -41,11 +41,26 @@ fn cost_model(
     }
 }
 
-/// `--variables ps`: `--ps-tasks` defaults to the number of processes;
-/// the ps flags without `--variables ps` are refused.
+/// `--variables ps`: `--ps-tasks` defaults to the number of processes
+/// (to K with `--ps-ranks K`); the ps flags without `--variables ps` are
+/// refused, and `--ps-ranks` must leave a worker.
 pub fn ps_tasks(c: &Common, cfg: &mut TrainConfig, processes: usize) -> Result<(), String> {
+    if let Some(k) = c.ps_ranks {
+        if !matches!(cfg.variables, VarPlacement::Ps { .. }) {
+            return Err(format!(
+                "--ps-ranks {k} needs --variables ps (parameter-server ranks hold the sharded variables)"
+            ));
+        }
+        if k == 0 || k as usize >= processes {
+            return Err(format!(
+                "--ps-ranks {k} with {processes} process(es): give 1 or more, and fewer than the number of processes, so at least one worker runs the towers (mpirun -np {} or more)",
+                k.max(1) + 1
+            ));
+        }
+        cfg.ps_ranks = k as usize;
+    }
     match (&mut cfg.variables, c.ps_tasks) {
-        (VarPlacement::Ps { tasks, .. }, None) => *tasks = processes.max(1) as u32,
+        (VarPlacement::Ps { tasks, .. }, None) => *tasks = c.ps_ranks.map_or(processes.max(1) as u32, |k| k),
         (VarPlacement::Ps { .. }, Some(_)) => {}
         (_, Some(k)) => {
             return Err(format!(

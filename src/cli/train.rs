@@ -155,6 +155,7 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     cfg.trace = a.trace;
     cfg.trace_steps = a.trace_steps;
     cfg.ps_async = a.ps_async;
+    // `ps_tasks` above set cfg.ps_ranks from --ps-ranks.
     // Checked by `communicator` above.
     cfg.comm_timeout = std::time::Duration::try_from_secs_f64(a.comm_timeout).unwrap_or(cfg.comm_timeout);
     // Before anything is created (the --logdir event file): options first.

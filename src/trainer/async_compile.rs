@@ -51,6 +51,12 @@ pub(crate) fn check(cfg: &TrainConfig, model: &Model, world: usize) -> Result<()
     if !matches!(cfg.variables, VarPlacement::Ps { .. }) {
         return Err(bad("needs --variables ps (the variables sharded over parameter-server tasks)".into()));
     }
+    if cfg.ps_ranks > 0 {
+        return Err(bad(format!(
+            "does not run with --ps-ranks {} (its owners are workers that also train; drop --ps-ranks for the asynchronous mode, or --ps-async for separate synchronous ps ranks)",
+            cfg.ps_ranks
+        )));
+    }
     if matches!(cfg.backend, crate::train::BackendChoice::Cuda) {
         return Err(bad("runs on the cpu backend only (give --backend cpu); its exchange reads and writes host variables between steps".into()));
     }

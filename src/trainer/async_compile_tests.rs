@@ -75,6 +75,8 @@ fn refusals_name_the_flag_and_the_fix() {
     assert!(check(&cfg, &model, 2).is_ok());
     let e = check(&cfg, &model, 1).unwrap_err().to_string();
     assert!(e.contains("mpirun -np N"), "{e}");
+    let e = check(&TrainConfig { ps_ranks: 1, ..cfg.clone() }, &model, 3).unwrap_err().to_string();
+    assert!(e.contains("--ps-async") && e.contains("--ps-ranks 1"), "{e}");
     let resume = TrainConfig { resume: true, ..cfg.clone() };
     assert!(check(&resume, &model, 2).unwrap_err().to_string().contains("--resume"));
     let cuda = TrainConfig { backend: crate::train::BackendChoice::Cuda, ..cfg };

@@ -99,7 +99,11 @@ fn run(
     comm: Arc<dyn Comm>,
     obs: &mut dyn TrainObserver,
 ) -> Result<TrainReport, TrainError> {
-    let process = ProcessGroup::new(comm.rank(), comm.world_size()).map_err(CompileError::from)?;
+    let process = ProcessGroup::new(comm.rank(), comm.world_size())
+        .and_then(|p| p.with_ps_ranks(cfg.ps_ranks))
+        .map_err(CompileError::from)?;
+    // A parameter-server rank (--ps-ranks) runs no towers and feeds nothing.
+    let feeds = !process.is_ps_rank();
     let lead = process.rank == 0;
     let mut quiet = Quiet;
     let obs: &mut dyn TrainObserver = if lead { obs } else { &mut quiet };
@@ -245,8 +249,10 @@ fn run(
         // The batch is gathered straight into the feeds' memory (the CPU
         // backend's arena, the CUDA backend's pinned staging): no vector
         // in between, the same bytes.
-        sess.feed_with("train", &model.images, |b| batcher.fill_images(b))??;
-        sess.feed_with("train", &model.labels, |b| batcher.fill_labels(b))??;
+        if feeds {
+            sess.feed_with("train", &model.images, |b| batcher.fill_images(b))??;
+            sess.feed_with("train", &model.labels, |b| batcher.fill_labels(b))??;
+        }
         batcher.advance();
         // The schedule's rate of this update (0-based global step), into the
         // plan's learning_rate variable: no recompilation, no allocation.

@@ -69,7 +69,12 @@ pub fn run(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)]) 
 /// every global batch, with the gradients all-reduced through `comm`.
 pub fn run_as(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)], comm: Arc<dyn Comm>) -> RunResult {
     let mut opts = opts.clone();
-    opts.process = ProcessGroup::new(comm.rank(), comm.world_size()).expect("a rank of its group");
+    let ps_ranks = opts.process.ps_ranks;
+    opts.process = ProcessGroup::new(comm.rank(), comm.world_size())
+        .and_then(|p| p.with_ps_ranks(ps_ranks))
+        .expect("a rank of its group");
+    // A parameter-server rank (--ps-ranks) runs no towers: it feeds nothing.
+    let feeds = !opts.process.is_ps_rank();
     let rows = opts.process_rows().expect("this rank's rows");
     let c = compile_train(&model.graph, &model.loss, &opts).expect("compiles");
     let mut sess = Session::new(model.spec.seed).with_comm(comm);
@@ -82,8 +87,10 @@ pub fn run_as(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)
     let mut losses = Vec::new();
     for (imgs, labels) in data {
         let per = imgs.len() / labels.len();
-        sess.feed("train", &model.images, &imgs[rows.start * per..rows.end * per]).expect("feed images");
-        sess.feed("train", &model.labels, &labels[rows.clone()]).expect("feed labels");
+        if feeds {
+            sess.feed("train", &model.images, &imgs[rows.start * per..rows.end * per]).expect("feed images");
+            sess.feed("train", &model.labels, &labels[rows.clone()]).expect("feed labels");
+        }
         sess.run("train").expect("runs");
         losses.push(sess.fetch::<f32>("train", "loss").expect("loss")[0]);
     }
