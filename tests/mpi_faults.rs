@@ -10,6 +10,10 @@
 //! - The same two faults under `--variables ps` (rank 1 an owner: its
 //!   values' broadcasts and its slots' gather to rank 0 are collectives
 //!   with the same deadline); the checkpoint holds both owners' slots.
+//! - The same two faults of the parameter-server rank of `mpirun -np 3
+//!   ... --ps-ranks 1` (rank 2 runs no towers and owns every slot): both
+//!   workers end within the bound, the error names rank 2, and the
+//!   checkpoint holds its slots.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -63,10 +67,10 @@ struct Job {
     _session: tempfile::TempDir,
 }
 
-fn launch(marker: &str, ck: &Path, extra: &[&str]) -> Job {
+fn launch(marker: &str, ck: &Path, extra: &[&str], np: usize) -> Job {
     let session = tempfile::tempdir().expect("a session folder");
     let mut child = Command::new("mpirun")
-        .args(["-np", "2", "--oversubscribe"])
+        .args(["-np", &np.to_string(), "--oversubscribe"])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_orte_tmpdir_base", session.path())
@@ -125,17 +129,23 @@ fn assert_intact(ck: &Path) {
     }
 }
 
-/// Fault rank 1 with `sig` inside a step; rank 0 must exit in time.
+/// Fault rank 1 of 2 with `sig` inside a step; rank 0 must exit in time.
 fn fault(sig: &str, name: &str, extra: &[&str]) -> Option<String> {
+    fault_on(sig, name, extra, 2, 1)
+}
+
+/// Fault rank `victim` of `np` with `sig` inside a step; rank 0 must exit
+/// in time, and the last checkpoint stays whole.
+fn fault_on(sig: &str, name: &str, extra: &[&str], np: usize, victim: usize) -> Option<String> {
     if !have_mpirun() {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let ck = dir.path().join("model.safetensors");
     let marker = format!("TOWERS_FAULT_TEST={name}-{}", std::process::id());
-    let mut job = launch(&marker, &ck, extra);
+    let mut job = launch(&marker, &ck, extra, np);
     wait_for_steps(&job, 70);
-    let (r0, r1) = (rank_pid(&marker, 0).expect("rank 0 runs"), rank_pid(&marker, 1).expect("rank 1 runs"));
+    let (r0, r1) = (rank_pid(&marker, 0).expect("rank 0 runs"), rank_pid(&marker, victim).expect("the victim runs"));
     signal(r1, sig);
     let t = Instant::now();
     let bound = Duration::from_secs(TIMEOUT_S + 5);
@@ -146,6 +156,11 @@ fn fault(sig: &str, name: &str, extra: &[&str]) -> Option<String> {
     // Clean up whatever is left, then reap the launcher (bounded).
     signal(r1, "-KILL");
     signal(r0, "-KILL");
+    for other in (1..np).filter(|r| *r != victim) {
+        if let Some(pid) = rank_pid(&marker, other) {
+            signal(pid, "-KILL");
+        }
+    }
     let t = Instant::now();
     while job.child.try_wait().ok().flatten().is_none() && t.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(50));
@@ -153,7 +168,7 @@ fn fault(sig: &str, name: &str, extra: &[&str]) -> Option<String> {
     let _ = job.child.kill();
     let _ = job.child.wait();
     let stderr = job.stderr.lock().unwrap().clone();
-    assert!(took <= bound, "{sig}: rank 0 ran {took:?} after rank 1 stopped (bound {bound:?})\n{stderr}");
+    assert!(took <= bound, "{sig}: rank 0 ran {took:?} after rank {victim} stopped (bound {bound:?})\n{stderr}");
     assert_intact(&ck);
     if extra.contains(&"ps") {
         assert_whole_ps(&ck);
@@ -198,4 +213,20 @@ fn a_stopped_ps_rank_ends_the_other_within_the_comm_timeout_naming_it() {
 #[test]
 fn a_killed_ps_rank_ends_the_other() {
     fault("-KILL", "ps-kill", PS);
+}
+
+/// `--ps-ranks 1` on 3 processes: rank 2 is a parameter server running no
+/// towers (it owns every variable and all the Adam slots); ranks 0 and 1
+/// are workers.
+const PS_RANK: &[&str] = &["--variables", "ps", "--ps-ranks", "1", "--optimizer", "adam"];
+
+#[test]
+fn a_stopped_ps_only_rank_ends_the_workers_within_the_comm_timeout_naming_it() {
+    let Some(stderr) = fault_on("-STOP", "psrank-stop", PS_RANK, 3, 2) else { return };
+    assert!(stderr.contains("rank(s) [2]") && stderr.contains("never arrived"), "the error names rank 2:\n{stderr}");
+}
+
+#[test]
+fn a_killed_ps_only_rank_ends_the_workers() {
+    fault_on("-KILL", "psrank-kill", PS_RANK, 3, 2);
 }
