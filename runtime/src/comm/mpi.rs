@@ -35,10 +35,12 @@
 //!   stops every rank, the hung one included. The shared-memory path's
 //!   barriers inside the reduce have the same deadline and the same end
 //!   ([`mpi_shared`](super::mpi_shared)), so a rank stopped in the middle
-//!   of a collective is caught too (tests/mpi_faults.rs). The library
-//!   path's `MPI_Allreduce`/`MPI_Allgather`, `broadcast` and `gather_to`
-//!   (`MPI_Gatherv`) after a
-//!   completed arrival check still block inside Open MPI. (A rank that dies is seen by
+//!   of a collective is caught too (tests/mpi_faults.rs). The data of
+//!   `reduce_to` and `broadcast` (the parameter servers' every step) moves
+//!   as non-blocking point-to-point messages waited on with the same
+//!   deadline. The library path's `MPI_Allreduce`/`MPI_Allgather` and
+//!   `gather_to` (`MPI_Gatherv`, at checkpoints) after a completed arrival
+//!   check still block inside Open MPI. (A rank that dies is seen by
 //!   the launcher itself: `mpirun` then ends the others.) MPI cannot take
 //!   back a posted message, so returning an error with the exchange still
 //!   pending would leave MPI writing into freed memory; aborting is the only
@@ -124,6 +126,8 @@ pub const TIMEOUT_EXIT_CODE: i32 = 124;
 
 /// The tag of the arrival exchange's messages.
 const ARRIVAL_TAG: i32 = 0x7077;
+/// The tag of `reduce_to`'s and `broadcast`'s data messages.
+const DATA_TAG: i32 = 0x7078;
 
 impl MpiComm {
     /// Initialize MPI (once per process) and take `MPI_COMM_WORLD`. An
@@ -229,6 +233,13 @@ impl MpiComm {
                 inner.reqs.push((peer, false, false, send));
             }
         }
+        self.wait_all(inner, op);
+    }
+
+    /// Wait for every request in `inner.reqs`, at most the timeout (then
+    /// the job is aborted naming the peers whose messages are still pending,
+    /// see the module docs).
+    fn wait_all(&self, inner: &mut Inner, op: &'static str) {
         let deadline = Instant::now() + self.timeout;
         let started = Instant::now();
         loop {
@@ -244,7 +255,8 @@ impl MpiComm {
                 break;
             }
             if Instant::now() >= deadline {
-                let missing: Vec<usize> = inner.reqs.iter().filter(|r| r.1 && !r.2).map(|r| r.0).collect();
+                let mut missing: Vec<usize> = inner.reqs.iter().filter(|r| !r.2).map(|r| r.0).collect();
+                missing.dedup();
                 let e = CommError::Timeout { op, rank: self.rank, waited: self.timeout, missing };
                 self.report_timeout(&e, inner.issued);
                 inner.world.abort(TIMEOUT_EXIT_CODE);
@@ -258,6 +270,49 @@ impl MpiComm {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
+    }
+
+    /// The data phase of `reduce_to` and `broadcast`: post each message of
+    /// `posts` (peer, receive or send, first f32, count) as non-blocking
+    /// point-to-point and wait for all of them with the arrival check's
+    /// deadline, so a rank stopped between the arrival check and the data
+    /// ends the job instead of hanging it (a blocking `MPI_Gather` or
+    /// `MPI_Bcast` there waited forever). Messages of one pair of ranks are
+    /// matched in the order posted (MPI's non-overtaking rule), and every
+    /// rank issues the collectives in the same order.
+    ///
+    /// # Safety
+    /// Every pointer is valid for its count (receives: for writes) until
+    /// this returns, and no two receives overlap.
+    unsafe fn exchange_data(
+        &self,
+        inner: &mut Inner,
+        op: &'static str,
+        posts: impl Iterator<Item = (usize, bool, *mut f32, usize)>,
+    ) -> Result<(), CommError> {
+        inner.reqs.clear();
+        let comm = inner.world.as_raw();
+        let dt = f32::equivalent_datatype().as_raw();
+        for (peer, recv, ptr, len) in posts {
+            let count = i32::try_from(len).map_err(|_| CommError::Transport {
+                op,
+                rank: self.rank,
+                detail: format!("{len} values in one message exceed MPI's count; use smaller buckets (--bucket-mb)"),
+            })?;
+            let mut req: ffi::MPI_Request = ffi::RSMPI_REQUEST_NULL;
+            // SAFETY: the caller's contract (valid, non-overlapping buffers
+            // until every request completed, below, or the job is aborted).
+            unsafe {
+                if recv {
+                    ffi::MPI_Irecv(ptr as *mut c_void, count, dt, peer as i32, DATA_TAG, comm, &mut req);
+                } else {
+                    ffi::MPI_Isend(ptr as *const c_void, count, dt, peer as i32, DATA_TAG, comm, &mut req);
+                }
+            }
+            inner.reqs.push((peer, recv, false, req));
+        }
+        self.wait_all(inner, op);
+        Ok(())
     }
 
     /// Print a collective's timeout `e` (the job is aborted next): which
@@ -379,14 +434,24 @@ impl Comm for MpiComm {
         // Gather every rank's copy onto the root (MPI_Reduce does not
         // promise an order of additions), then add them there in rank order,
         // as `all_reduce_sum` does: ((v0 + v1) + v2) + ...
-        let at = inner.world.process_at_rank(root as i32);
-        let mine: &[f32] = if single { &group[0][..] } else { &inner.send[..] };
+        let mine: *mut f32 = if single { group[0].as_mut_ptr() } else { inner.send.as_mut_ptr() };
         if self.rank != root {
-            at.gather_into(mine);
+            // SAFETY: `mine` (the single buffer or the packed copy) holds
+            // `n` values and outlives the wait.
+            unsafe { self.exchange_data(inner, op, std::iter::once((root, false, mine, n)))? };
             return Ok(());
         }
         inner.recv.resize(n * self.world, 0.0);
-        at.gather_into_root(mine, &mut inner.recv[..]);
+        let base = inner.recv.as_mut_ptr();
+        let world = self.world;
+        // SAFETY (`base.add`): `recv` holds `world * n` values.
+        let posts = (0..world).filter(|&r| r != root).map(|r| (r, true, unsafe { base.add(r * n) }, n));
+        // SAFETY: each receive writes its own `n` values of `recv`, which is
+        // not resized before the wait ends.
+        unsafe { self.exchange_data(inner, op, posts)? };
+        // The root's own copy, in its place.
+        // SAFETY: `mine` holds `n` values; `recv` is another allocation.
+        unsafe { std::ptr::copy_nonoverlapping(mine, inner.recv.as_mut_ptr().add(root * n), n) };
         let recv = &inner.recv;
         let mut off = 0;
         for b in group.iter_mut() {
@@ -414,8 +479,13 @@ impl Comm for MpiComm {
         let inner = &mut *guard;
         self.check_lengths(inner, op, group)?;
         Self::pack(inner, group);
-        let Inner { world, send, .. } = inner;
-        world.process_at_rank(root as i32).broadcast_into(&mut send[..]);
+        let (ptr, n) = (inner.send.as_mut_ptr(), inner.send.len());
+        let (rank, world) = (self.rank, self.world);
+        let posts = (0..world).filter(|&r| r != rank && (rank == root || r == root)).map(|r| (r, rank != root, ptr, n));
+        // SAFETY: `send` holds `n` values and is not touched before the wait
+        // ends; the root only reads it, a receiver has one receive into it.
+        unsafe { self.exchange_data(inner, op, posts)? };
+        let send = &inner.send;
         let mut at = 0;
         for b in group.iter_mut() {
             let len = b.len();
