@@ -48,16 +48,16 @@ impl Drop for DevMem {
 
 /// Page-locked (pinned) host memory: the GPU's copy engines read it by DMA
 /// directly, with no staging copy by the driver.
-pub(crate) struct PinnedHost {
+pub(crate) struct PinnedStaging {
     ptr: *mut c_void,
     bytes: usize,
     ctx: Arc<CudaContext>,
 }
 
-impl PinnedHost {
+impl PinnedStaging {
     /// `bytes` of pinned host memory (at least 4: never a zero-size
     /// allocation), zeroed, so it is initialized before anyone reads it.
-    pub fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<PinnedHost, String> {
+    pub fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<PinnedStaging, String> {
         ctx.bind_to_thread().map_err(|e| derr("cuCtxSetCurrent", e))?;
         let n = bytes.max(4);
         // SAFETY: a plain page-locked allocation in the bound context (flags
@@ -68,7 +68,7 @@ impl PinnedHost {
         }
         // SAFETY: `n` writable bytes at `ptr`, owned by this value alone.
         unsafe { std::ptr::write_bytes(ptr as *mut u8, 0, n) };
-        Ok(PinnedHost { ptr, bytes, ctx: Arc::clone(ctx) })
+        Ok(PinnedStaging { ptr, bytes, ctx: Arc::clone(ctx) })
     }
 
     /// The start of the memory, for the driver's copies.
@@ -97,7 +97,7 @@ impl PinnedHost {
     }
 }
 
-impl Drop for PinnedHost {
+impl Drop for PinnedStaging {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
         // SAFETY: allocated by `zeroed`, freed once; the owner synchronized

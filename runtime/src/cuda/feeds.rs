@@ -39,7 +39,7 @@ use std::sync::Arc;
 use cudarc::driver::{result as drv, sys, CudaContext};
 use towers_codegen::{BufRef, Plan};
 
-use super::driver::{derr, Event, PinnedHost, Stream};
+use super::driver::{derr, Event, PinnedStaging, Stream};
 use super::lower::Dev;
 use crate::backend::{BackendError, HostSliceMut};
 
@@ -51,7 +51,7 @@ struct Staged {
     done: Event,
     /// Whether a copy reading `host` may still run (`done` not waited for).
     in_flight: bool,
-    host: PinnedHost,
+    host: PinnedStaging,
 }
 
 /// A program's feed staging (see the module docs). Field order is drop
@@ -78,7 +78,7 @@ impl Feeds {
                 continue;
             }
             let dst = resolve(r)?;
-            let host = PinnedHost::zeroed(ctx, dst.len * 4)?;
+            let host = PinnedStaging::zeroed(ctx, dst.len * 4)?;
             staged.push(Staged { buf: r.clone(), dst, done: Event::new(ctx)?, in_flight: false, host });
         }
         let (copy, fed) =

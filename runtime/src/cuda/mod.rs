@@ -53,6 +53,7 @@ pub mod libs;
 mod lower;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+mod pinned;
 mod prepare;
 mod probe;
 mod run;
@@ -74,6 +75,7 @@ use feeds::Feeds;
 use graph::GraphState;
 pub use libs::{CudaLibrary, CudaUnavailable};
 use lower::{Dev, Modules, Op};
+pub use pinned::PinnedHost;
 pub use probe::{probe, CudaStatus};
 use trace::Tracer;
 
