@@ -66,7 +66,10 @@ impl Backend for CudaBackend {
     }
 
     fn load(&mut self, _name: &str, plan: &Plan, comm: Arc<dyn Comm>) -> Result<ProgramId, BackendError> {
-        let p = self.prepare(plan, &comm)?;
+        // Standalone, every plan device is served here (cpu:0 included, in
+        // device memory); a mixed session serves cpu:* on the host instead.
+        let arenas = self.arenas(plan, &vec![true; plan.devices.len()])?;
+        let p = self.prepare(plan, &comm, arenas, None)?;
         self.programs.push(p);
         Ok(ProgramId(self.programs.len() - 1))
     }

@@ -65,15 +65,15 @@ pub(crate) struct Feeds {
 }
 
 impl Feeds {
-    /// Pinned staging for every feed buffer of `plan` (once per buffer),
+    /// Pinned staging for every buffer of `feeds` (once per buffer),
     /// whose device range `resolve` gives.
-    pub fn new(
+    pub fn new<'a>(
         ctx: &Arc<CudaContext>,
-        plan: &Plan,
+        feeds: impl Iterator<Item = &'a BufRef>,
         resolve: impl Fn(&BufRef) -> Result<Dev, String>,
     ) -> Result<Feeds, String> {
         let mut staged: Vec<Staged> = Vec::new();
-        for (_, r) in &plan.feeds {
+        for r in feeds {
             if staged.iter().any(|s| &s.buf == r) {
                 continue;
             }

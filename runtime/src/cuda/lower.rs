@@ -53,8 +53,29 @@ pub(crate) enum Op {
         src: u64,
         bytes: usize,
     },
+    /// A copy from another part's pinned host memory (`src`, a host
+    /// address) into this part's device memory (`super::part`).
+    CopyHtoD {
+        dst: u64,
+        src: usize,
+        bytes: usize,
+    },
+    /// A copy from this part's device memory into another part's pinned
+    /// host memory (`dst`, a host address).
+    CopyDtoH {
+        dst: usize,
+        src: u64,
+        bytes: usize,
+    },
     Record(usize),
     Wait(usize),
+    /// A bridged event recorded here: write 1 into its flag (device
+    /// address of the bridge's pinned flag) once the stream's earlier work
+    /// is done (`cuStreamWriteValue32`).
+    Signal(u64),
+    /// A bridged event recorded by another part: the stream waits until
+    /// its flag is at least 1 (`cuStreamWaitValue32`).
+    WaitFlag(u64),
     /// `Step::AllReduce` with a world of one rank: the sum over one rank is
     /// the buffer itself, so nothing runs.
     Nothing,

@@ -53,6 +53,7 @@ pub mod libs;
 mod lower;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+mod part;
 mod pinned;
 mod prepare;
 mod probe;
@@ -144,7 +145,8 @@ struct Program {
     order: Vec<(usize, usize)>,
     streams: Vec<StreamRun>,
     events: Vec<Event>,
-    arenas: Vec<DevMem>,
+    /// One arena per plan device; `None` for a device another part serves.
+    arenas: Vec<Option<DevMem>>,
     _side: DevMem,
     /// Device address of the step number dropout reads, when a launch reads it.
     step_cell: Option<u64>,
@@ -156,6 +158,9 @@ struct Program {
     loaded: Instant,
     /// Nanoseconds per `(stream, item)` while profiling.
     profile: BTreeMap<(usize, usize), u64>,
+    /// The flags of the bridged events this program's streams write and
+    /// wait on (a mixed session's part): dropped last, after the streams.
+    _bridge: Option<Arc<crate::mixed::Bridge>>,
 }
 
 /// The CUDA backend; see the module docs.
@@ -163,6 +168,8 @@ pub struct CudaBackend {
     // Field order is drop order: programs and variables before the modules
     // and the context they live in.
     programs: Vec<Program>,
+    /// Arenas reserved for a mixed session's load ([`part`]), until loaded.
+    reserved: Vec<Option<part::Reserved>>,
     vars: BTreeMap<String, Var>,
     modules: Modules,
     /// The all-reduce across processes ([`CudaBackend::with_nccl`]).
@@ -193,6 +200,7 @@ impl CudaBackend {
         let arch = format!("sm_{major}{minor}");
         Ok(CudaBackend {
             programs: Vec::new(),
+            reserved: Vec::new(),
             vars: BTreeMap::new(),
             modules: Modules::new(&ctx, arch),
             #[cfg(feature = "nccl")]
@@ -254,11 +262,16 @@ impl CudaBackend {
         self.programs.get(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))
     }
 
-    fn resolve(&self, plan: &Plan, arenas: &[DevMem], r: &BufRef) -> Result<Dev, String> {
+    fn resolve(&self, plan: &Plan, arenas: &[Option<DevMem>], r: &BufRef) -> Result<Dev, String> {
         match r {
             BufRef::Arena { device, buffer } => {
                 let b = plan.buffer(r).ok_or_else(|| format!("buffer {device}/{buffer} does not exist"))?;
                 let a = arenas.get(*device).ok_or_else(|| format!("device {device} does not exist"))?;
+                let a = a.as_ref().ok_or_else(|| {
+                    let d =
+                        plan.devices.get(*device).map_or_else(|| device.to_string(), |d| plan.device_name(d.device));
+                    format!("buffer '{}' lies on {d}, which another part of the session serves", b.name)
+                })?;
                 if b.offset + b.bytes > a.bytes {
                     return Err(format!("buffer '{}' lies outside its arena", b.name));
                 }

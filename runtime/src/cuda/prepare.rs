@@ -41,27 +41,74 @@ use super::driver::{derr, Blas, DevMem, Event, Stream};
 use super::feeds::Feeds;
 use super::graph::GraphState;
 use super::lower::{lower_launch, Dev, Op};
+use super::part::{
+    copy_call, event_calls, flag_addresses, on_served, recorded_by, served_streams, CopyCall, End, EventCall,
+};
+use super::pinned::device_address;
 use super::{CudaBackend, Item, Program, StreamRun};
 use crate::backend::BackendError;
 use crate::comm::Comm;
+use crate::mixed::PartPlan;
 
 impl CudaBackend {
-    pub(super) fn prepare(&mut self, plan: &Plan, comm: &Arc<dyn Comm>) -> Result<Program, BackendError> {
+    /// One zeroed arena per plan device marked in `served` (`None` for the
+    /// others); out of memory names the device, its arena size and the GPU.
+    pub(super) fn arenas(&self, plan: &Plan, served: &[bool]) -> Result<Vec<Option<DevMem>>, BackendError> {
+        self.bind()?;
+        let free = || self.ctx.mem_get_info().ok().map(|(free, _)| free);
+        plan.devices
+            .iter()
+            .zip(served.iter().chain(std::iter::repeat(&false)))
+            .map(|(d, &on)| {
+                if !on {
+                    return Ok(None);
+                }
+                DevMem::zeroed(&self.ctx, d.arena_bytes).map(Some).map_err(|e| {
+                    let gpu =
+                        format!("GPU {} ({}), the one context of this backend", self.ctx.ordinal(), self.device());
+                    BackendError::Device(arena_failure(&plan.device_name(d.device), d.arena_bytes, &gpu, free(), &e))
+                })
+            })
+            .collect()
+    }
+
+    /// Load `plan` with its reserved `arenas` ([`CudaBackend::arenas`]):
+    /// standalone (`part` None) every stream runs here; as a mixed
+    /// session's part, only the streams of `part.served` devices, with the
+    /// other parts' memory in `part.foreign` and bridged events as flags
+    /// (`super::part`).
+    pub(super) fn prepare(
+        &mut self,
+        plan: &Plan,
+        comm: &Arc<dyn Comm>,
+        arenas: Vec<Option<DevMem>>,
+        part: Option<&PartPlan<'_>>,
+    ) -> Result<Program, BackendError> {
         let bad = BackendError::BadPlan;
         let dev = BackendError::Device;
         self.bind()?;
+        if arenas.len() != plan.devices.len() {
+            return Err(bad(format!("{} arenas for {} plan devices", arenas.len(), plan.devices.len())));
+        }
+        let all = vec![true; plan.devices.len()];
+        let served: &[bool] = part.map_or(&all, |p| p.served);
+        let no_foreign = BTreeMap::new();
+        let foreign = part.map_or(&no_foreign, |p| p.foreign);
+        let streams_on = match part {
+            Some(_) => served_streams(plan, served),
+            None => vec![true; plan.streams.len()],
+        };
         for v in &plan.variables {
-            if !self.vars.contains_key(&v.name) {
+            let here = plan.devices.iter().position(|d| d.device == v.device).is_none_or(|i| served[i]);
+            let foreign_var = foreign.contains_key(&BufRef::Variable(v.name.clone()));
+            if here && !foreign_var && !self.vars.contains_key(&v.name) {
                 return Err(bad(format!("variable '{}' was not created before load", v.name)));
             }
         }
-        let arenas = plan
-            .devices
-            .iter()
-            .map(|d| DevMem::zeroed(&self.ctx, d.arena_bytes))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(dev)?;
         for c in &plan.constants {
+            if part.is_some() && !on_served(&c.buffer, served) {
+                continue;
+            }
             let d = self.resolve(plan, &arenas, &c.buffer).map_err(bad)?;
             if d.len != c.data.len() {
                 return Err(bad(format!(
@@ -81,10 +128,36 @@ impl CudaBackend {
             };
             r.map_err(|e| dev(derr("uploading a constant", e)))?;
         }
+        // Bridged events: which this part records, and their flags' device addresses.
+        let recorded_here = recorded_by(plan, &streams_on);
+        let bridged = |e: usize| part.is_some_and(|p| p.bridge.is_bridged(e));
+        let calls = plan
+            .streams
+            .iter()
+            .zip(&streams_on)
+            .filter(|(_, on)| **on)
+            .flat_map(|(s, _)| s.steps.iter().flat_map(|st| event_calls(st, &bridged, &recorded_here)));
+        let flags = flag_addresses(calls, plan.num_events, |e| {
+            let Some(p) = part else { return Err(format!("event {e} is bridged without a bridge")) };
+            if !p.bridge.pinned() {
+                return Err(format!(
+                    "event {e} crosses parts, and the bridge's flags are in pageable host memory, which a GPU stream cannot write or wait on; make the mixed session with the CUDA backend's pinned host memory (towers_runtime::mixed::MixedBackend::with_cuda)"
+                ));
+            }
+            device_address(p.bridge.flag_addr(e)).map_err(|err| format!("the flag of bridged event {e}: {err}"))
+        })
+        .map_err(bad)?;
         let events = (0..plan.num_events).map(|_| Event::new(&self.ctx)).collect::<Result<Vec<_>, _>>().map_err(dev)?;
         let mut side = Side::default();
         let mut streams = Vec::new();
-        for s in &plan.streams {
+        for (si, s) in plan.streams.iter().enumerate() {
+            if !streams_on[si] {
+                // Another part runs this stream: an empty stream here keeps the plan's numbering.
+                let stream = Stream::new(&self.ctx).map_err(dev)?;
+                let (items, scratch) = (Vec::new(), Vec::new());
+                streams.push(StreamRun { items, blas: None, _ws: None, _scratch: scratch, stream, name: s.name() });
+                continue;
+            }
             let ws_mem = match stream_workspace_bytes(s) {
                 0 => None,
                 n => Some(DevMem::zeroed(&self.ctx, n).map_err(dev)?),
@@ -97,19 +170,38 @@ impl CudaBackend {
                     Step::Record(e) | Step::Wait(e) if *e >= plan.num_events => {
                         return Err(bad(format!("event {e} is out of range (the plan has {})", plan.num_events)))
                     }
-                    Step::Record(e) => {
-                        items.push(Item { step: j, op: Op::Record(*e), kernel: "record", node: String::new() })
-                    }
-                    Step::Wait(e) => {
-                        items.push(Item { step: j, op: Op::Wait(*e), kernel: "wait", node: String::new() })
+                    Step::Record(_) | Step::Wait(_) => {
+                        for call in event_calls(step, &bridged, &recorded_here) {
+                            let flag =
+                                |e: usize| flags.get(&e).copied().ok_or_else(|| bad(format!("no flag for event {e}")));
+                            let (op, kernel) = match call {
+                                EventCall::Record(e) => (Op::Record(e), "record"),
+                                EventCall::Signal(e) => (Op::Signal(flag(e)?), "signal"),
+                                EventCall::Wait(e) => (Op::Wait(e), "wait"),
+                                EventCall::WaitFlag(e) => (Op::WaitFlag(flag(e)?), "wait_flag"),
+                            };
+                            items.push(Item { step: j, op, kernel, node: String::new() });
+                        }
                     }
                     Step::Copy { from, to, bytes, node } => {
-                        let f = self.resolve(plan, &arenas, from).map_err(bad)?;
-                        let t = self.resolve(plan, &arenas, to).map_err(bad)?;
-                        if f.len != t.len || f.len * 4 != *bytes {
+                        let end = |r: &BufRef| -> Result<(End, Option<usize>), String> {
+                            match foreign.get(r) {
+                                Some(l) => Ok((End::Foreign(*l), None)),
+                                None => self.resolve(plan, &arenas, r).map(|d| (End::Own(d.ptr), Some(d.len))),
+                            }
+                        };
+                        let (f, f_len) = end(from).map_err(bad)?;
+                        let (t, t_len) = end(to).map_err(bad)?;
+                        if [f_len, t_len].into_iter().flatten().any(|n| n * 4 != *bytes) {
                             return Err(bad(format!("copy '{node}' has mismatched buffers")));
                         }
-                        let op = Op::Copy { dst: t.ptr, src: f.ptr, bytes: *bytes };
+                        let call =
+                            copy_call(node, (f, &plan.ref_name(from)), (t, &plan.ref_name(to)), *bytes).map_err(bad)?;
+                        let op = match call {
+                            CopyCall::DtoD { dst, src } => Op::Copy { dst, src, bytes: *bytes },
+                            CopyCall::HtoD { dst, src } => Op::CopyHtoD { dst, src, bytes: *bytes },
+                            CopyCall::DtoH { dst, src } => Op::CopyDtoH { dst, src, bytes: *bytes },
+                        };
                         items.push(Item { step: j, op, kernel: "copy", node: node.clone() });
                     }
                     Step::Broadcast { node, root, .. } => {
@@ -203,7 +295,8 @@ impl CudaBackend {
                 }
             }
         }
-        let feeds = Feeds::new(&self.ctx, plan, |r| self.resolve(plan, &arenas, r)).map_err(dev)?;
+        let fed = plan.feeds.iter().map(|(_, r)| r).filter(|r| part.is_none() || on_served(r, served));
+        let feeds = Feeds::new(&self.ctx, fed, |r| self.resolve(plan, &arenas, r)).map_err(dev)?;
         let order = enqueue_order(&streams, plan.num_events).map_err(bad)?;
         let graph = graph_state(self.graphs, &streams);
         let uses_step =
@@ -225,6 +318,7 @@ impl CudaBackend {
             tracing: false,
             loaded: Instant::now(),
             profile: BTreeMap::new(),
+            _bridge: part.map(|p| Arc::clone(p.bridge)),
         })
     }
 }
@@ -314,4 +408,29 @@ fn graph_state(wanted: bool, streams: &[StreamRun]) -> GraphState {
         }
     }
     GraphState::Pending
+}
+
+/// The error of an arena that could not be allocated: the logical device,
+/// the arena's size, the GPU serving it, its free memory when known, and
+/// the driver's error.
+pub(super) fn arena_failure(device: &str, bytes: usize, gpu: &str, free: Option<usize>, err: &str) -> String {
+    let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+    let free = free.map_or_else(String::new, |f| format!(", {:.1} MiB free", mib(f)));
+    format!(
+        "{device}: its arena of {bytes} bytes ({:.1} MiB) does not fit on {gpu}{free} ({err}); use a smaller batch, fewer towers per GPU, or --variables cpu",
+        mib(bytes)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_arena_that_does_not_fit_names_its_device_and_size() {
+        let m = arena_failure("gpu:1", 3 << 20, "GPU 0 (H100)", Some(1 << 20), "cuMemAlloc: OUT_OF_MEMORY");
+        assert!(m.starts_with("gpu:1: its arena of 3145728 bytes (3.0 MiB)"), "{m}");
+        assert!(m.contains("GPU 0 (H100), 1.0 MiB free") && m.contains("OUT_OF_MEMORY"), "{m}");
+        assert!(!arena_failure("cpu:0", 4, "GPU 0", None, "e").contains("free"));
+    }
 }

@@ -184,6 +184,32 @@ fn enqueue(
                 Op::Copy { dst, src, bytes } => {
                     drv::memcpy_dtod_async(*dst, *src, *bytes, stream).map_err(|e| derr("cuMemcpyDtoDAsync", e))
                 }
+                Op::CopyHtoD { dst, src, bytes } => {
+                    sys::cuMemcpyHtoDAsync_v2(*dst, *src as *const std::ffi::c_void, *bytes, stream)
+                        .result()
+                        .map_err(|e| derr("cuMemcpyHtoDAsync from pinned host memory", e))
+                }
+                Op::CopyDtoH { dst, src, bytes } => {
+                    sys::cuMemcpyDtoHAsync_v2(*dst as *mut std::ffi::c_void, *src, *bytes, stream)
+                        .result()
+                        .map_err(|e| derr("cuMemcpyDtoHAsync to pinned host memory", e))
+                }
+                Op::Signal(flag) => sys::cuStreamWriteValue32_v2(
+                    stream,
+                    *flag,
+                    1,
+                    sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+                )
+                .result()
+                .map_err(|e| derr("cuStreamWriteValue32 (bridged event)", e)),
+                Op::WaitFlag(flag) => sys::cuStreamWaitValue32_v2(
+                    stream,
+                    *flag,
+                    1,
+                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+                )
+                .result()
+                .map_err(|e| derr("cuStreamWaitValue32 (bridged event)", e)),
                 Op::Record(e) => drv::event::record(events[*e].raw, stream).map_err(|e| derr("cuEventRecord", e)),
                 Op::Wait(e) => {
                     drv::stream::wait_event(stream, events[*e].raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
