@@ -42,20 +42,16 @@ mod tests {
     #[test]
     fn each_logical_gpu_gets_its_own_context() {
         let one = gpu_contexts(&[0, 1, 2, 3], 1);
-        assert_eq!(one.iter().map(|c| (c.physical, c.context, c.of)).collect::<Vec<_>>(), vec![
-            (0, 0, 4),
-            (0, 1, 4),
-            (0, 2, 4),
-            (0, 3, 4)
-        ]);
+        assert_eq!(
+            one.iter().map(|c| (c.physical, c.context, c.of)).collect::<Vec<_>>(),
+            vec![(0, 0, 4), (0, 1, 4), (0, 2, 4), (0, 3, 4)]
+        );
         let eight = gpu_contexts(&[0, 1, 2, 3], 8);
         assert!(eight.iter().all(|c| c.physical == c.logical as usize && c.context == 0 && c.of == 1));
         let two = gpu_contexts(&[3, 0, 1, 2], 2);
-        assert_eq!(two.iter().map(|c| (c.logical, c.physical, c.context, c.of)).collect::<Vec<_>>(), vec![
-            (3, 1, 1, 2),
-            (0, 0, 0, 2),
-            (1, 1, 0, 2),
-            (2, 0, 1, 2)
-        ]);
+        assert_eq!(
+            two.iter().map(|c| (c.logical, c.physical, c.context, c.of)).collect::<Vec<_>>(),
+            vec![(3, 1, 1, 2), (0, 0, 0, 2), (1, 1, 0, 2), (2, 0, 1, 2)]
+        );
     }
 }
