@@ -196,3 +196,41 @@ fn a_mixed_session_traces_profiles_and_says_how_it_runs() {
     let note = s.backend_note();
     assert!(note.contains("mixed session") && note.contains("event(s) cross parts"), "{note}");
 }
+
+/// How a two-tower plan with host variables divides: every device to the
+/// part of its kind, the towers' copies naming the host's variables and
+/// buffers (the host part's copies none), events crossing both ways; an
+/// event recorded in both parts is refused.
+#[test]
+fn a_plan_divides_by_device_kind_with_bridged_events_and_foreign_copies() {
+    use std::collections::BTreeMap;
+    use towers_graph::DeviceKind;
+    use towers_runtime::mixed::split::split;
+    let model = small_model(ModelKind::Mlp, false, 2);
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+    o.towers = towers(2);
+    o.variables = VarPlacement::Cpu;
+    let mut plan = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan;
+    let vars: BTreeMap<String, usize> = plan.variables.iter().map(|v| (v.name.clone(), 0)).collect();
+    let s = split(&plan, &[DeviceKind::Cpu, DeviceKind::Gpu], &vars).expect("divides");
+    for (d, p) in plan.devices.iter().zip(&s.device_part) {
+        assert_eq!(*p, usize::from(d.device.kind == DeviceKind::Gpu), "{}", d.device);
+    }
+    assert!(s.foreign[0].is_empty(), "the host part's streams copy nothing: {:?}", s.foreign[0]);
+    let trainable = plan.variables.iter().filter(|v| v.trainable).count();
+    let named_vars = s.foreign[1].keys().filter(|r| matches!(r, towers_codegen::BufRef::Variable(_))).count();
+    assert_eq!(named_vars, trainable, "the towers copy every weight from the host");
+    let bridged: Vec<usize> = (0..plan.num_events).filter(|&e| s.bridged[e]).collect();
+    assert!(!bridged.is_empty());
+    // Recorded on a tower's stream and also on the host's: refused.
+    let on_tower = |e: usize| {
+        plan.streams
+            .iter()
+            .any(|st| st.device.kind == DeviceKind::Gpu && st.steps.contains(&towers_codegen::Step::Record(e)))
+    };
+    let e = *bridged.iter().find(|&&e| on_tower(e)).expect("a tower records an event the host waits for");
+    let host = plan.streams.iter().position(|st| st.device.kind == DeviceKind::Cpu).expect("host stream");
+    plan.streams[host].steps.push(towers_codegen::Step::Record(e));
+    let err = split(&plan, &[DeviceKind::Cpu, DeviceKind::Gpu], &vars).expect_err("refused");
+    assert!(err.contains(&format!("event {e} is recorded in two parts")), "{err}");
+}
