@@ -36,6 +36,25 @@ fn steps_allocate_nothing() {
     feeds_allocate_nothing();
     a_step_with_all_reduces_across_two_ranks_allocates_nothing();
     a_traced_step_allocates_nothing();
+    a_mixed_step_allocates_nothing();
+}
+
+/// A mixed session (host part and device part, copies and bridged events
+/// between them, the device part driven by its own thread) allocates
+/// nothing per step either.
+fn a_mixed_step_allocates_nothing() {
+    let backend = towers_runtime::mixed::MixedBackend::cpu_pair().unwrap();
+    let mut s = Session::with_backend(1, Box::new(backend));
+    s.load("two", common::two_device_plan()).unwrap();
+    s.feed("two", "x", &[1.0; 6]).unwrap();
+    s.run("two").unwrap();
+    let before = ALLOCS.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        s.feed("two", "x", &[2.0; 6]).unwrap();
+        s.run("two").unwrap();
+    }
+    let after = ALLOCS.load(Ordering::SeqCst);
+    assert_eq!(after - before, 0, "a mixed step allocated {} times", after - before);
 }
 
 /// A session with the one-device "train" and the two-device "two" programs, fed.

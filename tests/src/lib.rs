@@ -68,6 +68,26 @@ pub fn run(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)]) 
 /// `comm.world_size()` processes (`opts.process`), feeding only its rows of
 /// every global batch, with the gradients all-reduced through `comm`.
 pub fn run_as(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)], comm: Arc<dyn Comm>) -> RunResult {
+    run_with(model, opts, data, comm, Box::new(towers_runtime::CpuBackend::new()))
+}
+
+/// As [`run`], on `backend` (a mixed session's, for one).
+pub fn run_on(
+    model: &Model,
+    opts: &CompileOptions,
+    data: &[(Vec<f32>, Vec<i32>)],
+    backend: Box<dyn towers_runtime::Backend>,
+) -> RunResult {
+    run_with(model, opts, data, Arc::new(LocalComm::single()), backend)
+}
+
+fn run_with(
+    model: &Model,
+    opts: &CompileOptions,
+    data: &[(Vec<f32>, Vec<i32>)],
+    comm: Arc<dyn Comm>,
+    backend: Box<dyn towers_runtime::Backend>,
+) -> RunResult {
     let mut opts = opts.clone();
     let ps_ranks = opts.process.ps_ranks;
     opts.process = ProcessGroup::new(comm.rank(), comm.world_size())
@@ -77,7 +97,7 @@ pub fn run_as(model: &Model, opts: &CompileOptions, data: &[(Vec<f32>, Vec<i32>)
     let feeds = !opts.process.is_ps_rank();
     let rows = opts.process_rows().expect("this rank's rows");
     let c = compile_train(&model.graph, &model.loss, &opts).expect("compiles");
-    let mut sess = Session::new(model.spec.seed).with_comm(comm);
+    let mut sess = Session::with_backend(model.spec.seed, backend).with_comm(comm);
     sess.load("train", c.plan).expect("loads");
     // --variables ps across processes: the owners broadcast their values
     // inside the step (the plan's `Step::Broadcast`, `ps_exchange`); slots

@@ -36,6 +36,9 @@ pub struct Region {
     _owned: Option<Box<[UnsafeCell<u32>]>>,
     /// The communicator lending the memory, kept alive with the region.
     _lender: Option<std::sync::Arc<dyn crate::comm::Comm>>,
+    /// The block of a [`crate::host_memory::HostMemory`] (pinned memory of
+    /// a mixed session's host part) behind `base`.
+    _block: Option<crate::host_memory::HostBlock>,
 }
 
 // SAFETY: access goes through `Slot`s whose use follows the module invariant.
@@ -47,7 +50,16 @@ impl Region {
     pub fn new(len: usize) -> Region {
         let data: Box<[UnsafeCell<u32>]> = (0..len).map(|_| UnsafeCell::new(0)).collect();
         let base = UnsafeCell::raw_get(data.as_ptr());
-        Region { base, len, _owned: Some(data), _lender: None }
+        Region { base, len, _owned: Some(data), _lender: None, _block: None }
+    }
+    /// A zeroed region of `len` 4-byte elements from `memory` (the pinned
+    /// allocator of a mixed session's host part, or pageable memory).
+    pub fn new_in(memory: &dyn crate::host_memory::HostMemory, len: usize) -> Result<Region, String> {
+        let block = memory.alloc(len * 4)?;
+        if block.bytes() < len * 4 || !(block.ptr() as usize).is_multiple_of(4) {
+            return Err(format!("the host allocator gave {} bytes for {} asked", block.bytes(), len * 4));
+        }
+        Ok(Region { base: block.ptr() as *mut u32, len, _owned: None, _lender: None, _block: Some(block) })
     }
     /// The zeroed memory `lent` by `comm` (at least `len` elements), kept
     /// alive by holding `comm`.
@@ -63,7 +75,7 @@ impl Region {
         // SAFETY: the lender guarantees `bytes` writable bytes at `ptr` for
         // as long as it lives, used by this region alone on this rank.
         unsafe { std::ptr::write_bytes(base, 0, len) };
-        Some(Region { base, len, _owned: None, _lender: Some(comm) })
+        Some(Region { base, len, _owned: None, _lender: Some(comm), _block: None })
     }
     /// A view of elements `offset..offset + len`, or None when out of range.
     pub fn slot(&self, offset: usize, len: usize) -> Option<Slot> {
@@ -91,6 +103,20 @@ unsafe impl Send for Slot {}
 unsafe impl Sync for Slot {}
 
 impl Slot {
+    /// A view of `len` 4-byte elements at `addr`: memory another part of a
+    /// mixed session lent ([`crate::mixed::Lent`]).
+    ///
+    /// # Safety
+    /// `addr` is 4-byte aligned and `len` elements there stay valid while
+    /// the slot is used; accesses follow the module invariant, with the
+    /// bridge's flags as the events ordering them across parts.
+    pub unsafe fn foreign(addr: usize, len: usize) -> Slot {
+        Slot { ptr: addr as *mut u32, len }
+    }
+    /// The address of the first element (what a part lends).
+    pub fn addr(&self) -> usize {
+        self.ptr as usize
+    }
     pub fn len(&self) -> usize {
         self.len
     }

@@ -38,11 +38,13 @@ mod collective;
 pub(crate) mod exec;
 pub(crate) mod mem;
 mod offers;
+mod part;
 pub(crate) mod prepare;
 mod sched;
 mod store;
 mod threads;
 
+pub(crate) use threads::global_order;
 /// Which thread runs which step (read by the cost model, `towers::cost`).
 pub use threads::{thread_plans, ThreadPlan};
 
@@ -71,11 +73,47 @@ struct Program {
 pub struct CpuBackend {
     store: Store,
     programs: Vec<Program>,
+    /// Plans reserved as parts of a mixed session, until loaded (`part`).
+    reserved: Vec<Option<part::Reserved>>,
 }
 
 impl CpuBackend {
     pub fn new() -> CpuBackend {
         CpuBackend::default()
+    }
+
+    /// A CPU backend whose arenas and variables come from `memory`: the
+    /// host part of a mixed session, in pinned memory a GPU copies directly
+    /// (`towers_runtime::mixed`).
+    pub fn with_host_memory(memory: Arc<dyn crate::host_memory::HostMemory>) -> CpuBackend {
+        CpuBackend { store: Store { memory, ..Store::default() }, ..CpuBackend::default() }
+    }
+
+    /// The threads and runner of a prepared plan (of the whole plan, or of a
+    /// part of a mixed session: `part`).
+    fn finish_load(
+        &mut self,
+        name: &str,
+        plan: &Plan,
+        prepared: Prepared,
+        part: Option<(&[bool], &Arc<crate::mixed::Bridge>)>,
+    ) -> Result<ProgramId, BackendError> {
+        let bad = BackendError::BadPlan;
+        let Prepared { arenas, vars, streams, aliases, foreign } = prepared;
+        let prepared = Prepared { arenas, vars, streams: Vec::new(), aliases, foreign };
+        let cores = std::thread::available_parallelism().map_or(usize::MAX, |n| n.get());
+        let threads = threads::thread_plans_with(plan, cores, part.map(|(s, b)| (s, b.as_ref()))).map_err(bad)?;
+        let host_joined = threads.first().is_some_and(|t| t.devices.len() > 1);
+        let mut streams: Vec<Vec<Option<Exec>>> = streams;
+        let threads: Vec<Vec<(usize, usize, Exec)>> = threads
+            .iter()
+            .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, k, x))).collect())
+            .collect();
+        let bridge = part.map(|(_, b)| Arc::clone(b));
+        let runner = Runner::new(threads, plan.num_events, name, host_joined, bridge).map_err(bad)?;
+        let stream_names = plan.streams.iter().map(|s| s.name()).collect();
+        self.programs.push(Program { plan: plan.clone(), runner, prepared, stream_names });
+        Ok(ProgramId(self.programs.len() - 1))
     }
 
     fn program(&self, id: ProgramId) -> Result<&Program, BackendError> {
@@ -100,7 +138,7 @@ impl CpuBackend {
 
     fn buf_slot(&self, id: ProgramId, r: &BufRef, len: usize) -> Result<prepare::Buf, BackendError> {
         let p = self.program(id)?;
-        let b = resolve_aliased(&p.plan, &p.prepared.arenas, &self.store, &p.prepared.aliases, r)
+        let b = resolve_aliased(&p.plan, &p.prepared.arenas, &self.store, &p.prepared.aliases, &p.prepared.foreign, r)
             .map_err(BackendError::Access)?;
         if b.slot.len() != len {
             return Err(BackendError::Access(format!(
@@ -131,22 +169,8 @@ impl Backend for CpuBackend {
     }
 
     fn load(&mut self, name: &str, plan: &Plan, comm: Arc<dyn Comm>) -> Result<ProgramId, BackendError> {
-        let bad = BackendError::BadPlan;
-        let prepared = prepare(plan, &self.store, &comm).map_err(bad)?;
-        let Prepared { arenas, vars, streams, aliases } = prepared;
-        let prepared = Prepared { arenas, vars, streams: Vec::new(), aliases };
-        let cores = std::thread::available_parallelism().map_or(usize::MAX, |n| n.get());
-        let threads = threads::thread_plans(plan, cores).map_err(bad)?;
-        let host_joined = threads.first().is_some_and(|t| t.devices.len() > 1);
-        let mut streams: Vec<Vec<Option<Exec>>> = streams;
-        let threads: Vec<Vec<(usize, usize, Exec)>> = threads
-            .iter()
-            .map(|t| t.items.iter().filter_map(|&(si, k)| streams[si][k].take().map(|x| (si, k, x))).collect())
-            .collect();
-        let runner = Runner::new(threads, plan.num_events, name, host_joined).map_err(bad)?;
-        let stream_names = plan.streams.iter().map(|s| s.name()).collect();
-        self.programs.push(Program { plan: plan.clone(), runner, prepared, stream_names });
-        Ok(ProgramId(self.programs.len() - 1))
+        let prepared = prepare(plan, &self.store, &comm).map_err(BackendError::BadPlan)?;
+        self.finish_load(name, plan, prepared, None)
     }
 
     fn run(&mut self, id: ProgramId) -> Result<(), BackendError> {
@@ -180,7 +204,7 @@ impl Backend for CpuBackend {
         if !p.plan.buffer(r).is_some_and(|b| b.kind == BufferKind::Feed) {
             return Err(BackendError::Access(format!("{} is not a feed buffer", p.plan.ref_name(r))));
         }
-        let b = resolve_aliased(&p.plan, &p.prepared.arenas, &self.store, &p.prepared.aliases, r)
+        let b = resolve_aliased(&p.plan, &p.prepared.arenas, &self.store, &p.prepared.aliases, &p.prepared.foreign, r)
             .map_err(BackendError::Access)?;
         // SAFETY: no step is running (`run` holds `&mut self` until every
         // thread is done, and `&mut self` is held here), and the slice lives

@@ -29,6 +29,17 @@ pub enum Exec {
     /// An elided copy (see [`copy_aliases`]): it does nothing but keep its
     /// place, for profiles and traces; named by its node.
     Copy(String),
+    /// A real copy between this backend's memory and another part's of a
+    /// mixed session (never elided: the two sides are different memory).
+    Transfer(Box<Transfer>),
+}
+
+/// A copy across parts of a mixed session: 4-byte cells from one view to
+/// another of the same length, never overlapping.
+pub struct Transfer {
+    pub from: Slot,
+    pub to: Slot,
+    pub node: String,
 }
 
 /// A kernel launch with resolved buffers and reserved scratch.
@@ -74,6 +85,9 @@ pub struct Prepared {
     pub streams: Vec<Vec<Option<Exec>>>,
     /// Copy destination -> the buffer it reads instead (see [`copy_aliases`]).
     pub aliases: BTreeMap<BufRef, BufRef>,
+    /// In a part of a mixed session: the other parts' buffers and variables
+    /// this part's copies name, as lent to it (empty otherwise).
+    pub foreign: BTreeMap<BufRef, Slot>,
 }
 
 /// Copies elided on the CPU backend: every device's arena and the variable
@@ -85,12 +99,17 @@ pub struct Prepared {
 /// until every reader of the copy's destination has run (memory planning
 /// and the plan verifier count a destination's accesses as its source's:
 /// `towers_codegen::liveness`), and a copy's destination is only read.
-/// Chains of copies resolve to the first source.
-pub fn copy_aliases(plan: &Plan) -> BTreeMap<BufRef, BufRef> {
+/// Chains of copies resolve to the first source. A copy with a `foreign`
+/// side (another part's memory, in a mixed session) is a real copy and
+/// ends a chain.
+pub fn copy_aliases(plan: &Plan, foreign: &BTreeMap<BufRef, Slot>) -> BTreeMap<BufRef, BufRef> {
     let mut alias: BTreeMap<BufRef, BufRef> = BTreeMap::new();
     for s in &plan.streams {
         for step in &s.steps {
             if let Step::Copy { from, to, .. } = step {
+                if foreign.contains_key(from) || foreign.contains_key(to) {
+                    continue;
+                }
                 alias.insert(to.clone(), from.clone());
             }
         }
@@ -117,13 +136,29 @@ pub fn resolve_aliased(
     arenas: &[Arc<Region>],
     store: &Store,
     aliases: &BTreeMap<BufRef, BufRef>,
+    foreign: &BTreeMap<BufRef, Slot>,
     r: &BufRef,
 ) -> Result<Buf, String> {
-    resolve(plan, arenas, store, aliases.get(r).unwrap_or(r))
+    resolve(plan, arenas, store, foreign, aliases.get(r).unwrap_or(r))
 }
 
-/// Resolve a reference to a buffer.
-pub fn resolve(plan: &Plan, arenas: &[Arc<Region>], store: &Store, r: &BufRef) -> Result<Buf, String> {
+/// Resolve a reference to a buffer: this backend's arenas and store, or
+/// memory another part lent (`foreign`, in a mixed session).
+pub fn resolve(
+    plan: &Plan,
+    arenas: &[Arc<Region>],
+    store: &Store,
+    foreign: &BTreeMap<BufRef, Slot>,
+    r: &BufRef,
+) -> Result<Buf, String> {
+    if let Some(slot) = foreign.get(r) {
+        let dtype = match r {
+            BufRef::Arena { .. } => plan.buffer(r).map(|b| b.dtype),
+            BufRef::Variable(n) => plan.variables.iter().find(|v| &v.name == n).map(|v| v.dtype),
+        };
+        let dtype = dtype.ok_or_else(|| format!("{} is not a buffer of the plan", plan.ref_name(r)))?;
+        return Ok(Buf { slot: *slot, dtype });
+    }
     match r {
         BufRef::Arena { device, buffer } => {
             let b = plan.buffer(r).ok_or_else(|| format!("buffer {device}/{buffer} does not exist"))?;
@@ -151,6 +186,28 @@ pub fn resolve(plan: &Plan, arenas: &[Arc<Region>], store: &Store, r: &BufRef) -
 /// Build the arenas and executable streams of `plan`; the store must hold
 /// its variables. Collective steps run through `comm`.
 pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepared, String> {
+    let arenas = arenas(plan, comm)?;
+    prepare_in(plan, arenas, store, comm, BTreeMap::new(), None)
+}
+
+/// The arenas of the devices a part of a mixed session serves, from the
+/// store's allocator (pinned where a GPU copies them); an unserved device
+/// gets an empty region (its buffers are another part's).
+pub fn part_arenas(plan: &Plan, store: &Store, served: &[bool]) -> Result<Vec<Arc<Region>>, String> {
+    plan.devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let len = if served.get(i).copied().unwrap_or(false) { d.arena_bytes.div_ceil(4) } else { 0 };
+            Region::new_in(&*store.memory, len)
+                .map(Arc::new)
+                .map_err(|e| format!("the arena of {} ({} B): {e}", d.device, len * 4))
+        })
+        .collect()
+}
+
+/// The arenas of a whole plan on this backend.
+fn arenas(plan: &Plan, comm: &Arc<dyn Comm>) -> Result<Vec<Arc<Region>>, String> {
     // The arenas holding gradient buckets live in memory the other ranks of
     // this host can address, where the communicator lends it (collective:
     // every rank asks for the same devices in the same order).
@@ -168,7 +225,7 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
             BufRef::Variable(_) => None,
         })
         .collect();
-    let arenas: Vec<Arc<Region>> = plan
+    Ok(plan
         .devices
         .iter()
         .enumerate()
@@ -180,10 +237,28 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
                 .and_then(|m| Region::lent(m, len, Arc::clone(comm)));
             Arc::new(lent.unwrap_or_else(|| Region::new(len)))
         })
-        .collect();
+        .collect())
+}
+
+/// [`prepare`] with the arenas made: of the whole plan, or of a part of a
+/// mixed session (`served`: the plan devices whose constants this part
+/// fills; `foreign`: the other parts' memory its copies name).
+pub fn prepare_in(
+    plan: &Plan,
+    arenas: Vec<Arc<Region>>,
+    store: &Store,
+    comm: &Arc<dyn Comm>,
+    foreign: BTreeMap<BufRef, Slot>,
+    served: Option<&[bool]>,
+) -> Result<Prepared, String> {
     let vars = plan.variables.iter().filter_map(|v| store.vars.get(&v.name).map(|x| Arc::clone(&x.region))).collect();
     for c in &plan.constants {
-        let b = resolve(plan, &arenas, store, &c.buffer)?;
+        if let (Some(served), BufRef::Arena { device, .. }) = (served, &c.buffer) {
+            if !served.get(*device).copied().unwrap_or(false) {
+                continue;
+            }
+        }
+        let b = resolve(plan, &arenas, store, &foreign, &c.buffer)?;
         if b.slot.len() != c.data.len() {
             return Err(format!(
                 "constant {} has {} values for {} elements",
@@ -200,9 +275,9 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
             }
         }
     }
-    let aliases = copy_aliases(plan);
+    let aliases = copy_aliases(plan, &foreign);
     let resolve = |plan: &Plan, arenas: &[Arc<Region>], store: &Store, r: &BufRef| {
-        resolve_aliased(plan, arenas, store, &aliases, r)
+        resolve_aliased(plan, arenas, store, &aliases, &foreign, r)
     };
     let mut streams = Vec::new();
     for s in &plan.streams {
@@ -215,15 +290,20 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
                 Step::Record(e) => Exec::Record(*e),
                 Step::Wait(e) => Exec::Wait(*e),
                 Step::Copy { from, to, bytes, node } => {
-                    // Checked against the plan's own buffers, then elided.
+                    // Checked against the plan's own buffers, then elided
+                    // (or, across parts of a mixed session, copied).
                     let (f, t) = (
-                        resolve_aliased(plan, &arenas, store, &BTreeMap::new(), from)?,
-                        resolve_aliased(plan, &arenas, store, &BTreeMap::new(), to)?,
+                        resolve_aliased(plan, &arenas, store, &BTreeMap::new(), &foreign, from)?,
+                        resolve_aliased(plan, &arenas, store, &BTreeMap::new(), &foreign, to)?,
                     );
                     if f.slot.len() != t.slot.len() || f.slot.len() * 4 != *bytes || f.slot.overlaps(&t.slot) {
                         return Err(format!("copy '{node}' has mismatched or overlapping buffers"));
                     }
-                    Exec::Copy(node.clone())
+                    if foreign.contains_key(from) || foreign.contains_key(to) {
+                        Exec::Transfer(Box::new(Transfer { from: f.slot, to: t.slot, node: node.clone() }))
+                    } else {
+                        Exec::Copy(node.clone())
+                    }
                 }
                 Step::AllReduce { buffers, node }
                 | Step::Reduce { buffers, node, .. }
@@ -296,5 +376,5 @@ pub fn prepare(plan: &Plan, store: &Store, comm: &Arc<dyn Comm>) -> Result<Prepa
         }
         streams.push(execs);
     }
-    Ok(Prepared { arenas, vars, streams, aliases })
+    Ok(Prepared { arenas, vars, streams, aliases, foreign })
 }

@@ -98,6 +98,7 @@ fn label(x: &Exec, step: usize) -> ItemLabel {
         Exec::Wait(e) => ("wait", format!("event {e}")),
         Exec::Record(e) => ("record", format!("event {e}")),
         Exec::Copy(node) => ("copy", node.clone()),
+        Exec::Transfer(t) => ("copy", t.node.clone()),
     };
     ItemLabel { kind, node, step }
 }
@@ -130,6 +131,7 @@ impl Runner {
         num_events: usize,
         program: &str,
         host_joined: bool,
+        bridge: Option<Arc<crate::mixed::Bridge>>,
     ) -> Result<Runner, String> {
         let shared = Arc::new(Shared {
             start: Mutex::new(Start { gen: 0, shutdown: false }),
@@ -172,7 +174,18 @@ impl Runner {
             profiling: AtomicBool::new(false),
             tracing: AtomicBool::new(false),
             epoch: Instant::now(),
+            bridge,
         });
+        // A record of a bridged event in another host part rings this
+        // program's threads asleep on it.
+        if let Some(b) = &shared.bridge {
+            let weak = Arc::downgrade(&shared);
+            b.add_ringer(Arc::new(move |e| {
+                if let Some(sh) = weak.upgrade() {
+                    sh.ring(e);
+                }
+            }));
+        }
         let labels: Vec<Vec<(usize, ItemLabel)>> =
             threads.iter().map(|t| t.iter().map(|(si, k, x)| (*si, label(x, *k))).collect()).collect();
         let clocks: Vec<Arc<Clocks>> = threads
@@ -381,7 +394,7 @@ mod tests {
     fn lanes_run_as_their_events_allow() {
         let host = vec![(0, 0, Exec::Wait(1)), (1, 0, Exec::Record(0))];
         let worker = vec![(2, 0, Exec::Wait(0)), (2, 1, Exec::Record(1))];
-        let mut runner = Runner::new(vec![host, worker], 2, "lanes", false).expect("starts");
+        let mut runner = Runner::new(vec![host, worker], 2, "lanes", false, None).expect("starts");
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
             for _ in 0..3 {
@@ -398,7 +411,7 @@ mod tests {
     /// A plan without streams (a verified plan may have none) runs as nothing.
     #[test]
     fn a_plan_without_threads_steps() {
-        let mut runner = Runner::new(Vec::new(), 0, "empty", false).expect("starts");
+        let mut runner = Runner::new(Vec::new(), 0, "empty", false, None).expect("starts");
         assert!(runner.step().is_ok());
         assert_eq!(runner.steps_run(), 1);
     }

@@ -19,9 +19,16 @@ pub struct Var {
 }
 
 /// Variables by name.
-#[derive(Default)]
 pub struct Store {
     pub vars: BTreeMap<String, Var>,
+    /// Where new variables' memory comes from (pinned in a mixed session's host part).
+    pub memory: Arc<dyn crate::host_memory::HostMemory>,
+}
+
+impl Default for Store {
+    fn default() -> Store {
+        Store { vars: BTreeMap::new(), memory: Arc::new(crate::host_memory::Pageable) }
+    }
 }
 
 impl Store {
@@ -34,7 +41,7 @@ impl Store {
         if init.len() != n || !init.fits(dtype) {
             return Err(format!("variable '{name}' is {dtype}{shape:?}; its initial values do not fit"));
         }
-        let region = Region::new(n);
+        let region = Region::new_in(&*self.memory, n)?;
         // SAFETY: the region is new and not shared yet.
         unsafe { region.all().write(init) };
         self.vars.insert(name.to_string(), Var { dtype, shape: shape.to_vec(), region: Arc::new(region) });

@@ -32,6 +32,14 @@ pub struct ThreadPlan {
 /// A sequential execution order of all steps, or the stuck streams if the
 /// plan's events cannot be satisfied.
 pub fn global_order(plan: &Plan) -> Result<Vec<(usize, usize)>, String> {
+    global_order_with(plan, &|_| false)
+}
+
+/// [`global_order`] with the events `external` says are recorded elsewhere
+/// (by another part of a mixed session) taken as recorded from the start:
+/// a part's own order. The whole plan's order, checked by the mixed
+/// backend, is what guarantees those records come.
+pub fn global_order_with(plan: &Plan, external: &dyn Fn(usize) -> bool) -> Result<Vec<(usize, usize)>, String> {
     let mut recorded = vec![false; plan.num_events];
     let mut pos = vec![0usize; plan.streams.len()];
     let total: usize = plan.streams.iter().map(|s| s.steps.len()).sum();
@@ -49,7 +57,7 @@ pub fn global_order(plan: &Plan) -> Result<Vec<(usize, usize)>, String> {
             for (si, s) in plan.streams.iter().enumerate() {
                 while let Some(step) = s.steps.get(pos[si]) {
                     match step {
-                        Step::Wait(e) if !recorded.get(*e).copied().unwrap_or(false) => break,
+                        Step::Wait(e) if !recorded.get(*e).copied().unwrap_or(false) && !external(*e) => break,
                         st if is_work(st) => break,
                         Step::Record(e) => {
                             if let Some(r) = recorded.get_mut(*e) {
@@ -105,8 +113,27 @@ pub fn global_order(plan: &Plan) -> Result<Vec<(usize, usize)>, String> {
 /// alone (a tower's lanes behind a blocked all-reduce could hold up the
 /// other rank).
 pub fn thread_plans(plan: &Plan, cores: usize) -> Result<Vec<ThreadPlan>, String> {
-    let order = global_order(plan)?;
-    let mut devices: Vec<Device> = plan.streams.iter().map(|s| s.device).collect();
+    thread_plans_with(plan, cores, None)
+}
+
+/// [`thread_plans`] for a part of a mixed session (`part`: per plan device
+/// whether this part serves it, and the bridge of the events crossing
+/// parts): threads only for the served devices, waits on bridged events
+/// taken as satisfied (see [`global_order_with`]).
+pub fn thread_plans_with(
+    plan: &Plan,
+    cores: usize,
+    part: Option<(&[bool], &crate::mixed::Bridge)>,
+) -> Result<Vec<ThreadPlan>, String> {
+    let order = match part {
+        Some((_, bridge)) => global_order_with(plan, &|e| bridge.is_bridged(e))?,
+        None => global_order(plan)?,
+    };
+    let served = |d: &Device| match part {
+        Some((served, _)) => plan.devices.iter().zip(served).any(|(p, s)| *s && p.device == *d),
+        None => true,
+    };
+    let mut devices: Vec<Device> = plan.streams.iter().map(|s| s.device).filter(served).collect();
     devices.sort();
     devices.dedup();
     let collective = plan.streams.iter().any(|s| {

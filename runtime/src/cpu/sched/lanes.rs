@@ -96,7 +96,7 @@ impl Work {
 
 /// Whether an item is work (a launch or a collective) rather than bookkeeping.
 fn is_work(x: &Exec) -> bool {
-    matches!(x, Exec::Launch(_) | Exec::AllReduce(_))
+    matches!(x, Exec::Launch(_) | Exec::AllReduce(_) | Exec::Transfer(_))
 }
 
 /// Run one item; `failed` is the thread's failure flag.
@@ -120,6 +120,9 @@ fn run_item(x: &mut Exec, failed: &mut bool, gen: u64, sh: &Shared) {
             }
         }
         _ if *failed => {}
+        // SAFETY: the two views never overlap (checked at load) and the
+        // bridge's flags order them against the other part (super::mem).
+        Exec::Transfer(t) => unsafe { t.to.f32_mut().copy_from_slice(t.from.f32()) },
         Exec::Launch(l) => {
             let step = sh.step_base.load(Ordering::Relaxed).wrapping_add(gen - 1);
             // SAFETY: the schedule's events order every cross-stream access (super::mem).
@@ -246,7 +249,10 @@ pub(super) fn run_thread(work: &mut Work, clocks: &Clocks, gen: u64, sh: &Shared
                 watch = lock.lock().unwrap_or_else(|p| p.into_inner());
             }
             while waiting(lanes, pos) && !sh.board.has_open() {
-                watch = cv.wait(watch).unwrap_or_else(|p| p.into_inner());
+                watch = match sh.poll() {
+                    Some(t) => cv.wait_timeout(watch, t).unwrap_or_else(|p| p.into_inner()).0,
+                    None => cv.wait(watch).unwrap_or_else(|p| p.into_inner()),
+                };
             }
             if worker {
                 sh.awake.fetch_add(1, Ordering::AcqRel);

@@ -87,6 +87,9 @@ pub(super) struct Shared {
     pub(super) tracing: AtomicBool,
     /// The origin of traced times.
     pub(super) epoch: Instant,
+    /// In a part of a mixed session: the flags of the events crossing
+    /// parts, which `record` sets and `recorded` reads instead of `events`.
+    pub(super) bridge: Option<std::sync::Arc<crate::mixed::Bridge>>,
 }
 
 impl Shared {
@@ -141,13 +144,33 @@ impl Shared {
 
     #[inline]
     pub(super) fn recorded(&self, e: usize, gen: u64) -> bool {
-        self.events[e].load(Ordering::Acquire) >= gen
+        match &self.bridge {
+            Some(b) if b.is_bridged(e) => b.recorded(e),
+            _ => self.events[e].load(Ordering::Acquire) >= gen,
+        }
     }
 
-    /// Stamp event `e` and ring the bell of every thread asleep on it.
+    /// Stamp event `e` and ring the bell of every thread asleep on it (a
+    /// bridged event: set its flag, which rings every host part).
     #[inline]
     pub(super) fn record(&self, e: usize, gen: u64) {
-        self.events[e].store(gen, Ordering::Release);
+        match &self.bridge {
+            Some(b) if b.is_bridged(e) => b.record(e),
+            _ => {
+                self.events[e].store(gen, Ordering::Release);
+                self.ring(e);
+            }
+        }
+    }
+
+    /// Whether a sleeping thread must look at the events again on its own:
+    /// a GPU part's write of a bridged flag rings nobody.
+    pub(super) fn poll(&self) -> Option<std::time::Duration> {
+        self.bridge.as_ref().map(|b| b.poll_interval())
+    }
+
+    /// Ring the bell of every thread asleep on event `e`.
+    pub(super) fn ring(&self, e: usize) {
         for &t in &self.waiters[e] {
             let (lock, cv) = &self.bells[t];
             let watch = lock.lock().unwrap_or_else(|p| p.into_inner());
