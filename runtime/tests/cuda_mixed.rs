@@ -1,0 +1,205 @@
+//! The CUDA backend as a part of a mixed session (issue 21): `cpu:*`
+//! devices served by a CPU backend whose arenas, variables and bridge flags
+//! are pinned host memory (`CudaBackend::pinned_host`), `gpu:*` devices by
+//! the CUDA backend; copies between them are `cuMemcpyHtoDAsync` /
+//! `cuMemcpyDtoHAsync`, events crossing them stream memory operations on
+//! the pinned flags.
+//!
+//! What holds it (on a GPU; without one every test says SKIPPED, or fails
+//! under `TOWERS_REQUIRE_GPU`):
+//! - the seed MLP and convnet, 1, 2 and 4 towers (logical GPUs on the
+//!   machine's GPUs), variables on `cpu:0`, `gpu:0` or round-robin, CUDA
+//!   graphs on: losses, eval predictions and every variable equal the CPU
+//!   backend's within 1e-4 relative (`cuda_backend.rs`'s tolerance and
+//!   reasons);
+//! - a host part in pageable memory beside a CUDA part is refused at load,
+//!   naming the pageable memory;
+//! - pinned blocks are zeroed, aligned and say they are pinned.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use towers::compiler::{compile_eval, compile_train, CompileOptions};
+use towers::data::Dataset;
+use towers::models::{build, Model, ModelKind, ModelSpec};
+use towers::passes::VarPlacement;
+use towers_graph::{Device, Optimizer, F32};
+use towers_runtime::cuda::{available, CudaBackend, CudaUnavailable};
+use towers_runtime::host_memory::{HostMemory, Pageable};
+use towers_runtime::mixed::{MixedBackend, Part};
+use towers_runtime::{Backend, CpuBackend, Session};
+use towers_vocab::DeviceKind;
+
+const TOL: f32 = 1e-4;
+
+/// Without a GPU: a loud skip, or a failure under `TOWERS_REQUIRE_GPU`.
+fn skip(test: &str, why: &CudaUnavailable) {
+    match towers_kernels::require_gpu::no_gpu(&format!("{test} (GPU parts)"), &why.to_string()) {
+        Ok(skipped) => eprintln!("{skipped}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+/// The CUDA backend, or None after a loud skip.
+fn cuda(test: &str) -> Option<CudaBackend> {
+    match available().and_then(|()| CudaBackend::new()) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            skip(test, &e);
+            None
+        }
+    }
+}
+
+/// A mixed session: the host part in `memory` (the CUDA backend's pinned
+/// memory unless `pageable`), the GPU part the CUDA backend.
+fn mixed(cuda: CudaBackend, pageable: bool) -> MixedBackend {
+    let memory: Arc<dyn HostMemory> = if pageable { Arc::new(Pageable) } else { cuda.pinned_host() };
+    let parts: Vec<(DeviceKind, Box<dyn Part>)> = vec![
+        (DeviceKind::Cpu, Box::new(CpuBackend::with_host_memory(Arc::clone(&memory)))),
+        (DeviceKind::Gpu, Box::new(cuda)),
+    ];
+    MixedBackend::new("cpu+cuda", parts, memory).expect("the parts start")
+}
+
+fn model(kind: ModelKind, input: [usize; 3], hidden: Vec<usize>) -> Model {
+    let mut s = ModelSpec::new(kind, input, 10);
+    s.hidden = hidden;
+    s.seed = 7;
+    build(&s).expect("the seed models build")
+}
+
+fn data(m: &Model, batch: usize, steps: usize) -> Vec<(Vec<f32>, Vec<i32>)> {
+    let [h, w, c] = m.spec.input;
+    let d = Dataset::synthetic(batch * steps, h, w, c, 10, 3).expect("synthetic data");
+    let px = h * w * c;
+    (0..steps)
+        .map(|s| {
+            (d.images()[s * batch * px..(s + 1) * batch * px].to_vec(), d.labels()[s * batch..(s + 1) * batch].to_vec())
+        })
+        .collect()
+}
+
+struct Trained {
+    /// Losses, then the eval predictions, then every variable.
+    values: BTreeMap<String, Vec<f32>>,
+    note: String,
+}
+
+fn train(backend: Box<dyn Backend>, m: &Model, o: &CompileOptions, batches: &[(Vec<f32>, Vec<i32>)]) -> Trained {
+    let c = compile_train(&m.graph, &m.loss, o).expect("compiles");
+    let e = compile_eval(&m.graph, &[("predictions", &m.predictions)], batches[0].1.len()).expect("compiles eval");
+    let mut s = Session::with_backend(m.spec.seed, backend);
+    s.load("train", c.plan).expect("loads");
+    s.load("eval", e.plan).expect("loads eval");
+    let mut values = BTreeMap::new();
+    let mut losses = Vec::new();
+    for (x, y) in batches {
+        s.feed("train", &m.images, x).expect("feed");
+        s.feed("train", &m.labels, y).expect("feed");
+        s.run("train").expect("runs");
+        losses.push(s.fetch::<f32>("train", "loss").expect("loss")[0]);
+    }
+    values.insert(" losses".to_string(), losses);
+    s.feed("eval", &m.images, &batches[0].0).expect("feed eval");
+    s.run("eval").expect("eval runs");
+    let p = s.fetch::<i32>("eval", "predictions").expect("predictions");
+    values.insert(" predictions".to_string(), p.into_iter().map(|v| v as f32).collect());
+    for name in s.variable_names() {
+        let v = s
+            .variable::<f32>(&name)
+            .unwrap_or_else(|_| s.variable::<i32>(&name).expect("variable").into_iter().map(|x| x as f32).collect());
+        values.insert(name, v);
+    }
+    Trained { values, note: s.backend_note() }
+}
+
+/// Largest relative difference (|a-b| / max(1, |b|)) and where.
+fn worst(a: &Trained, b: &Trained) -> (f32, String) {
+    let mut w = (0f32, String::from("-"));
+    for (name, vb) in &b.values {
+        let Some(va) = a.values.get(name) else { return (f32::INFINITY, format!("{name} missing")) };
+        if va.len() != vb.len() {
+            return (f32::INFINITY, format!("{name} has {} values, not {}", va.len(), vb.len()));
+        }
+        for (x, y) in va.iter().zip(vb) {
+            let d = if x == y { 0.0 } else { (x - y).abs() / y.abs().max(1.0) };
+            if d > w.0 || d.is_nan() {
+                w = (d, name.trim().to_string());
+            }
+        }
+    }
+    w
+}
+
+#[test]
+fn a_cuda_part_beside_a_pinned_host_part_matches_the_cpu_backend() {
+    let test = "a_cuda_part_beside_a_pinned_host_part_matches_the_cpu_backend";
+    let Some(probe) = cuda(test) else { return };
+    let gpu = probe.device();
+    drop(probe);
+    let adam = Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) };
+    let momentum = Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false };
+    let cases = [
+        ("mlp 784-256-256-10", model(ModelKind::Mlp, [28, 28, 1], vec![256, 256]), adam.clone(), 64),
+        ("mlp 64-16-10", model(ModelKind::Mlp, [8, 8, 1], vec![16]), momentum, 24),
+        ("convnet 28x28", model(ModelKind::Convnet, [28, 28, 1], vec![]), adam, 16),
+    ];
+    let mut failures = Vec::new();
+    for (name, m, opt, batch) in &cases {
+        let batches = data(m, *batch, 4);
+        for towers in [1u32, 2, 4] {
+            for vars in [VarPlacement::Cpu, VarPlacement::Gpu0, VarPlacement::RoundRobin] {
+                let mut o = CompileOptions::new(opt.clone(), *batch);
+                o.towers = (0..towers).map(Device::gpu).collect();
+                o.variables = vars;
+                let cpu = train(Box::new(CpuBackend::new()), m, &o, &batches);
+                let t = Instant::now();
+                let Some(c) = cuda(test) else { return };
+                let got = train(Box::new(mixed(c, false)), m, &o, &batches);
+                let (d, at) = worst(&got, &cpu);
+                eprintln!(
+                    "{gpu}: {name}, {towers} tower(s), variables {vars:?}: max rel diff {d:.2e} at {at} ({:.2}s)\n  {}",
+                    t.elapsed().as_secs_f64(),
+                    got.note.replace('\n', "\n  ")
+                );
+                if d.is_nan() || d > TOL {
+                    failures.push(format!("{name}, {towers} towers, {vars:?}: {at} differs by {d:e}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "the mixed session differs from the CPU backend:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn pageable_host_memory_beside_a_cuda_part_is_refused_at_load() {
+    let Some(c) = cuda("pageable_host_memory_beside_a_cuda_part_is_refused_at_load") else { return };
+    let m = model(ModelKind::Mlp, [8, 8, 1], vec![16]);
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+    o.towers = vec![Device::gpu(0)];
+    o.variables = VarPlacement::Cpu;
+    let plan = compile_train(&m.graph, &m.loss, &o).expect("compiles").plan;
+    let mut s = Session::with_backend(1, Box::new(mixed(c, true)));
+    let e = s.load("train", plan).expect_err("pageable host memory cannot be a CUDA copy's other end");
+    assert!(e.to_string().contains("pageable"), "{e}");
+}
+
+#[test]
+fn pinned_host_blocks_are_zeroed_aligned_and_pinned() {
+    let Some(c) = cuda("pinned_host_blocks_are_zeroed_aligned_and_pinned") else { return };
+    let memory = c.pinned_host();
+    assert!(memory.pinned());
+    for n in [1usize, 10, 4096, 1 << 20] {
+        let b = memory.alloc(n).expect("pinned allocation");
+        assert!(b.bytes() >= n && b.ptr() as usize % 4 == 0);
+        // SAFETY: the block is ours and at least `n` bytes long.
+        let s = unsafe { std::slice::from_raw_parts(b.ptr(), n) };
+        assert!(s.iter().all(|&x| x == 0), "a block of {n} bytes is zeroed");
+    }
+    // A block outlives nothing it needs: freed after the backend is gone.
+    let b = memory.alloc(64).expect("pinned allocation");
+    drop(c);
+    drop(b);
+}
