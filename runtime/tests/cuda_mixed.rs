@@ -203,3 +203,81 @@ fn pinned_host_blocks_are_zeroed_aligned_and_pinned() {
     drop(c);
     drop(b);
 }
+
+fn median_ms(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The median full step (feed, run, loss fetch) and run alone, ms, of
+/// `steps` steps after `warm`, and the session's backend note.
+fn time_steps(
+    backend: Box<dyn Backend>,
+    m: &Model,
+    o: &CompileOptions,
+    warm: usize,
+    steps: usize,
+) -> (f64, f64, String) {
+    let batches = data(m, o.batch, 2);
+    let c = compile_train(&m.graph, &m.loss, o).expect("compiles");
+    let mut s = Session::with_backend(1, backend);
+    s.load("train", c.plan).expect("loads");
+    let (mut full, mut run) = (Vec::new(), Vec::new());
+    let mut loss = [0f32];
+    for i in 0..warm + steps {
+        let (x, y) = &batches[i % batches.len()];
+        let t = Instant::now();
+        s.feed("train", &m.images, x).expect("feed");
+        s.feed("train", &m.labels, y).expect("feed");
+        let t_run = Instant::now();
+        s.run("train").expect("runs");
+        let r = t_run.elapsed().as_secs_f64() * 1e3;
+        s.fetch_into("train", "loss", &mut loss).expect("loss");
+        assert!(loss[0].is_finite(), "the loss stays finite");
+        if i >= warm {
+            full.push(t.elapsed().as_secs_f64() * 1e3);
+            run.push(r);
+        }
+    }
+    (median_ms(full), median_ms(run), s.backend_note().replace('\n', "; "))
+}
+
+/// Not an assertion: the seeds' question, host or GPU 0 variables, in
+/// numbers. Step times (median of 30 after 5) of the seed MLP and convnet
+/// at batch 256 and 1024, 1, 2 and 4 towers, variables on the host
+/// (`cpu`, updated by the CPU part), on GPU 0 (`gpu0`) or round-robin,
+/// CUDA graphs on; beside each tower count, the same plan with variables
+/// on the host run wholly on the GPU (the standalone CUDA backend, which
+/// keeps cpu:0 in device memory).
+#[test]
+fn time_the_placements_in_a_mixed_session() {
+    let test = "time_the_placements_in_a_mixed_session";
+    let Some(probe) = cuda(test) else { return };
+    let gpu = probe.device();
+    drop(probe);
+    let sgd = Optimizer::Sgd { lr: F32(0.05) };
+    let mlp = model(ModelKind::Mlp, [28, 28, 1], vec![256, 256]);
+    let conv = model(ModelKind::Convnet, [28, 28, 1], vec![]);
+    for (name, m) in [("mlp 784-256-256-10", &mlp), ("convnet", &conv)] {
+        for batch in [256usize, 1024] {
+            for towers in [1u32, 2, 4] {
+                let mut o = CompileOptions::new(sgd.clone(), batch);
+                o.towers = (0..towers).map(Device::gpu).collect();
+                o.variables = VarPlacement::Cpu;
+                let Some(c) = cuda(test) else { return };
+                let (full, run, note) = time_steps(Box::new(c), m, &o, 5, 30);
+                eprintln!(
+                    "MIXED STEP [{gpu}] {name} batch {batch} x{towers} all on the GPU (standalone CUDA backend): median {full:.3} ms per step (feed + run + loss fetch), run alone {run:.3} ms [{note}]"
+                );
+                for vars in [VarPlacement::Cpu, VarPlacement::Gpu0, VarPlacement::RoundRobin] {
+                    o.variables = vars;
+                    let Some(c) = cuda(test) else { return };
+                    let (full, run, note) = time_steps(Box::new(mixed(c, false)), m, &o, 5, 30);
+                    eprintln!(
+                        "MIXED STEP [{gpu}] {name} batch {batch} x{towers} variables {vars:?} (mixed session): median {full:.3} ms per step, run alone {run:.3} ms [{note}]"
+                    );
+                }
+            }
+        }
+    }
+}

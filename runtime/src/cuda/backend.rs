@@ -24,6 +24,7 @@ use cudarc::driver::result as drv;
 use towers_codegen::{BufRef, Plan, Step, VariableDecl};
 
 use super::driver::{derr, DevMem};
+use super::lower::Op;
 use super::trace::Tracer;
 use super::{CudaBackend, Var};
 use crate::backend::{Backend, BackendError, HostSlice, HostSliceMut, Profiled, ProgramId};
@@ -251,7 +252,17 @@ impl Backend for CudaBackend {
     }
 
     fn program_note(&self, id: ProgramId) -> Option<String> {
-        self.programs.get(id.0).map(|p| p.graph.describe())
+        let p = self.programs.get(id.0)?;
+        let items = || p.streams.iter().flat_map(|s| &s.items);
+        let flags = items().filter(|i| matches!(i.op, Op::Signal(_) | Op::WaitFlag(_))).count();
+        let host = items().filter(|i| matches!(i.op, Op::CopyHtoD { .. } | Op::CopyDtoH { .. })).count();
+        if flags + host == 0 {
+            return Some(p.graph.describe());
+        }
+        Some(format!(
+            "{}; {host} copies to or from pinned host memory, {flags} event records and waits crossing to the host part as stream memory operations",
+            p.graph.describe()
+        ))
     }
 
     fn device_note(&self, gpus: &[String]) -> String {
@@ -262,7 +273,10 @@ impl Backend for CudaBackend {
             0 | 1 => gpus.concat(),
             n => format!("{} and {}", gpus[..n - 1].join(", "), gpus[n - 1]),
         };
-        let how = if gpus.len() > 1 { ", as separate streams" } else { "" };
+        let how = if gpus.len() > 1 { ", as separate streams of one context" } else { "" };
+        if self.as_part {
+            return format!("{names} run on the one CUDA device {}{how}", self.device());
+        }
         format!("{names} run on the one CUDA device {}{how}; cpu:0's steps and variables run on it too", self.device())
     }
 }

@@ -179,6 +179,9 @@ pub struct CudaBackend {
     gpu_name: String,
     /// Capture steps as CUDA graphs where a program allows it ([`graph`]).
     graphs: bool,
+    /// Whether this backend serves a mixed session's `gpu:*` devices
+    /// ([`part`]): the host's devices are then not on the GPU.
+    as_part: bool,
 }
 
 // SAFETY: the raw handles (functions, streams, events, cuBLAS handles,
@@ -208,6 +211,7 @@ impl CudaBackend {
             ctx,
             gpu_name,
             graphs: true,
+            as_part: false,
         })
     }
 

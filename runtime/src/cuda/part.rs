@@ -188,6 +188,7 @@ impl Part for CudaBackend {
             )));
         }
         let arenas = self.arenas(plan, served)?;
+        self.as_part = true;
         self.reserved.push(Some(Reserved { plan: plan.clone(), arenas }));
         Ok(Reservation(self.reserved.len() - 1))
     }
