@@ -30,7 +30,10 @@ import time
 import numpy as np
 
 WARM, STEPS, LR = 20, 200, 0.05
-CASES = [("mlp", 256), ("mlp", 1024), ("convnet", 256)]
+CASES = [("mlp", 256), ("mlp", 1024), ("convnet", 256), ("convnet", 1024)]
+# ANCHOR_STEPS=N: N timed steps (after WARM) instead of 200 (bench/gpu_check.sh
+# uses fewer, to keep its call within its time).
+STEPS = int(os.environ.get("ANCHOR_STEPS", STEPS))
 
 
 def batch(model, n, seed):

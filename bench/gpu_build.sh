@@ -15,6 +15,11 @@
 #                 backend (seed models, 1 and 2 towers, every other kernel),
 #                 CUDA graphs against eager steps, in-place feeds, a traced
 #                 step, and the step-time benchmark (STEP TIME lines)
+#   cuda_mixed    runtime/tests/cuda_mixed   the CUDA backend as a mixed
+#                 session's part beside a pinned host part (issue 21): exact
+#                 against the CPU backend (1/2/4 towers x variables cpu,
+#                 gpu0, round-robin), and the placements' step times
+#                 (MIXED STEP lines)
 #   cubin_cache   runtime/tests/cubin_cache  the on-disk cubin cache, real NVRTC
 #   nccl          runtime/tests/nccl         only with GPU_BUILD_NCCL=1
 #                 (--features nccl: rebuilds the runtime and its dependents)
@@ -51,14 +56,14 @@ for line in sys.stdin:
 list=$(mktemp)
 trap 'rm -f "$list"' EXIT
 executables -p towers-kernels --test cuda_twins >>"$list"
-executables -p towers-runtime --test cuda_backend --test cubin_cache >>"$list"
+executables -p towers-runtime --test cuda_backend --test cuda_mixed --test cubin_cache >>"$list"
 if [ "${GPU_BUILD_NCCL:-0}" = 1 ]; then
   executables -p towers-runtime --features nccl --test nccl >>"$list"
 fi
 
 rm -rf "$dest"
 mkdir -p "$dest"
-want="cuda_twins cuda_backend cubin_cache"
+want="cuda_twins cuda_backend cuda_mixed cubin_cache"
 [ "${GPU_BUILD_NCCL:-0}" = 1 ] && want="$want nccl"
 for name in $want; do
   path=$(awk -v n="$name" '$1 == n { p = $2 } END { print p }' "$list")

@@ -16,11 +16,19 @@
 #      1 and 2 towers; every other kernel), CUDA graphs against eager steps
 #      bit for bit, in-place feeds, a traced step, and the CUDA step
 #      benchmark (its STEP TIME lines);
-#   4. cubin_cache: the on-disk cubin cache with the real NVRTC;
-#   5. nccl (if built: GPU_BUILD_NCCL=1): a bucket through ncclAllReduce.
+#   4. cuda_mixed (issue 21): the CUDA backend as a mixed session's part
+#      beside a pinned host part, exact against the CPU backend (seed models,
+#      1/2/4 towers, variables cpu / gpu0 / round-robin, graphs on), pageable
+#      host memory refused, and the placements' step times at batch 256 and
+#      1024 (MIXED STEP lines: host or GPU 0 variables, in numbers);
+#   5. cubin_cache: the on-disk cubin cache with the real NVRTC;
+#   6. nccl (if built: GPU_BUILD_NCCL=1): a bucket through ncclAllReduce;
+#   7. anchors (if python3 imports torch): bench/gpu_anchors.py torch, the
+#      seed models at batch 256 and 1024 in PyTorch, eager and CUDA graph
+#      (ANCHOR lines, ANCHOR_STEPS=50), with what time is left.
 #
 # Every figure is printed with the GPU's name. Logs and summary.txt go to
-# $OUT (the device tool brings back at most 8 files: this writes 5 at most), else
+# $OUT (the device tool brings back at most 8 files: this writes 7 at most), else
 # /tmp/towers-gpu-check. Exit 0 only when every part passed.
 #
 #   --preflight       run the preflight alone and exit (0: ready)
@@ -72,7 +80,7 @@ export LD_LIBRARY_PATH="/tmp/nccl-link${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PAT
 say "gpu_check $(date -u +%FT%TZ) in $PWD, binaries from $bin"
 [ -f "$bin/manifest.txt" ] || fail_pre "no $bin/manifest.txt: build the binaries here first with bash bench/gpu_build.sh, then carry $bin"
 sed 's/^/  /' "$bin/manifest.txt" | tee -a "$summary"
-for b in cuda_twins cuda_backend cubin_cache; do
+for b in cuda_twins cuda_backend cuda_mixed cubin_cache; do
   [ -x "$bin/$b" ] || fail_pre "$bin/$b is missing or not executable (rebuild with bench/gpu_build.sh)"
 done
 [ -d kernels/tests/cuda_twins/snapshots ] || fail_pre "no kernels/tests/cuda_twins/snapshots here: run from the repository root"
@@ -130,11 +138,24 @@ part() {
   fi
 }
 
-part cuda_twins 150 "^device 0|kernels checked on the GPU|lowerings of|FAILED$" --nocapture --test-threads 1
-part cuda_backend 270 "^test |STEP TIME|MAX REL|max rel|graph run|eager run|CUDA backend on" --nocapture --test-threads 1
-part cubin_cache 45 "^test |cubin" --nocapture
+part cuda_twins 110 "^device 0|kernels checked on the GPU|lowerings of|FAILED$" --nocapture --test-threads 1
+part cuda_backend 200 "^test |STEP TIME|MAX REL|max rel|graph run|eager run|CUDA backend on" --nocapture --test-threads 1
+part cuda_mixed 150 "^test |MIXED STEP|max rel diff" --nocapture --test-threads 1
+part cubin_cache 30 "^test |cubin" --nocapture
 if [ -x "$bin/nccl" ]; then
-  TOWERS_REQUIRE_NCCL=1 part nccl 45 "^test |all-reduce|NCCL" --nocapture --test-threads 1
+  TOWERS_REQUIRE_NCCL=1 part nccl 40 "^test |all-reduce|NCCL" --nocapture --test-threads 1
+fi
+# The PyTorch anchors (not a check: figures beside the MIXED STEP lines),
+# with what time is left; a missing torch is said, not failed.
+left=$((deadline - SECONDS - 5))
+if [ "$left" -ge 20 ] && python3 -c 'import torch' >/dev/null 2>&1; then
+  echo
+  echo "===== anchors ($(date -u +%T), at most ${left}s)"
+  ANCHOR_STEPS=50 timeout "$left" python3 bench/gpu_anchors.py torch >"$outd/anchors.log" 2>&1
+  say "anchors: exit $? (bench/gpu_anchors.py torch, 50 steps after 20)"
+  grep -E "^ANCHOR|^torch " "$outd/anchors.log" | cut -c1-300 | sed "s/^/[$gpu] /" | tee -a "$summary"
+else
+  say "anchors: NOT RUN (no torch for python3, or ${left}s left)"
 fi
 
 echo
