@@ -43,6 +43,16 @@
 //! claims (capture, and the cost per crossing) are unmeasured until a GPU
 //! is lent; see docs/cuda.md.
 //!
+//! **Enqueue order.** A `cuStreamWaitValue32` blocks the hardware queue
+//! its stream is mapped to (a GPU has few: streams share them), and CUDA
+//! does not see the dependency it expresses (the driver's documentation
+//! warns of exactly this deadlock). So a part's items are enqueued in the
+//! whole plan's sequential order (`crate::cpu::global_order`, over every
+//! part's streams), not in the standalone backend's round robin
+//! ([`part_order`]): for every wait on a host record, each `Signal` the
+//! host's record depends on comes earlier in that order, so in any queue
+//! they share the write is ahead of the wait.
+//!
 //! Invariants: the lent addresses of this part are device addresses (only
 //! this part ever addresses them); a reservation's arenas move into the
 //! program at [`Part::load_part`], unmoved (their device addresses are
@@ -250,6 +260,27 @@ pub(crate) fn flag_addresses(
     Ok(flags)
 }
 
+/// The host's enqueue order of a part's items (`(stream, item)`), from
+/// the whole plan's sequential order `global` (`(stream, step)`) and, per
+/// plan stream, the plan step of each of its items here (in stream
+/// order; unserved streams have none): each step's items where the step
+/// falls. An item the order never reaches is an error.
+pub(crate) fn part_order(global: &[(usize, usize)], item_steps: &[Vec<usize>]) -> Result<Vec<(usize, usize)>, String> {
+    let mut pos = vec![0usize; item_steps.len()];
+    let mut order = Vec::with_capacity(item_steps.iter().map(Vec::len).sum());
+    for &(s, j) in global {
+        let Some(steps) = item_steps.get(s) else { continue };
+        while steps.get(pos[s]) == Some(&j) {
+            order.push((s, pos[s]));
+            pos[s] += 1;
+        }
+    }
+    match pos.iter().zip(item_steps).position(|(p, steps)| *p < steps.len()) {
+        Some(s) => Err(format!("stream {s}'s step {} is not in the plan's order", item_steps[s][pos[s]])),
+        None => Ok(order),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,6 +328,17 @@ mod tests {
         assert_eq!(asked, vec![1, 2]);
         assert!(flag_addresses([Signal(5)].into_iter(), 3, |_| Ok(0)).unwrap_err().contains("out of range"));
         assert!(flag_addresses([WaitFlag(0)].into_iter(), 3, |_| Err("pageable".into())).is_err());
+    }
+
+    #[test]
+    fn a_part_enqueues_in_the_whole_plans_order() {
+        // Stream 0 is the host's (no items here); stream 1 has a step lowered to two items.
+        let global = [(1, 0), (0, 0), (2, 0), (1, 1), (0, 1), (2, 1)];
+        let items = vec![vec![], vec![0, 1, 1], vec![0, 1]];
+        let order = part_order(&global, &items).expect("order");
+        assert_eq!(order, vec![(1, 0), (2, 0), (1, 1), (1, 2), (2, 1)]);
+        let missing = part_order(&global[..3], &items).unwrap_err();
+        assert!(missing.contains("stream 1's step 1"), "{missing}");
     }
 
     #[test]

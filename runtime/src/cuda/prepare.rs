@@ -42,7 +42,8 @@ use super::feeds::Feeds;
 use super::graph::GraphState;
 use super::lower::{lower_launch, Dev, Op};
 use super::part::{
-    copy_call, event_calls, flag_addresses, on_served, recorded_by, served_streams, CopyCall, End, EventCall,
+    copy_call, event_calls, flag_addresses, on_served, part_order, recorded_by, served_streams, CopyCall, End,
+    EventCall,
 };
 use super::pinned::device_address;
 use super::{CudaBackend, Item, Program, StreamRun};
@@ -297,7 +298,15 @@ impl CudaBackend {
         }
         let fed = plan.feeds.iter().map(|(_, r)| r).filter(|r| part.is_none() || on_served(r, served));
         let feeds = Feeds::new(&self.ctx, fed, |r| self.resolve(plan, &arenas, r)).map_err(dev)?;
-        let order = enqueue_order(&streams, plan.num_events).map_err(bad)?;
+        let order = match part {
+            // The whole plan's order: see `super::part` (stream memory waits).
+            Some(_) => {
+                let global = crate::cpu::global_order(plan).map_err(bad)?;
+                let steps: Vec<Vec<usize>> = streams.iter().map(|s| s.items.iter().map(|i| i.step).collect()).collect();
+                part_order(&global, &steps).map_err(bad)?
+            }
+            None => enqueue_order(&streams, plan.num_events).map_err(bad)?,
+        };
         let graph = graph_state(self.graphs, &streams);
         let uses_step =
             streams.iter().flat_map(|s| &s.items).any(|i| matches!(&i.op, Op::Kernel(l) if l.args.uses_step));
