@@ -75,8 +75,24 @@ impl Backend for CudaBackend {
         Ok(ProgramId(self.programs.len() - 1))
     }
 
+    /// A step; as a mixed session's part, a failed step still sets the
+    /// flags of the bridged events this part records (`Bridge::record`,
+    /// from the host), so the other parts' waiters return instead of
+    /// waiting for ever; the error is what the step returns.
     fn run(&mut self, id: ProgramId) -> Result<(), BackendError> {
-        self.run_step(id)
+        let r = self.run_step(id);
+        if r.is_err() {
+            if let Some(p) = self.programs.get(id.0) {
+                if let Some(b) = &p.bridge {
+                    for it in p.streams.iter().flat_map(|s| &s.items) {
+                        if let Op::Signal { event, .. } = it.op {
+                            b.record(event);
+                        }
+                    }
+                }
+            }
+        }
+        r
     }
 
     fn write_buffer(&mut self, id: ProgramId, r: &BufRef, data: HostSlice<'_>) -> Result<(), BackendError> {
@@ -254,7 +270,7 @@ impl Backend for CudaBackend {
     fn program_note(&self, id: ProgramId) -> Option<String> {
         let p = self.programs.get(id.0)?;
         let items = || p.streams.iter().flat_map(|s| &s.items);
-        let flags = items().filter(|i| matches!(i.op, Op::Signal(_) | Op::WaitFlag(_))).count();
+        let flags = items().filter(|i| matches!(i.op, Op::Signal { .. } | Op::WaitFlag(_))).count();
         let host = items().filter(|i| matches!(i.op, Op::CopyHtoD { .. } | Op::CopyDtoH { .. })).count();
         if flags + host == 0 {
             return Some(p.graph.describe());

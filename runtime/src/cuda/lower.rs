@@ -72,7 +72,10 @@ pub(crate) enum Op {
     /// A bridged event recorded here: write 1 into its flag (device
     /// address of the bridge's pinned flag) once the stream's earlier work
     /// is done (`cuStreamWriteValue32`).
-    Signal(u64),
+    Signal {
+        event: usize,
+        flag: u64,
+    },
     /// A bridged event recorded by another part: the stream waits until
     /// its flag is at least 1 (`cuStreamWaitValue32`).
     WaitFlag(u64),

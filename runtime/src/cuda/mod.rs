@@ -160,7 +160,7 @@ struct Program {
     profile: BTreeMap<(usize, usize), u64>,
     /// The flags of the bridged events this program's streams write and
     /// wait on (a mixed session's part): dropped last, after the streams.
-    _bridge: Option<Arc<crate::mixed::Bridge>>,
+    bridge: Option<Arc<crate::mixed::Bridge>>,
 }
 
 /// The CUDA backend; see the module docs.

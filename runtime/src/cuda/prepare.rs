@@ -177,7 +177,7 @@ impl CudaBackend {
                                 |e: usize| flags.get(&e).copied().ok_or_else(|| bad(format!("no flag for event {e}")));
                             let (op, kernel) = match call {
                                 EventCall::Record(e) => (Op::Record(e), "record"),
-                                EventCall::Signal(e) => (Op::Signal(flag(e)?), "signal"),
+                                EventCall::Signal(e) => (Op::Signal { event: e, flag: flag(e)? }, "signal"),
                                 EventCall::Wait(e) => (Op::Wait(e), "wait"),
                                 EventCall::WaitFlag(e) => (Op::WaitFlag(flag(e)?), "wait_flag"),
                             };
@@ -327,7 +327,7 @@ impl CudaBackend {
             tracing: false,
             loaded: Instant::now(),
             profile: BTreeMap::new(),
-            _bridge: part.map(|p| Arc::clone(p.bridge)),
+            bridge: part.map(|p| Arc::clone(p.bridge)),
         })
     }
 }

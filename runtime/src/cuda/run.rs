@@ -194,7 +194,7 @@ fn enqueue(
                         .result()
                         .map_err(|e| derr("cuMemcpyDtoHAsync to pinned host memory", e))
                 }
-                Op::Signal(flag) => sys::cuStreamWriteValue32_v2(
+                Op::Signal { flag, .. } => sys::cuStreamWriteValue32_v2(
                     stream,
                     *flag,
                     1,
