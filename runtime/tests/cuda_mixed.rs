@@ -14,7 +14,12 @@
 //!   reasons);
 //! - a host part in pageable memory beside a CUDA part is refused at load,
 //!   naming the pageable memory;
-//! - pinned blocks are zeroed, aligned and say they are pinned.
+//! - the same with one CUDA context per logical GPU
+//!   (`CudaBackend::with_context_per_gpu`), in a mixed session and
+//!   standalone;
+//! - pinned blocks are zeroed, aligned and say they are pinned;
+//! - (no GPU needed) every launch of the seed plans names only its own
+//!   device's memory, which one context per logical GPU relies on.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -155,17 +160,31 @@ fn a_cuda_part_beside_a_pinned_host_part_matches_the_cpu_backend() {
                 o.towers = (0..towers).map(Device::gpu).collect();
                 o.variables = vars;
                 let cpu = train(Box::new(CpuBackend::new()), m, &o, &batches);
-                let t = Instant::now();
-                let Some(c) = cuda(test) else { return };
-                let got = train(Box::new(mixed(c, false)), m, &o, &batches);
-                let (d, at) = worst(&got, &cpu);
-                eprintln!(
-                    "{gpu}: {name}, {towers} tower(s), variables {vars:?}: max rel diff {d:.2e} at {at} ({:.2}s)\n  {}",
-                    t.elapsed().as_secs_f64(),
-                    got.note.replace('\n', "\n  ")
-                );
-                if d.is_nan() || d > TOL {
-                    failures.push(format!("{name}, {towers} towers, {vars:?}: {at} differs by {d:e}"));
+                // Mixed with one context, mixed with one context per logical
+                // GPU, and (variables on the host only) standalone with one
+                // context per logical GPU.
+                for (how, per_gpu, standalone) in [
+                    ("mixed", false, false),
+                    ("mixed, a context per GPU", true, false),
+                    ("standalone, a context per GPU", true, true),
+                ] {
+                    if standalone && vars != VarPlacement::Cpu {
+                        continue;
+                    }
+                    let t = Instant::now();
+                    let Some(c) = cuda(test) else { return };
+                    let c = c.with_context_per_gpu(per_gpu);
+                    let backend: Box<dyn Backend> = if standalone { Box::new(c) } else { Box::new(mixed(c, false)) };
+                    let got = train(backend, m, &o, &batches);
+                    let (d, at) = worst(&got, &cpu);
+                    eprintln!(
+                        "{gpu}: {name}, {towers} tower(s), variables {vars:?}, {how}: max rel diff {d:.2e} at {at} ({:.2}s)\n  {}",
+                        t.elapsed().as_secs_f64(),
+                        got.note.replace('\n', "\n  ")
+                    );
+                    if d.is_nan() || d > TOL {
+                        failures.push(format!("{name}, {towers} towers, {vars:?}, {how}: {at} differs by {d:e}"));
+                    }
                 }
             }
         }
@@ -277,7 +296,57 @@ fn time_the_placements_in_a_mixed_session() {
                         "MIXED STEP [{gpu}] {name} batch {batch} x{towers} variables {vars:?} (mixed session): median {full:.3} ms per step, run alone {run:.3} ms [{note}]"
                     );
                 }
+                // The cost of a context per logical GPU (eager steps, peer copies).
+                o.variables = VarPlacement::Cpu;
+                let Some(c) = cuda(test) else { return };
+                let (full, run, note) = time_steps(Box::new(mixed(c.with_context_per_gpu(true), false)), m, &o, 5, 30);
+                eprintln!(
+                    "MIXED STEP [{gpu}] {name} batch {batch} x{towers} variables Cpu (mixed session, a context per logical GPU): median {full:.3} ms per step, run alone {run:.3} ms [{note}]"
+                );
             }
         }
     }
+}
+
+/// What one CUDA context per logical GPU needs of a plan (no GPU needed to
+/// check it): every launch names only memory of its own device; devices
+/// meet through copies. Lists the launches that do not, per configuration.
+#[test]
+fn launches_name_only_their_own_devices_memory() {
+    let mlp = model(ModelKind::Mlp, [28, 28, 1], vec![256, 256]);
+    let conv = model(ModelKind::Convnet, [28, 28, 1], vec![]);
+    let mut crossing = Vec::new();
+    for (name, m) in [("mlp", &mlp), ("convnet", &conv)] {
+        for towers in [1u32, 2, 4] {
+            for vars in [VarPlacement::Cpu, VarPlacement::Gpu0, VarPlacement::RoundRobin] {
+                for fold in [false, true] {
+                    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.05) }, 64);
+                    o.towers = (0..towers).map(Device::gpu).collect();
+                    o.variables = vars;
+                    o.fold_tower_matmuls = fold;
+                    let plan = compile_train(&m.graph, &m.loss, &o).expect("compiles").plan;
+                    let device_of = |r: &towers_codegen::BufRef| match r {
+                        towers_codegen::BufRef::Arena { device, .. } => plan.devices.get(*device).map(|d| d.device),
+                        towers_codegen::BufRef::Variable(n) => {
+                            plan.variables.iter().find(|v| &v.name == n).map(|v| v.device)
+                        }
+                    };
+                    for s in &plan.streams {
+                        for step in &s.steps {
+                            if let towers_codegen::Step::Launch { inputs, outputs, node, .. } = step {
+                                if let Some(r) = inputs.iter().chain(outputs).find(|r| device_of(r) != Some(s.device)) {
+                                    crossing.push(format!(
+                                        "{name} x{towers} {vars:?} fold={fold}: '{node}' on {} names {}",
+                                        s.device,
+                                        plan.ref_name(r)
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(crossing.is_empty(), "launches reading another device's memory:\n{}", crossing.join("\n"));
 }

@@ -55,13 +55,17 @@ impl Backend for CudaBackend {
                 init.len()
             )));
         }
-        let mem = DevMem::zeroed(&self.ctx, len * 4).map_err(BackendError::Device)?;
+        // In the context of its device (each logical GPU's own, when contexts are per GPU).
+        let k = self.slot_for(decl.device)?;
+        let ctx = Arc::clone(self.slot_ctx(k));
+        let mem = DevMem::zeroed(&ctx, len * 4).map_err(BackendError::Device)?;
         // SAFETY: `mem` holds `len` 4-byte elements.
         let r = match init {
             HostSlice::F32(s) => unsafe { drv::memcpy_htod_sync(mem.ptr, s) },
             HostSlice::I32(s) => unsafe { drv::memcpy_htod_sync(mem.ptr, s) },
         };
         r.map_err(|e| BackendError::Device(derr("uploading a variable", e)))?;
+        self.bind()?;
         self.vars.insert(decl.name.clone(), Var { mem, dtype: decl.dtype, shape: decl.shape.clone(), len });
         Ok(())
     }
@@ -110,6 +114,7 @@ impl Backend for CudaBackend {
         }
         // An older staged copy to this buffer must not land after this one.
         p.feeds.settle().map_err(BackendError::Device)?;
+        self.bind_holder(&p.arenas, r)?;
         // SAFETY: `d` is a live device range of `d.len` 4-byte elements; no step is running.
         let res = match data {
             HostSlice::F32(s) => unsafe { drv::memcpy_htod_sync(d.ptr, s) },
@@ -155,6 +160,7 @@ impl Backend for CudaBackend {
         }
         // A feed written in place may still be crossing the bus.
         p.feeds.settle().map_err(BackendError::Device)?;
+        self.bind_holder(&p.arenas, r)?;
         // SAFETY: as `write_buffer`.
         let res = match out {
             HostSliceMut::F32(s) => unsafe { drv::memcpy_dtoh_sync(s, d.ptr) },
@@ -174,6 +180,7 @@ impl Backend for CudaBackend {
                 data.len()
             )));
         }
+        v.mem.ctx().bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))?;
         // SAFETY: the variable's allocation holds `v.len` elements; no step is running.
         let res = match data {
             HostSlice::F32(s) => unsafe { drv::memcpy_htod_sync(v.mem.ptr, s) },
@@ -193,6 +200,7 @@ impl Backend for CudaBackend {
                 out.len()
             )));
         }
+        v.mem.ctx().bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))?;
         // SAFETY: as `write_variable`.
         let res = match out {
             HostSliceMut::F32(s) => unsafe { drv::memcpy_dtoh_sync(s, v.mem.ptr) },
@@ -228,6 +236,12 @@ impl Backend for CudaBackend {
         self.bind()?;
         let ctx = Arc::clone(&self.ctx);
         let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
+        if on && p.ctxs.iter().any(|c| !Arc::ptr_eq(c, &ctx)) {
+            return Err(BackendError::Unsupported(format!(
+                "tracing a program whose streams span {} CUDA contexts (one per logical GPU): the trace's clock is one context's; share one context (CudaBackend::with_context_per_gpu(false)) to trace",
+                p.ctxs.len()
+            )));
+        }
         if on && p.tracer.is_none() {
             let steps: Vec<usize> = p.plan.streams.iter().map(|s| s.steps.len()).collect();
             p.tracer = Some(Tracer::new(&ctx, &steps).map_err(BackendError::Device)?);
@@ -282,6 +296,14 @@ impl Backend for CudaBackend {
     }
 
     fn device_note(&self, gpus: &[String]) -> String {
+        if self.per_gpu && !gpus.is_empty() {
+            let host = if self.as_part {
+                ""
+            } else {
+                "; cpu:0's steps and variables run in the backend's own context on GPU 0"
+            };
+            return format!("{}{host}", self.context_note(gpus));
+        }
         if gpus.is_empty() {
             return format!("cpu:0 runs on the one CUDA device {}", self.device());
         }
@@ -294,5 +316,20 @@ impl Backend for CudaBackend {
             return format!("{names} run on the one CUDA device {}{how}", self.device());
         }
         format!("{names} run on the one CUDA device {}{how}; cpu:0's steps and variables run on it too", self.device())
+    }
+}
+
+impl CudaBackend {
+    /// Bind the context holding buffer or variable `r` (synchronous copies
+    /// run on its legacy stream).
+    pub(super) fn bind_holder(&self, arenas: &[Option<DevMem>], r: &BufRef) -> Result<(), BackendError> {
+        let ctx = match r {
+            BufRef::Arena { device, .. } => arenas.get(*device).and_then(|a| a.as_ref()).map(|m| m.ctx()),
+            BufRef::Variable(n) => self.vars.get(n).map(|v| v.mem.ctx()),
+        };
+        match ctx {
+            Some(c) => c.bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e))),
+            None => Ok(()),
+        }
     }
 }

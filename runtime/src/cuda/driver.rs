@@ -36,6 +36,11 @@ impl DevMem {
         unsafe { drv::memset_d8_sync(ptr, 0, n) }.map_err(|e| derr("cuMemsetD8", e))?;
         Ok(DevMem { ptr, bytes, ctx: Arc::clone(ctx) })
     }
+
+    /// The context the memory belongs to.
+    pub fn ctx(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
 }
 
 impl Drop for DevMem {

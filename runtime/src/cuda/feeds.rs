@@ -58,6 +58,8 @@ struct Staged {
 /// order: the copy stream (synchronized on drop) before the memory.
 pub(crate) struct Feeds {
     copy: Option<Stream>,
+    /// The context of the copy stream and the fed buffers (bound by every method).
+    ctx: Arc<CudaContext>,
     fed: Option<Event>,
     staged: Vec<Staged>,
     /// Whether a copy was enqueued since the last completed step.
@@ -83,7 +85,7 @@ impl Feeds {
         }
         let (copy, fed) =
             if staged.is_empty() { (None, None) } else { (Some(Stream::new(ctx)?), Some(Event::new(ctx)?)) };
-        Ok(Feeds { copy, fed, staged, pending: false })
+        Ok(Feeds { copy, ctx: Arc::clone(ctx), fed, staged, pending: false })
     }
 
     /// Lend `fill` the staging of feed buffer `r`, then enqueue its copy to
@@ -98,6 +100,7 @@ impl Feeds {
             return Err(BackendError::Access(format!("{} is not a feed buffer", plan.ref_name(r))));
         };
         let dev = |what: &str, e| BackendError::Device(derr(what, e));
+        self.ctx.bind_to_thread().map_err(|e| dev("cuCtxSetCurrent", e))?;
         if s.in_flight {
             // SAFETY: a live event of this context.
             unsafe { drv::event::synchronize(s.done.raw) }.map_err(|e| dev("cuEventSynchronize (staging)", e))?;
@@ -128,6 +131,7 @@ impl Feeds {
     /// the GPU for the copies enqueued since the last step.
     pub fn order_before_step(&mut self, streams: impl Iterator<Item = sys::CUstream>) -> Result<(), String> {
         let (true, Some(copy), Some(fed)) = (self.pending, &self.copy, &self.fed) else { return Ok(()) };
+        self.ctx.bind_to_thread().map_err(|e| derr("cuCtxSetCurrent", e))?;
         // SAFETY: live streams and events of the bound context.
         unsafe {
             drv::event::record(fed.raw, copy.raw).map_err(|e| derr("cuEventRecord (feeds)", e))?;
@@ -145,6 +149,7 @@ impl Feeds {
         match (&self.copy, self.pending) {
             // SAFETY: a live stream of the bound context.
             (Some(copy), true) => {
+                self.ctx.bind_to_thread().map_err(|e| derr("cuCtxSetCurrent", e))?;
                 unsafe { drv::stream::synchronize(copy.raw) }.map_err(|e| derr("cuStreamSynchronize (feeds)", e))
             }
             _ => Ok(()),

@@ -67,6 +67,15 @@ pub(crate) enum Op {
         src: u64,
         bytes: usize,
     },
+    /// A copy between two contexts' device memory (one per logical GPU):
+    /// `cuMemcpyPeerAsync`.
+    CopyPeer {
+        dst: u64,
+        dst_ctx: sys::CUcontext,
+        src: u64,
+        src_ctx: sys::CUcontext,
+        bytes: usize,
+    },
     Record(usize),
     Wait(usize),
     /// A bridged event recorded here: write 1 into its flag (device

@@ -45,6 +45,7 @@
 
 mod args;
 mod backend;
+mod contexts;
 pub mod disk_cache;
 mod driver;
 mod feeds;
@@ -124,6 +125,8 @@ struct Item {
 
 struct StreamRun {
     items: Vec<Item>,
+    /// The context the stream, its handle and its items belong to.
+    ctx: Arc<CudaContext>,
     /// Declared before `stream`: dropped first.
     blas: Option<Blas>,
     /// The convolutions' im2col workspace of this stream (see [`stream_workspace_bytes`]).
@@ -147,9 +150,13 @@ struct Program {
     events: Vec<Event>,
     /// One arena per plan device; `None` for a device another part serves.
     arenas: Vec<Option<DevMem>>,
-    _side: DevMem,
-    /// Device address of the step number dropout reads, when a launch reads it.
-    step_cell: Option<u64>,
+    /// One side buffer per context the program's launches run in.
+    _side: Vec<DevMem>,
+    /// Device addresses of the step number dropout reads (one per context
+    /// whose launches read it).
+    step_cells: Vec<(Arc<CudaContext>, u64)>,
+    /// Every context the program's streams use (synchronized after a step).
+    ctxs: Vec<Arc<CudaContext>>,
     runs: u64,
     profiling: bool,
     /// Timing events while tracing is on ([`trace`]).
@@ -171,6 +178,8 @@ pub struct CudaBackend {
     /// Arenas reserved for a mixed session's load ([`part`]), until loaded.
     reserved: Vec<Option<part::Reserved>>,
     vars: BTreeMap<String, Var>,
+    /// The contexts of logical GPUs ([`contexts`]), when each has its own.
+    slots: Vec<contexts::Slot>,
     modules: Modules,
     /// The all-reduce across processes ([`CudaBackend::with_nccl`]).
     #[cfg(feature = "nccl")]
@@ -182,6 +191,8 @@ pub struct CudaBackend {
     /// Whether this backend serves a mixed session's `gpu:*` devices
     /// ([`part`]): the host's devices are then not on the GPU.
     as_part: bool,
+    /// One context per logical GPU ([`CudaBackend::with_context_per_gpu`]).
+    per_gpu: bool,
 }
 
 // SAFETY: the raw handles (functions, streams, events, cuBLAS handles,
@@ -205,6 +216,7 @@ impl CudaBackend {
             programs: Vec::new(),
             reserved: Vec::new(),
             vars: BTreeMap::new(),
+            slots: Vec::new(),
             modules: Modules::new(&ctx, arch),
             #[cfg(feature = "nccl")]
             nccl: None,
@@ -212,6 +224,7 @@ impl CudaBackend {
             gpu_name,
             graphs: true,
             as_part: false,
+            per_gpu: false,
         })
     }
 

@@ -31,12 +31,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::result as drv;
+use cudarc::driver::{result as drv, CudaContext};
 use towers_codegen::{BufRef, Plan, Step};
 use towers_kernels::Kernel;
 use towers_vocab::DType;
 
 use super::args::{self, Side};
+use super::contexts::event_slots;
 use super::driver::{derr, Blas, DevMem, Event, Stream};
 use super::feeds::Feeds;
 use super::graph::GraphState;
@@ -54,23 +55,25 @@ use crate::mixed::PartPlan;
 impl CudaBackend {
     /// One zeroed arena per plan device marked in `served` (`None` for the
     /// others); out of memory names the device, its arena size and the GPU.
-    pub(super) fn arenas(&self, plan: &Plan, served: &[bool]) -> Result<Vec<Option<DevMem>>, BackendError> {
+    pub(super) fn arenas(&mut self, plan: &Plan, served: &[bool]) -> Result<Vec<Option<DevMem>>, BackendError> {
         self.bind()?;
-        let free = || self.ctx.mem_get_info().ok().map(|(free, _)| free);
-        plan.devices
-            .iter()
-            .zip(served.iter().chain(std::iter::repeat(&false)))
-            .map(|(d, &on)| {
-                if !on {
-                    return Ok(None);
-                }
-                DevMem::zeroed(&self.ctx, d.arena_bytes).map(Some).map_err(|e| {
-                    let gpu =
-                        format!("GPU {} ({}), the one context of this backend", self.ctx.ordinal(), self.device());
-                    BackendError::Device(arena_failure(&plan.device_name(d.device), d.arena_bytes, &gpu, free(), &e))
-                })
-            })
-            .collect()
+        let mut arenas = Vec::with_capacity(plan.devices.len());
+        for (d, &on) in plan.devices.iter().zip(served.iter().chain(std::iter::repeat(&false))) {
+            if !on {
+                arenas.push(None);
+                continue;
+            }
+            let k = self.slot_for(d.device)?;
+            let ctx = Arc::clone(self.slot_ctx(k));
+            let mem = DevMem::zeroed(&ctx, d.arena_bytes).map_err(|e| {
+                let free = ctx.mem_get_info().ok().map(|(free, _)| free);
+                let gpu = self.slot_name(k);
+                BackendError::Device(arena_failure(&plan.device_name(d.device), d.arena_bytes, &gpu, free, &e))
+            })?;
+            arenas.push(Some(mem));
+        }
+        self.bind()?;
+        Ok(arenas)
     }
 
     /// Load `plan` with its reserved `arenas` ([`CudaBackend::arenas`]):
@@ -111,6 +114,7 @@ impl CudaBackend {
                 continue;
             }
             let d = self.resolve(plan, &arenas, &c.buffer).map_err(bad)?;
+            self.bind_holder(&arenas, &c.buffer)?;
             if d.len != c.data.len() {
                 return Err(bad(format!(
                     "constant {} has {} values for {} elements",
@@ -129,39 +133,57 @@ impl CudaBackend {
             };
             r.map_err(|e| dev(derr("uploading a constant", e)))?;
         }
+        self.bind()?;
         // Bridged events: which this part records, and their flags' device addresses.
         let recorded_here = recorded_by(plan, &streams_on);
         let bridged = |e: usize| part.is_some_and(|p| p.bridge.is_bridged(e));
-        let calls = plan
-            .streams
-            .iter()
-            .zip(&streams_on)
-            .filter(|(_, on)| **on)
-            .flat_map(|(s, _)| s.steps.iter().flat_map(|st| event_calls(st, &bridged, &recorded_here)));
-        let flags = flag_addresses(calls, plan.num_events, |e| {
-            let Some(p) = part else { return Err(format!("event {e} is bridged without a bridge")) };
-            if !p.bridge.pinned() {
-                return Err(format!(
-                    "event {e} crosses parts, and the bridge's flags are in pageable host memory, which a GPU stream cannot write or wait on; make the mixed session with the CUDA backend's pinned host memory (towers_runtime::mixed::MixedBackend::with_cuda)"
-                ));
-            }
-            device_address(p.bridge.flag_addr(e)).map_err(|err| format!("the flag of bridged event {e}: {err}"))
-        })
-        .map_err(bad)?;
-        let events = (0..plan.num_events).map(|_| Event::new(&self.ctx)).collect::<Result<Vec<_>, _>>().map_err(dev)?;
-        let mut side = Side::default();
+        // The context of each stream (slot 0 for the streams of other parts).
+        let mut stream_slot = Vec::with_capacity(plan.streams.len());
+        for (s, on) in plan.streams.iter().zip(&streams_on) {
+            stream_slot.push(if *on { self.slot_for(s.device)? } else { 0 });
+        }
+        let events = event_slots(plan, &stream_slot)
+            .into_iter()
+            .map(|k| Event::new(self.slot_ctx(k)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(dev)?;
+        // One side buffer per context (its first word the step number).
+        let mut sides: BTreeMap<usize, Side> = BTreeMap::new();
         let mut streams = Vec::new();
         for (si, s) in plan.streams.iter().enumerate() {
+            let slot = stream_slot[si];
+            let ctx = Arc::clone(self.slot_ctx(slot));
+            ctx.bind_to_thread().map_err(|e| dev(derr("cuCtxSetCurrent", e)))?;
             if !streams_on[si] {
                 // Another part runs this stream: an empty stream here keeps the plan's numbering.
-                let stream = Stream::new(&self.ctx).map_err(dev)?;
+                let stream = Stream::new(&ctx).map_err(dev)?;
                 let (items, scratch) = (Vec::new(), Vec::new());
-                streams.push(StreamRun { items, blas: None, _ws: None, _scratch: scratch, stream, name: s.name() });
+                streams.push(StreamRun {
+                    items,
+                    ctx,
+                    blas: None,
+                    _ws: None,
+                    _scratch: scratch,
+                    stream,
+                    name: s.name(),
+                });
                 continue;
             }
+            // Bridged events: the device addresses of their flags, in this stream's context.
+            let calls = s.steps.iter().flat_map(|st| event_calls(st, &bridged, &recorded_here));
+            let flags = flag_addresses(calls, plan.num_events, |e| {
+                let Some(p) = part else { return Err(format!("event {e} is bridged without a bridge")) };
+                if !p.bridge.pinned() {
+                    return Err(format!(
+                        "event {e} crosses parts, and the bridge's flags are in pageable host memory, which a GPU stream cannot write or wait on; make the mixed session with the CUDA backend's pinned host memory (towers_runtime::mixed::MixedBackend::with_cuda)"
+                    ));
+                }
+                device_address(p.bridge.flag_addr(e)).map_err(|err| format!("the flag of bridged event {e}: {err}"))
+            })
+            .map_err(bad)?;
             let ws_mem = match stream_workspace_bytes(s) {
                 0 => None,
-                n => Some(DevMem::zeroed(&self.ctx, n).map_err(dev)?),
+                n => Some(DevMem::zeroed(&ctx, n).map_err(dev)?),
             };
             let ws_dev = ws_mem.as_ref().map(|m| Dev { ptr: m.ptr, len: m.bytes / 4, dtype: DType::F32 });
             let mut items: Vec<Item> = Vec::new();
@@ -198,7 +220,15 @@ impl CudaBackend {
                         }
                         let call =
                             copy_call(node, (f, &plan.ref_name(from)), (t, &plan.ref_name(to)), *bytes).map_err(bad)?;
+                        let (src_ctx, dst_ctx) = (self.ctx_of(&arenas, from), self.ctx_of(&arenas, to));
                         let op = match call {
+                            // Two contexts (one per logical GPU): a peer copy naming both.
+                            CopyCall::DtoD { dst, src } if src_ctx != dst_ctx => match (src_ctx, dst_ctx) {
+                                (Some(src_ctx), Some(dst_ctx)) => {
+                                    Op::CopyPeer { dst, dst_ctx, src, src_ctx, bytes: *bytes }
+                                }
+                                _ => return Err(bad(format!("copy '{node}': the context of a buffer is unknown"))),
+                            },
                             CopyCall::DtoD { dst, src } => Op::Copy { dst, src, bytes: *bytes },
                             CopyCall::HtoD { dst, src } => Op::CopyHtoD { dst, src, bytes: *bytes },
                             CopyCall::DtoH { dst, src } => Op::CopyDtoH { dst, src, bytes: *bytes },
@@ -230,6 +260,11 @@ impl CudaBackend {
                                 comm.describe()
                             )));
                         }
+                        if self.per_gpu {
+                            return Err(bad(format!(
+                                "all-reduce '{node}' across processes: NCCL runs here in the backend's own context; load this plan with contexts shared (CudaBackend::with_context_per_gpu(false))"
+                            )));
+                        }
                         for r in buffers {
                             let d = self.resolve(plan, &arenas, r).map_err(bad)?;
                             if d.dtype != DType::F32 {
@@ -243,6 +278,19 @@ impl CudaBackend {
                         }
                     }
                     Step::Launch { kernel, inputs, outputs, workspace, node } => {
+                        let here = Some(ctx.cu_ctx());
+                        if let Some(r) = inputs
+                            .iter()
+                            .chain(outputs)
+                            .chain(workspace)
+                            .find(|r| self.ctx_of(&arenas, r).is_some_and(|c| Some(c) != here))
+                        {
+                            return Err(bad(format!(
+                                "node '{node}' on {} names {}, which lies in another logical GPU's CUDA context: a kernel reads only its own device's memory (the plan must copy it first)",
+                                plan.device_name(s.device),
+                                plan.ref_name(r)
+                            )));
+                        }
                         let res = |v: &[BufRef]| {
                             v.iter().map(|r| self.resolve(plan, &arenas, r)).collect::<Result<Vec<_>, _>>()
                         };
@@ -255,18 +303,24 @@ impl CudaBackend {
                         }
                         if let Kernel::TowerMatMulApply { m, n, .. } = kernel {
                             // The fused product's own scratch (the CPU needs none).
-                            let mem = DevMem::zeroed(&self.ctx, m * n * 4).map_err(dev)?;
+                            let mem = DevMem::zeroed(&ctx, m * n * 4).map_err(dev)?;
                             ws = Some(Dev { ptr: mem.ptr, len: m * n, dtype: DType::F32 });
                             scratch.push(mem);
                         }
                         let mut ops = Vec::new();
-                        lower_launch(kernel, &ins, &outs, ws, &mut self.modules, &mut side, &mut ops).map_err(|e| {
-                            if e.starts_with("NVRTC") || e.starts_with("cu") {
-                                dev(format!("node '{node}' ({}): {e}", kernel.name()))
-                            } else {
-                                bad(format!("node '{node}': the CUDA backend cannot run kernel {}: {e}", kernel.name()))
-                            }
-                        })?;
+                        let side = sides.entry(slot).or_default();
+                        lower_launch(kernel, &ins, &outs, ws, self.slot_modules(slot), side, &mut ops).map_err(
+                            |e| {
+                                if e.starts_with("NVRTC") || e.starts_with("cu") {
+                                    dev(format!("node '{node}' ({}): {e}", kernel.name()))
+                                } else {
+                                    bad(format!(
+                                        "node '{node}': the CUDA backend cannot run kernel {}: {e}",
+                                        kernel.name()
+                                    ))
+                                }
+                            },
+                        )?;
                         items.extend(ops.into_iter().map(|op| Item {
                             step: j,
                             op,
@@ -276,28 +330,70 @@ impl CudaBackend {
                     }
                 }
             }
-            let stream = Stream::new(&self.ctx).map_err(dev)?;
+            let stream = Stream::new(&ctx).map_err(dev)?;
             let blas = if items.iter().any(|i| matches!(i.op, Op::Gemm(_))) {
-                Some(Blas::new(&self.ctx, stream.raw).map_err(dev)?)
+                Some(Blas::new(&ctx, stream.raw).map_err(dev)?)
             } else {
                 None
             };
-            streams.push(StreamRun { items, blas, _ws: ws_mem, _scratch: scratch, stream, name: s.name() });
+            streams.push(StreamRun { items, ctx, blas, _ws: ws_mem, _scratch: scratch, stream, name: s.name() });
         }
-        // Never empty: its first word is the step number (`args::STEP_CELL`).
-        let side_mem = DevMem::zeroed(&self.ctx, side.bytes.len()).map_err(dev)?;
-        // SAFETY: `side_mem` holds `side.bytes.len()` bytes.
-        unsafe { drv::memcpy_htod_sync(side_mem.ptr, &side.bytes) }
-            .map_err(|e| dev(derr("uploading launch tables", e)))?;
-        for s in &mut streams {
-            for it in &mut s.items {
-                if let Op::Kernel(k) = &mut it.op {
-                    k.args.patch_side(side_mem.ptr);
+        // Slot 0's side buffer always exists (the standalone path's one buffer).
+        sides.entry(0).or_default();
+        let mut side_mems = Vec::with_capacity(sides.len());
+        let mut step_cells = Vec::new();
+        for (&slot, side) in &sides {
+            let ctx = Arc::clone(self.slot_ctx(slot));
+            // Never empty: its first word is the step number (`args::STEP_CELL`).
+            let side_mem = DevMem::zeroed(&ctx, side.bytes.len()).map_err(dev)?;
+            // SAFETY: `side_mem` holds `side.bytes.len()` bytes, in the context `zeroed` bound.
+            unsafe { drv::memcpy_htod_sync(side_mem.ptr, &side.bytes) }
+                .map_err(|e| dev(derr("uploading launch tables", e)))?;
+            let mut uses_step = false;
+            for (st, _) in streams.iter_mut().zip(&stream_slot).filter(|(_, k)| **k == slot) {
+                for it in &mut st.items {
+                    if let Op::Kernel(k) = &mut it.op {
+                        k.args.patch_side(side_mem.ptr);
+                        uses_step |= k.args.uses_step;
+                    }
                 }
             }
+            if uses_step {
+                step_cells.push((ctx, side_mem.ptr + args::STEP_CELL as u64));
+            }
+            side_mems.push(side_mem);
         }
-        let fed = plan.feeds.iter().map(|(_, r)| r).filter(|r| part.is_none() || on_served(r, served));
-        let feeds = Feeds::new(&self.ctx, fed, |r| self.resolve(plan, &arenas, r)).map_err(dev)?;
+        self.bind()?;
+        let fed: Vec<&BufRef> =
+            plan.feeds.iter().map(|(_, r)| r).filter(|r| part.is_none() || on_served(r, served)).collect();
+        let feed_ctx = match fed.first() {
+            Some(r) => self.ctx_of(&arenas, r),
+            None => None,
+        };
+        if let Some(r) = fed.iter().find(|r| self.ctx_of(&arenas, r) != feed_ctx) {
+            return Err(bad(format!(
+                "the feeds lie in several CUDA contexts ({} among them); feed one device's buffers, or share one context (CudaBackend::with_context_per_gpu(false))",
+                plan.ref_name(r)
+            )));
+        }
+        let feed_slot = match fed.first() {
+            Some(BufRef::Arena { device, .. }) => match plan.devices.get(*device) {
+                Some(d) => self.slot_for(d.device)?,
+                None => 0,
+            },
+            _ => 0,
+        };
+        let feeds_ctx = Arc::clone(self.slot_ctx(feed_slot));
+        let has_feeds = !fed.is_empty();
+        let feeds = Feeds::new(&feeds_ctx, fed.into_iter(), |r| self.resolve(plan, &arenas, r)).map_err(dev)?;
+        self.bind()?;
+        let mut ctxs: Vec<Arc<CudaContext>> = Vec::new();
+        let busy = streams.iter().filter(|s| !s.items.is_empty()).map(|s| &s.ctx);
+        for c in busy.chain(has_feeds.then_some(&feeds_ctx)) {
+            if !ctxs.iter().any(|k| Arc::ptr_eq(k, c)) {
+                ctxs.push(Arc::clone(c));
+            }
+        }
         let order = match part {
             // The whole plan's order: see `super::part` (stream memory waits).
             Some(_) => {
@@ -307,10 +403,7 @@ impl CudaBackend {
             }
             None => enqueue_order(&streams, plan.num_events).map_err(bad)?,
         };
-        let graph = graph_state(self.graphs, &streams);
-        let uses_step =
-            streams.iter().flat_map(|s| &s.items).any(|i| matches!(&i.op, Op::Kernel(l) if l.args.uses_step));
-        let step_cell = uses_step.then_some(side_mem.ptr + args::STEP_CELL as u64);
+        let graph = graph_state(self.graphs, &streams, ctxs.len());
         Ok(Program {
             graph,
             feeds,
@@ -319,8 +412,9 @@ impl CudaBackend {
             streams,
             events,
             arenas,
-            _side: side_mem,
-            step_cell,
+            _side: side_mems,
+            step_cells,
+            ctxs,
             runs: 0,
             profiling: false,
             tracer: None,
@@ -404,9 +498,14 @@ fn enqueue_order(streams: &[StreamRun], num_events: usize) -> Result<Vec<(usize,
 /// Whether a program's steps can replay a graph ([`graph`]'s invariants):
 /// graphs wanted and no all-reduce across processes (argument lists never
 /// change after load: dropout reads its step from device memory).
-fn graph_state(wanted: bool, streams: &[StreamRun]) -> GraphState {
+fn graph_state(wanted: bool, streams: &[StreamRun], contexts: usize) -> GraphState {
     if !wanted {
         return GraphState::Eager("CUDA graphs are turned off".into());
+    }
+    if contexts > 1 {
+        return GraphState::Eager(format!(
+            "the program's streams span {contexts} CUDA contexts, one per logical GPU, and this backend captures one context's streams only"
+        ));
     }
     for it in streams.iter().flat_map(|s| &s.items) {
         match &it.op {

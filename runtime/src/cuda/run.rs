@@ -44,21 +44,29 @@ impl CudaBackend {
         #[cfg(feature = "nccl")]
         let nccl = self.nccl.as_ref();
         let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
-        let sync = |ctx: &CudaContext| {
-            ctx.synchronize()
-                .map_err(|e| BackendError::Device(derr("the step failed on the GPU (cuCtxSynchronize)", e)))
+        // Every context the program uses (the backend's own when it uses none).
+        let ctxs: Vec<Arc<CudaContext>> = if p.ctxs.is_empty() { vec![Arc::clone(&ctx)] } else { p.ctxs.clone() };
+        let sync = || -> Result<(), BackendError> {
+            for c in &ctxs {
+                c.synchronize()
+                    .map_err(|e| BackendError::Device(derr("the step failed on the GPU (cuCtxSynchronize)", e)))?;
+            }
+            ctx.bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))
         };
-        if let Some(cell) = p.step_cell {
-            // SAFETY: the side buffer's first 8 bytes; the previous step has completed.
-            unsafe { drv::memcpy_htod_sync(cell, &[p.runs]) }
+        for (c, cell) in &p.step_cells {
+            c.bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))?;
+            // SAFETY: the side buffer's first 8 bytes, in the bound context; the previous step has completed.
+            unsafe { drv::memcpy_htod_sync(*cell, &[p.runs]) }
                 .map_err(|e| BackendError::Device(derr("writing the step number", e)))?;
         }
+        ctx.bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))?;
         let eager = p.profiling || p.tracing;
         if let (GraphState::Ready(g), false) = (&p.graph, eager) {
             // The replay starts on the graph's origin stream: it waits there for the staged feeds.
             p.feeds.order_before_step(std::iter::once(g.origin.raw)).map_err(BackendError::Device)?;
+            ctxs[0].bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))?;
             g.launch().map_err(BackendError::Device)?;
-            sync(&ctx)?;
+            sync()?;
             p.feeds.completed();
             p.runs += 1;
             return Ok(());
@@ -72,6 +80,7 @@ impl CudaBackend {
         }
         let profile = if p.profiling { Some(&mut p.profile) } else { None };
         enqueue(
+            &ctx,
             &mut p.streams,
             &p.events,
             &p.order,
@@ -80,7 +89,7 @@ impl CudaBackend {
             profile,
             tracer,
         )?;
-        sync(&ctx)?;
+        sync()?;
         p.feeds.completed();
         if let (true, Some(t)) = (p.tracing, p.tracer.as_mut()) {
             let start_ns = started.duration_since(p.loaded).as_nanos() as u64;
@@ -92,10 +101,14 @@ impl CudaBackend {
         p.runs += 1;
         if let (GraphState::Pending, false) = (&p.graph, eager) {
             // The first eager step has run (cuBLAS is set up): capture the next.
-            let raw: Vec<sys::CUstream> = p.streams.iter().map(|s| s.stream.raw).collect();
+            // One context (`graph_state`): its streams, the origin made in it.
+            let cap = Arc::clone(&ctxs[0]);
+            let raw: Vec<sys::CUstream> =
+                p.streams.iter().filter(|s| Arc::ptr_eq(&s.ctx, &cap)).map(|s| s.stream.raw).collect();
             let (streams, events, order) = (&mut p.streams, &p.events, &p.order);
-            let captured = StepGraph::capture(&ctx, &raw, || {
+            let captured = StepGraph::capture(&cap, &raw, || {
                 enqueue(
+                    &cap,
                     streams,
                     events,
                     order,
@@ -143,8 +156,11 @@ unsafe fn gemm(h: blas_sys::cublasHandle_t, g: &Gemm) -> Result<(), String> {
 }
 
 /// Enqueue one step: every item in the program's host order, on its
-/// stream. With `profile`, each item is synchronized and timed on the host.
+/// stream, with the stream's context bound (`bound` is bound on return). With `profile`, each item is synchronized and
+/// timed on the host.
+#[allow(clippy::too_many_arguments)]
 fn enqueue(
+    bound: &Arc<CudaContext>,
     streams: &mut [StreamRun],
     events: &[Event],
     order: &[(usize, usize)],
@@ -152,8 +168,18 @@ fn enqueue(
     mut profile: Option<&mut BTreeMap<(usize, usize), u64>>,
     tracer: Option<&Tracer>,
 ) -> Result<(), BackendError> {
+    // Nothing known bound: the first item binds its stream's context.
+    let mut current: *const CudaContext = std::ptr::null();
+    let bind = |c: &Arc<CudaContext>, current: &mut *const CudaContext| -> Result<(), BackendError> {
+        if Arc::as_ptr(c) != *current {
+            c.bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))?;
+            *current = Arc::as_ptr(c);
+        }
+        Ok(())
+    };
     for &(s, k) in order {
         let st = &mut streams[s];
+        bind(&st.ctx, &mut current)?;
         let stream = st.stream.raw;
         let t0 = profile.is_some().then(Instant::now);
         let step = st.items[k].step;
@@ -210,6 +236,11 @@ fn enqueue(
                 )
                 .result()
                 .map_err(|e| derr("cuStreamWaitValue32 (bridged event)", e)),
+                Op::CopyPeer { dst, dst_ctx, src, src_ctx, bytes } => {
+                    sys::cuMemcpyPeerAsync(*dst, *dst_ctx, *src, *src_ctx, *bytes, stream)
+                        .result()
+                        .map_err(|e| derr("cuMemcpyPeerAsync", e))
+                }
                 Op::Record(e) => drv::event::record(events[*e].raw, stream).map_err(|e| derr("cuEventRecord", e)),
                 Op::Wait(e) => {
                     drv::stream::wait_event(stream, events[*e].raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
@@ -240,5 +271,5 @@ fn enqueue(
             *profile.entry((s, k)).or_insert(0) += t0.elapsed().as_nanos() as u64;
         }
     }
-    Ok(())
+    bind(bound, &mut current)
 }
