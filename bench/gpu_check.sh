@@ -36,6 +36,8 @@
 #                     fail, naming TOWERS_REQUIRE_GPU (issue 20 item 9)
 #   GPU_CHECK_SECONDS total time for the parts (default 540: a run tool call
 #                     with timeout_s 600 ends with time to spare)
+#   GPU_CHECK_PARTS   the parts to run, e.g. "cuda_mixed anchors" (default:
+#                     all); the others are said NOT SELECTED, not failed
 set -u
 mode=all
 case "${1:-}" in
@@ -107,12 +109,22 @@ say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 
 # ---------------------------------------------------------------- the parts
 status=0
+# selected NAME: whether GPU_CHECK_PARTS (default: every part) names it.
+selected() {
+  [ -z "${GPU_CHECK_PARTS:-}" ] && return 0
+  case " $GPU_CHECK_PARTS " in *" $1 "*) return 0 ;; esac
+  return 1
+}
 # part NAME CAP_SECONDS PATTERN ARGS...: run $bin/NAME ARGS with a timeout
 # (CAP, or what is left of the total), log it, print the lines matching
 # PATTERN prefixed with the GPU's name, and its verdict.
 part() {
   local name=$1 cap=$2 pattern=$3
   shift 3
+  if ! selected "$name"; then
+    say "$name: NOT SELECTED (GPU_CHECK_PARTS=$GPU_CHECK_PARTS)"
+    return
+  fi
   local left=$((deadline - SECONDS - 5))
   [ "$left" -lt "$cap" ] && cap=$left
   echo
@@ -148,7 +160,9 @@ fi
 # The PyTorch anchors (not a check: figures beside the MIXED STEP lines),
 # with what time is left; a missing torch is said, not failed.
 left=$((deadline - SECONDS - 5))
-if [ "$left" -ge 20 ] && python3 -c 'import torch' >/dev/null 2>&1; then
+if ! selected anchors; then
+  say "anchors: NOT SELECTED (GPU_CHECK_PARTS=$GPU_CHECK_PARTS)"
+elif [ "$left" -ge 20 ] && python3 -c 'import torch' >/dev/null 2>&1; then
   echo
   echo "===== anchors ($(date -u +%T), at most ${left}s)"
   ANCHOR_STEPS=50 timeout "$left" python3 bench/gpu_anchors.py torch >"$outd/anchors.log" 2>&1

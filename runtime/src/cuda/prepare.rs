@@ -445,14 +445,16 @@ fn is_conv(k: &Kernel) -> bool {
 fn stream_workspace_bytes(s: &towers_codegen::StreamPlan) -> usize {
     let mut bytes = 0;
     for step in &s.steps {
-        if let Step::Launch { kernel, .. } = step {
-            if let Kernel::Conv2D { geom, .. }
-            | Kernel::Conv2DBiasAct { geom, .. }
-            | Kernel::Conv2DBackpropInput { geom, .. }
-            | Kernel::Conv2DBackpropFilter { geom, .. } = kernel
-            {
-                bytes = bytes.max(towers_kernels::launch::conv_workspace_floats(geom) * 4);
-            }
+        if let Step::Launch {
+            kernel:
+                Kernel::Conv2D { geom, .. }
+                | Kernel::Conv2DBiasAct { geom, .. }
+                | Kernel::Conv2DBackpropInput { geom, .. }
+                | Kernel::Conv2DBackpropFilter { geom, .. },
+            ..
+        } = step
+        {
+            bytes = bytes.max(towers_kernels::launch::conv_workspace_floats(geom) * 4);
         }
     }
     bytes
@@ -507,13 +509,8 @@ fn graph_state(wanted: bool, streams: &[StreamRun], contexts: usize) -> GraphSta
             "the program's streams span {contexts} CUDA contexts, one per logical GPU, and this backend captures one context's streams only"
         ));
     }
-    for it in streams.iter().flat_map(|s| &s.items) {
-        match &it.op {
-            Op::AllReduce { .. } => {
-                return GraphState::Eager(format!("'{}' is an all-reduce across processes", it.node))
-            }
-            _ => {}
-        }
+    if let Some(it) = streams.iter().flat_map(|s| &s.items).find(|it| matches!(it.op, Op::AllReduce { .. })) {
+        return GraphState::Eager(format!("'{}' is an all-reduce across processes", it.node));
     }
     GraphState::Pending
 }
