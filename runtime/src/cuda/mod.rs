@@ -1,18 +1,26 @@
 //! # The CUDA backend
 //!
-//! Executes plans on one NVIDIA GPU through cudarc (driver API), NVRTC and
+//! Executes plans on NVIDIA GPUs through cudarc (driver API), NVRTC and
 //! cuBLAS. Every library is probed before first use ([`libs`]): where one is
 //! missing, [`CudaBackend::new`] returns [`CudaUnavailable`] naming it and
 //! the `LD_LIBRARY_PATH` it needs, never a panic. [`probe`] still answers
 //! "is there a driver" for the CLI.
 //!
-//! - **Devices.** One context on GPU 0. Every logical device of a plan,
-//!   `/gpu:i` and, in this first version, `/cpu:0` too, maps onto that one
-//!   GPU: a two-tower plan runs its towers as separate streams of the same
-//!   GPU ([`Backend::device_note`](crate::Backend::device_note) says so). Variables placed on `/cpu:0`
-//!   therefore live in device memory as well (pinned host memory for them is
-//!   not done; feeds written in place are staged in pinned host memory,
-//!   [`feeds`]).
+//! - **Devices.** Standalone, by default, one context (the primary context
+//!   of GPU 0) and every logical device of a plan, `/gpu:i` and `/cpu:0`
+//!   too, maps onto it: a two-tower plan runs its towers as separate
+//!   streams of that context, and variables placed on `/cpu:0` live in
+//!   device memory ([`Backend::device_note`](crate::Backend::device_note)
+//!   says so). With [`CudaBackend::with_context_per_gpu`] each logical GPU
+//!   gets a context of its own on physical GPU `i mod n`, copies between
+//!   them are peer copies ([`contexts`]).
+//! - **Mixed sessions** ([`part`]): the backend is a
+//!   [`Part`](crate::mixed::Part) serving only the `gpu:*` devices beside a
+//!   CPU backend whose memory is pinned ([`PinnedHost`],
+//!   [`CudaBackend::pinned_host`]): copies to and from the host are
+//!   asynchronous copies on the plan's copy streams, and events crossing to
+//!   the host are stream memory operations on pinned flags. Feeds written in
+//!   place are staged in pinned host memory too ([`feeds`]).
 //! - **Load** ([`prepare`]) does everything that allocates or compiles:
 //!   arenas, constants, streams, events, cuBLAS handles, workspaces, each
 //!   kernel family compiled once per machine by NVRTC to a cubin for the
