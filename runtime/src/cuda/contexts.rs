@@ -71,6 +71,9 @@ impl CudaBackend {
         let fail = |what: &str, e: &dyn std::fmt::Debug| {
             BackendError::Device(format!("{d}: {}", derr(what, format!("{e:?}"))))
         };
+        let needed = ["cuCtxCreate_v4", "cuMemcpyPeerAsync", "cuDeviceCanAccessPeer", "cuCtxEnablePeerAccess"];
+        super::libs::driver_exports(&needed, "one CUDA context per logical GPU")
+            .map_err(|e| BackendError::Device(format!("{d}: {e}")))?;
         let n = CudaContext::device_count().map_err(|e| fail("cuDeviceGetCount", &e))?.max(1) as usize;
         let physical = d.index as usize % n;
         let ctx = std::panic::catch_unwind(|| CudaContext::new_non_primary(physical, 0))

@@ -104,3 +104,22 @@ pub fn check(needed: &[CudaLibrary]) -> Result<(), CudaUnavailable> {
         None => Ok(()),
     }
 }
+
+/// Whether the loaded CUDA driver exports every function of `names`, or an
+/// error naming the first it lacks and `why` they are needed. cudarc looks
+/// a driver function up on its first call and panics when it is missing:
+/// the functions newer than the backend's first version (stream memory
+/// operations, peer copies, `cuCtxCreate_v4`) are asked here first. The
+/// driver library must be present ([`check`]).
+pub(crate) fn driver_exports(names: &[&str], why: &str) -> Result<(), String> {
+    for name in names {
+        // SAFETY: the driver library was probed present; looking a symbol up calls nothing.
+        let found = unsafe { cudarc::driver::sys::culib().get::<unsafe extern "C" fn()>(name.as_bytes()).is_ok() };
+        if !found {
+            return Err(format!(
+                "the CUDA driver does not export {name}, which {why} needs: update the NVIDIA driver (CUDA 12.5 or newer)"
+            ));
+        }
+    }
+    Ok(())
+}

@@ -87,6 +87,7 @@ impl HostMemory for PinnedHost {
 /// context bound to the calling thread; an error when the memory is not
 /// mapped pinned memory (e.g. pageable).
 pub(crate) fn device_address(host: usize) -> Result<sys::CUdeviceptr, String> {
+    super::libs::driver_exports(&["cuMemHostGetDevicePointer_v2"], "mapping a bridged event's flag")?;
     let mut dptr: sys::CUdeviceptr = 0;
     // SAFETY: the driver only looks the address up; flags must be 0.
     unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, host as *mut c_void, 0) }

@@ -134,6 +134,16 @@ impl CudaBackend {
             r.map_err(|e| dev(derr("uploading a constant", e)))?;
         }
         self.bind()?;
+        if part.is_some() {
+            let needed = [
+                "cuStreamWaitValue32_v2",
+                "cuStreamWriteValue32_v2",
+                "cuMemHostGetDevicePointer_v2",
+                "cuMemcpyHtoDAsync_v2",
+                "cuMemcpyDtoHAsync_v2",
+            ];
+            super::libs::driver_exports(&needed, "a CUDA part of a mixed session").map_err(dev)?;
+        }
         // Bridged events: which this part records, and their flags' device addresses.
         let recorded_here = recorded_by(plan, &streams_on);
         let bridged = |e: usize| part.is_some_and(|p| p.bridge.is_bridged(e));
