@@ -57,7 +57,8 @@ impl HostMemory for Pageable {
     fn alloc(&self, bytes: usize) -> Result<HostBlock, String> {
         let cells: Box<[std::cell::UnsafeCell<u32>]> =
             (0..bytes.div_ceil(4)).map(|_| std::cell::UnsafeCell::new(0)).collect();
-        let ptr = NonNull::new(std::cell::UnsafeCell::raw_get(cells.as_ptr()) as *mut u8).unwrap_or(NonNull::dangling());
+        let ptr =
+            NonNull::new(std::cell::UnsafeCell::raw_get(cells.as_ptr()) as *mut u8).unwrap_or(NonNull::dangling());
         let bytes = cells.len() * 4;
         // SAFETY: the boxed slice is zeroed, aligned for u32, owned by the
         // block and never moved (a box's contents stay put).
