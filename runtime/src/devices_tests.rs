@@ -36,12 +36,13 @@ fn devices(towers: u32) -> Vec<PlanDevice> {
 }
 
 /// The CPU backend's threads as `thread_plans` makes them: one per device,
-/// the host joining the last device's thread when the devices outnumber
-/// the cores.
+/// sorted; when the devices outnumber the cores the host joins the last
+/// device's thread, which becomes the first.
 fn cpu_threads(towers: u32, cores: usize) -> Vec<Vec<Device>> {
     let mut t: Vec<Vec<Device>> = (0..towers).map(|i| vec![Device::gpu(i)]).collect();
     if towers as usize + 1 > cores {
-        t.last_mut().expect("a tower").insert(0, Device::CPU0);
+        let last = t.pop().expect("a tower");
+        t.insert(0, vec![Device::CPU0, last[0]]);
     } else {
         t.insert(0, vec![Device::CPU0]);
     }
@@ -70,9 +71,9 @@ fn the_cpu_backend_runs_every_device_as_a_host_thread() {
     let m = machine(None, 2);
     assert_eq!(
         text(2, BackendKind::Cpu, &m),
-        "cpu:0 -> host (pageable arena 3.1 MB, variables 1.2 MB, thread 2 of 2, shared with gpu:1)\n\
-         gpu:0 -> host thread 1 of 2 (arena 2.5 MB; CPU backend: no CUDA driver found)\n\
-         gpu:1 -> host thread 2 of 2 (arena 2.5 MB, shared with cpu:0; CPU backend: no CUDA driver found)"
+        "cpu:0 -> host (pageable arena 3.1 MB, variables 1.2 MB, thread 1 of 2, shared with gpu:1)\n\
+         gpu:0 -> host thread 2 of 2 (arena 2.5 MB; CPU backend: no CUDA driver found)\n\
+         gpu:1 -> host thread 1 of 2 (arena 2.5 MB, shared with cpu:0; CPU backend: no CUDA driver found)"
     );
     // GPUs present, the CPU backend chosen anyway.
     let m = machine(Some(1), 8);

@@ -516,11 +516,13 @@ impl Session {
                 note.push_str(&format!("\n{name}: {n}"));
             }
         }
-        // Where each device runs, per program; a program whose devices run
-        // as an earlier one's are not repeated.
+        // Where each device runs, per program ("train" first); a program
+        // whose devices run as an earlier one's is not repeated.
         let machine = devices::Machine::probe();
         let mut shown: Vec<String> = Vec::new();
-        for name in self.programs.keys() {
+        let mut names: Vec<&String> = self.programs.keys().collect();
+        names.sort_by_key(|n| n.as_str() != "train");
+        for name in names {
             let text = match self.device_map_on(name, &machine) {
                 Ok(m) => m.to_string(),
                 Err(e) => format!("(no device map: {e})"),
