@@ -48,7 +48,9 @@ pub enum TrainError {
     Cuda(#[from] CudaUnavailable),
     /// A device of the run that this machine cannot serve on the chosen
     /// backend ([`check_devices`]), found before anything is loaded.
-    #[error("--backend {backend}: {source}")]
+    /// (The flag is named where the backend is the cause: a GPU device
+    /// without CUDA; a second host device is refused on every backend.)
+    #[error("{}{source}", match source { towers_runtime::devices::Unservable::NoCuda { .. } => format!("--backend {backend}: "), _ => String::new() })]
     Unservable { backend: &'static str, source: towers_runtime::devices::Unservable },
     #[error("--backend cuda across processes: {0}")]
     Nccl(String),
@@ -164,7 +166,11 @@ pub fn requested_devices(cfg: &TrainConfig, graph: Option<&towers_graph::Graph>)
 /// under `--backend cuda` on a machine with no CUDA GPU, or a host device
 /// other than `/cpu:0`. The error names the device, what the machine has
 /// and how to map it. (`Session::load` checks every plan again.)
-pub fn check_devices(choice: BackendChoice, devices: &[towers_graph::Device], machine: &Machine) -> Result<(), TrainError> {
+pub fn check_devices(
+    choice: BackendChoice,
+    devices: &[towers_graph::Device],
+    machine: &Machine,
+) -> Result<(), TrainError> {
     towers_runtime::devices::check(devices, choice.kind(machine), machine)
         .map_err(|source| TrainError::Unservable { backend: choice.name(), source })
 }

@@ -78,7 +78,10 @@ fn a_gpu_device_on_a_cuda_backend_without_cuda_is_refused_at_load() {
             let e = r.expect_err("no CUDA GPU for gpu:0");
             assert!(matches!(e, RuntimeError::UnservableDevice { .. }), "{e}");
             let text = e.to_string();
-            assert!(text.starts_with("program 'p' asks for device gpu:0, but this machine has no CUDA GPU ("), "{text}");
+            assert!(
+                text.starts_with("program 'p' asks for device gpu:0, but this machine has no CUDA GPU ("),
+                "{text}"
+            );
             assert!(text.ends_with("run with --backend cpu, which runs every /gpu:N as a host thread of its own, or run where a CUDA driver and a GPU exist"), "{text}");
             // Nothing was created: the plan's variables are unknown.
             assert!(s.variable_names().is_empty());
@@ -115,7 +118,11 @@ fn a_plans_devices_map_to_threads_and_contexts_exactly() {
     let gpus = Machine { cuda: Cuda::Gpus(1), cores: 2 };
     assert_eq!(
         plan_map(&plan, BackendKind::Mixed { pinned: true }, &gpus).expect("map").to_string(),
-        format!("cpu:0 -> host (pinned arena {}, thread 1 of 1)\ngpu:0 -> GPU 0 context 1 of 1 (arena {})", arena(0), arena(1))
+        format!(
+            "cpu:0 -> host (pinned arena {}, thread 1 of 1)\ngpu:0 -> GPU 0 context 1 of 1 (arena {})",
+            arena(0),
+            arena(1)
+        )
     );
     let e = plan_map(&plan, BackendKind::Mixed { pinned: true }, &no_cuda).expect_err("no CUDA");
     assert!(e.to_string().starts_with("device gpu:0 was asked for"), "{e}");
