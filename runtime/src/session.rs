@@ -495,7 +495,10 @@ impl Session {
     }
 
     /// What the CLI prints about the backend, e.g.
-    /// "gpu:0 and gpu:1 run as CPU devices: no CUDA driver found".
+    /// "gpu:0 and gpu:1 run as CPU devices: no CUDA driver found", then
+    /// where each device of each program runs ([`Session::device_map`]):
+    /// "devices of train:" and a line per device ("  gpu:1 -> host thread
+    /// 3 of 3 (...)"); a program whose lines equal an earlier one's is left out.
     pub fn backend_note(&self) -> String {
         let mut gpus: Vec<String> = Vec::new();
         for p in self.programs.values() {
