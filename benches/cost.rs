@@ -14,7 +14,10 @@
 //! loaded machine both see about the same neighbours; rerun on a quiet one
 //! for figures that stand. `TOWERS_BENCH_QUICK=1` times fewer steps.
 //! Output: a markdown table on stdout, one JSON line per row in
-//! `target/bench-cost.jsonl` (or $TOWERS_BENCH_OUT).
+//! `target/bench-cost.jsonl` (or $TOWERS_BENCH_OUT), each with the
+//! calibration's entry per copy path (`paths`: transfers, bytes and
+//! nanoseconds of host->device, device->host, device->device, in-process
+//! reduction, across processes).
 
 use std::io::Write;
 
@@ -79,14 +82,15 @@ fn main() {
                 if let Some(f) = out.as_mut() {
                     let _ = writeln!(
                         f,
-                        "{{\"bench\":\"cost\",\"model\":\"{}\",\"towers\":{towers},\"variables\":\"{}\",\"batch\":{batch},\"fwd_flops\":{},\"predicted_ms\":{predicted:.4},\"measured_ms\":{measured:.4},\"median_ms\":{median:.4},\"traced_ms\":{:.4},\"ratio\":{ratio:.4},\"handoff_us\":{:.1},\"step_overhead_us\":{:.1},\"launch_gap_us\":{:.1}}}",
+                        "{{\"bench\":\"cost\",\"model\":\"{}\",\"towers\":{towers},\"variables\":\"{}\",\"batch\":{batch},\"fwd_flops\":{},\"predicted_ms\":{predicted:.4},\"measured_ms\":{measured:.4},\"median_ms\":{median:.4},\"traced_ms\":{:.4},\"ratio\":{ratio:.4},\"handoff_us\":{:.1},\"step_overhead_us\":{:.1},\"launch_gap_us\":{:.1},\"paths\":{}}}",
                         m.name,
                         v.name(),
                         m.fwd_flops,
                         cal.traced_step_ns as f64 / 1e6,
                         cal.handoff_ns as f64 / 1e3,
                         cal.step_overhead_ns as f64 / 1e3,
-                        cal.launch_gap_ns as f64 / 1e3
+                        cal.launch_gap_ns as f64 / 1e3,
+                        serde_json::to_string(&cal.paths).unwrap_or_else(|_| "{}".into())
                     );
                 }
             }

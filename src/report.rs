@@ -7,7 +7,9 @@
 //! none) and their ratio. This is where GPU 0's extra memory shows when it
 //! holds the variables. With `--variables ps`, every variable's owner
 //! (`/job:ps/task:k`) and each task's bytes of variables and of optimizer
-//! slots (the state an owner alone keeps).
+//! slots (the state an owner alone keeps). [`device_section`] adds the
+//! physical mapping: where each plan device runs on a backend on this
+//! machine ([`towers_runtime::devices`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -164,4 +166,32 @@ fn ps_section(s: &mut String, g: &Graph, plan: &Plan, ps: &towers_graph::PsShard
         "  optimizer slots: {total} B in all; the most any task owns is {most} B ({} B fewer than a full copy)",
         total - most
     );
+}
+
+/// The placement report's physical mapping: where each device of the plan
+/// runs with `--backend {backend}` on `machine` (one line per device, as
+/// `towers train` prints them at the start of a run).
+pub fn device_section(
+    plan: &Plan,
+    backend: crate::train::BackendChoice,
+    machine: &towers_runtime::devices::Machine,
+) -> Result<String, crate::train::TrainError> {
+    use towers_runtime::devices::{plan_map, Cuda, PlanMapError};
+    let map = plan_map(plan, backend.kind(machine), machine).map_err(|e| match e {
+        PlanMapError::Unservable(source) => crate::train::TrainError::Unservable { backend: backend.name(), source },
+        PlanMapError::Threads(t) => crate::train::TrainError::Options(t),
+    })?;
+    let cuda = match &machine.cuda {
+        Cuda::Gpus(n) => format!("{n} CUDA GPU(s)"),
+        Cuda::Absent(why) => why.clone(),
+    };
+    let mut s = format!(
+        "\nwhere each device runs (--backend {} on this machine: {cuda}, {} cores):\n",
+        backend.name(),
+        machine.cores
+    );
+    for line in map.to_string().lines() {
+        let _ = writeln!(s, "  {line}");
+    }
+    Ok(s)
 }

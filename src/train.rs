@@ -13,6 +13,7 @@ use std::sync::Arc;
 use thiserror::Error;
 use towers_runtime::comm::{Comm, LocalComm};
 use towers_runtime::cuda::{self, CudaBackend, CudaUnavailable};
+use towers_runtime::devices::{BackendKind, Machine};
 use towers_runtime::{CpuBackend, RuntimeError, Session};
 
 pub use crate::config::{LrScheduleKind, OptimizerKind, TrainConfig};
@@ -45,6 +46,12 @@ pub enum TrainError {
     Resume(String),
     #[error("--backend cuda: {0}")]
     Cuda(#[from] CudaUnavailable),
+    /// A device of the run that this machine cannot serve on the chosen
+    /// backend ([`check_devices`]), found before anything is loaded.
+    /// (The flag is named where the backend is the cause: a GPU device
+    /// without CUDA; a second host device is refused on every backend.)
+    #[error("{}{source}", match source { towers_runtime::devices::Unservable::NoCuda { .. } => format!("--backend {backend}: "), _ => String::new() })]
+    Unservable { backend: &'static str, source: towers_runtime::devices::Unservable },
     #[error("--backend cuda across processes: {0}")]
     Nccl(String),
     #[error("--trace: {0}")]
@@ -115,6 +122,57 @@ pub fn open_session(
             }
         }
     }
+}
+
+impl BackendChoice {
+    /// The flag's value, as written on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Cpu => "cpu",
+            BackendChoice::Cuda => "cuda",
+            BackendChoice::Auto => "auto",
+        }
+    }
+
+    /// Which backend this choice runs the devices on, on `machine` (the one
+    /// place that maps a `--backend` to a [`BackendKind`]): `auto` takes
+    /// CUDA where the machine has a GPU.
+    pub fn kind(self, machine: &Machine) -> BackendKind {
+        match self {
+            BackendChoice::Cpu => BackendKind::Cpu,
+            BackendChoice::Cuda => BackendKind::Cuda,
+            BackendChoice::Auto if machine.gpus() > 0 => BackendKind::Cuda,
+            BackendChoice::Auto => BackendKind::Cpu,
+        }
+    }
+}
+
+/// The devices a run of `cfg` asks for, known before compiling: the host,
+/// the towers (`/gpu:0` .. `/gpu:N-1`), and every concrete device a node
+/// of `graph` (a `--graph` model) requests; sorted.
+pub fn requested_devices(cfg: &TrainConfig, graph: Option<&towers_graph::Graph>) -> Vec<towers_graph::Device> {
+    let mut v = vec![towers_graph::Device::CPU0];
+    v.extend(cfg.tower_devices());
+    if let Some(g) = graph {
+        v.extend(g.node_ids().into_iter().filter_map(|id| g.node(id).requested_device.concrete()));
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Refuse, at the start of a run, a device this machine cannot serve on
+/// the chosen backend ([`towers_runtime::devices::check`]): a `/gpu:N`
+/// under `--backend cuda` on a machine with no CUDA GPU, or a host device
+/// other than `/cpu:0`. The error names the device, what the machine has
+/// and how to map it. (`Session::load` checks every plan again.)
+pub fn check_devices(
+    choice: BackendChoice,
+    devices: &[towers_graph::Device],
+    machine: &Machine,
+) -> Result<(), TrainError> {
+    towers_runtime::devices::check(devices, choice.kind(machine), machine)
+        .map_err(|source| TrainError::Unservable { backend: choice.name(), source })
 }
 
 /// `b` with NCCL over `comm` when `comm` has several ranks.

@@ -489,7 +489,9 @@ fn the_placement_report_shows_the_arena_before_and_after_reuse() {
         let mut args = vec!["compile", "--towers", "2", "--emit", "placement", "--batch", "64"];
         args.extend(extra);
         let (out, _) = towers(&args);
-        let table = out.split("planned bytes per device").nth(1).expect("the per-device table").to_string();
+        let table = out.split("planned bytes per device").nth(1).expect("the per-device table");
+        // The table ends at the next blank line (the device map follows later).
+        let table = table.split("\n\n").next().unwrap_or(table).to_string();
         table
             .lines()
             .filter_map(|l| {

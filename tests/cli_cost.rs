@@ -26,9 +26,20 @@ fn explain_cost_predicts_every_placement_and_tower_count() {
             assert!(line.contains(": predicted step "), "{line}");
         }
     }
-    for part in ["  compute per device: cpu:0 ", "  transfer per link: ", "  critical path ("] {
+    for part in
+        ["  compute per device: cpu:0 ", "  transfer per link: ", "  critical path (", "  calibrated copy paths: "]
+    {
         assert_eq!(out.matches(part).count(), 12, "{part}:\n{out}");
     }
+    // Links name their copy path; the calibration has an entry per path.
+    let cpu2 = &out[out.find("towers=2 variables=cpu:").expect("the row")..];
+    let cpu2 = &cpu2[..cpu2.find("\ntowers=").unwrap_or(cpu2.len())];
+    for part in
+        ["cpu:0 -> gpu:1 [host->device]", "gpu:1 -> cpu:0 [device->host]", "calibrated copy paths: host->device: "]
+    {
+        assert!(cpu2.contains(part), "{part}:\n{cpu2}");
+    }
+    assert!(out.contains("towers=2 variables=gpu0") && out.contains("[device->device]"), "{out}");
     let (again, _) = towers(&["compile", "--explain-cost", "--cost-cache", cache]);
     assert_eq!(again.matches(", calibration cached: predicted step").count(), 12, "{again}");
 }

@@ -130,6 +130,7 @@ const FLAGS: &[Row] = &[
     ("train --variables tpu", 2, &["--variables", "invalid value"]),
     ("train --bn-updates all", 2, &["--bn-updates", "invalid value"]),
     ("train --backend tpu", 2, &["--backend", "unknown backend"]),
+    ("compile --backend tpu --emit placement", 2, &["--backend", "unknown backend"]),
     ("train --lr-schedule linear", 2, &["--lr-schedule", "constant, step or cosine"]),
     ("train --data imagenet --steps 1", 1, &["imagenet"]),
     ("train --data mnist: --steps 1", 1, &["mnist"]),

@@ -33,6 +33,7 @@ use towers_vocab::{DType, DeviceKind};
 use crate::backend::{Backend, BackendError, HostSliceMut, ProgramId};
 use crate::comm::{Comm, LocalComm};
 use crate::cpu::CpuBackend;
+use crate::devices;
 use crate::error::RuntimeError;
 use crate::variables::{initial_host, HostVec, VarInfo, VarTable};
 
@@ -83,26 +84,25 @@ fn lookup<'a>(programs: &'a BTreeMap<String, Program>, program: &str) -> Result<
 }
 
 /// Refuse, before anything is created, a plan device this machine cannot
-/// serve: a host device other than `cpu:0` (a process has one host; every
-/// backend runs `/gpu:N` devices, the CPU backend as CPU devices). The
-/// error names the device, what the machine has and how to map it.
-fn check_devices(program: &str, plan: &Plan) -> Result<(), RuntimeError> {
-    let devices = plan.devices.iter().map(|d| d.device).chain(plan.streams.iter().map(|s| s.device));
-    let devices = devices.chain(plan.variables.iter().map(|v| v.device));
-    for d in devices {
-        if d.kind == DeviceKind::Cpu && d.index != 0 {
-            return Err(RuntimeError::UnservableDevice {
-                program: program.into(),
-                device: plan.device_name(d),
-                has: "a process has one host device, cpu:0".into(),
-                how: format!(
-                    "place what is on /cpu:{} on /cpu:0, or on a tower device /gpu:N (the CPU backend runs /gpu:N as CPU devices of their own)",
-                    d.index
-                ),
-            });
-        }
-    }
-    Ok(())
+/// serve on `backend` ([`devices::check`]): a host device other than
+/// `cpu:0` (a process has one host; every backend runs `/gpu:N` devices,
+/// the CPU backend as CPU devices), or a GPU device on a CUDA backend
+/// where the machine has no CUDA GPU. The error names the device, what
+/// the machine has and how to map it. The machine is probed only for a
+/// backend that runs GPU devices on CUDA.
+fn check_devices(program: &str, plan: &Plan, backend: &str) -> Result<(), RuntimeError> {
+    let kind = devices::BackendKind::of_name(backend);
+    let all: Vec<_> = devices::plan_devices(plan).into_iter().map(|d| d.device).collect();
+    let machine = match kind {
+        devices::BackendKind::Cpu => devices::Machine { cuda: devices::Cuda::Absent(String::new()), cores: 1 },
+        _ => devices::Machine::probe(),
+    };
+    devices::check(&all, kind, &machine).map_err(|e| RuntimeError::UnservableDevice {
+        program: program.into(),
+        device: plan.device_name(e.device()),
+        has: e.has(),
+        how: e.how(),
+    })
 }
 
 /// Whether a tensor of dtype `actual` can be fed or fetched as `requested`.
@@ -167,7 +167,7 @@ impl Session {
         // (e.g. edited JSON) is a typed error, never a bad access in a kernel.
         towers_codegen::verify(&plan)
             .map_err(|e| RuntimeError::InvalidPlan { program: name.into(), source: Box::new(e) })?;
-        check_devices(name, &plan)?;
+        check_devices(name, &plan, self.backend.name())?;
         self.check_memory(name, &plan)?;
         let backend = |e: BackendError| RuntimeError::from_backend(name, e);
         // Check every declaration before creating anything.
@@ -495,7 +495,10 @@ impl Session {
     }
 
     /// What the CLI prints about the backend, e.g.
-    /// "gpu:0 and gpu:1 run as CPU devices: no CUDA driver found".
+    /// "gpu:0 and gpu:1 run as CPU devices: no CUDA driver found", then
+    /// where each device of each program runs ([`Session::device_map`]):
+    /// "devices of train:" and a line per device ("  gpu:1 -> host thread
+    /// 3 of 3 (...)"); a program whose lines equal an earlier one's is left out.
     pub fn backend_note(&self) -> String {
         let mut gpus: Vec<String> = Vec::new();
         for p in self.programs.values() {
@@ -506,16 +509,56 @@ impl Session {
             }
         }
         gpus.sort();
-        if gpus.is_empty() && self.backend.name() == "cpu" {
-            return "all devices are CPU devices".into();
-        }
-        let mut note = self.backend.device_note(&gpus);
+        let mut note = if gpus.is_empty() && self.backend.name() == "cpu" {
+            "all devices are CPU devices".to_string()
+        } else {
+            self.backend.device_note(&gpus)
+        };
         for (name, p) in &self.programs {
             if let Some(n) = self.backend.program_note(p.id) {
                 note.push_str(&format!("\n{name}: {n}"));
             }
         }
+        // Where each device runs, per program ("train" first); a program
+        // whose devices run as an earlier one's is not repeated.
+        let machine = devices::Machine::probe();
+        let mut shown: Vec<String> = Vec::new();
+        let mut names: Vec<&String> = self.programs.keys().collect();
+        names.sort_by_key(|n| n.as_str() != "train");
+        for name in names {
+            let text = match self.device_map_on(name, &machine) {
+                Ok(m) => m.to_string(),
+                Err(e) => format!("(no device map: {e})"),
+            };
+            if !shown.contains(&text) {
+                note.push_str(&format!("\ndevices of {name}:"));
+                for line in text.lines() {
+                    note.push_str(&format!("\n  {line}"));
+                }
+                shown.push(text);
+            }
+        }
         note
+    }
+
+    /// Where each device of `program` runs on this session's backend on
+    /// this machine ([`devices::plan_map`]): one line per device, e.g.
+    /// `gpu:1 -> host thread 3 of 3 (arena 2.5 MB; CPU backend: no CUDA driver found)`.
+    pub fn device_map(&self, program: &str) -> Result<devices::DeviceMap, RuntimeError> {
+        self.device_map_on(program, &devices::Machine::probe())
+    }
+
+    fn device_map_on(&self, program: &str, machine: &devices::Machine) -> Result<devices::DeviceMap, RuntimeError> {
+        let plan = &self.program(program)?.plan;
+        devices::plan_map(plan, devices::BackendKind::of_name(self.backend.name()), machine).map_err(|e| match e {
+            devices::PlanMapError::Unservable(u) => RuntimeError::UnservableDevice {
+                program: program.into(),
+                device: plan.device_name(u.device()),
+                has: u.has(),
+                how: u.how(),
+            },
+            devices::PlanMapError::Threads(detail) => RuntimeError::BadPlan { program: program.into(), detail },
+        })
     }
 }
 

@@ -338,4 +338,8 @@ pub struct CompileArgs {
     /// (calibrated on the CPU backend, cached under --cost-cache).
     #[arg(long)]
     pub explain_cost: bool,
+    /// With --emit placement: say where each device runs on this backend
+    /// on this machine (cpu, cuda or auto, as `towers train --backend`).
+    #[arg(long, default_value = "cpu")]
+    pub backend: BackendChoice,
 }

@@ -100,7 +100,11 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         Emit::Dot => towers::graph::dot::to_dot(&c.graph).map_err(|e| e.to_string())?,
         Emit::Plan => c.plan.to_text(),
         Emit::PlanJson => c.plan.to_json(),
-        Emit::Placement => towers::report::placement_report(&c.graph, &c.plan),
+        Emit::Placement => {
+            let machine = towers::runtime::devices::Machine::probe();
+            let devices = towers::report::device_section(&c.plan, a.backend, &machine).map_err(|e| e.to_string())?;
+            towers::report::placement_report(&c.graph, &c.plan) + &devices
+        }
         Emit::Fusions => c.fusions(&opts).map_err(|e| e.to_string())?.to_text(&c.graph),
         Emit::Cuda => return write_cuda(&c.plan, a.output),
     };

@@ -113,6 +113,9 @@ pub fn explain_cost(
 ) -> Result<(), String> {
     let (graph, loss) = cost_model(user, cfg, input, classes)?;
     println!("cost model on {} (calibrations under {})", towers::cost::machine_key(), c.cost_cache.display());
+    println!(
+        "(calibrated on the CPU backend, whose devices share the host's memory: a copy between devices is elided there, so its path costs the bookkeeping only)"
+    );
     for towers in [1, 2, 4] {
         for v in towers::cost::PLACEMENTS {
             let k = towers::cost::candidate(&graph, &loss, &cfg.compile_options(), towers, v, &c.cost_cache)

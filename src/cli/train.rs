@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use towers::runtime::comm::{Comm, LocalComm};
+use towers::runtime::devices::Machine;
 use towers::train::{train_in, TrainObserver};
 use towers::trainer::fit_in;
 use towers::watch::{Tee, Watch};
@@ -160,6 +161,10 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     cfg.comm_timeout = std::time::Duration::try_from_secs_f64(a.comm_timeout).unwrap_or(cfg.comm_timeout);
     // Before anything is created (the --logdir event file): options first.
     towers::guards::validate(&cfg, comm.world_size()).map_err(|e| e.to_string())?;
+    // Devices this machine cannot serve on --backend (a /gpu:N under
+    // --backend cuda without CUDA, a /cpu:1): refused before any data loads.
+    let devices = towers::train::requested_devices(&cfg, user.as_ref().map(|m| &m.graph));
+    towers::train::check_devices(cfg.backend, &devices, &Machine::probe()).map_err(|e| e.to_string())?;
     if let (true, Some(path)) = (lead, &a.plot) {
         // Checked now, not when the run ends.
         if path.extension().is_none_or(|e| !e.eq_ignore_ascii_case("svg")) {

@@ -30,6 +30,7 @@ use towers_codegen::{BufRef, Plan, Step};
 use towers_graph::DType;
 use towers_runtime::Session;
 
+use super::paths::{CopyPath, PathCost};
 use super::{fnv1a, machine_key, plan_hash, CostError};
 
 /// Measured costs of one plan's kernels on one machine.
@@ -60,6 +61,11 @@ pub struct Calibration {
     /// and collective costs it on top of its kernel ([`Calibration::step_costs`]).
     #[serde(default)]
     pub launch_gap_ns: u64,
+    /// Per copy path ([`CopyPath::name`]): the transfers timed on it, their
+    /// bytes and nanoseconds ([`super::paths`]). A copy whose signature was
+    /// never timed is priced by its path's cost per byte.
+    #[serde(default)]
+    pub paths: BTreeMap<String, PathCost>,
 }
 
 /// The signature a step's cost is filed under (None for records and waits,
@@ -146,6 +152,9 @@ impl Calibration {
         // Per plan step, the signature it is filed under (computed once).
         let sigs: Vec<Vec<Option<String>>> =
             plan.streams.iter().map(|s| s.steps.iter().map(|st| signature(plan, st)).collect()).collect();
+        let step_paths: Vec<Vec<Option<(CopyPath, usize)>>> =
+            plan.streams.iter().map(|s| s.steps.iter().map(|st| CopyPath::of_step(plan, st)).collect()).collect();
+        let mut paths: BTreeMap<String, PathCost> = BTreeMap::new();
         let mut samples: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         let mut step_times = Vec::with_capacity(steps);
         let (mut handoffs, mut overheads, mut gaps) = (Vec::new(), Vec::with_capacity(steps), Vec::new());
@@ -222,6 +231,9 @@ impl Calibration {
                 if let Some(Some(sig)) = sigs.get(e.stream).and_then(|s| s.get(e.index)) {
                     samples.entry(sig.clone()).or_default().push(e.dur_ns);
                 }
+                if let Some(Some((path, bytes))) = step_paths.get(e.stream).and_then(|s| s.get(e.index)) {
+                    paths.entry(path.name().to_string()).or_default().add(*bytes, e.dur_ns);
+                }
             }
         }
         sess.set_tracing("calibrate", false)?;
@@ -235,6 +247,7 @@ impl Calibration {
             handoff_ns: mean(&handoffs),
             step_overhead_ns: mean(&overheads),
             launch_gap_ns: mean(&gaps),
+            paths,
         })
     }
 
@@ -278,8 +291,9 @@ impl Calibration {
 
     /// The cost of every step of `plan` (per stream, per step): a launch's
     /// or collective's measured mean plus the launch gap, a copy's measured
-    /// mean, records and waits free; an error names the first signature
-    /// this calibration lacks.
+    /// mean (or, for a copy never timed at its size and devices, its
+    /// path's cost per byte: [`PathCost::predict`]), records and waits
+    /// free; an error names the first signature this calibration lacks.
     pub fn step_costs(&self, plan: &Plan) -> Result<Vec<Vec<u64>>, CostError> {
         plan.streams
             .iter()
@@ -290,7 +304,17 @@ impl Calibration {
                         None => Ok(0),
                         Some(sig) => {
                             let gap = if matches!(st, Step::Copy { .. }) { 0 } else { self.launch_gap_ns };
-                            self.costs.get(&sig).map(|c| c + gap).ok_or(CostError::Uncalibrated(sig))
+                            if let Some(c) = self.costs.get(&sig) {
+                                return Ok(c + gap);
+                            }
+                            match (st, CopyPath::of_step(plan, st)) {
+                                (Step::Copy { .. }, Some((path, bytes))) => self
+                                    .paths
+                                    .get(path.name())
+                                    .map(|p| p.predict(bytes))
+                                    .ok_or(CostError::Uncalibrated(sig)),
+                                _ => Err(CostError::Uncalibrated(sig)),
+                            }
                         }
                     })
                     .collect()
@@ -340,5 +364,41 @@ mod tests {
         // calibration lacks them, and says which.
         let e = c.step_costs(&p1).expect_err("other shapes");
         assert!(matches!(e, CostError::Uncalibrated(_)), "{e}");
+    }
+
+    /// A calibration keeps one entry per copy path its plan takes (the
+    /// sums of its traced transfers), and prices a copy it never timed by
+    /// its path's cost per byte.
+    #[test]
+    fn a_calibration_has_an_entry_per_copy_path() {
+        let p = plan(2);
+        let c = Calibration::measure(&p, 1, 2).expect("calibrates");
+        let mut expected: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for st in p.streams.iter().flat_map(|s| &s.steps) {
+            if let Some((path, bytes)) = CopyPath::of_step(&p, st) {
+                let e = expected.entry(path.name().to_string()).or_default();
+                e.0 += 2; // two traced steps
+                e.1 += 2 * bytes as u64;
+            }
+        }
+        assert!(expected.contains_key("host->device") && expected.contains_key("device->host"), "{expected:?}");
+        let got: BTreeMap<String, (u64, u64)> = c.paths.iter().map(|(k, v)| (k.clone(), (v.items, v.bytes))).collect();
+        assert_eq!(got, expected);
+        // Forget one copy's signature: it is priced by its path instead.
+        let (si, i) = p
+            .streams
+            .iter()
+            .enumerate()
+            .find_map(|(si, s)| s.steps.iter().position(|st| matches!(st, Step::Copy { .. })).map(|i| (si, i)))
+            .expect("a copy");
+        let sig = signature(&p, &p.streams[si].steps[i]).expect("a signature");
+        let mut forgot = c.clone();
+        forgot.costs.remove(&sig);
+        let (path, bytes) = CopyPath::of_step(&p, &p.streams[si].steps[i]).expect("a path");
+        let costs = forgot.step_costs(&p).expect("priced by its path");
+        assert_eq!(costs[si][i], c.paths[path.name()].predict(bytes));
+        // Without the path either, the signature is named.
+        forgot.paths.remove(path.name());
+        assert!(matches!(forgot.step_costs(&p), Err(CostError::Uncalibrated(s)) if s == sig));
     }
 }

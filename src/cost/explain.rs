@@ -8,9 +8,11 @@
 //!   items by cost, largest first (ties in path order): the text is
 //!   deterministic for given costs;
 //! - a launch counts as a reduction when its kernel combines the towers'
-//!   gradients in process (`weighted_sum`, `mean_apply`, `multi_apply`,
-//!   `gemm_tower_mean`, `gemm_tower_apply`); it is then a transfer on the
-//!   link `towers -> <its device>`, not compute;
+//!   gradients in process ([`super::paths::is_reduction`]: `weighted_sum`,
+//!   `mean_apply`, `multi_apply`, `gemm_tower_mean`, `gemm_tower_apply`); it
+//!   is then a transfer on the link `towers -> <its device>`, not compute;
+//! - every link names its copy path ([`CopyPath`]), and a prediction from
+//!   a calibration lists the calibration's entry per path;
 //! - [`choose`] takes the lowest predicted step; ties go to the earlier
 //!   candidate, so listing `cpu` first keeps TF1's default on a tie.
 
@@ -21,6 +23,7 @@ use towers_passes::VarPlacement;
 
 use super::calibrate::Calibration;
 use super::critical::{simulate, Schedule};
+use super::paths::{is_reduction, CopyPath, PathCost};
 use super::CostError;
 
 /// Traffic on one link, predicted.
@@ -28,6 +31,8 @@ use super::CostError;
 pub struct Link {
     /// `cpu:0 -> gpu:1`, `towers -> cpu:0` (in-process reduction), `all-reduce`.
     pub name: String,
+    /// The way its transfers go (host->device, ...).
+    pub path: CopyPath,
     pub steps: usize,
     pub bytes: usize,
     pub ns: u64,
@@ -65,11 +70,9 @@ pub struct Prediction {
     pub path_len: usize,
     /// The path's costliest items, largest first.
     pub top: Vec<PathItem>,
-}
-
-/// Whether a kernel reduces the towers' gradients in process.
-fn is_reduction(kernel: &str) -> bool {
-    matches!(kernel, "weighted_sum" | "mean_apply" | "multi_apply" | "gemm_tower_mean" | "gemm_tower_apply")
+    /// The calibration's entry per copy path ([`super::paths`]), in
+    /// [`CopyPath::ALL`] order; empty when predicted from bare costs.
+    pub paths: Vec<(CopyPath, PathCost)>,
 }
 
 /// The threads of the CPU backend for `plan` on `cores` cores, as a thread
@@ -91,7 +94,9 @@ pub fn cpu_threads(plan: &Plan, cores: usize) -> Result<Vec<usize>, CostError> {
 pub fn predict(plan: &Plan, cal: &Calibration, cores: usize, top: usize) -> Result<Prediction, CostError> {
     let costs = cal.step_costs(plan)?;
     let lat = Latencies { handoff_ns: cal.handoff_ns, step_ns: cal.step_overhead_ns };
-    predict_with(plan, &cpu_threads(plan, cores)?, &costs, lat, top)
+    let mut p = predict_with(plan, &cpu_threads(plan, cores)?, &costs, lat, top)?;
+    p.paths = CopyPath::ALL.iter().filter_map(|&c| cal.paths.get(c.name()).map(|&e| (c, e))).collect();
+    Ok(p)
 }
 
 /// Predict `plan` with a thread per stream and a cost per step (fakes in tests).
@@ -111,8 +116,8 @@ pub fn predict_with(
     };
     let mut compute: Vec<(String, u64)> = plan.devices.iter().map(|d| (plan.device_name(d.device), 0)).collect();
     let mut links: BTreeMap<String, Link> = BTreeMap::new();
-    let mut add_link = |name: String, bytes: usize, ns: u64| {
-        let l = links.entry(name.clone()).or_insert(Link { name, steps: 0, bytes: 0, ns: 0 });
+    let mut add_link = |name: String, path: CopyPath, bytes: usize, ns: u64| {
+        let l = links.entry(name.clone()).or_insert(Link { name, path, steps: 0, bytes: 0, ns: 0 });
         l.steps += 1;
         l.bytes += bytes;
         l.ns += ns;
@@ -128,26 +133,27 @@ pub fn predict_with(
                         .filter_map(|o| plan.type_of(o))
                         .map(|(d, sh)| d.size_bytes() * sh.iter().product::<usize>())
                         .sum();
-                    add_link(format!("towers -> {dev}"), bytes, ns);
+                    add_link(format!("towers -> {dev}"), CopyPath::Reduction, bytes, ns);
                 }
                 Step::Launch { .. } => match compute.iter_mut().find(|(d, _)| *d == dev) {
                     Some((_, t)) => *t += ns,
                     None => compute.push((dev.clone(), ns)),
                 },
                 Step::Copy { from, to, bytes, .. } => {
-                    add_link(format!("{} -> {}", device_of(from), device_of(to)), *bytes, ns)
+                    let path = CopyPath::of_step(plan, st).map_or(CopyPath::HostToHost, |p| p.0);
+                    add_link(format!("{} -> {}", device_of(from), device_of(to)), path, *bytes, ns)
                 }
                 Step::AllReduce { buffers, .. } => {
                     let bytes = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
-                    add_link("all-reduce".into(), bytes, ns);
+                    add_link("all-reduce".into(), CopyPath::AcrossProcesses, bytes, ns);
                 }
                 Step::Reduce { root, buffers, .. } => {
                     let bytes = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
-                    add_link(format!("reduce→rank {root}"), bytes, ns);
+                    add_link(format!("reduce→rank {root}"), CopyPath::AcrossProcesses, bytes, ns);
                 }
                 Step::Broadcast { root, buffers, .. } => {
                     let bytes = buffers.iter().filter_map(|b| plan.buffer(b)).map(|b| b.bytes).sum();
-                    add_link(format!("broadcast from rank {root}"), bytes, ns);
+                    add_link(format!("broadcast from rank {root}"), CopyPath::AcrossProcesses, bytes, ns);
                 }
                 Step::Record(_) | Step::Wait(_) => {}
             }
@@ -172,7 +178,15 @@ pub fn predict_with(
     // Stable: equal costs keep their path order.
     items.sort_by_key(|it| std::cmp::Reverse(it.ns));
     items.truncate(top);
-    Ok(Prediction { step_ns, latencies, compute, links: links.into_values().collect(), path_len, top: items })
+    Ok(Prediction {
+        step_ns,
+        latencies,
+        compute,
+        links: links.into_values().collect(),
+        path_len,
+        top: items,
+        paths: Vec::new(),
+    })
 }
 
 fn ms(ns: u64) -> String {
@@ -196,9 +210,13 @@ impl Prediction {
             let links: Vec<String> = self
                 .links
                 .iter()
-                .map(|l| format!("{} {} ({} steps, {} B)", l.name, ms(l.ns), l.steps, l.bytes))
+                .map(|l| format!("{} [{}] {} ({} steps, {} B)", l.name, l.path.name(), ms(l.ns), l.steps, l.bytes))
                 .collect();
             out += &format!("  transfer per link: {}\n", links.join("; "));
+        }
+        if !self.paths.is_empty() {
+            let paths: Vec<String> = self.paths.iter().map(|(p, c)| c.text(p.name())).collect();
+            out += &format!("  calibrated copy paths: {}\n", paths.join("; "));
         }
         out += &format!("  critical path ({} items), costliest:\n", self.path_len);
         for it in &self.top {
@@ -322,6 +340,14 @@ mod tests {
         assert!(pred.step_ns > 0 && pred.step_ns <= launches + 100);
         let text = pred.text("mlp, 2 towers, variables=cpu");
         assert!(text.contains("compute per device: cpu:0"), "{text}");
+        // Each link names its copy path: weights go up, gradients come down.
+        for link in
+            ["cpu:0 -> gpu:0 [host->device]", "gpu:1 -> cpu:0 [device->host]", "towers -> cpu:0 [in-process reduction]"]
+        {
+            assert!(text.contains(link), "{link}: {text}");
+        }
+        assert!(pred.links.iter().all(|l| l.path != CopyPath::DeviceToDevice), "{:?}", pred.links);
+        assert!(!text.contains("calibrated copy paths"), "bare costs have no calibration: {text}");
         assert_eq!(text, fake(&p, 3).text("mlp, 2 towers, variables=cpu"), "deterministic");
     }
 }

@@ -40,11 +40,15 @@
 //! Copies between devices are elided on the CPU backend (one host memory),
 //! so a copy's calibrated cost is its traced (near zero) time; the model
 //! keeps them so that a backend with real links gets their measured costs
-//! from the same code.
+//! from the same code. Every transfer has a copy path ([`paths::CopyPath`]:
+//! host->device, device->host, device->device, in-process reduction,
+//! across processes); the calibration keeps an entry per path and the
+//! explanation names each link's path.
 
 pub mod calibrate;
 pub mod critical;
 pub mod explain;
+pub mod paths;
 pub mod placements;
 pub mod ps;
 
