@@ -262,7 +262,7 @@ fn time_steps(
 }
 
 /// Not an assertion: the seeds' question, host or GPU 0 variables, in
-/// numbers. Step times (median of 30 after 5) of the seed MLP and convnet
+/// numbers. Step times (median of 20 after 3) of the seed MLP and convnet
 /// at batch 256 and 1024, 1, 2 and 4 towers, variables on the host
 /// (`cpu`, updated by the CPU part), on GPU 0 (`gpu0`) or round-robin,
 /// CUDA graphs on; beside each tower count, the same plan with variables
@@ -284,14 +284,14 @@ fn time_the_placements_in_a_mixed_session() {
                 o.towers = (0..towers).map(Device::gpu).collect();
                 o.variables = VarPlacement::Cpu;
                 let Some(c) = cuda(test) else { return };
-                let (full, run, note) = time_steps(Box::new(c), m, &o, 5, 30);
+                let (full, run, note) = time_steps(Box::new(c), m, &o, 3, 20);
                 eprintln!(
                     "MIXED STEP [{gpu}] {name} batch {batch} x{towers} all on the GPU (standalone CUDA backend): median {full:.3} ms per step (feed + run + loss fetch), run alone {run:.3} ms [{note}]"
                 );
                 for vars in [VarPlacement::Cpu, VarPlacement::Gpu0, VarPlacement::RoundRobin] {
                     o.variables = vars;
                     let Some(c) = cuda(test) else { return };
-                    let (full, run, note) = time_steps(Box::new(mixed(c, false)), m, &o, 5, 30);
+                    let (full, run, note) = time_steps(Box::new(mixed(c, false)), m, &o, 3, 20);
                     eprintln!(
                         "MIXED STEP [{gpu}] {name} batch {batch} x{towers} variables {vars:?} (mixed session): median {full:.3} ms per step, run alone {run:.3} ms [{note}]"
                     );
@@ -299,7 +299,7 @@ fn time_the_placements_in_a_mixed_session() {
                 // The cost of a context per logical GPU (eager steps, peer copies).
                 o.variables = VarPlacement::Cpu;
                 let Some(c) = cuda(test) else { return };
-                let (full, run, note) = time_steps(Box::new(mixed(c.with_context_per_gpu(true), false)), m, &o, 5, 30);
+                let (full, run, note) = time_steps(Box::new(mixed(c.with_context_per_gpu(true), false)), m, &o, 3, 20);
                 eprintln!(
                     "MIXED STEP [{gpu}] {name} batch {batch} x{towers} variables Cpu (mixed session, a context per logical GPU): median {full:.3} ms per step, run alone {run:.3} ms [{note}]"
                 );
