@@ -508,21 +508,28 @@ fn enqueue_order(streams: &[StreamRun], num_events: usize) -> Result<Vec<(usize,
 }
 
 /// Whether a program's steps can replay a graph ([`graph`]'s invariants):
-/// graphs wanted and no all-reduce across processes (argument lists never
+/// graphs wanted, one context, and no all-reduce across processes (argument lists never
 /// change after load: dropout reads its step from device memory).
 fn graph_state(wanted: bool, streams: &[StreamRun], contexts: usize) -> GraphState {
+    let all_reduce = streams.iter().flat_map(|s| &s.items).find(|it| matches!(it.op, Op::AllReduce { .. }));
+    match eager_because(wanted, all_reduce.map(|it| it.node.as_str()), contexts) {
+        Some(why) => GraphState::Eager(why),
+        None => GraphState::Pending,
+    }
+}
+
+/// Why a program must launch eagerly, if it must: graphs not `wanted`, an
+/// all-reduce across processes (its node), or streams in several contexts.
+fn eager_because(wanted: bool, all_reduce: Option<&str>, contexts: usize) -> Option<String> {
     if !wanted {
-        return GraphState::Eager("CUDA graphs are turned off".into());
+        return Some("CUDA graphs are turned off".into());
     }
     if contexts > 1 {
-        return GraphState::Eager(format!(
+        return Some(format!(
             "the program's streams span {contexts} CUDA contexts, one per logical GPU, and this backend captures one context's streams only"
         ));
     }
-    if let Some(it) = streams.iter().flat_map(|s| &s.items).find(|it| matches!(it.op, Op::AllReduce { .. })) {
-        return GraphState::Eager(format!("'{}' is an all-reduce across processes", it.node));
-    }
-    GraphState::Pending
+    all_reduce.map(|node| format!("'{node}' is an all-reduce across processes"))
 }
 
 /// The error of an arena that could not be allocated: the logical device,
@@ -540,6 +547,15 @@ pub(super) fn arena_failure(device: &str, bytes: usize, gpu: &str, free: Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn programs_run_eagerly_for_a_reason() {
+        assert_eq!(eager_because(true, None, 1), None);
+        assert_eq!(eager_because(true, None, 0), None);
+        assert!(eager_because(false, None, 1).is_some_and(|w| w.contains("turned off")));
+        assert!(eager_because(true, None, 3).is_some_and(|w| w.contains("span 3 CUDA contexts")));
+        assert!(eager_because(true, Some("grads/all_reduce"), 1).is_some_and(|w| w.contains("'grads/all_reduce'")));
+    }
 
     #[test]
     fn an_arena_that_does_not_fit_names_its_device_and_size() {
