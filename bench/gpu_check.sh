@@ -150,8 +150,8 @@ part() {
   fi
 }
 
-part cuda_twins 110 "^device 0|kernels checked on the GPU|lowerings of|FAILED$" --nocapture --test-threads 1
-part cuda_backend 200 "^test |STEP TIME|MAX REL|max rel|graph run|eager run|CUDA backend on" --nocapture --test-threads 1
+part cuda_twins 130 "^device 0|kernels checked on the GPU|lowerings of|FAILED$" --nocapture --test-threads 1
+part cuda_backend 230 "^test |STEP TIME|MAX REL|max rel|graph run|eager run|CUDA backend on" --nocapture --test-threads 1
 part cuda_mixed 150 "^test |MIXED STEP|max rel diff" --nocapture --test-threads 1
 part cubin_cache 30 "^test |cubin" --nocapture
 if [ -x "$bin/nccl" ]; then
