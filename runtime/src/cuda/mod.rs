@@ -204,9 +204,11 @@ pub struct CudaBackend {
 }
 
 // SAFETY: the raw handles (functions, streams, events, cuBLAS handles,
-// argument pointers into this struct's own heap buffers) belong to `ctx`,
-// which every entry point binds to the calling thread before use; the
-// backend is used from one thread at a time (`Backend: Send`, not `Sync`).
+// argument pointers into this struct's own heap buffers) belong to `ctx` or
+// to a slot's context, which every entry point binds to the calling thread
+// before it uses them (a step binds each stream's context before enqueueing
+// on it); the backend is used from one thread at a time (`Backend: Send`,
+// not `Sync`).
 unsafe impl Send for CudaBackend {}
 
 impl CudaBackend {
