@@ -139,6 +139,9 @@ pub struct TrainConfig {
     /// On the CUDA backend, replay each step as a CUDA graph where the
     /// program allows it (`CudaBackend::with_graphs`).
     pub cuda_graphs: bool,
+    /// On the CUDA backend, every logical GPU as streams of one context on
+    /// GPU 0 (`--cuda-contexts one`) instead of a context per logical GPU.
+    pub cuda_one_context: bool,
     /// Write the last `trace_steps` steps of the run here as a Chrome trace
     /// ([`crate::trace`]).
     pub trace: Option<PathBuf>,
@@ -198,6 +201,7 @@ impl Default for TrainConfig {
             memory_reuse: true,
             fuse_kernels: true,
             cuda_graphs: true,
+            cuda_one_context: false,
             trace: None,
             trace_steps: 1,
             ps_async: false,

@@ -54,6 +54,9 @@ pub enum TrainError {
     Unservable { backend: &'static str, source: towers_runtime::devices::Unservable },
     #[error("--backend cuda across processes: {0}")]
     Nccl(String),
+    /// The mixed session (host part and CUDA part) could not be made.
+    #[error("--backend cuda: {0}")]
+    Mixed(String),
     #[error("--trace: {0}")]
     Trace(#[from] crate::trace::TraceError),
     /// The loss left the finite numbers: the run stops, and nothing is
@@ -96,19 +99,26 @@ impl std::str::FromStr for BackendChoice {
 }
 
 /// A session on the chosen backend, and a line saying which one runs and
-/// why. With several processes the CUDA backend reduces its buckets over
-/// NCCL, set up over `comm` (feature `nccl`; without it, an error).
+/// why. CUDA runs as a mixed session (`MixedBackend::with_cuda`): `cpu:*`
+/// on host threads with pinned memory, `gpu:*` on CUDA contexts, one per
+/// logical GPU unless `one_context`. With several processes the CUDA part
+/// reduces the buckets it holds over NCCL, set up over `comm` (feature
+/// `nccl`; without it, an error); buckets on the host go through `comm`.
 pub fn open_session(
     choice: BackendChoice,
     seed: u64,
     comm: &Arc<dyn Comm>,
     cuda_graphs: bool,
+    one_context: bool,
 ) -> Result<(Session, String), TrainError> {
     let cuda_session = |why: &str| -> Result<(Session, String), TrainError> {
         let b = CudaBackend::new()?.with_graphs(cuda_graphs);
-        let line = format!("backend: cuda on {}{why}", b.device());
+        let contexts = if one_context { "one context on GPU 0 for every gpu:*" } else { "a CUDA context per gpu:*" };
+        let line = format!("backend: cuda on {}{why}: cpu:* on the host (pinned memory), {contexts}", b.device());
         let b = with_nccl(b, comm)?;
-        Ok((Session::with_backend(seed, Box::new(b)), line))
+        let m = towers_runtime::mixed::MixedBackend::with_cuda(b, one_context)
+            .map_err(|e| TrainError::Mixed(e.to_string()))?;
+        Ok((Session::with_backend(seed, Box::new(m)), line))
     };
     match choice {
         BackendChoice::Cpu => Ok((Session::with_backend(seed, Box::new(CpuBackend::new())), "backend: cpu".into())),
@@ -140,8 +150,8 @@ impl BackendChoice {
     pub fn kind(self, machine: &Machine) -> BackendKind {
         match self {
             BackendChoice::Cpu => BackendKind::Cpu,
-            BackendChoice::Cuda => BackendKind::Cuda,
-            BackendChoice::Auto if machine.gpus() > 0 => BackendKind::Cuda,
+            BackendChoice::Cuda => BackendKind::Mixed { pinned: true },
+            BackendChoice::Auto if machine.gpus() > 0 => BackendKind::Mixed { pinned: true },
             BackendChoice::Auto => BackendKind::Cpu,
         }
     }

@@ -92,8 +92,14 @@ pub enum BackendError {
 
 /// An executor of plans; see the module docs.
 pub trait Backend: Send {
-    /// "cpu", "cuda".
+    /// "cpu", "cuda", "cpu+cuda" (a mixed session).
     fn name(&self) -> &'static str;
+
+    /// How this backend serves a plan's devices, for the device map and the
+    /// load-time device check (by default, from [`Backend::name`]).
+    fn kind(&self) -> crate::devices::BackendKind {
+        crate::devices::BackendKind::of_name(self.name())
+    }
 
     /// Create the storage of a variable the first time a plan declares it,
     /// holding `init` (the session's initial or restored values).

@@ -117,6 +117,9 @@ pub enum BackendKind {
     /// page-locked, when CUDA takes part), each `gpu:*` on a CUDA context of
     /// its own ([`gpu_contexts`]).
     Mixed { pinned: bool },
+    /// A mixed session whose `gpu:*` devices share one CUDA context on GPU
+    /// 0 as streams (`--cuda-contexts one`); `cpu:*` on the pinned host.
+    MixedOneContext,
 }
 
 impl BackendKind {
@@ -125,6 +128,8 @@ impl BackendKind {
         match name {
             "cuda" => BackendKind::Cuda,
             "mixed" => BackendKind::Mixed { pinned: true },
+            "cpu+cuda" => BackendKind::Mixed { pinned: true },
+            "cpu+cuda (one context)" => BackendKind::MixedOneContext,
             _ => BackendKind::Cpu,
         }
     }
@@ -168,7 +173,7 @@ pub fn plan_devices(plan: &Plan) -> Vec<PlanDevice> {
 pub fn host_threads(plan: &Plan, backend: BackendKind, cores: usize) -> Result<Vec<Vec<Device>>, String> {
     Ok(match backend {
         BackendKind::Cpu => crate::cpu::thread_plans(plan, cores)?.into_iter().map(|t| t.devices).collect(),
-        BackendKind::Mixed { .. } => plan_devices(plan)
+        BackendKind::Mixed { .. } | BackendKind::MixedOneContext => plan_devices(plan)
             .into_iter()
             .filter(|d| d.device.kind == DeviceKind::Cpu)
             .map(|d| vec![d.device])
@@ -307,6 +312,8 @@ pub fn device_map(
                     host(d, false, Some(why))
                 }
                 (BackendKind::Mixed { pinned }, DeviceKind::Cpu) => host(d, pinned, None),
+                (BackendKind::MixedOneContext, DeviceKind::Cpu) => host(d, true, None),
+                (BackendKind::MixedOneContext, DeviceKind::Gpu) => Runs::OneContext { devices: gpus.len() },
                 (BackendKind::Mixed { .. }, DeviceKind::Gpu) => Runs::Context {
                     context: contexts.iter().copied().find(|c| c.logical == d.index).unwrap_or(GpuContext {
                         logical: d.index,

@@ -52,7 +52,7 @@ fn cpu_threads(towers: u32, cores: usize) -> Vec<Vec<Device>> {
 fn text(towers: u32, kind: BackendKind, m: &Machine) -> String {
     let threads = match kind {
         BackendKind::Cpu => cpu_threads(towers, m.cores),
-        BackendKind::Mixed { .. } => vec![vec![Device::CPU0]],
+        BackendKind::Mixed { .. } | BackendKind::MixedOneContext => vec![vec![Device::CPU0]],
         BackendKind::Cuda => vec![],
     };
     device_map(&devices(towers), &threads, kind, m).expect("servable").to_string()
@@ -117,6 +117,20 @@ fn a_mixed_session_gives_each_logical_gpu_a_context() {
         "cpu:0 -> host (pageable arena 3.1 MB, variables 1.2 MB, thread 1 of 1)\n\
          gpu:0 -> GPU 0 context 1 of 1 (arena 2.5 MB)"
     );
+}
+
+/// `--cuda-contexts one`: the host pinned, the GPU devices as streams of one context.
+#[test]
+fn a_mixed_session_with_one_context_says_the_gpus_share_it() {
+    assert_eq!(
+        text(2, BackendKind::MixedOneContext, &machine(Some(1), 2)),
+        "cpu:0 -> host (pinned arena 3.1 MB, variables 1.2 MB, thread 1 of 1)\n\
+         gpu:0 -> GPU 0, the CUDA backend's one context (arena 2.5 MB; streams of 2 devices share it)\n\
+         gpu:1 -> GPU 0, the CUDA backend's one context (arena 2.5 MB; streams of 2 devices share it)"
+    );
+    assert_eq!(BackendKind::of_name("cpu+cuda (one context)"), BackendKind::MixedOneContext);
+    assert_eq!(BackendKind::of_name("cpu+cuda"), BackendKind::Mixed { pinned: true });
+    assert_eq!(BackendKind::of_name("cpu+cpu"), BackendKind::Cpu);
 }
 
 #[test]

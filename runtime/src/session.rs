@@ -90,8 +90,7 @@ fn lookup<'a>(programs: &'a BTreeMap<String, Program>, program: &str) -> Result<
 /// where the machine has no CUDA GPU. The error names the device, what
 /// the machine has and how to map it. The machine is probed only for a
 /// backend that runs GPU devices on CUDA.
-fn check_devices(program: &str, plan: &Plan, backend: &str) -> Result<(), RuntimeError> {
-    let kind = devices::BackendKind::of_name(backend);
+fn check_devices(program: &str, plan: &Plan, kind: devices::BackendKind) -> Result<(), RuntimeError> {
     let all: Vec<_> = devices::plan_devices(plan).into_iter().map(|d| d.device).collect();
     let machine = match kind {
         devices::BackendKind::Cpu => devices::Machine { cuda: devices::Cuda::Absent(String::new()), cores: 1 },
@@ -167,7 +166,7 @@ impl Session {
         // (e.g. edited JSON) is a typed error, never a bad access in a kernel.
         towers_codegen::verify(&plan)
             .map_err(|e| RuntimeError::InvalidPlan { program: name.into(), source: Box::new(e) })?;
-        check_devices(name, &plan, self.backend.name())?;
+        check_devices(name, &plan, self.backend.kind())?;
         self.check_memory(name, &plan)?;
         let backend = |e: BackendError| RuntimeError::from_backend(name, e);
         // Check every declaration before creating anything.
@@ -550,7 +549,7 @@ impl Session {
 
     fn device_map_on(&self, program: &str, machine: &devices::Machine) -> Result<devices::DeviceMap, RuntimeError> {
         let plan = &self.program(program)?.plan;
-        devices::plan_map(plan, devices::BackendKind::of_name(self.backend.name()), machine).map_err(|e| match e {
+        devices::plan_map(plan, self.backend.kind(), machine).map_err(|e| match e {
             devices::PlanMapError::Unservable(u) => RuntimeError::UnservableDevice {
                 program: program.into(),
                 device: plan.device_name(u.device()),

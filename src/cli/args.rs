@@ -29,6 +29,13 @@ pub enum Cmd {
     Compile(CompileArgs),
 }
 
+/// `--cuda-contexts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CudaContexts {
+    PerGpu,
+    One,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Model {
     Mlp,
@@ -197,6 +204,13 @@ pub struct Common {
     /// instead of replaying the step as a CUDA graph.
     #[arg(long)]
     pub no_cuda_graphs: bool,
+    /// On --backend cuda, the CUDA contexts of the plan's GPU devices:
+    /// per-gpu gives each logical GPU a context of its own on GPU i mod n
+    /// (the placement the compiler reports, on any number of GPUs); one
+    /// runs every logical GPU as streams of one context on GPU 0 (towers
+    /// sharing one GPU then overlap, and the step replays as one CUDA graph).
+    #[arg(long, value_enum, default_value_t = CudaContexts::PerGpu)]
+    pub cuda_contexts: CudaContexts,
     /// Where `--variables auto` and `--explain-cost` cache their
     /// calibrations (by machine and plan hash).
     #[arg(long, default_value = "target/towers-cost")]

@@ -207,6 +207,7 @@ pub fn config(c: &Common) -> Result<TrainConfig, String> {
         memory_reuse: !c.no_memory_reuse,
         fuse_kernels: !c.no_fusion,
         cuda_graphs: !c.no_cuda_graphs,
+        cuda_one_context: c.cuda_contexts == super::args::CudaContexts::One,
         ..TrainConfig::default()
     })
 }

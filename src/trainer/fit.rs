@@ -116,7 +116,7 @@ fn run(
     }
     // The session first: its memory check counts the data set against what
     // the backend had before it was loaded ([`towers_runtime::memory`]).
-    let (sess, which) = open_session(cfg.backend, cfg.seed, &comm, cfg.cuda_graphs)?;
+    let (sess, which) = open_session(cfg.backend, cfg.seed, &comm, cfg.cuda_graphs, cfg.cuda_one_context)?;
     let mut sess = sess.with_comm(Arc::clone(&comm));
     sess.note_memory_baseline();
     let (train_set, test_set) = match source {

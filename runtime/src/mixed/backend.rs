@@ -35,6 +35,7 @@ pub struct MixedBackend {
     vars: BTreeMap<String, usize>,
     programs: Vec<Program>,
     name: &'static str,
+    kind: crate::devices::BackendKind,
 }
 
 impl MixedBackend {
@@ -66,7 +67,34 @@ impl MixedBackend {
             .skip(1)
             .map(|(i, p)| Driver::start(Arc::clone(p), i))
             .collect::<Result<_, _>>()?;
-        Ok(MixedBackend { kinds, parts: shared, drivers, memory, vars: BTreeMap::new(), programs: Vec::new(), name })
+        let kind = crate::devices::BackendKind::of_name(name);
+        Ok(MixedBackend {
+            kinds,
+            parts: shared,
+            drivers,
+            memory,
+            vars: BTreeMap::new(),
+            programs: Vec::new(),
+            name,
+            kind,
+        })
+    }
+
+    /// The mixed session of a machine with CUDA: `cpu:*` on a CPU backend
+    /// whose arenas and variables are page-locked (`cuda.pinned_host()`),
+    /// `gpu:*` on `cuda`, each logical GPU in a CUDA context of its own
+    /// (`crate::devices::gpu_contexts`) or, with `one_context`, every
+    /// logical GPU as streams of one context on GPU 0. The bridge's flags
+    /// are pinned too, so GPU streams write and wait on them.
+    pub fn with_cuda(cuda: crate::CudaBackend, one_context: bool) -> Result<MixedBackend, BackendError> {
+        let memory = cuda.pinned_host();
+        let cuda = cuda.with_context_per_gpu(!one_context);
+        let parts: Vec<(DeviceKind, Box<dyn Part>)> = vec![
+            (DeviceKind::Cpu, Box::new(crate::CpuBackend::with_host_memory(Arc::clone(&memory)))),
+            (DeviceKind::Gpu, Box::new(cuda)),
+        ];
+        let name = if one_context { "cpu+cuda (one context)" } else { "cpu+cuda" };
+        MixedBackend::new(name, parts, memory)
     }
 
     /// The mixed session on two CPU backends: `cpu:*` on one, `gpu:*` (as
@@ -109,6 +137,10 @@ impl MixedBackend {
 impl Backend for MixedBackend {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn kind(&self) -> crate::devices::BackendKind {
+        self.kind
     }
 
     fn create_variable(&mut self, decl: &VariableDecl, init: HostSlice<'_>) -> Result<(), BackendError> {
