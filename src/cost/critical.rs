@@ -9,8 +9,10 @@
 //!   a thread (`thread_of`) never overlap, as on the CPU backend, whose
 //!   threads run their device's streams as lanes one step at a time;
 //! - among the steps that can start, the one that can start earliest goes
-//!   first (ties: the lower stream index), so start times never decrease and
-//!   the result is deterministic for a given plan and costs;
+//!   first (ties: bookkeeping before work, as a CPU backend thread runs the
+//!   ready copies, records and waits of all its lanes before its next
+//!   launch; then the lower stream index), so start times never decrease
+//!   and the result is deterministic for a given plan and costs;
 //! - records, waits and zero-cost steps take no time and hold no thread;
 //!   a wait for a record made on another thread passes `handoff_ns` after
 //!   the record (the calibrated wake-up latency between threads, seed
@@ -64,7 +66,7 @@ pub fn simulate(plan: &Plan, thread_of: &[usize], cost: &[Vec<u64>], handoff_ns:
     let total: usize = plan.streams.iter().map(|s| s.steps.len()).sum();
     for _ in 0..total {
         // (start, stream, reason) of the step that can start earliest.
-        let mut best: Option<(u64, usize, Option<(usize, usize)>)> = None;
+        let mut best: Option<(u64, bool, usize, Option<(usize, usize)>)> = None;
         for si in 0..n {
             let Some(step) = plan.streams[si].steps.get(pos[si]) else { continue };
             let (mut start, mut reason) = (ready[si], stream_prev[si]);
@@ -82,11 +84,15 @@ pub fn simulate(plan: &Plan, thread_of: &[usize], cost: &[Vec<u64>], handoff_ns:
             if takes_time(step, cost[si][pos[si]]) && free[thread_of[si]] > start {
                 (start, reason) = (free[thread_of[si]], thread_prev[thread_of[si]]);
             }
-            if best.is_none_or(|(b, _, _)| start < b) {
-                best = Some((start, si, reason));
+            // At equal starts bookkeeping goes first (copies, records,
+            // waits), as a CPU backend thread runs every ready bookkeeping
+            // item of its lanes before its next launch.
+            let work = !matches!(step, Step::Copy { .. } | Step::Record(_) | Step::Wait(_));
+            if best.is_none_or(|(b, bw, _, _)| (start, work) < (b, bw)) {
+                best = Some((start, work, si, reason));
             }
         }
-        let Some((start, si, reason)) = best else {
+        let Some((start, _, si, reason)) = best else {
             let stuck: Vec<String> = (0..n)
                 .filter(|&si| pos[si] < plan.streams[si].steps.len())
                 .map(|si| format!("{} at step {}", plan.stream_name(&plan.streams[si]), pos[si]))
@@ -191,6 +197,31 @@ mod tests {
     /// Three threads: the towers overlap, the host waits for the slower
     /// tower (4 + 4 = 8), then updates (2): step 10 = max(5, 8) + 2, and the
     /// critical path runs through tower 1.
+    /// A copy a tower waits for goes before a launch of the same thread
+    /// that could start as early (the CPU backend runs ready bookkeeping
+    /// first): gpu:1 starts at 1, not after gpu:0's 10-unit launch.
+    #[test]
+    fn bookkeeping_goes_before_a_launch_that_could_start_as_early() {
+        let (g0, g1) = (Device::gpu(0), Device::gpu(1));
+        let copy = Step::Copy {
+            from: towers_codegen::BufRef::Variable("w".into()),
+            to: towers_codegen::BufRef::Arena { device: 1, buffer: 0 },
+            bytes: 4,
+            node: "w/read".into(),
+        };
+        let mut plan = towers_plan();
+        plan.streams = vec![
+            stream(g0, StreamKind::Compute, vec![launch("t0/fwd")]),
+            stream(g0, StreamKind::Copy, vec![copy, Step::Record(0)]),
+            stream(g1, StreamKind::Compute, vec![Step::Wait(0), launch("t1/fwd")]),
+        ];
+        plan.num_events = 1;
+        let s = simulate(&plan, &[0, 0, 1], &[vec![10], vec![1, 0], vec![0, 10]], 0).expect("simulates");
+        assert_eq!(s.times[1][0], (0, 1), "the copy first");
+        assert_eq!(s.times[2][1], (1, 10), "gpu:1 starts when the copy is done");
+        assert_eq!(s.step_ns, 11);
+    }
+
     #[test]
     fn towers_overlap_and_the_slower_one_is_critical() {
         let s = simulate(&towers_plan(), &[0, 1, 2], &costs(), 0).expect("simulates");
