@@ -55,6 +55,11 @@ pub struct Calibration {
     /// time after its last item ends (waking and joining the threads).
     #[serde(default)]
     pub step_overhead_ns: u64,
+    /// Mean time from a step's first item to a worker thread's first
+    /// item: the wake-up of a worker asleep between steps (thread 0, the
+    /// caller, starts the step itself).
+    #[serde(default)]
+    pub wake_ns: u64,
     /// Mean idle time on a thread before a launch, since the item before it
     /// on that thread (a launch, copy or passed wait) ended: the runtime's
     /// bookkeeping, and on a loaded machine the time the OS ran another process. Every launch
@@ -158,6 +163,7 @@ impl Calibration {
         let mut samples: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         let mut step_times = Vec::with_capacity(steps);
         let (mut handoffs, mut overheads, mut gaps) = (Vec::new(), Vec::with_capacity(steps), Vec::new());
+        let mut wakes = Vec::new();
         let threads = super::explain::cpu_threads(plan, super::cores())?;
         let mut by_thread: Vec<Vec<(u64, u64, bool)>> =
             vec![Vec::new(); threads.iter().copied().max().map_or(0, |m| m + 1)];
@@ -202,8 +208,11 @@ impl Calibration {
                     v.push((e.start_ns, e.start_ns + e.dur_ns, work));
                 }
             }
-            for v in by_thread.iter_mut() {
+            for (th, v) in by_thread.iter_mut().enumerate() {
                 v.sort_unstable();
+                if let (true, Some(&(a, _, _))) = (th > 0, v.first()) {
+                    wakes.push(a.saturating_sub(first));
+                }
                 let mut end = None;
                 for &(a, b, work) in v.iter() {
                     if let (true, Some(e)) = (work, end) {
@@ -246,6 +255,7 @@ impl Calibration {
             costs,
             handoff_ns: mean(&handoffs),
             step_overhead_ns: mean(&overheads),
+            wake_ns: mean(&wakes),
             launch_gap_ns: mean(&gaps),
             paths,
         })

@@ -45,6 +45,20 @@ pub struct Schedule {
 /// (records and waits are free whatever it says), `handoff_ns` what an
 /// event costs between two threads.
 pub fn simulate(plan: &Plan, thread_of: &[usize], cost: &[Vec<u64>], handoff_ns: u64) -> Result<Schedule, CostError> {
+    simulate_woken(plan, thread_of, cost, handoff_ns, 0)
+}
+
+/// [`simulate`] with every thread but thread 0 (the caller's, which starts
+/// the step) free only `wake_ns` after the step starts: the CPU backend's
+/// workers sleep between steps once they have waited longer than their
+/// spin, and the start signal wakes them.
+pub fn simulate_woken(
+    plan: &Plan,
+    thread_of: &[usize],
+    cost: &[Vec<u64>],
+    handoff_ns: u64,
+    wake_ns: u64,
+) -> Result<Schedule, CostError> {
     let n = plan.streams.len();
     if thread_of.len() != n || cost.len() != n || plan.streams.iter().zip(cost).any(|(s, c)| s.steps.len() != c.len()) {
         return Err(CostError::Shape(format!(
@@ -57,7 +71,7 @@ pub fn simulate(plan: &Plan, thread_of: &[usize], cost: &[Vec<u64>], handoff_ns:
     let mut pos = vec![0usize; n];
     let mut ready = vec![0u64; n];
     let mut stream_prev: Vec<Option<(usize, usize)>> = vec![None; n];
-    let mut free = vec![0u64; threads];
+    let mut free: Vec<u64> = (0..threads).map(|t| if t == 0 { 0 } else { wake_ns }).collect();
     let mut thread_prev: Vec<Option<(usize, usize)>> = vec![None; threads];
     // Per event: (time recorded, the costly step behind it, recording thread).
     let mut recorded: Vec<Option<(u64, Option<(usize, usize)>, usize)>> = vec![None; plan.num_events];
@@ -197,6 +211,16 @@ mod tests {
     /// Three threads: the towers overlap, the host waits for the slower
     /// tower (4 + 4 = 8), then updates (2): step 10 = max(5, 8) + 2, and the
     /// critical path runs through tower 1.
+    /// Workers woken at the step's start begin `wake_ns` late; the
+    /// caller's thread (0) does not.
+    #[test]
+    fn woken_workers_start_late() {
+        let s = simulate_woken(&towers_plan(), &[0, 1, 2], &costs(), 0, 4).expect("simulates");
+        let plain = simulate(&towers_plan(), &[0, 1, 2], &costs(), 0).expect("simulates");
+        assert_eq!(s.step_ns, plain.step_ns + 4);
+        assert_eq!(s.times[1][0].0, 4, "a worker's first launch waits for its wake-up");
+    }
+
     /// A copy a tower waits for goes before a launch of the same thread
     /// that could start as early (the CPU backend runs ready bookkeeping
     /// first): gpu:1 starts at 1, not after gpu:0's 10-unit launch.

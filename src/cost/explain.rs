@@ -22,7 +22,7 @@ use towers_codegen::{BufRef, Plan, Step};
 use towers_passes::VarPlacement;
 
 use super::calibrate::Calibration;
-use super::critical::{simulate, Schedule};
+use super::critical::{simulate_woken, Schedule};
 use super::paths::{is_reduction, CopyPath, PathCost};
 use super::CostError;
 
@@ -55,6 +55,8 @@ pub struct Latencies {
     pub handoff_ns: u64,
     /// Per step: starting the threads and joining them at the end.
     pub step_ns: u64,
+    /// From the step's start to a worker thread's first item (its wake-up).
+    pub wake_ns: u64,
 }
 
 /// A plan's predicted step, explained.
@@ -93,7 +95,7 @@ pub fn cpu_threads(plan: &Plan, cores: usize) -> Result<Vec<usize>, CostError> {
 /// Predict `plan` on the CPU backend with `cores` cores from a calibration.
 pub fn predict(plan: &Plan, cal: &Calibration, cores: usize, top: usize) -> Result<Prediction, CostError> {
     let costs = cal.step_costs(plan)?;
-    let lat = Latencies { handoff_ns: cal.handoff_ns, step_ns: cal.step_overhead_ns };
+    let lat = Latencies { handoff_ns: cal.handoff_ns, step_ns: cal.step_overhead_ns, wake_ns: cal.wake_ns };
     let mut p = predict_with(plan, &cpu_threads(plan, cores)?, &costs, lat, top)?;
     p.paths = CopyPath::ALL.iter().filter_map(|&c| cal.paths.get(c.name()).map(|&e| (c, e))).collect();
     Ok(p)
@@ -107,7 +109,8 @@ pub fn predict_with(
     latencies: Latencies,
     top: usize,
 ) -> Result<Prediction, CostError> {
-    let Schedule { step_ns, critical, .. } = simulate(plan, thread_of, costs, latencies.handoff_ns)?;
+    let Schedule { step_ns, critical, .. } =
+        simulate_woken(plan, thread_of, costs, latencies.handoff_ns, latencies.wake_ns)?;
     let step_ns = step_ns + latencies.step_ns;
     let dev_name = |i: usize| plan.devices.get(i).map(|d| plan.device_name(d.device)).unwrap_or_else(|| "?".into());
     let device_of = |r: &BufRef| match r {
@@ -197,9 +200,10 @@ impl Prediction {
     /// The prediction as indented lines, under a heading the caller gives.
     pub fn text(&self, heading: &str) -> String {
         let mut out = format!(
-            "{heading}: predicted step {} (handoff between threads {}, per-step start and join {})\n",
+            "{heading}: predicted step {} (handoff between threads {}, worker wake-up {}, per-step start and join {})\n",
             ms(self.step_ns),
             ms(self.latencies.handoff_ns),
+            ms(self.latencies.wake_ns),
             ms(self.latencies.step_ns)
         );
         let compute: Vec<String> = self.compute.iter().map(|(d, ns)| format!("{d} {}", ms(*ns))).collect();
