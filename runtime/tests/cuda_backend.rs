@@ -13,14 +13,16 @@
 //! reductions) and its `expf`/`logf` differ by an ulp, so a few ulps per
 //! step are expected; a wrong argument or transpose gives errors of order 1.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use std::collections::BTreeSet;
 
+use common::seeds::{data, model};
 use towers::compiler::{compile_eval, compile_train, CompileOptions};
-use towers::data::Dataset;
-use towers::models::{build, Model, ModelKind, ModelSpec};
+use towers::models::{Model, ModelKind};
 use towers::passes::VarPlacement;
 use towers_codegen::{Plan, Step};
 use towers_graph::{Device, Optimizer, F32};
@@ -70,25 +72,6 @@ fn asking_for_cuda_without_it_is_a_typed_error() {
         }
         (a, b) => panic!("available() and new() disagree: {a:?} / {:?}", b.err()),
     }
-}
-
-fn model(kind: ModelKind, input: [usize; 3], hidden: Vec<usize>, batch_norm: bool) -> Model {
-    let mut s = ModelSpec::new(kind, input, 10);
-    s.hidden = hidden;
-    s.batch_norm = batch_norm;
-    s.seed = 7;
-    build(&s).expect("the seed models build")
-}
-
-fn data(m: &Model, batch: usize, steps: usize) -> Vec<(Vec<f32>, Vec<i32>)> {
-    let [h, w, c] = m.spec.input;
-    let d = Dataset::synthetic(batch * steps, h, w, c, 10, 3).expect("synthetic data");
-    let px = h * w * c;
-    (0..steps)
-        .map(|s| {
-            (d.images()[s * batch * px..(s + 1) * batch * px].to_vec(), d.labels()[s * batch..(s + 1) * batch].to_vec())
-        })
-        .collect()
 }
 
 struct Trained {

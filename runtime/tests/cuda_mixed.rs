@@ -21,13 +21,15 @@
 //! - (no GPU needed) every launch of the seed plans names only its own
 //!   device's memory, which one context per logical GPU relies on.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use common::seeds::{data, model};
 use towers::compiler::{compile_eval, compile_train, CompileOptions};
-use towers::data::Dataset;
-use towers::models::{build, Model, ModelKind, ModelSpec};
+use towers::models::{Model, ModelKind};
 use towers::passes::VarPlacement;
 use towers_graph::{Device, Optimizer, F32};
 use towers_runtime::cuda::{available, CudaBackend, CudaUnavailable};
@@ -66,24 +68,6 @@ fn mixed(cuda: CudaBackend, pageable: bool) -> MixedBackend {
         (DeviceKind::Gpu, Box::new(cuda)),
     ];
     MixedBackend::new("cpu+cuda", parts, memory).expect("the parts start")
-}
-
-fn model(kind: ModelKind, input: [usize; 3], hidden: Vec<usize>) -> Model {
-    let mut s = ModelSpec::new(kind, input, 10);
-    s.hidden = hidden;
-    s.seed = 7;
-    build(&s).expect("the seed models build")
-}
-
-fn data(m: &Model, batch: usize, steps: usize) -> Vec<(Vec<f32>, Vec<i32>)> {
-    let [h, w, c] = m.spec.input;
-    let d = Dataset::synthetic(batch * steps, h, w, c, 10, 3).expect("synthetic data");
-    let px = h * w * c;
-    (0..steps)
-        .map(|s| {
-            (d.images()[s * batch * px..(s + 1) * batch * px].to_vec(), d.labels()[s * batch..(s + 1) * batch].to_vec())
-        })
-        .collect()
 }
 
 struct Trained {
@@ -147,9 +131,9 @@ fn a_cuda_part_beside_a_pinned_host_part_matches_the_cpu_backend() {
     let adam = Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) };
     let momentum = Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false };
     let cases = [
-        ("mlp 784-256-256-10", model(ModelKind::Mlp, [28, 28, 1], vec![256, 256]), adam.clone(), 64),
-        ("mlp 64-16-10", model(ModelKind::Mlp, [8, 8, 1], vec![16]), momentum, 24),
-        ("convnet 28x28", model(ModelKind::Convnet, [28, 28, 1], vec![]), adam, 16),
+        ("mlp 784-256-256-10", model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false), adam.clone(), 64),
+        ("mlp 64-16-10", model(ModelKind::Mlp, [8, 8, 1], vec![16], false), momentum, 24),
+        ("convnet 28x28", model(ModelKind::Convnet, [28, 28, 1], vec![], false), adam, 16),
     ];
     let mut failures = Vec::new();
     for (name, m, opt, batch) in &cases {
@@ -195,7 +179,7 @@ fn a_cuda_part_beside_a_pinned_host_part_matches_the_cpu_backend() {
 #[test]
 fn pageable_host_memory_beside_a_cuda_part_is_refused_at_load() {
     let Some(c) = cuda("pageable_host_memory_beside_a_cuda_part_is_refused_at_load") else { return };
-    let m = model(ModelKind::Mlp, [8, 8, 1], vec![16]);
+    let m = model(ModelKind::Mlp, [8, 8, 1], vec![16], false);
     let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
     o.towers = vec![Device::gpu(0)];
     o.variables = VarPlacement::Cpu;
@@ -275,8 +259,8 @@ fn time_the_placements_in_a_mixed_session() {
     let gpu = probe.device();
     drop(probe);
     let sgd = Optimizer::Sgd { lr: F32(0.05) };
-    let mlp = model(ModelKind::Mlp, [28, 28, 1], vec![256, 256]);
-    let conv = model(ModelKind::Convnet, [28, 28, 1], vec![]);
+    let mlp = model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false);
+    let conv = model(ModelKind::Convnet, [28, 28, 1], vec![], false);
     for (name, m) in [("mlp 784-256-256-10", &mlp), ("convnet", &conv)] {
         for batch in [256usize, 1024] {
             for towers in [1u32, 2, 4] {
@@ -313,8 +297,8 @@ fn time_the_placements_in_a_mixed_session() {
 /// meet through copies. Lists the launches that do not, per configuration.
 #[test]
 fn launches_name_only_their_own_devices_memory() {
-    let mlp = model(ModelKind::Mlp, [28, 28, 1], vec![256, 256]);
-    let conv = model(ModelKind::Convnet, [28, 28, 1], vec![]);
+    let mlp = model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false);
+    let conv = model(ModelKind::Convnet, [28, 28, 1], vec![], false);
     let mut crossing = Vec::new();
     for (name, m) in [("mlp", &mlp), ("convnet", &conv)] {
         for towers in [1u32, 2, 4] {

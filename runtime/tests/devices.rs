@@ -4,71 +4,19 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use towers_codegen::{BufRef, Plan, VariableDecl};
 use towers_runtime::devices::{plan_map, BackendKind, Cuda, Machine};
-use towers_runtime::{Backend, BackendError, Comm, CpuBackend, HostSlice, HostSliceMut, Profiled, ProgramId, Trace};
+use towers_runtime::CpuBackend;
 use towers_runtime::{RuntimeError, Session};
 
 use common::two_device_plan;
 
-/// The CPU backend under the name of a mixed session: what `Session::load`
-/// checks against a backend that runs `gpu:*` on CUDA contexts.
-struct NamedMixed(CpuBackend);
-
-impl Backend for NamedMixed {
-    fn name(&self) -> &'static str {
-        "mixed"
-    }
-    fn create_variable(&mut self, decl: &VariableDecl, init: HostSlice<'_>) -> Result<(), BackendError> {
-        self.0.create_variable(decl, init)
-    }
-    fn load(&mut self, name: &str, plan: &Plan, comm: Arc<dyn Comm>) -> Result<ProgramId, BackendError> {
-        self.0.load(name, plan, comm)
-    }
-    fn run(&mut self, program: ProgramId) -> Result<(), BackendError> {
-        self.0.run(program)
-    }
-    fn write_buffer(&mut self, program: ProgramId, buf: &BufRef, data: HostSlice<'_>) -> Result<(), BackendError> {
-        self.0.write_buffer(program, buf, data)
-    }
-    fn read_buffer(&self, program: ProgramId, buf: &BufRef, out: HostSliceMut<'_>) -> Result<(), BackendError> {
-        self.0.read_buffer(program, buf, out)
-    }
-    fn write_variable(&mut self, name: &str, data: HostSlice<'_>) -> Result<(), BackendError> {
-        self.0.write_variable(name, data)
-    }
-    fn read_variable(&self, name: &str, out: HostSliceMut<'_>) -> Result<(), BackendError> {
-        self.0.read_variable(name, out)
-    }
-    fn set_profiling(&mut self, program: ProgramId, on: bool) {
-        self.0.set_profiling(program, on)
-    }
-    fn profile(&self, program: ProgramId) -> Vec<Profiled> {
-        self.0.profile(program)
-    }
-    fn set_tracing(&mut self, program: ProgramId, on: bool) -> Result<(), BackendError> {
-        self.0.set_tracing(program, on)
-    }
-    fn trace(&self, program: ProgramId) -> Result<Trace, BackendError> {
-        self.0.trace(program)
-    }
-    fn steps_run(&self, program: ProgramId) -> u64 {
-        self.0.steps_run(program)
-    }
-    fn set_step(&mut self, program: ProgramId, step: u64) {
-        self.0.set_step(program, step)
-    }
-    fn device_note(&self, gpus: &[String]) -> String {
-        self.0.device_note(gpus)
-    }
-}
-
 #[test]
 fn a_gpu_device_on_a_cuda_backend_without_cuda_is_refused_at_load() {
     let machine = Machine::probe();
-    let mut s = Session::with_backend(0, Box::new(NamedMixed(CpuBackend::new())));
+    let mut s = Session::with_backend(
+        0,
+        Box::new(common::CopyingFeeds(CpuBackend::new(), Some(BackendKind::Mixed { pinned: true }))),
+    );
     let r = s.load("p", two_device_plan());
     match machine.cuda {
         Cuda::Gpus(n) if n > 0 => {

@@ -93,7 +93,7 @@ fn run_allocates_nothing() {
 /// session's scratch, made at that feed's first in-place write, before the
 /// measured steps).
 fn feeds_allocate_nothing() {
-    let fallback = Session::with_backend(1, Box::new(common::CopyingFeeds(towers_runtime::CpuBackend::new())));
+    let fallback = Session::with_backend(1, Box::new(common::CopyingFeeds(towers_runtime::CpuBackend::new(), None)));
     for (backend, mut s) in [("cpu", Session::new(1)), ("copying", fallback)] {
         s.load("train", common::mlp_plan()).unwrap();
         s.load("two", common::two_device_plan()).unwrap();

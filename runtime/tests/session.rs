@@ -246,7 +246,7 @@ fn train_mlp(mut s: Session, in_place: bool) -> Vec<Vec<u32>> {
 fn feeding_in_place_equals_feeding_a_copy() {
     let copied = train_mlp(Session::new(7), false);
     assert_eq!(train_mlp(Session::new(7), true), copied, "CPU backend");
-    let fallback = Session::with_backend(7, Box::new(common::CopyingFeeds(towers_runtime::CpuBackend::new())));
+    let fallback = Session::with_backend(7, Box::new(common::CopyingFeeds(towers_runtime::CpuBackend::new(), None)));
     assert_eq!(train_mlp(fallback, true), copied, "a backend that lends no memory");
     // Mixed, in place and by copy, on the two-device plan (two threads:
     // cpu:0 reads the feed, gpu:0 what cpu:0 made of it).

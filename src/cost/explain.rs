@@ -130,12 +130,8 @@ pub fn predict_with(
         for (i, st) in s.steps.iter().enumerate() {
             let ns = costs[si][i];
             match st {
-                Step::Launch { kernel, outputs, .. } if is_reduction(kernel.name()) => {
-                    let bytes = outputs
-                        .iter()
-                        .filter_map(|o| plan.type_of(o))
-                        .map(|(d, sh)| d.size_bytes() * sh.iter().product::<usize>())
-                        .sum();
+                Step::Launch { kernel, .. } if is_reduction(kernel.name()) => {
+                    let bytes = CopyPath::of_step(plan, st).map_or(0, |(_, b)| b);
                     add_link(format!("towers -> {dev}"), CopyPath::Reduction, bytes, ns);
                 }
                 Step::Launch { .. } => match compute.iter_mut().find(|(d, _)| *d == dev) {

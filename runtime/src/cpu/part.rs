@@ -49,13 +49,7 @@ impl Part for CpuBackend {
     }
 
     fn reserve(&mut self, name: &str, plan: &Plan, served: &[bool]) -> Result<Reservation, BackendError> {
-        if served.len() != plan.devices.len() {
-            return Err(BackendError::BadPlan(format!(
-                "a part of program '{name}' was given {} device flags for {} devices",
-                served.len(),
-                plan.devices.len()
-            )));
-        }
+        crate::mixed::check_served(name, plan, served)?;
         let arenas = part_arenas(plan, &self.store, served).map_err(BackendError::Device)?;
         self.reserved.push(Some(Reserved { name: name.into(), plan: plan.clone(), served: served.to_vec(), arenas }));
         Ok(Reservation(self.reserved.len() - 1))

@@ -190,13 +190,7 @@ impl Part for CudaBackend {
     }
 
     fn reserve(&mut self, name: &str, plan: &Plan, served: &[bool]) -> Result<Reservation, BackendError> {
-        if served.len() != plan.devices.len() {
-            return Err(BackendError::BadPlan(format!(
-                "program '{name}': {} served flags for {} plan devices",
-                served.len(),
-                plan.devices.len()
-            )));
-        }
+        crate::mixed::check_served(name, plan, served)?;
         let arenas = self.arenas(plan, served)?;
         self.as_part = true;
         self.reserved.push(Some(Reserved { plan: plan.clone(), arenas }));

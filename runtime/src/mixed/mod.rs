@@ -38,4 +38,4 @@ pub mod split;
 
 pub use backend::MixedBackend;
 pub use bridge::{Bridge, Ringer};
-pub use part::{Lent, Memory, Part, PartPlan, Reservation};
+pub use part::{check_served, Lent, Memory, Part, PartPlan, Reservation};

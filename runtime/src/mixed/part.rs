@@ -74,6 +74,19 @@ pub struct PartPlan<'a> {
     pub bridge: &'a Arc<Bridge>,
 }
 
+/// Refuse a `served` list that does not have one flag per plan device
+/// (what [`Part::reserve`] checks first).
+pub fn check_served(name: &str, plan: &Plan, served: &[bool]) -> Result<(), BackendError> {
+    if served.len() != plan.devices.len() {
+        return Err(BackendError::BadPlan(format!(
+            "a part of program '{name}' was given {} device flags for {} devices",
+            served.len(),
+            plan.devices.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A backend that can serve some of a plan's devices; see the module docs.
 pub trait Part: Backend {
     /// The memory kind of this part's buffers and variables, as lent.

@@ -1,6 +1,8 @@
 //! Hand-built, hand-placed, hand-scheduled graphs lowered to plans.
 #![allow(dead_code)]
 
+pub mod seeds;
+
 use towers_codegen::{lower, BufRef, LowerOptions, Mode, Plan, Step};
 use towers_graph::{DType, Device, Graph, GraphBuilder, Initializer, Op, Optimizer, F32};
 use towers_graph::{Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
@@ -142,7 +144,9 @@ pub fn two_device_plan_with_all_reduce() -> Plan {
 /// The CPU backend behind a backend that lends no feed memory (the trait's
 /// default `with_feed_buffer`): what any other backend gets, so that
 /// `Session::feed_with_*` falls back to its own scratch and `write_buffer`.
-pub struct CopyingFeeds(pub towers_runtime::CpuBackend);
+/// The second field, when set, is the kind of backend it says it is
+/// (`Backend::kind`: e.g. a mixed session, for the load-time device check).
+pub struct CopyingFeeds(pub towers_runtime::CpuBackend, pub Option<towers_runtime::devices::BackendKind>);
 
 mod copying {
     use std::sync::Arc;
@@ -195,6 +199,9 @@ mod copying {
         }
         fn device_note(&self, gpus: &[String]) -> String {
             self.0.device_note(gpus)
+        }
+        fn kind(&self) -> towers_runtime::devices::BackendKind {
+            self.1.unwrap_or(towers_runtime::devices::BackendKind::Cpu)
         }
     }
 }
