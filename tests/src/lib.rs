@@ -81,7 +81,8 @@ pub fn run_on(
     run_with(model, opts, data, Arc::new(LocalComm::single()), backend)
 }
 
-fn run_with(
+/// As [`run_as`], on `backend`.
+pub fn run_with(
     model: &Model,
     opts: &CompileOptions,
     data: &[(Vec<f32>, Vec<i32>)],

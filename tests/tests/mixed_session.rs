@@ -15,7 +15,10 @@
 //!   refreshed by the step and not by a write between steps (on one CPU
 //!   backend the copy is elided and would show the write at once);
 //! - a plan whose launch names another part's memory is refused at load,
-//!   naming the node.
+//!   naming the node;
+//! - ranks of a process group, each a mixed session, all-reduce through
+//!   the host part and agree bit for bit; a launch failing in one part
+//!   ends the step with its error, and the next step runs.
 
 use towers::compiler::{compile_train, CompileOptions};
 use towers::models::ModelKind;
@@ -233,4 +236,56 @@ fn a_plan_divides_by_device_kind_with_bridged_events_and_foreign_copies() {
     plan.streams[host].steps.push(towers_codegen::Step::Record(e));
     let err = split(&plan, &[DeviceKind::Cpu, DeviceKind::Gpu], &vars).expect_err("refused");
     assert!(err.contains(&format!("event {e} is recorded in two parts")), "{err}");
+}
+
+/// Two ranks of one process group (in-process communicator), each a mixed
+/// session: the gradient buckets' all-reduce runs in the host part, through
+/// the communicator, and both ranks end with one device's variables.
+#[test]
+fn ranks_of_mixed_sessions_all_reduce_through_the_host_part() {
+    use towers_runtime::LocalComm;
+    let model = small_model(ModelKind::Mlp, false, 11);
+    let data = batches(BATCH, STEPS, 5);
+    let opt = Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false };
+    let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
+    for vars in [VarPlacement::Cpu, VarPlacement::Gpu0] {
+        let mut o = CompileOptions::new(opt.clone(), BATCH);
+        o.towers = towers(2);
+        o.variables = vars;
+        let results: Vec<towers_tests::RunResult> = std::thread::scope(|s| {
+            let handles: Vec<_> = LocalComm::group(2)
+                .into_iter()
+                .map(|comm| {
+                    let (model, o, data) = (&model, o.clone(), &data);
+                    s.spawn(move || towers_tests::run_with(model, &o, data, std::sync::Arc::new(comm), mixed()))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a rank")).collect()
+        });
+        assert_eq!(results[0].variables, results[1].variables, "{vars:?}: the ranks agree bit for bit");
+        let (d, var) = max_rel_diff(&results[0], &single);
+        assert!(d <= TOL, "{vars:?}: {var} differs from one device by {d}");
+    }
+}
+
+/// A launch that fails in one part ends the step with its error in both
+/// parts (the failing part still sets its bridged flags, so the other part
+/// does not wait for ever), and the next step runs.
+#[test]
+fn a_failed_launch_in_one_part_ends_the_step_and_the_next_runs() {
+    let model = small_model(ModelKind::Mlp, false, 2);
+    let data = batches(8, 1, 3);
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+    o.towers = towers(2);
+    let plan = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan;
+    let mut s = Session::with_backend(1, mixed());
+    s.load("train", plan).expect("loads");
+    s.feed("train", &model.images, &data[0].0).expect("feed");
+    // A label out of range: the towers' cross-entropy (the GPU part) fails.
+    s.feed("train", &model.labels, &[99; 8]).expect("feed");
+    let e = s.run("train").expect_err("the step fails").to_string();
+    assert!(e.contains("SparseSoftmaxCrossEntropyWithLogits"), "{e}");
+    s.feed("train", &model.labels, &data[0].1).expect("feed");
+    s.run("train").expect("the next step runs");
+    assert!(s.fetch::<f32>("train", "loss").expect("loss")[0].is_finite());
 }
