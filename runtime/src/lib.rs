@@ -17,9 +17,12 @@
 //!   variables' storage. [`CpuBackend`] ([`cpu`]) runs every device as a CPU
 //!   device: one pinned thread per device, copies elided because memory is
 //!   shared, zero allocation per run. [`CudaBackend`] ([`cuda`]) runs the
-//!   same plans on one GPU (NVRTC cubins, cuBLAS, streams and events);
+//!   same plans on GPUs (NVRTC cubins, cuBLAS, streams and events);
 //!   [`cuda::probe`] and [`cuda::available`] ask, without panicking,
-//!   whether it can start.
+//!   whether it can start. A mixed session ([`mixed::MixedBackend`]) serves
+//!   one plan with a backend per device kind: `cpu:*` on a CPU backend (in
+//!   pinned memory, [`host_memory`]), `gpu:*` on CUDA (a context per logical
+//!   GPU, [`devices`]), real copies and bridged events between them.
 //! - [`Comm`] ([`comm`]): rank, world size, all-reduce (sum) of a buffer
 //!   group, broadcast, barrier. [`LocalComm`] is world size 1 (every
 //!   session's default) or N threads of one process; MPI and NCCL plug in
@@ -29,14 +32,17 @@
 //! returns only when the step is complete, so reads, writes and
 //! checkpoints never race with kernels; variables are shared by name across
 //! programs and their dtype and shape never change; a variable's initial
-//! value depends only on its name and the graph seed (when set) or the session seed. Outside `cpu/` (and
-//! the CUDA probe) the runtime has no `unsafe`: the session, checkpoints and
+//! value depends only on its name and the graph seed (when set) or the session seed. Outside `cpu/`, `cuda/`,
+//! `host_memory` and the bridge's flags (`mixed::Bridge`) the runtime has no `unsafe`: the session, checkpoints and
 //! the in-process communicator only ever see host copies.
 //!
 //! Modules: [`session`] (load, feed, run, fetch, variables,
 //! [`Session::backend_note`]), [`checkpoint`] (atomic safetensors save and
 //! checked restore), [`error`] ([`RuntimeError`]), [`backend`], [`cpu`],
-//! [`comm`], [`cuda`], [`trace`] (a traced step's timeline, backend-neutral).
+//! [`comm`], [`cuda`], [`mixed`] (a plan served by parts of their device
+//! kind), [`devices`] (which physical device serves each logical one, and
+//! the load-time refusals), [`host_memory`] (pageable or pinned host
+//! memory), [`trace`] (a traced step's timeline, backend-neutral).
 
 pub mod backend;
 pub mod checkpoint;
