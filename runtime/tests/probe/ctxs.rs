@@ -219,7 +219,8 @@ impl Ctxs {
         let b = DevBuf::new(&self.ctxs[1], words * 4)?;
         let fork = Event::untimed(&self.ctxs[0])?;
         let join = Event::untimed(&self.ctxs[1])?;
-        let (s0, s1) = (&self.streams[0], &self.streams[1]);
+        // Fresh streams: a refused capture leaves no state on the others.
+        let (s0, s1) = (&Stream::new(&self.ctxs[0])?, &Stream::new(&self.ctxs[1])?);
         let outcome = Graph::capture(&self.ctxs[0], s0, || {
             s0.memset(a.ptr, 0xF0F0_0001, words)?;
             fork.record(s0)?;
@@ -257,7 +258,7 @@ impl Ctxs {
         let outside = Event::untimed(&self.ctxs[1])?;
         bind(&self.ctxs[1])?;
         outside.record(&self.streams[1])?;
-        let s0 = &self.streams[0];
+        let s0 = &Stream::new(&self.ctxs[0])?;
         let outcome = Graph::capture(&self.ctxs[0], s0, || {
             s0.wait_event(&outside)?;
             s0.memset(a.ptr, 0xF0F0_0002, words)
