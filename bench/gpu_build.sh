@@ -21,6 +21,10 @@
 #                 gpu0, round-robin), and the placements' step times
 #                 (MIXED STEP lines)
 #   cubin_cache   runtime/tests/cubin_cache  the on-disk cubin cache, real NVRTC
+#   cuda_probe    runtime/tests/cuda_probe   issue 21's measurements (PROBE
+#                 lines): host/GPU crossings by mechanism, memops in a CUDA
+#                 graph, 2 and 4 contexts on GPU 0 (peer copies, event
+#                 waits, foreign pointers, capture)
 #   nccl          runtime/tests/nccl         only with GPU_BUILD_NCCL=1
 #                 (--features nccl: rebuilds the runtime and its dependents)
 #
@@ -56,14 +60,14 @@ for line in sys.stdin:
 list=$(mktemp)
 trap 'rm -f "$list"' EXIT
 executables -p towers-kernels --test cuda_twins >>"$list"
-executables -p towers-runtime --test cuda_backend --test cuda_mixed --test cubin_cache >>"$list"
+executables -p towers-runtime --test cuda_backend --test cuda_mixed --test cubin_cache --test cuda_probe >>"$list"
 if [ "${GPU_BUILD_NCCL:-0}" = 1 ]; then
   executables -p towers-runtime --features nccl --test nccl >>"$list"
 fi
 
 rm -rf "$dest"
 mkdir -p "$dest"
-want="cuda_twins cuda_backend cuda_mixed cubin_cache"
+want="cuda_twins cuda_backend cuda_mixed cubin_cache cuda_probe"
 [ "${GPU_BUILD_NCCL:-0}" = 1 ] && want="$want nccl"
 for name in $want; do
   path=$(awk -v n="$name" '$1 == n { p = $2 } END { print p }' "$list")

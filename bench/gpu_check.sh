@@ -9,26 +9,33 @@
 #
 #   1. preflight: the binaries and their manifest, the driver, the GPU, the
 #      CUDA libraries; without a usable GPU it stops here, at once, exit 2;
-#   2. cuda_twins: every CUDA twin through the backend's lowering against
+#   2. probe (issue 21 items 1 and 2, at most 60 s): runtime/tests/cuda_probe,
+#      its PROBE lines: the host/GPU crossings' round trips by mechanism
+#      (cuStreamWaitValue32/WriteValue32, cuLaunchHostFunc, events; median
+#      and p90 us), whether stream memory operations can be captured, and
+#      with 2 and 4 contexts on GPU 0: peer copies (bytes, GB/s), cross-
+#      context event waits, a kernel reading another context's pointer (in
+#      a child process), capture per context and across contexts;
+#   3. cuda_twins: every CUDA twin through the backend's lowering against
 #      its CPU body, and the recorded argument lists (insta snapshots, read
 #      from this checkout: INSTA_WORKSPACE_ROOT);
-#   3. cuda_backend: the CUDA backend against the CPU backend (seed models,
+#   4. cuda_backend: the CUDA backend against the CPU backend (seed models,
 #      1 and 2 towers; every other kernel), CUDA graphs against eager steps
 #      bit for bit, in-place feeds, a traced step, and the CUDA step
 #      benchmark (its STEP TIME lines);
-#   4. cuda_mixed (issue 21): the CUDA backend as a mixed session's part
+#   5. cuda_mixed (issue 21): the CUDA backend as a mixed session's part
 #      beside a pinned host part, exact against the CPU backend (seed models,
 #      1/2/4 towers, variables cpu / gpu0 / round-robin, graphs on), pageable
 #      host memory refused, and the placements' step times at batch 256 and
 #      1024 (MIXED STEP lines: host or GPU 0 variables, in numbers);
-#   5. cubin_cache: the on-disk cubin cache with the real NVRTC;
-#   6. nccl (if built: GPU_BUILD_NCCL=1): a bucket through ncclAllReduce;
-#   7. anchors (if python3 imports torch): bench/gpu_anchors.py torch, the
+#   6. cubin_cache: the on-disk cubin cache with the real NVRTC;
+#   7. nccl (if built: GPU_BUILD_NCCL=1): a bucket through ncclAllReduce;
+#   8. anchors (if python3 imports torch): bench/gpu_anchors.py torch, the
 #      seed models at batch 256 and 1024 in PyTorch, eager and CUDA graph
 #      (ANCHOR lines, ANCHOR_STEPS=50), with what time is left.
 #
 # Every figure is printed with the GPU's name. Logs and summary.txt go to
-# $OUT (the device tool brings back at most 8 files: this writes 7 at most), else
+# $OUT (the device tool brings back at most 8 files: this writes 8 at most), else
 # /tmp/towers-gpu-check. Exit 0 only when every part passed.
 #
 #   --preflight       run the preflight alone and exit (0: ready)
@@ -82,7 +89,7 @@ export LD_LIBRARY_PATH="/tmp/nccl-link${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PAT
 say "gpu_check $(date -u +%FT%TZ) in $PWD, binaries from $bin"
 [ -f "$bin/manifest.txt" ] || fail_pre "no $bin/manifest.txt: build the binaries here first with bash bench/gpu_build.sh, then carry $bin"
 sed 's/^/  /' "$bin/manifest.txt" | tee -a "$summary"
-for b in cuda_twins cuda_backend cuda_mixed cubin_cache; do
+for b in cuda_probe cuda_twins cuda_backend cuda_mixed cubin_cache; do
   [ -x "$bin/$b" ] || fail_pre "$bin/$b is missing or not executable (rebuild with bench/gpu_build.sh)"
 done
 [ -d kernels/tests/cuda_twins/snapshots ] || fail_pre "no kernels/tests/cuda_twins/snapshots here: run from the repository root"
@@ -115,11 +122,12 @@ selected() {
   case " $GPU_CHECK_PARTS " in *" $1 "*) return 0 ;; esac
   return 1
 }
-# part NAME CAP_SECONDS PATTERN ARGS...: run $bin/NAME ARGS with a timeout
-# (CAP, or what is left of the total), log it, print the lines matching
-# PATTERN prefixed with the GPU's name, and its verdict.
+# part NAME[=BINARY] CAP_SECONDS PATTERN ARGS...: run $bin/BINARY (default
+# NAME) ARGS with a timeout (CAP, or what is left of the total), log it to
+# NAME.log, print the lines matching PATTERN prefixed with the GPU's name,
+# and its verdict.
 part() {
-  local name=$1 cap=$2 pattern=$3
+  local name=${1%%=*} exe=${1#*=} cap=$2 pattern=$3
   shift 3
   if ! selected "$name"; then
     say "$name: NOT SELECTED (GPU_CHECK_PARTS=$GPU_CHECK_PARTS)"
@@ -135,7 +143,7 @@ part() {
     return
   fi
   local t0=$SECONDS rc
-  timeout "$cap" "$bin/$name" "$@" >"$outd/$name.log" 2>&1
+  timeout "$cap" "$bin/$exe" "$@" >"$outd/$name.log" 2>&1
   rc=$?
   grep -E "$pattern" "$outd/$name.log" | cut -c1-400 | sed "s/^/[$gpu] /" | tee -a "$summary"
   local result
@@ -145,11 +153,13 @@ part() {
   else
     [ "$rc" -eq 124 ] && result="timed out after ${cap}s"
     say "$name: FAILED (exit $rc) in $((SECONDS - t0))s on $gpu: ${result:-see $name.log}"
-    grep -E "panicked|TOWERS_REQUIRE_GPU is set|FAILED|snapshot assertion" "$outd/$name.log" | head -8 | sed 's/^/    /' | tee -a "$summary"
+    grep -E "panicked|^Error: |TOWERS_REQUIRE_GPU is set|FAILED|snapshot assertion" "$outd/$name.log" | head -8 | sed 's/^/    /' | tee -a "$summary"
     status=1
   fi
 }
 
+# The probe's binary is cuda_probe; its part is named probe (GPU_CHECK_PARTS).
+part probe=cuda_probe 60 "^test |^PROBE " --nocapture --test-threads 1
 part cuda_twins 130 "^device 0|kernels checked on the GPU|lowerings of|FAILED$" --nocapture --test-threads 1
 part cuda_backend 230 "^test |STEP TIME|MAX REL|max rel|graph run|eager run|CUDA backend on" --nocapture --test-threads 1
 part cuda_mixed 150 "^test |MIXED STEP|max rel diff" --nocapture --test-threads 1
