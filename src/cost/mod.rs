@@ -48,6 +48,7 @@
 pub mod calibrate;
 pub mod critical;
 pub mod explain;
+pub mod lanes;
 pub mod paths;
 pub mod placements;
 pub mod ps;
@@ -55,9 +56,9 @@ pub mod ps;
 use thiserror::Error;
 use towers_codegen::Plan;
 
-pub use calibrate::Calibration;
+pub use calibrate::{machine_key_for, Calibration};
 pub use explain::{choose, predict, Choice, Prediction};
-pub use placements::{auto, candidate, Candidate, PLACEMENTS};
+pub use placements::{auto, auto_on, candidate, candidate_on, Candidate, Target, PLACEMENTS};
 
 /// Why a cost could not be predicted or calibrated.
 #[derive(Debug, Error)]
@@ -72,6 +73,10 @@ pub enum CostError {
     Run(#[from] towers_runtime::RuntimeError),
     #[error("cost calibration: {0}")]
     Threads(String),
+    /// The backend to calibrate on could not be opened (e.g. `--backend
+    /// cuda` without CUDA); the message is the backend's own.
+    #[error("{0}")]
+    Session(String),
     #[error("cost model: compiling a candidate placement: {0}")]
     Compile(#[from] crate::compiler::CompileError),
     #[error("cost cache {}: {source}", path.display())]
