@@ -452,6 +452,40 @@ mod tests {
         assert!(matches!(e, CostError::Uncalibrated(_)), "{e}");
     }
 
+    /// Measured in a mixed session (the CPU-only pair, standing in for a
+    /// CUDA one): the calibration names that backend, its key differs from
+    /// the CPU backend's, every step of the plan is priced, and a cache
+    /// holding one backend's calibration never serves the other's.
+    #[test]
+    fn a_calibration_in_another_backend_is_keyed_by_it() {
+        use towers_runtime::mixed::MixedBackend;
+        let pair = || Session::with_backend(0, Box::new(MixedBackend::cpu_pair().expect("pair")));
+        let p = plan(2);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (c, cached) = Calibration::cached_in(dir.path(), pair(), &p, 1, 2).expect("calibrates");
+        assert!(!cached);
+        assert_eq!(c.backend, "cpu+cpu");
+        assert!(c.machine.contains(" | backend cpu+cpu | "), "{}", c.machine);
+        assert_ne!(c.machine, machine_key_for(&Session::new(0)));
+        let costs = c.step_costs(&p).expect("every step priced");
+        assert_eq!(costs.len(), p.streams.len());
+        // Copies between the parts are real copies, timed on their paths.
+        assert!(c.paths.contains_key("host->device") && c.paths.contains_key("device->host"), "{:?}", c.paths);
+        // The pair's second part is modelled as GPU lanes: a prediction has them.
+        let pred = crate::cost::predict(&p, &c, 8, 3).expect("predicts");
+        assert!(pred.gpu && pred.step_ns > 0);
+        assert!(pred.text("pair").contains("GPU lanes: a stream each"));
+        // The CPU backend's key finds nothing in this cache; the pair's does.
+        assert!(Calibration::load(dir.path(), &machine_key_for(&Session::new(0)), c.plan_hash).is_none());
+        assert!(Calibration::cached_in(dir.path(), pair(), &p, 1, 2).expect("loads").1);
+        let (cpu, cached) = Calibration::cached_in(dir.path(), Session::new(0), &p, 1, 2).expect("calibrates");
+        assert!(!cached && cpu.backend == "cpu");
+        // A file claiming another backend under this key is refused.
+        let forged = Calibration { backend: "cpu".into(), ..c.clone() };
+        forged.save(dir.path()).expect("saves");
+        assert!(Calibration::load(dir.path(), &c.machine, c.plan_hash).is_none());
+    }
+
     /// A calibration keeps one entry per copy path its plan takes (the
     /// sums of its traced transfers), and prices a copy it never timed by
     /// its path's cost per byte.

@@ -22,7 +22,8 @@ use towers_codegen::{BufRef, Plan, Step};
 use towers_passes::VarPlacement;
 
 use super::calibrate::Calibration;
-use super::critical::{simulate_lanes, Handoffs, Lanes, Schedule};
+use super::critical::{simulate_lanes, Handoffs, Schedule};
+pub use super::critical::Lanes;
 use super::paths::{is_reduction, CopyPath, PathCost};
 use super::CostError;
 
@@ -101,6 +102,12 @@ pub fn cpu_threads(plan: &Plan, cores: usize) -> Result<Vec<usize>, CostError> {
 /// Predict `plan` on the backend its calibration was measured on (its
 /// lanes: [`super::lanes`]), with `cores` cores, from that calibration.
 pub fn predict(plan: &Plan, cal: &Calibration, cores: usize, top: usize) -> Result<Prediction, CostError> {
+    let lanes = super::lanes::lanes(plan, &cal.backend, cores)?;
+    predict_in(plan, cal, &lanes, top)
+}
+
+/// [`predict`] on the lanes given (e.g. [`super::lanes::one_gpu_lane`]).
+pub fn predict_in(plan: &Plan, cal: &Calibration, lanes: &Lanes, top: usize) -> Result<Prediction, CostError> {
     let costs = cal.step_costs(plan)?;
     let lat = Latencies {
         handoff_ns: cal.handoff_ns,
@@ -109,8 +116,7 @@ pub fn predict(plan: &Plan, cal: &Calibration, cores: usize, top: usize) -> Resu
         gpu_handoff_ns: cal.gpu_handoff_ns,
         bridge_ns: cal.bridge_ns,
     };
-    let lanes = super::lanes::lanes(plan, &cal.backend, cores)?;
-    let mut p = predict_lanes(plan, &lanes, &costs, lat, top)?;
+    let mut p = predict_lanes(plan, lanes, &costs, lat, top)?;
     p.paths = CopyPath::ALL.iter().filter_map(|&c| cal.paths.get(c.name()).map(|&e| (c, e))).collect();
     Ok(p)
 }

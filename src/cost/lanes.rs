@@ -57,6 +57,16 @@ pub fn lanes(plan: &Plan, backend: &str, cores: usize) -> Result<Lanes, CostErro
     }
 }
 
+/// `lanes` with every GPU lane merged into one (the first GPU lane's
+/// index): the step as if the GPU ran its streams' work one item at a time.
+/// Beside [`lanes`]' prediction and the measured step it shows whether
+/// concurrent streams really overlapped (kernels sharing SMs do not).
+pub fn one_gpu_lane(lanes: &Lanes) -> Lanes {
+    let Some(first) = lanes.gpu.iter().position(|g| *g) else { return lanes.clone() };
+    let thread_of = lanes.thread_of.iter().map(|&l| if lanes.gpu[l] { first } else { l }).collect();
+    Lanes { thread_of, gpu: lanes.gpu.clone() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +106,11 @@ mod tests {
         let cuda = lanes(&p, "cuda", 8).expect("lanes");
         assert_eq!(cuda.thread_of, (0..p.streams.len()).collect::<Vec<_>>());
         assert!(cuda.gpu.iter().all(|g| *g));
+        // Merged, every GPU stream runs on the first GPU lane; hosts keep theirs.
+        let one = one_gpu_lane(&mixed);
+        for (s, (&a, &b)) in p.streams.iter().zip(mixed.thread_of.iter().zip(&one.thread_of)) {
+            assert_eq!(b, if s.device.kind == DeviceKind::Gpu { 1 } else { a });
+        }
+        assert_eq!(one_gpu_lane(&cpu), cpu);
     }
 }
