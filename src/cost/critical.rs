@@ -22,6 +22,12 @@
 //!   waited for, or the step that held its thread), ending at the step that
 //!   finishes last; its length is the predicted step.
 //!
+//! - on a GPU ([`simulate_lanes`]) a lane is a host thread or a GPU stream
+//!   ([`Lanes`]): the same rules hold per lane, GPU lanes start at once
+//!   (only host workers wake late), and an event between two lanes costs
+//!   the handoff of their kinds ([`Handoffs`]); [`simulate_woken`] is the
+//!   case of host threads only, one handoff for all.
+//!
 //! Pure: no clock, no device; tests feed it fake plans and fake costs.
 
 use towers_codegen::{Plan, Step};
