@@ -95,11 +95,13 @@ fn explain_cost_on_cuda_without_cuda_is_refused_naming_the_device() {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_towers")).args(args).output().expect("runs");
         assert!(!out.status.success(), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("--backend cuda: device gpu:0 was asked for, but this machine has no CUDA GPU ("), "{err}");
+        assert!(
+            err.contains("--backend cuda: device gpu:0 was asked for, but this machine has no CUDA GPU ("),
+            "{err}"
+        );
         assert!(err.contains("run with --backend cpu"), "{err}");
         assert!(!err.contains("panicked"), "{err}");
         assert!(String::from_utf8_lossy(&out.stdout).is_empty(), "nothing predicted: {args:?}");
     }
     assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0, "nothing calibrated");
 }
-

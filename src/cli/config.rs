@@ -2,11 +2,11 @@
 //! [`model`] loads `--graph` or names the seed model, and `--variables auto`
 //! and `--explain-cost` ask the cost model about the model that would train.
 
+use towers::cost::Target;
 use towers::data::DataSpec;
 use towers::graph::layers::Activation;
 use towers::models::{build, ModelKind};
 use towers::passes::{BnUpdates, PsStrategy, VarPlacement};
-use towers::cost::Target;
 use towers::train::{BackendChoice, OptimizerKind, TrainConfig};
 use towers::trainer::Model as UserModel;
 

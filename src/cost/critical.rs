@@ -67,7 +67,13 @@ pub fn simulate_woken(
 ) -> Result<Schedule, CostError> {
     let threads = thread_of.iter().copied().max().map_or(0, |m| m + 1);
     let lanes = Lanes { thread_of: thread_of.to_vec(), gpu: vec![false; threads] };
-    simulate_lanes(plan, &lanes, cost, Handoffs { host_ns: handoff_ns, gpu_ns: handoff_ns, bridge_ns: handoff_ns }, wake_ns)
+    simulate_lanes(
+        plan,
+        &lanes,
+        cost,
+        Handoffs { host_ns: handoff_ns, gpu_ns: handoff_ns, bridge_ns: handoff_ns },
+        wake_ns,
+    )
 }
 
 /// Who runs each stream: a host thread or a GPU lane (a CUDA stream,

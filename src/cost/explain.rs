@@ -22,8 +22,8 @@ use towers_codegen::{BufRef, Plan, Step};
 use towers_passes::VarPlacement;
 
 use super::calibrate::Calibration;
-use super::critical::{simulate_lanes, Handoffs, Schedule};
 pub use super::critical::Lanes;
+use super::critical::{simulate_lanes, Handoffs, Schedule};
 use super::paths::{is_reduction, CopyPath, PathCost};
 use super::CostError;
 

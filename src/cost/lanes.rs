@@ -36,8 +36,7 @@ pub fn lanes(plan: &Plan, backend: &str, cores: usize) -> Result<Lanes, CostErro
         }
         "cuda" => Ok(Lanes { thread_of: (0..plan.streams.len()).collect(), gpu: vec![true; plan.streams.len()] }),
         _ => {
-            let hosts =
-                host_threads(plan, BackendKind::Mixed { pinned: true }, cores).map_err(CostError::Threads)?;
+            let hosts = host_threads(plan, BackendKind::Mixed { pinned: true }, cores).map_err(CostError::Threads)?;
             let mut gpu = vec![false; hosts.len()];
             let thread_of = plan
                 .streams
@@ -47,9 +46,10 @@ pub fn lanes(plan: &Plan, backend: &str, cores: usize) -> Result<Lanes, CostErro
                         gpu.push(true);
                         Ok(gpu.len() - 1)
                     }
-                    DeviceKind::Cpu => hosts.iter().position(|t| t.contains(&s.device)).ok_or_else(|| {
-                        CostError::Threads(format!("no host thread runs {}", plan.stream_name(s)))
-                    }),
+                    DeviceKind::Cpu => hosts
+                        .iter()
+                        .position(|t| t.contains(&s.device))
+                        .ok_or_else(|| CostError::Threads(format!("no host thread runs {}", plan.stream_name(s)))),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(Lanes { thread_of, gpu })
