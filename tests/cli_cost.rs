@@ -40,6 +40,7 @@ fn explain_cost_predicts_every_placement_and_tower_count() {
         assert!(cpu2.contains(part), "{part}:\n{cpu2}");
     }
     assert!(out.contains("towers=2 variables=gpu0") && out.contains("[device->device]"), "{out}");
+    assert!(!out.contains("GPU lanes"), "the CPU backend has none:\n{out}");
     let (again, _) = towers(&["compile", "--explain-cost", "--cost-cache", cache]);
     assert_eq!(again.matches(", calibration cached: predicted step").count(), 12, "{again}");
 }
@@ -74,4 +75,33 @@ fn variables_auto_is_refused_across_processes() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("error: --variables auto: each of the 2 processes would time its own machine"), "{err}");
+}
+
+/// `--explain-cost` and `--variables auto` under `--backend cuda` calibrate
+/// in a CUDA mixed session; on a machine without CUDA both are refused at
+/// once with the error `towers train --backend cuda` gives, naming the device.
+#[test]
+fn explain_cost_on_cuda_without_cuda_is_refused_naming_the_device() {
+    use towers::runtime::devices::{Cuda, Machine};
+    if matches!(Machine::probe().cuda, Cuda::Gpus(n) if n > 0) {
+        return; // a machine with a GPU calibrates there (bench/gpu_cost.sh)
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().to_str().expect("utf-8 path");
+    for args in [
+        &["compile", "--explain-cost", "--backend", "cuda", "--cost-cache", cache][..],
+        &["compile", "--variables", "auto", "--towers", "2", "--backend", "cuda", "--cost-cache", cache][..],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_towers")).args(args).output().expect("runs");
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--backend cuda: device gpu:0 was asked for, but this machine has no CUDA GPU ("),
+            "{err}"
+        );
+        assert!(err.contains("run with --backend cpu"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(String::from_utf8_lossy(&out.stdout).is_empty(), "nothing predicted: {args:?}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0, "nothing calibrated");
 }

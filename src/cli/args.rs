@@ -349,7 +349,8 @@ pub struct CompileArgs {
     /// Instead of --emit: for each placement (cpu, gpu0, round-robin,
     /// greedy) at 1, 2 and 4 towers, the cost model's predicted compute per
     /// device, transfer per link, step and critical path on this machine
-    /// (calibrated on the CPU backend, cached under --cost-cache).
+    /// (calibrated on --backend: the CPU backend, or with cuda a mixed CUDA
+    /// session; cached under --cost-cache, keyed by machine and backend).
     #[arg(long)]
     pub explain_cost: bool,
     /// With --emit placement: say where each device runs on this backend

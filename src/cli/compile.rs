@@ -1,7 +1,8 @@
 //! `towers compile`: the model that `towers train` with the same flags
 //! would train (a seed model or `--graph`), compiled and written as its
 //! graph, dot, plan, plan JSON, placement report or CUDA files, or the
-//! cost model's predictions (`--explain-cost`).
+//! cost model's predictions (`--explain-cost`, calibrated on `--backend`:
+//! the CPU backend, or CUDA as a mixed session).
 
 use std::path::PathBuf;
 
@@ -73,9 +74,9 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         })?;
     }
     if a.explain_cost {
-        return explain_cost(&a.common, user.as_ref(), &cfg, input, classes);
+        return explain_cost(&a.common, user.as_ref(), &cfg, input, classes, a.backend);
     }
-    auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, a.world_size)?;
+    auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, a.world_size, a.backend)?;
     ps_tasks(&a.common, &mut cfg, a.world_size)?;
     let model = match user {
         Some(m) => m,

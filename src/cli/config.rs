@@ -2,11 +2,12 @@
 //! [`model`] loads `--graph` or names the seed model, and `--variables auto`
 //! and `--explain-cost` ask the cost model about the model that would train.
 
+use towers::cost::Target;
 use towers::data::DataSpec;
 use towers::graph::layers::Activation;
 use towers::models::{build, ModelKind};
 use towers::passes::{BnUpdates, PsStrategy, VarPlacement};
-use towers::train::{OptimizerKind, TrainConfig};
+use towers::train::{BackendChoice, OptimizerKind, TrainConfig};
 use towers::trainer::Model as UserModel;
 
 use super::args::{Act, Bn, Common, Model, Opt, PsStrat, Vars};
@@ -86,6 +87,7 @@ pub fn auto_variables(
     input: [usize; 3],
     classes: usize,
     processes: usize,
+    backend: BackendChoice,
 ) -> Result<(), String> {
     if !matches!(c.variables, Vars::Auto) {
         return Ok(());
@@ -95,12 +97,30 @@ pub fn auto_variables(
             "--variables auto: each of the {processes} processes would time its own machine and could choose another placement; give one (cpu, gpu0, round-robin, greedy), e.g. the one `towers compile --variables auto` picks"
         ));
     }
+    let target = cost_target(backend, cfg.towers.max(1))?;
     let (graph, loss) = cost_model(user, cfg, input, classes)?;
-    let choice = towers::cost::auto(&graph, &loss, &cfg.compile_options(), cfg.towers, &c.cost_cache)
+    let choice = towers::cost::auto_on(target, &graph, &loss, &cfg.compile_options(), cfg.towers, &c.cost_cache)
         .map_err(|e| format!("--variables auto: {e}"))?;
     eprintln!("--variables auto: {}", choice.reason);
     cfg.variables = choice.placement;
     Ok(())
+}
+
+/// Which backend the cost model calibrates on for `--backend`: `auto` takes
+/// CUDA where the machine has a GPU. On CUDA, the devices of `towers`
+/// towers must be servable: without CUDA the same refusal `towers train
+/// --backend cuda` gives, naming the device.
+fn cost_target(backend: BackendChoice, towers: usize) -> Result<Target, String> {
+    let machine = towers::runtime::devices::Machine::probe();
+    match backend.kind(&machine) {
+        towers::runtime::devices::BackendKind::Cpu => Ok(Target::Cpu),
+        _ => {
+            let mut devices = vec![towers::graph::Device::CPU0];
+            devices.extend((0..towers as u32).map(towers::graph::Device::gpu));
+            towers::train::check_devices(backend, &devices, &machine).map_err(|e| e.to_string())?;
+            Ok(Target::Cuda)
+        }
+    }
 }
 
 /// `--explain-cost`: every placement at 1, 2 and 4 towers, predicted.
@@ -110,15 +130,22 @@ pub fn explain_cost(
     cfg: &TrainConfig,
     input: [usize; 3],
     classes: usize,
+    backend: BackendChoice,
 ) -> Result<(), String> {
+    let target = cost_target(backend, 4)?;
     let (graph, loss) = cost_model(user, cfg, input, classes)?;
     println!("cost model on {} (calibrations under {})", towers::cost::machine_key(), c.cost_cache.display());
-    println!(
-        "(calibrated on the CPU backend, whose devices share the host's memory: a copy between devices is elided there, so its path costs the bookkeeping only)"
-    );
+    match target {
+        Target::Cpu => println!(
+            "(calibrated on the CPU backend, whose devices share the host's memory: a copy between devices is elided there, so its path costs the bookkeeping only)"
+        ),
+        Target::Cuda => println!(
+            "(calibrated on --backend cuda: cpu:* on host threads, every gpu:* stream a lane of its own on one CUDA context, copies priced by their measured path; concurrent kernels sharing SMs and contexts time-slicing are not modelled)"
+        ),
+    }
     for towers in [1, 2, 4] {
         for v in towers::cost::PLACEMENTS {
-            let k = towers::cost::candidate(&graph, &loss, &cfg.compile_options(), towers, v, &c.cost_cache)
+            let k = towers::cost::candidate_on(target, &graph, &loss, &cfg.compile_options(), towers, v, &c.cost_cache)
                 .map_err(|e| format!("--explain-cost: {e}"))?;
             let from = if k.cached { ", calibration cached" } else { "" };
             print!("{}", k.prediction.text(&format!("towers={towers} variables={}{from}", v.name())));

@@ -128,7 +128,7 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     let mut cfg = config(&a.common)?;
     let user = user_model(&a.common)?;
     let (input, classes) = towers::cost::placements::geometry(&cfg.data);
-    auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, comm.world_size())?;
+    auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, comm.world_size(), a.backend)?;
     ps_tasks(&a.common, &mut cfg, comm.world_size())?;
     cfg.steps = a.steps;
     cfg.epochs = a.epochs.unwrap_or(match a.common.model {

@@ -1,8 +1,10 @@
 //! Calibration: what each kernel of a plan, at its shapes, and each copy
-//! and collective costs on this machine, measured with the CPU backend's
-//! own kernel calls.
+//! and collective costs on this machine, measured with a backend's own
+//! kernel calls: the CPU backend's ([`Calibration::measure`]) or any
+//! session's ([`Calibration::measure_in`]: a CUDA mixed session times its
+//! GPU steps with CUDA events, its host steps with the host clock).
 //!
-//! The plan is loaded in a fresh [`Session`] on the CPU backend, fed fixed
+//! The plan is loaded in a fresh [`Session`], fed fixed
 //! deterministic data, run `warmup` steps untraced, then `steps` steps
 //! traced; each traced launch, copy and all-reduce is filed under its
 //! [`signature`] (the kernel's name and parameters and its operands'
@@ -14,8 +16,12 @@
 //! cores does to a kernel.
 //!
 //! Invariants:
-//! - a [`Calibration`] holds the machine key and plan hash it was measured
-//!   for; [`Calibration::load`] returns one only when both match;
+//! - a [`Calibration`] holds the machine key (which names the backend:
+//!   [`machine_key_for`]), the backend and the plan hash it was measured
+//!   for; [`Calibration::load`] returns one only when all match, so a CPU
+//!   calibration never prices a GPU step, nor the reverse;
+//! - lanes ([`super::lanes`]) split the launch gaps and handoffs by kind:
+//!   host threads and GPU streams each get their own.
 //! - the cache file is `<dir>/<hash of the machine key>/<plan hash>.json`,
 //!   written whole (write to a temporary name, then rename);
 //! - signatures are sorted (a `BTreeMap`): the JSON is deterministic for
@@ -27,7 +33,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use towers_codegen::text::kernel_params;
 use towers_codegen::{BufRef, Plan, Step};
-use towers_graph::DType;
+use towers_graph::{DType, DeviceKind};
 use towers_runtime::Session;
 
 use super::paths::{CopyPath, PathCost};
@@ -66,6 +72,22 @@ pub struct Calibration {
     /// and collective costs it on top of its kernel ([`Calibration::step_costs`]).
     #[serde(default)]
     pub launch_gap_ns: u64,
+    /// The backend it was measured on ([`towers_runtime::Session::backend_name`]:
+    /// `cpu`, `cpu+cuda`, `cpu+cuda (one context)`, `cpu+cpu`).
+    #[serde(default = "cpu_backend")]
+    pub backend: String,
+    /// [`Calibration::launch_gap_ns`] on GPU streams (the host's enqueue
+    /// latency a traced, eager GPU step shows; 0 on the CPU backend).
+    #[serde(default)]
+    pub gpu_launch_gap_ns: u64,
+    /// Mean handoff of an event between two GPU streams.
+    #[serde(default)]
+    pub gpu_handoff_ns: u64,
+    /// Mean handoff of an event between a host thread and a GPU stream
+    /// (each part's times count from its own start of the step, so this is
+    /// within a thread wake-up of the truth).
+    #[serde(default)]
+    pub bridge_ns: u64,
     /// Per copy path ([`CopyPath::name`]): the transfers timed on it, their
     /// bytes and nanoseconds ([`super::paths`]). A copy whose signature was
     /// never timed is priced by its path's cost per byte.
@@ -112,6 +134,21 @@ pub fn signature(plan: &Plan, step: &Step) -> Option<String> {
     }
 }
 
+fn cpu_backend() -> String {
+    "cpu".into()
+}
+
+/// The machine key of calibrations measured in `sess` (before it loads
+/// any program): [`machine_key`], the backend's name, and for a backend
+/// other than the CPU's its note (the GPU's name and architecture, how the
+/// devices map).
+pub fn machine_key_for(sess: &Session) -> String {
+    match sess.backend_name() {
+        "cpu" => format!("{} | backend cpu", machine_key()),
+        name => format!("{} | backend {name} | {}", machine_key(), sess.backend_note()),
+    }
+}
+
 fn dtype_name(d: DType) -> &'static str {
     match d {
         DType::F32 => "f32",
@@ -134,8 +171,16 @@ impl Calibration {
     /// Measure `plan` on this machine: `warmup` untraced steps, then
     /// `steps` traced ones (at least one).
     pub fn measure(plan: &Plan, warmup: usize, steps: usize) -> Result<Calibration, CostError> {
+        Calibration::measure_in(&mut Session::new(0), plan, warmup, steps)
+    }
+
+    /// Measure `plan` in `sess`, a session with no program loaded yet (its
+    /// backend's note is part of the key): loaded as `calibrate`, `warmup`
+    /// untraced steps, then `steps` traced ones (at least one).
+    pub fn measure_in(sess: &mut Session, plan: &Plan, warmup: usize, steps: usize) -> Result<Calibration, CostError> {
         let steps = steps.max(1);
-        let mut sess = Session::new(0);
+        let machine = machine_key_for(sess);
+        let backend = sess.backend_name().to_string();
         sess.load("calibrate", plan.clone())?;
         for (name, r) in &plan.feeds {
             let Some((dtype, shape)) = plan.type_of(r) else { continue };
@@ -163,10 +208,10 @@ impl Calibration {
         let mut samples: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         let mut step_times = Vec::with_capacity(steps);
         let (mut handoffs, mut overheads, mut gaps) = (Vec::new(), Vec::with_capacity(steps), Vec::new());
-        let mut wakes = Vec::new();
-        let threads = super::explain::cpu_threads(plan, super::cores())?;
-        let mut by_thread: Vec<Vec<(u64, u64, bool)>> =
-            vec![Vec::new(); threads.iter().copied().max().map_or(0, |m| m + 1)];
+        let (mut wakes, mut gpu_gaps, mut gpu_handoffs, mut bridges) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let lanes = super::lanes::lanes(plan, &backend, super::cores())?;
+        let threads = &lanes.thread_of;
+        let mut by_thread: Vec<Vec<(u64, u64, bool)>> = vec![Vec::new(); lanes.gpu.len()];
         // Where each event is recorded: (stream, step index).
         let mut record_at = vec![None; plan.num_events];
         for (si, s) in plan.streams.iter().enumerate() {
@@ -210,13 +255,14 @@ impl Calibration {
             }
             for (th, v) in by_thread.iter_mut().enumerate() {
                 v.sort_unstable();
-                if let (true, Some(&(a, _, _))) = (th > 0, v.first()) {
+                let gpu = lanes.gpu[th];
+                if let (true, Some(&(a, _, _))) = (th > 0 && !gpu, v.first()) {
                     wakes.push(a.saturating_sub(first));
                 }
                 let mut end = None;
                 for &(a, b, work) in v.iter() {
                     if let (true, Some(e)) = (work, end) {
-                        gaps.push(a.saturating_sub(e));
+                        if gpu { &mut gpu_gaps } else { &mut gaps }.push(a.saturating_sub(e));
                     }
                     end = Some(end.map_or(b, |e: u64| e.max(b)));
                 }
@@ -226,14 +272,20 @@ impl Calibration {
                     continue;
                 };
                 let Some((rs, ri)) = record_at.get(*ev).copied().flatten() else { continue };
-                if threads.get(rs) == threads.get(e.stream) {
+                let (Some(&from), Some(&to)) = (threads.get(rs), threads.get(e.stream)) else { continue };
+                if from == to {
                     continue;
                 }
+                let kind = match (lanes.gpu[from], lanes.gpu[to]) {
+                    (false, false) => &mut handoffs,
+                    (true, true) => &mut gpu_handoffs,
+                    _ => &mut bridges,
+                };
                 let recorded = spans[rs][..ri].iter().rev().find_map(|x| x.map(|(_, end)| end)).unwrap_or(0);
                 let end = e.start_ns + e.dur_ns;
                 // Only a wait that blocked shows the handoff.
                 if e.start_ns < recorded && end >= recorded {
-                    handoffs.push(end - recorded);
+                    kind.push(end - recorded);
                 }
             }
             for e in &t.events {
@@ -248,7 +300,11 @@ impl Calibration {
         sess.set_tracing("calibrate", false)?;
         let costs = samples.into_iter().map(|(k, v)| (k, mean(&v))).collect();
         Ok(Calibration {
-            machine: machine_key(),
+            machine,
+            backend,
+            gpu_launch_gap_ns: mean(&gpu_gaps),
+            gpu_handoff_ns: mean(&gpu_handoffs),
+            bridge_ns: mean(&bridges),
             plan_hash: plan_hash(plan),
             steps,
             traced_step_ns: mean(&step_times),
@@ -264,11 +320,23 @@ impl Calibration {
     /// The cached calibration of `plan` on this machine under `dir`, or a
     /// fresh one (then written there). The flag says whether it came from the cache.
     pub fn cached(dir: &Path, plan: &Plan, warmup: usize, steps: usize) -> Result<(Calibration, bool), CostError> {
-        let (machine, hash) = (machine_key(), plan_hash(plan));
+        Calibration::cached_in(dir, Session::new(0), plan, warmup, steps)
+    }
+
+    /// [`Calibration::cached`] in `sess` (a fresh session of the backend to
+    /// calibrate on, consumed: a cache miss measures in it).
+    pub fn cached_in(
+        dir: &Path,
+        mut sess: Session,
+        plan: &Plan,
+        warmup: usize,
+        steps: usize,
+    ) -> Result<(Calibration, bool), CostError> {
+        let (machine, hash) = (machine_key_for(&sess), plan_hash(plan));
         if let Some(c) = Calibration::load(dir, &machine, hash) {
             return Ok((c, true));
         }
-        let c = Calibration::measure(plan, warmup, steps)?;
+        let c = Calibration::measure_in(&mut sess, plan, warmup, steps)?;
         c.save(dir)?;
         Ok((c, false))
     }
@@ -279,11 +347,13 @@ impl Calibration {
     }
 
     /// The calibration cached under `dir` for this machine key and plan
-    /// hash; None when there is none, it does not parse, or its key differs.
+    /// hash; None when there is none, it does not parse, or its key differs
+    /// (the key names the backend, and so must the file: [`machine_key_for`]).
     pub fn load(dir: &Path, machine: &str, plan_hash: u64) -> Option<Calibration> {
         let text = std::fs::read_to_string(Calibration::path(dir, machine, plan_hash)).ok()?;
         let c: Calibration = serde_json::from_str(&text).ok()?;
-        (c.machine == machine && c.plan_hash == plan_hash).then_some(c)
+        let backend = machine.split(" | backend ").nth(1).map(|b| b.split(" | ").next().unwrap_or(b));
+        (c.machine == machine && c.plan_hash == plan_hash && backend == Some(c.backend.as_str())).then_some(c)
     }
 
     /// Write this calibration to its cache file under `dir`.
@@ -313,7 +383,13 @@ impl Calibration {
                     .map(|st| match signature(plan, st) {
                         None => Ok(0),
                         Some(sig) => {
-                            let gap = if matches!(st, Step::Copy { .. }) { 0 } else { self.launch_gap_ns };
+                            let gap = match st {
+                                Step::Copy { .. } => 0,
+                                _ if s.device.kind == DeviceKind::Gpu && self.backend != "cpu" => {
+                                    self.gpu_launch_gap_ns
+                                }
+                                _ => self.launch_gap_ns,
+                            };
                             if let Some(c) = self.costs.get(&sig) {
                                 return Ok(c + gap);
                             }
@@ -374,6 +450,40 @@ mod tests {
         // calibration lacks them, and says which.
         let e = c.step_costs(&p1).expect_err("other shapes");
         assert!(matches!(e, CostError::Uncalibrated(_)), "{e}");
+    }
+
+    /// Measured in a mixed session (the CPU-only pair, standing in for a
+    /// CUDA one): the calibration names that backend, its key differs from
+    /// the CPU backend's, every step of the plan is priced, and a cache
+    /// holding one backend's calibration never serves the other's.
+    #[test]
+    fn a_calibration_in_another_backend_is_keyed_by_it() {
+        use towers_runtime::mixed::MixedBackend;
+        let pair = || Session::with_backend(0, Box::new(MixedBackend::cpu_pair().expect("pair")));
+        let p = plan(2);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (c, cached) = Calibration::cached_in(dir.path(), pair(), &p, 1, 2).expect("calibrates");
+        assert!(!cached);
+        assert_eq!(c.backend, "cpu+cpu");
+        assert!(c.machine.contains(" | backend cpu+cpu | "), "{}", c.machine);
+        assert_ne!(c.machine, machine_key_for(&Session::new(0)));
+        let costs = c.step_costs(&p).expect("every step priced");
+        assert_eq!(costs.len(), p.streams.len());
+        // Copies between the parts are real copies, timed on their paths.
+        assert!(c.paths.contains_key("host->device") && c.paths.contains_key("device->host"), "{:?}", c.paths);
+        // The pair's second part is modelled as GPU lanes: a prediction has them.
+        let pred = crate::cost::predict(&p, &c, 8, 3).expect("predicts");
+        assert!(pred.gpu && pred.step_ns > 0);
+        assert!(pred.text("pair").contains("GPU lanes: a stream each"));
+        // The CPU backend's key finds nothing in this cache; the pair's does.
+        assert!(Calibration::load(dir.path(), &machine_key_for(&Session::new(0)), c.plan_hash).is_none());
+        assert!(Calibration::cached_in(dir.path(), pair(), &p, 1, 2).expect("loads").1);
+        let (cpu, cached) = Calibration::cached_in(dir.path(), Session::new(0), &p, 1, 2).expect("calibrates");
+        assert!(!cached && cpu.backend == "cpu");
+        // A file claiming another backend under this key is refused.
+        let forged = Calibration { backend: "cpu".into(), ..c.clone() };
+        forged.save(dir.path()).expect("saves");
+        assert!(Calibration::load(dir.path(), &c.machine, c.plan_hash).is_none());
     }
 
     /// A calibration keeps one entry per copy path its plan takes (the

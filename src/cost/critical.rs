@@ -22,6 +22,12 @@
 //!   waited for, or the step that held its thread), ending at the step that
 //!   finishes last; its length is the predicted step.
 //!
+//! - on a GPU ([`simulate_lanes`]) a lane is a host thread or a GPU stream
+//!   ([`Lanes`]): the same rules hold per lane, GPU lanes start at once
+//!   (only host workers wake late), and an event between two lanes costs
+//!   the handoff of their kinds ([`Handoffs`]); [`simulate_woken`] is the
+//!   case of host threads only, one handoff for all.
+//!
 //! Pure: no clock, no device; tests feed it fake plans and fake costs.
 
 use towers_codegen::{Plan, Step};
@@ -59,6 +65,52 @@ pub fn simulate_woken(
     handoff_ns: u64,
     wake_ns: u64,
 ) -> Result<Schedule, CostError> {
+    let threads = thread_of.iter().copied().max().map_or(0, |m| m + 1);
+    let lanes = Lanes { thread_of: thread_of.to_vec(), gpu: vec![false; threads] };
+    simulate_lanes(
+        plan,
+        &lanes,
+        cost,
+        Handoffs { host_ns: handoff_ns, gpu_ns: handoff_ns, bridge_ns: handoff_ns },
+        wake_ns,
+    )
+}
+
+/// Who runs each stream: a host thread or a GPU lane (a CUDA stream,
+/// its own queue: GPU lanes overlap each other and the host threads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lanes {
+    /// Per plan stream, its lane (a thread index; lane 0 is the caller's thread).
+    pub thread_of: Vec<usize>,
+    /// Per lane, whether it is a GPU stream (false: a host thread).
+    pub gpu: Vec<bool>,
+}
+
+/// What an event costs from the lane that records it to the lane that
+/// waits for it, by the lanes' kinds (an event within one lane is free).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Handoffs {
+    /// Host thread to host thread (a thread's wake-up).
+    pub host_ns: u64,
+    /// GPU stream to GPU stream (a stream waiting on an event on the GPU).
+    pub gpu_ns: u64,
+    /// Between a host thread and a GPU stream, either way (a bridged
+    /// event: a flag in pinned memory written and polled).
+    pub bridge_ns: u64,
+}
+
+/// [`simulate_woken`] on lanes of two kinds: host threads after the first
+/// are free `wake_ns` after the step starts, GPU lanes at once (their part
+/// counts the step from its own start); an event between two lanes costs
+/// the handoff of their kinds ([`Handoffs`]).
+pub fn simulate_lanes(
+    plan: &Plan,
+    lanes: &Lanes,
+    cost: &[Vec<u64>],
+    handoffs: Handoffs,
+    wake_ns: u64,
+) -> Result<Schedule, CostError> {
+    let thread_of = &lanes.thread_of[..];
     let n = plan.streams.len();
     if thread_of.len() != n || cost.len() != n || plan.streams.iter().zip(cost).any(|(s, c)| s.steps.len() != c.len()) {
         return Err(CostError::Shape(format!(
@@ -68,10 +120,19 @@ pub fn simulate_woken(
         )));
     }
     let threads = thread_of.iter().copied().max().map_or(0, |m| m + 1);
+    if lanes.gpu.len() < threads {
+        return Err(CostError::Shape(format!("{threads} lanes, but {} lane kinds", lanes.gpu.len())));
+    }
+    let handoff = |from: usize, to: usize| match (from == to, lanes.gpu[from], lanes.gpu[to]) {
+        (true, _, _) => 0,
+        (false, false, false) => handoffs.host_ns,
+        (false, true, true) => handoffs.gpu_ns,
+        _ => handoffs.bridge_ns,
+    };
     let mut pos = vec![0usize; n];
     let mut ready = vec![0u64; n];
     let mut stream_prev: Vec<Option<(usize, usize)>> = vec![None; n];
-    let mut free: Vec<u64> = (0..threads).map(|t| if t == 0 { 0 } else { wake_ns }).collect();
+    let mut free: Vec<u64> = (0..threads).map(|t| if t == 0 || lanes.gpu[t] { 0 } else { wake_ns }).collect();
     let mut thread_prev: Vec<Option<(usize, usize)>> = vec![None; threads];
     // Per event: (time recorded, the costly step behind it, recording thread).
     let mut recorded: Vec<Option<(u64, Option<(usize, usize)>, usize)>> = vec![None; plan.num_events];
@@ -88,7 +149,7 @@ pub fn simulate_woken(
                 match recorded.get(*e).copied().flatten() {
                     None => continue,
                     Some((t, who, th)) => {
-                        let t = if th == thread_of[si] { t } else { t + handoff_ns };
+                        let t = t + handoff(th, thread_of[si]);
                         if t > start {
                             (start, reason) = (t, who);
                         }
@@ -293,6 +354,46 @@ mod tests {
         assert_eq!(s.times[0][2], (11, 2));
         let joined = simulate(&towers_plan(), &[1, 0, 1], &costs(), 3).expect("simulates");
         assert_eq!(joined.step_ns, 10);
+    }
+
+    /// A GPU step: gpu:0 computes (4) and records; its copy stream waits
+    /// (GPU to GPU handoff 1) and copies the result down (1), recording for
+    /// the host, which waits (bridged: 3) and updates (2): 4+1+1+3+2 = 11.
+    /// The copy stream is a lane of its own, so a second compute launch on
+    /// gpu:0 (5) overlaps the copy; on one host thread it could not.
+    #[test]
+    fn gpu_streams_are_lanes_of_their_own_and_events_cost_by_kind() {
+        let (g0, host) = (Device::gpu(0), Device::CPU0);
+        let copy = Step::Copy {
+            from: towers_codegen::BufRef::Arena { device: 1, buffer: 0 },
+            to: towers_codegen::BufRef::Arena { device: 0, buffer: 0 },
+            bytes: 4,
+            node: "grad/down".into(),
+        };
+        let mut plan = towers_plan();
+        plan.streams = vec![
+            stream(host, StreamKind::Compute, vec![Step::Wait(1), launch("update")]),
+            stream(g0, StreamKind::Compute, vec![launch("fwd"), Step::Record(0), launch("next")]),
+            stream(g0, StreamKind::Copy, vec![Step::Wait(0), copy, Step::Record(1)]),
+        ];
+        plan.num_events = 2;
+        let cost = vec![vec![0, 2], vec![4, 0, 5], vec![0, 1, 0]];
+        let lanes = Lanes { thread_of: vec![0, 1, 2], gpu: vec![false, true, true] };
+        let h = Handoffs { host_ns: 100, gpu_ns: 1, bridge_ns: 3 };
+        let s = simulate_lanes(&plan, &lanes, &cost, h, 50).expect("simulates");
+        assert_eq!(s.times[2][1], (5, 1), "the copy waits for the record plus the GPU handoff");
+        assert_eq!(s.times[0][1], (9, 2), "the host waits for the copy plus the bridge");
+        assert_eq!(s.times[1][2], (4, 5), "gpu:0's next launch overlaps the copy on its own lane");
+        assert_eq!(s.step_ns, 11, "GPU lanes are not delayed by the host workers' wake-up");
+        assert_eq!(s.critical, vec![(1, 0), (2, 1), (0, 1)]);
+        // gpu:0's streams on one host thread: the copy waits behind `next`.
+        let host_lanes = Lanes { thread_of: vec![0, 1, 1], gpu: vec![false, false] };
+        let t = simulate_lanes(&plan, &host_lanes, &cost, h, 0).expect("simulates");
+        assert_eq!(t.times[2][1], (4, 1), "bookkeeping first on a shared thread");
+        assert_eq!(t.times[1][2], (5, 5));
+        // Too few lane kinds for the lanes named: refused.
+        let bad = Lanes { thread_of: vec![0, 1, 2], gpu: vec![false] };
+        assert!(matches!(simulate_lanes(&plan, &bad, &cost, h, 0), Err(CostError::Shape(_))));
     }
 
     /// A wait on an event never recorded is an error naming the stuck

@@ -22,7 +22,8 @@ use towers_codegen::{BufRef, Plan, Step};
 use towers_passes::VarPlacement;
 
 use super::calibrate::Calibration;
-use super::critical::{simulate_woken, Schedule};
+pub use super::critical::Lanes;
+use super::critical::{simulate_lanes, Handoffs, Schedule};
 use super::paths::{is_reduction, CopyPath, PathCost};
 use super::CostError;
 
@@ -57,6 +58,10 @@ pub struct Latencies {
     pub step_ns: u64,
     /// From the step's start to a worker thread's first item (its wake-up).
     pub wake_ns: u64,
+    /// From a record on one GPU stream to the wait it ends on another.
+    pub gpu_handoff_ns: u64,
+    /// Between a host thread and a GPU stream (a bridged event).
+    pub bridge_ns: u64,
 }
 
 /// A plan's predicted step, explained.
@@ -75,6 +80,8 @@ pub struct Prediction {
     /// The calibration's entry per copy path ([`super::paths`]), in
     /// [`CopyPath::ALL`] order; empty when predicted from bare costs.
     pub paths: Vec<(CopyPath, PathCost)>,
+    /// Whether any stream ran on a GPU lane ([`super::lanes`]).
+    pub gpu: bool,
 }
 
 /// The threads of the CPU backend for `plan` on `cores` cores, as a thread
@@ -92,16 +99,29 @@ pub fn cpu_threads(plan: &Plan, cores: usize) -> Result<Vec<usize>, CostError> {
         .collect()
 }
 
-/// Predict `plan` on the CPU backend with `cores` cores from a calibration.
+/// Predict `plan` on the backend its calibration was measured on (its
+/// lanes: [`super::lanes`]), with `cores` cores, from that calibration.
 pub fn predict(plan: &Plan, cal: &Calibration, cores: usize, top: usize) -> Result<Prediction, CostError> {
+    let lanes = super::lanes::lanes(plan, &cal.backend, cores)?;
+    predict_in(plan, cal, &lanes, top)
+}
+
+/// [`predict`] on the lanes given (e.g. [`super::lanes::one_gpu_lane`]).
+pub fn predict_in(plan: &Plan, cal: &Calibration, lanes: &Lanes, top: usize) -> Result<Prediction, CostError> {
     let costs = cal.step_costs(plan)?;
-    let lat = Latencies { handoff_ns: cal.handoff_ns, step_ns: cal.step_overhead_ns, wake_ns: cal.wake_ns };
-    let mut p = predict_with(plan, &cpu_threads(plan, cores)?, &costs, lat, top)?;
+    let lat = Latencies {
+        handoff_ns: cal.handoff_ns,
+        step_ns: cal.step_overhead_ns,
+        wake_ns: cal.wake_ns,
+        gpu_handoff_ns: cal.gpu_handoff_ns,
+        bridge_ns: cal.bridge_ns,
+    };
+    let mut p = predict_lanes(plan, lanes, &costs, lat, top)?;
     p.paths = CopyPath::ALL.iter().filter_map(|&c| cal.paths.get(c.name()).map(|&e| (c, e))).collect();
     Ok(p)
 }
 
-/// Predict `plan` with a thread per stream and a cost per step (fakes in tests).
+/// Predict `plan` with a host thread per stream and a cost per step (fakes in tests).
 pub fn predict_with(
     plan: &Plan,
     thread_of: &[usize],
@@ -109,8 +129,23 @@ pub fn predict_with(
     latencies: Latencies,
     top: usize,
 ) -> Result<Prediction, CostError> {
-    let Schedule { step_ns, critical, .. } =
-        simulate_woken(plan, thread_of, costs, latencies.handoff_ns, latencies.wake_ns)?;
+    let n = thread_of.iter().copied().max().map_or(0, |m| m + 1);
+    let lanes = Lanes { thread_of: thread_of.to_vec(), gpu: vec![false; n] };
+    let lat = Latencies { gpu_handoff_ns: latencies.handoff_ns, bridge_ns: latencies.handoff_ns, ..latencies };
+    predict_lanes(plan, &lanes, costs, lat, top)
+}
+
+/// Predict `plan` on host threads and GPU lanes with a cost per step.
+pub fn predict_lanes(
+    plan: &Plan,
+    lanes: &Lanes,
+    costs: &[Vec<u64>],
+    latencies: Latencies,
+    top: usize,
+) -> Result<Prediction, CostError> {
+    let handoffs =
+        Handoffs { host_ns: latencies.handoff_ns, gpu_ns: latencies.gpu_handoff_ns, bridge_ns: latencies.bridge_ns };
+    let Schedule { step_ns, critical, .. } = simulate_lanes(plan, lanes, costs, handoffs, latencies.wake_ns)?;
     let step_ns = step_ns + latencies.step_ns;
     let dev_name = |i: usize| plan.devices.get(i).map(|d| plan.device_name(d.device)).unwrap_or_else(|| "?".into());
     let device_of = |r: &BufRef| match r {
@@ -185,6 +220,7 @@ pub fn predict_with(
         path_len,
         top: items,
         paths: Vec::new(),
+        gpu: lanes.gpu.iter().any(|g| *g),
     })
 }
 
@@ -202,6 +238,13 @@ impl Prediction {
             ms(self.latencies.wake_ns),
             ms(self.latencies.step_ns)
         );
+        if self.gpu {
+            out += &format!(
+                "  GPU lanes: a stream each (handoff between GPU streams {}, between host and GPU {})\n",
+                ms(self.latencies.gpu_handoff_ns),
+                ms(self.latencies.bridge_ns)
+            );
+        }
         let compute: Vec<String> = self.compute.iter().map(|(d, ns)| format!("{d} {}", ms(*ns))).collect();
         out += &format!("  compute per device: {}\n", compute.join(", "));
         if self.links.is_empty() {

@@ -37,6 +37,30 @@
 //! rows are the ones whose measured time swung between calibration and
 //! measurement. The bench is the check to rerun on a quiet machine.
 //!
+//! **On a GPU** (`--backend cuda`: a mixed session, `cpu:*` on host
+//! threads, `gpu:*` on CUDA): the calibration runs in that session
+//! ([`Calibration::measure_in`]; GPU steps timed by CUDA events around each
+//! plan step, host steps by the host clock; traced steps launch eagerly, on
+//! one context) and is keyed by the backend ([`machine_key_for`]), so a CPU
+//! calibration never prices a GPU step. The simulation gives every GPU
+//! stream a lane of its own (on CUDA each stream is its own queue, so they
+//! overlap) beside the host threads that run `cpu:*` ([`lanes`]); an event
+//! costs the handoff of its lanes' kinds (host↔host, GPU↔GPU, or bridged
+//! host↔GPU: [`critical::Handoffs`]); a GPU launch costs its kernel plus the
+//! GPU launch gap the traces showed; copies between host and device cost
+//! what their signature, else their path (host->device, device->host,
+//! device->device) measured. What this ignores: kernels of concurrent
+//! streams share the GPU's SMs (two lanes' kernels overlap in the model
+//! even when each fills the GPU), and several contexts on one GPU
+//! time-slice (the calibration saw one context; `--backend cuda` runs a
+//! context per logical GPU). A GPU run shows whether either matters:
+//! `benches/cost_gpu.rs` prints beside each prediction the same costs on
+//! one GPU lane (no overlap at all) and the measured step with a context
+//! per GPU and with one; a measured step near the serial figure means the
+//! streams did not overlap, one far from the one-context figure means the
+//! contexts time-slice. Launch gaps are taken from eager traced steps, so
+//! where CUDA graphs hide the host's enqueue time the prediction runs high.
+//!
 //! Copies between devices are elided on the CPU backend (one host memory),
 //! so a copy's calibrated cost is its traced (near zero) time; the model
 //! keeps them so that a backend with real links gets their measured costs
@@ -48,6 +72,7 @@
 pub mod calibrate;
 pub mod critical;
 pub mod explain;
+pub mod lanes;
 pub mod paths;
 pub mod placements;
 pub mod ps;
@@ -55,9 +80,9 @@ pub mod ps;
 use thiserror::Error;
 use towers_codegen::Plan;
 
-pub use calibrate::Calibration;
+pub use calibrate::{machine_key_for, Calibration};
 pub use explain::{choose, predict, Choice, Prediction};
-pub use placements::{auto, candidate, Candidate, PLACEMENTS};
+pub use placements::{auto, auto_on, candidate, candidate_on, Candidate, Target, PLACEMENTS};
 
 /// Why a cost could not be predicted or calibrated.
 #[derive(Debug, Error)]
@@ -72,6 +97,10 @@ pub enum CostError {
     Run(#[from] towers_runtime::RuntimeError),
     #[error("cost calibration: {0}")]
     Threads(String),
+    /// The backend to calibrate on could not be opened (e.g. `--backend
+    /// cuda` without CUDA); the message is the backend's own.
+    #[error("{0}")]
+    Session(String),
     #[error("cost model: compiling a candidate placement: {0}")]
     Compile(#[from] crate::compiler::CompileError),
     #[error("cost cache {}: {source}", path.display())]

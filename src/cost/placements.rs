@@ -6,11 +6,20 @@
 //! read from the cache directory the caller gives) and predicted on this
 //! machine's cores. Candidates come in the order given, so a tie keeps the
 //! first ([`super::choose`]).
+//!
+//! A [`Target`] says which backend: the CPU backend, or CUDA as a mixed
+//! session (`cpu:*` on host threads, `gpu:*` on the GPU), opened by
+//! [`crate::train::open_session`] with one context for every `gpu:*`
+//! (the CUDA backend traces one context only; a step's kernels and copies
+//! cost the same, but peer copies between contexts and the contexts'
+//! time-slicing are then not what the calibration saw: see [`super`]).
 
 use std::path::Path;
 
 use towers_graph::{Device, Graph};
 use towers_passes::{CompileOptions, VarPlacement};
+
+use towers_runtime::{LocalComm, Session};
 
 use super::explain::{choose, predict, Choice, Prediction};
 use super::{cores, Calibration, CostError};
@@ -23,6 +32,31 @@ pub const PLACEMENTS: [VarPlacement; 4] =
 /// Untraced steps before a calibration's traced ones, and traced steps.
 pub const WARMUP: usize = 5;
 pub const TRACED: usize = 15;
+
+/// The backend candidates are calibrated and predicted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The CPU backend: every device a host thread.
+    Cpu,
+    /// A CUDA mixed session (`--backend cuda`).
+    Cuda,
+}
+
+impl Target {
+    /// A fresh session of this backend to calibrate in (graphs on; one
+    /// CUDA context for every `gpu:*`, since traces need one); without
+    /// CUDA, the error `--backend cuda` gives ([`crate::train::TrainError`]).
+    pub fn session(self) -> Result<Session, CostError> {
+        let comm: std::sync::Arc<dyn towers_runtime::Comm> = std::sync::Arc::new(LocalComm::single());
+        let choice = match self {
+            Target::Cpu => crate::train::BackendChoice::Cpu,
+            Target::Cuda => crate::train::BackendChoice::Cuda,
+        };
+        crate::train::open_session(choice, 0, &comm, true, true)
+            .map(|(s, _)| s)
+            .map_err(|e| CostError::Session(e.to_string()))
+    }
+}
 
 /// One predicted candidate.
 #[derive(Debug, Clone)]
@@ -45,11 +79,24 @@ pub fn candidate(
     placement: VarPlacement,
     cache: &Path,
 ) -> Result<Candidate, CostError> {
+    candidate_on(Target::Cpu, model, loss, base, towers, placement, cache)
+}
+
+/// [`candidate`] calibrated and predicted on `target`.
+pub fn candidate_on(
+    target: Target,
+    model: &Graph,
+    loss: &str,
+    base: &CompileOptions,
+    towers: usize,
+    placement: VarPlacement,
+    cache: &Path,
+) -> Result<Candidate, CostError> {
     let mut o = base.clone();
     o.towers = (0..towers as u32).map(Device::gpu).collect();
     o.variables = placement;
     let c = compile_train(model, loss, &o)?;
-    let (cal, cached) = Calibration::cached(cache, &c.plan, WARMUP, TRACED)?;
+    let (cal, cached) = Calibration::cached_in(cache, target.session()?, &c.plan, WARMUP, TRACED)?;
     let prediction = predict(&c.plan, &cal, cores(), 5)?;
     Ok(Candidate { towers, placement, prediction, cached })
 }
@@ -63,9 +110,21 @@ pub fn auto(
     towers: usize,
     cache: &Path,
 ) -> Result<Choice, CostError> {
+    auto_on(Target::Cpu, model, loss, base, towers, cache)
+}
+
+/// [`auto`] on `target`.
+pub fn auto_on(
+    target: Target,
+    model: &Graph,
+    loss: &str,
+    base: &CompileOptions,
+    towers: usize,
+    cache: &Path,
+) -> Result<Choice, CostError> {
     let mut preds = Vec::with_capacity(PLACEMENTS.len());
     for v in PLACEMENTS {
-        preds.push((v, candidate(model, loss, base, towers, v, cache)?.prediction));
+        preds.push((v, candidate_on(target, model, loss, base, towers, v, cache)?.prediction));
     }
     choose(&preds).ok_or_else(|| CostError::Shape("no placement to choose from".into()))
 }
