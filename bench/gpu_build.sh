@@ -64,10 +64,21 @@ executables -p towers-runtime --test cuda_backend --test cuda_mixed --test cubin
 if [ "${GPU_BUILD_NCCL:-0}" = 1 ]; then
   executables -p towers-runtime --features nccl --test nccl >>"$list"
 fi
+# The cost model's GPU table (a bench: `cargo bench` has its own profile).
+cargo bench --bench cost_gpu --no-run --message-format=json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
+        print(m["target"]["name"], m["executable"])
+' >>"$list"
 
 rm -rf "$dest"
 mkdir -p "$dest"
-want="cuda_twins cuda_backend cuda_mixed cubin_cache cuda_probe"
+want="cuda_twins cuda_backend cuda_mixed cubin_cache cuda_probe cost_gpu"
 [ "${GPU_BUILD_NCCL:-0}" = 1 ] && want="$want nccl"
 for name in $want; do
   path=$(awk -v n="$name" '$1 == n { p = $2 } END { print p }' "$list")

@@ -30,7 +30,9 @@
 #      1024 (MIXED STEP lines: host or GPU 0 variables, in numbers);
 #   6. cubin_cache: the on-disk cubin cache with the real NVRTC;
 #   7. nccl (if built: GPU_BUILD_NCCL=1): a bucket through ncclAllReduce;
-#   8. anchors (if python3 imports torch): bench/gpu_anchors.py torch, the
+#   8. cost_gpu: the cost model's table on --backend cuda, predicted beside
+#      measured (bench/gpu_cost.sh, COST GPU lines; at most 150 s);
+#   9. anchors (if python3 imports torch): bench/gpu_anchors.py torch, the
 #      seed models at batch 256 and 1024 in PyTorch, eager and CUDA graph
 #      (ANCHOR lines, ANCHOR_STEPS=50), with what time is left.
 #
@@ -89,7 +91,7 @@ export LD_LIBRARY_PATH="/tmp/nccl-link${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PAT
 say "gpu_check $(date -u +%FT%TZ) in $PWD, binaries from $bin"
 [ -f "$bin/manifest.txt" ] || fail_pre "no $bin/manifest.txt: build the binaries here first with bash bench/gpu_build.sh, then carry $bin"
 sed 's/^/  /' "$bin/manifest.txt" | tee -a "$summary"
-for b in cuda_probe cuda_twins cuda_backend cuda_mixed cubin_cache; do
+for b in cuda_probe cuda_twins cuda_backend cuda_mixed cubin_cache cost_gpu; do
   [ -x "$bin/$b" ] || fail_pre "$bin/$b is missing or not executable (rebuild with bench/gpu_build.sh)"
 done
 [ -d kernels/tests/cuda_twins/snapshots ] || fail_pre "no kernels/tests/cuda_twins/snapshots here: run from the repository root"
@@ -166,6 +168,22 @@ part cuda_mixed 150 "^test |MIXED STEP|max rel diff" --nocapture --test-threads 
 part cubin_cache 30 "^test |cubin" --nocapture
 if [ -x "$bin/nccl" ]; then
   TOWERS_REQUIRE_NCCL=1 part nccl 40 "^test |all-reduce|NCCL" --nocapture --test-threads 1
+fi
+# The cost model's table (issue 21 items 5 and 8): predicted beside
+# measured on --backend cuda (bench/gpu_cost.sh; COST GPU lines).
+if selected cost_gpu; then
+  left=$((deadline - SECONDS - 60))
+  [ "$left" -gt 150 ] && left=150
+  if [ "$left" -ge 30 ]; then
+    # Its log and JSON stay on the machine (at most 8 files come back); the
+    # COST GPU lines go into the summary.
+    OUT=/tmp/towers-gpu-cost GPU_COST_SECONDS=$left bash bench/gpu_cost.sh "$bin" | sed "s/^/[$gpu] /" | tee -a "$summary"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  else
+    say "cost_gpu: NOT RUN (${left}s left; run it alone: GPU_CHECK_PARTS=cost_gpu)"
+  fi
+else
+  say "cost_gpu: NOT SELECTED (GPU_CHECK_PARTS=$GPU_CHECK_PARTS)"
 fi
 # The PyTorch anchors (not a check: figures beside the MIXED STEP lines),
 # with what time is left; a missing torch is said, not failed.
