@@ -31,6 +31,22 @@ use towers_tests::{batches, max_rel_diff, run, run_on, small_model, towers, TOL}
 const BATCH: usize = 24;
 const STEPS: usize = 3;
 
+/// The small MLP and its plan: SGD, batch 8, `n` towers, variables on the
+/// host, with `tweak` applied to the options first.
+fn small_plan(n: u32, tweak: impl FnOnce(&mut CompileOptions)) -> (towers::models::Model, towers_codegen::Plan) {
+    let model = small_model(ModelKind::Mlp, false, 2);
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+    o.towers = towers(n);
+    o.variables = VarPlacement::Cpu;
+    tweak(&mut o);
+    let plan = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan;
+    (model, plan)
+}
+
+fn momentum() -> Optimizer {
+    Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false }
+}
+
 fn mixed() -> Box<dyn Backend> {
     Box::new(MixedBackend::cpu_pair().expect("two CPU parts start"))
 }
@@ -41,7 +57,7 @@ fn a_mixed_session_matches_one_device_and_one_backend_for_every_placement() {
     let data = batches(BATCH, STEPS, 5);
     let opts = [
         Optimizer::Sgd { lr: F32(0.1) },
-        Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false },
+        momentum(),
         Optimizer::Adam { lr: F32(0.01), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) },
     ];
     for opt in opts {
@@ -69,7 +85,7 @@ fn a_mixed_session_matches_one_device_and_one_backend_for_every_placement() {
 fn a_convnet_with_dropout_and_uneven_towers_is_exact_in_a_mixed_session() {
     let model = small_model(ModelKind::Convnet, false, 8);
     let data = batches(BATCH, STEPS, 1);
-    let opt = Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false };
+    let opt = momentum();
     let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
     for vars in [VarPlacement::Cpu, VarPlacement::Gpu0] {
         let mut o = CompileOptions::new(opt.clone(), BATCH);
@@ -87,14 +103,9 @@ fn a_convnet_with_dropout_and_uneven_towers_is_exact_in_a_mixed_session() {
 /// the step's copy, not by a write of the variable between steps.
 #[test]
 fn copies_between_parts_are_real_copies() {
-    let model = small_model(ModelKind::Mlp, false, 2);
     let data = batches(8, 1, 3);
-    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
-    o.towers = towers(1);
-    o.variables = VarPlacement::Cpu;
     // Every buffer its own bytes, so the tower's copies can be read after the step.
-    o.reuse_memory = false;
-    let plan = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan;
+    let (model, plan) = small_plan(1, |o| o.reuse_memory = false);
     // A weight's copy on the tower that memory planning keeps (fetchable).
     let fetchable = |name: &str| {
         let mut s = Session::new(1);
@@ -130,10 +141,7 @@ fn copies_between_parts_are_real_copies() {
 
 #[test]
 fn a_launch_naming_another_parts_memory_is_refused_at_load() {
-    let model = small_model(ModelKind::Mlp, false, 2);
-    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
-    o.towers = towers(1);
-    let mut plan = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan;
+    let (_, mut plan) = small_plan(1, |_| ());
     // Make a tower launch read a host variable itself instead of the tower's copy of it.
     let copies: Vec<(towers_codegen::BufRef, String)> = plan
         .variables
@@ -174,11 +182,8 @@ fn a_launch_naming_another_parts_memory_is_refused_at_load() {
 /// Traces, profiles, the step counter and the backend's notes work across parts.
 #[test]
 fn a_mixed_session_traces_profiles_and_says_how_it_runs() {
-    let model = small_model(ModelKind::Mlp, false, 2);
     let data = batches(8, 1, 3);
-    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
-    o.towers = towers(2);
-    let plan = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan;
+    let (model, plan) = small_plan(2, |_| ());
     let mut s = Session::with_backend(1, mixed());
     s.load("train", plan.clone()).expect("loads");
     s.feed("train", &model.images, &data[0].0).expect("feed");
@@ -209,11 +214,7 @@ fn a_plan_divides_by_device_kind_with_bridged_events_and_foreign_copies() {
     use std::collections::BTreeMap;
     use towers_graph::DeviceKind;
     use towers_runtime::mixed::split::split;
-    let model = small_model(ModelKind::Mlp, false, 2);
-    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
-    o.towers = towers(2);
-    o.variables = VarPlacement::Cpu;
-    let mut plan = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan;
+    let (_, mut plan) = small_plan(2, |_| ());
     let vars: BTreeMap<String, usize> = plan.variables.iter().map(|v| (v.name.clone(), 0)).collect();
     let s = split(&plan, &[DeviceKind::Cpu, DeviceKind::Gpu], &vars).expect("divides");
     for (d, p) in plan.devices.iter().zip(&s.device_part) {
@@ -246,7 +247,7 @@ fn ranks_of_mixed_sessions_all_reduce_through_the_host_part() {
     use towers_runtime::LocalComm;
     let model = small_model(ModelKind::Mlp, false, 11);
     let data = batches(BATCH, STEPS, 5);
-    let opt = Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false };
+    let opt = momentum();
     let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
     for vars in [VarPlacement::Cpu, VarPlacement::Gpu0] {
         let mut o = CompileOptions::new(opt.clone(), BATCH);
@@ -273,11 +274,8 @@ fn ranks_of_mixed_sessions_all_reduce_through_the_host_part() {
 /// does not wait for ever), and the next step runs.
 #[test]
 fn a_failed_launch_in_one_part_ends_the_step_and_the_next_runs() {
-    let model = small_model(ModelKind::Mlp, false, 2);
     let data = batches(8, 1, 3);
-    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
-    o.towers = towers(2);
-    let plan = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan;
+    let (model, plan) = small_plan(2, |_| ());
     let mut s = Session::with_backend(1, mixed());
     s.load("train", plan).expect("loads");
     s.feed("train", &model.images, &data[0].0).expect("feed");
