@@ -61,11 +61,11 @@ fn set_current(set: &libc::cpu_set_t) {
 }
 
 /// The host's work runs on the caller's thread; during a step it is pinned
-/// to one core (`sched::Runner::step` picks it: the last worker's, as the
-/// host alone works mostly while the towers wait, at the start and the end
-/// of a step; or the core after the workers' when the caller runs a
-/// device's streams too) and its own affinity is restored when the step
-/// ends, so the caller's thread is left as found.
+/// to one core (`sched::host_core` picks it: the core after the workers'
+/// when they leave one free or when the caller runs a device's streams too;
+/// else the last worker's, as the host alone works mostly while the towers
+/// wait, at the start and the end of a step) and its own affinity is
+/// restored when the step ends, so the caller's thread is left as found.
 pub struct HostPin {
     #[cfg(target_os = "linux")]
     saved: Option<libc::cpu_set_t>,
