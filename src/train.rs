@@ -113,7 +113,13 @@ pub fn open_session(
 ) -> Result<(Session, String), TrainError> {
     let cuda_session = |why: &str| -> Result<(Session, String), TrainError> {
         let b = CudaBackend::new()?.with_graphs(cuda_graphs);
-        let contexts = if one_context { "one context on GPU 0 for every gpu:*" } else { "a CUDA context per gpu:*" };
+        let contexts = match (one_context, comm.world_size() > 1) {
+            (true, true) => {
+                "one context on GPU 0 for every gpu:* (NCCL's all-reduce across processes runs in one context)"
+            }
+            (true, false) => "one context on GPU 0 for every gpu:*",
+            (false, _) => "a CUDA context per gpu:*",
+        };
         let line = format!("backend: cuda on {}{why}: cpu:* on the host (pinned memory), {contexts}", b.device());
         let b = with_nccl(b, comm)?;
         let m = towers_runtime::mixed::MixedBackend::with_cuda(b, one_context)

@@ -17,6 +17,8 @@
 //! - the same with one CUDA context per logical GPU
 //!   (`CudaBackend::with_context_per_gpu`), in a mixed session and
 //!   standalone;
+//! - a traced step of two towers in two contexts holds both towers'
+//!   launches, timed, within the step;
 //! - pinned blocks are zeroed, aligned and say they are pinned;
 //! - (no GPU needed) every launch of the seed plans names only its own
 //!   device's memory, which one context per logical GPU relies on.
@@ -174,6 +176,49 @@ fn a_cuda_part_beside_a_pinned_host_part_matches_the_cpu_backend() {
         }
     }
     assert!(failures.is_empty(), "the mixed session differs from the CPU backend:\n{}", failures.join("\n"));
+}
+
+/// A traced step of two towers, each logical GPU in a context of its own:
+/// both towers' launches are in the trace, timed from their own context's
+/// origin, within the step.
+#[test]
+fn a_step_spanning_contexts_is_traced() {
+    let Some(cuda) = cuda("a_step_spanning_contexts_is_traced") else { return };
+    let m = model(ModelKind::Mlp, [8, 8, 1], vec![16], false);
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+    o.towers = vec![Device::gpu(0), Device::gpu(1)];
+    o.variables = VarPlacement::Cpu;
+    let plan = compile_train(&m.graph, &m.loss, &o).expect("compiles").plan;
+    let gpu_streams: Vec<(usize, Device)> = plan
+        .streams
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.device.kind == DeviceKind::Gpu)
+        .map(|(i, s)| (i, s.device))
+        .collect();
+    let mut s = Session::with_backend(1, Box::new(mixed(cuda.with_context_per_gpu(true), false)));
+    s.load("train", plan).expect("loads");
+    let (x, y) = &data(&m, 8, 1)[0];
+    s.set_tracing("train", true).expect("tracing a program spanning two contexts");
+    for _ in 0..2 {
+        s.feed("train", &m.images, x).expect("feed");
+        s.feed("train", &m.labels, y).expect("feed");
+        s.run("train").expect("runs");
+    }
+    let t = s.trace("train").expect("a trace");
+    for tower in [Device::gpu(0), Device::gpu(1)] {
+        let launches: Vec<_> = t
+            .events
+            .iter()
+            .filter(|e| gpu_streams.iter().any(|&(i, d)| i == e.stream && d == tower))
+            .filter(|e| !matches!(e.kind, "wait" | "copy"))
+            .collect();
+        assert!(!launches.is_empty(), "{tower}: no launches in the trace");
+        assert!(launches.iter().any(|e| e.dur_ns > 0), "{tower}: every launch reads 0 ns");
+        for e in &launches {
+            assert!(e.start_ns + e.dur_ns <= t.dur_ns + 1_000_000, "{tower}: {} ends after the step", e.node);
+        }
+    }
 }
 
 #[test]

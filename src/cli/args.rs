@@ -209,8 +209,10 @@ pub struct Common {
     /// (the placement the compiler reports, on any number of GPUs); one
     /// runs every logical GPU as streams of one context on GPU 0 (towers
     /// sharing one GPU then overlap, and the step replays as one CUDA graph).
-    #[arg(long, value_enum, default_value_t = CudaContexts::PerGpu)]
-    pub cuda_contexts: CudaContexts,
+    /// Default: per-gpu in one process; one under several processes, where
+    /// NCCL's all-reduce of the GPUs' gradients runs in one context.
+    #[arg(long, value_enum)]
+    pub cuda_contexts: Option<CudaContexts>,
     /// Where `--variables auto` and `--explain-cost` cache their
     /// calibrations (by machine and plan hash).
     #[arg(long, default_value = "target/towers-cost")]

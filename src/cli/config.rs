@@ -42,6 +42,16 @@ fn cost_model(
     }
 }
 
+/// `--cuda-contexts` left out: a context per logical GPU in one process;
+/// one context under several processes, where the CUDA backend's NCCL
+/// all-reduce runs in its own context (a gradient bucket in a logical
+/// GPU's context of its own is refused there, naming the flag).
+pub fn cuda_contexts(c: &Common, cfg: &mut TrainConfig, processes: usize) {
+    if c.cuda_contexts.is_none() && processes > 1 {
+        cfg.cuda_one_context = true;
+    }
+}
+
 /// `--variables ps`: `--ps-tasks` defaults to the number of processes
 /// (to K with `--ps-ranks K`); the ps flags without `--variables ps` are
 /// refused, and `--ps-ranks` must leave a worker.
@@ -234,7 +244,34 @@ pub fn config(c: &Common) -> Result<TrainConfig, String> {
         memory_reuse: !c.no_memory_reuse,
         fuse_kernels: !c.no_fusion,
         cuda_graphs: !c.no_cuda_graphs,
-        cuda_one_context: c.cuda_contexts == super::args::CudaContexts::One,
+        // Under several processes `cuda_contexts` decides the default.
+        cuda_one_context: c.cuda_contexts == Some(super::args::CudaContexts::One),
         ..TrainConfig::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::args::{Cli, Cmd};
+    use super::*;
+
+    fn one_context(args: &[&str], processes: usize) -> bool {
+        let cli = Cli::try_parse_from([&["towers", "train"], args].concat()).expect("parses");
+        let Cmd::Train(a) = cli.cmd else { unreachable!("train") };
+        let mut cfg = config(&a.common).expect("a config");
+        cuda_contexts(&a.common, &mut cfg, processes);
+        cfg.cuda_one_context
+    }
+
+    /// Left out, `--cuda-contexts` is per-gpu in one process and one under
+    /// several (NCCL's all-reduce runs in one context); given, it holds.
+    #[test]
+    fn cuda_contexts_default_to_one_under_several_processes() {
+        assert!(!one_context(&[], 1));
+        assert!(one_context(&[], 2));
+        assert!(!one_context(&["--cuda-contexts", "per-gpu"], 2));
+        assert!(one_context(&["--cuda-contexts", "one"], 1));
+    }
 }

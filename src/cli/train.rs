@@ -15,7 +15,7 @@ use towers::trainer::fit_in;
 use towers::watch::{Tee, Watch};
 
 use super::args::{Model, TrainArgs};
-use super::config::{auto_variables, config, ps_tasks, user_model};
+use super::config::{auto_variables, config, cuda_contexts, ps_tasks, user_model};
 
 /// The CLI's observer: log lines and the progress bar.
 struct Printer {
@@ -130,6 +130,7 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     let (input, classes) = towers::cost::placements::geometry(&cfg.data);
     auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, comm.world_size(), a.backend)?;
     ps_tasks(&a.common, &mut cfg, comm.world_size())?;
+    cuda_contexts(&a.common, &mut cfg, comm.world_size());
     cfg.steps = a.steps;
     cfg.epochs = a.epochs.unwrap_or(match a.common.model {
         _ if user.is_some() => 20,

@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::result as drv;
+use cudarc::driver::{result as drv, CudaContext};
 use towers_codegen::{BufRef, Plan, Step, VariableDecl};
 
 use super::driver::{derr, DevMem};
@@ -236,15 +236,11 @@ impl Backend for CudaBackend {
         self.bind()?;
         let ctx = Arc::clone(&self.ctx);
         let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
-        if on && p.ctxs.iter().any(|c| !Arc::ptr_eq(c, &ctx)) {
-            return Err(BackendError::Unsupported(format!(
-                "tracing a program whose streams span {} CUDA contexts (one per logical GPU): the trace's clock is one context's; share one context (CudaBackend::with_context_per_gpu(false)) to trace",
-                p.ctxs.len()
-            )));
-        }
         if on && p.tracer.is_none() {
             let steps: Vec<usize> = p.plan.streams.iter().map(|s| s.steps.len()).collect();
-            p.tracer = Some(Tracer::new(&ctx, &steps).map_err(BackendError::Device)?);
+            let ctxs: Vec<&Arc<CudaContext>> = p.streams.iter().map(|s| &s.ctx).collect();
+            p.tracer = Some(Tracer::new(&ctxs, &steps).map_err(BackendError::Device)?);
+            ctx.bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))?;
         }
         p.tracing = on;
         Ok(())

@@ -24,7 +24,9 @@
 //!   (a kernel must not read another device's memory);
 //! - steps launch eagerly: the graph capture here forks and joins one
 //!   context's streams, and `program_note` says so;
-//! - tracing and NCCL all-reduces need one context, and say so.
+//! - a traced step has a timing origin per context (`trace`);
+//! - NCCL's all-reduce runs in the backend's own context: a bucket in a
+//!   context of its own is refused, naming the way to share one.
 //!
 //! Invariants: every slot's context outlives what was made in it (each
 //! resource holds its context); a slot is never removed.

@@ -272,7 +272,7 @@ impl CudaBackend {
                         }
                         if self.per_gpu {
                             return Err(bad(format!(
-                                "all-reduce '{node}' across processes: NCCL runs here in the backend's own context; load this plan with contexts shared (CudaBackend::with_context_per_gpu(false))"
+                                "all-reduce '{node}' across processes: NCCL runs in the backend's own context, and this bucket lies in a logical GPU's context of its own; share one context (towers train --cuda-contexts one, the default under several processes; or CudaBackend::with_context_per_gpu(false))"
                             )));
                         }
                         for r in buffers {
@@ -382,7 +382,7 @@ impl CudaBackend {
         };
         if let Some(r) = fed.iter().find(|r| self.ctx_of(&arenas, r) != feed_ctx) {
             return Err(bad(format!(
-                "the feeds lie in several CUDA contexts ({} among them); feed one device's buffers, or share one context (CudaBackend::with_context_per_gpu(false))",
+                "the feeds lie in several CUDA contexts ({} among them); feed one device's buffers, or share one context (towers train --cuda-contexts one, or CudaBackend::with_context_per_gpu(false))",
                 plan.ref_name(r)
             )));
         }

@@ -74,9 +74,11 @@ impl CudaBackend {
         p.feeds.order_before_step(p.streams.iter().map(|s| s.stream.raw)).map_err(BackendError::Device)?;
         let started = Instant::now();
         let tracer = if p.tracing { p.tracer.as_ref() } else { None };
-        if let (Some(t), Some(first)) = (tracer, p.streams.first()) {
-            // SAFETY: a live stream of this context.
-            unsafe { t.start(first.stream.raw) }.map_err(BackendError::Device)?;
+        if let Some(t) = tracer {
+            let streams = &p.streams;
+            // SAFETY: each plan stream's live stream, of that stream's context.
+            unsafe { t.start(|s| streams[s].stream.raw) }.map_err(BackendError::Device)?;
+            ctx.bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))?;
         }
         let profile = if p.profiling { Some(&mut p.profile) } else { None };
         enqueue(
