@@ -237,7 +237,9 @@ impl Backend for CudaBackend {
         let ctx = Arc::clone(&self.ctx);
         let p = self.programs.get_mut(id.0).ok_or_else(|| BackendError::Access(format!("no program {}", id.0)))?;
         if on && p.tracer.is_none() {
-            let steps: Vec<usize> = p.plan.streams.iter().map(|s| s.steps.len()).collect();
+            // Timing events for the streams this backend runs only.
+            let steps: Vec<usize> =
+                p.plan.streams.iter().zip(&p.streams_on).map(|(s, &on)| if on { s.steps.len() } else { 0 }).collect();
             let ctxs: Vec<&Arc<CudaContext>> = p.streams.iter().map(|s| &s.ctx).collect();
             p.tracer = Some(Tracer::new(&ctxs, &steps).map_err(BackendError::Device)?);
             ctx.bind_to_thread().map_err(|e| BackendError::Device(derr("cuCtxSetCurrent", e)))?;
@@ -249,6 +251,9 @@ impl Backend for CudaBackend {
     fn trace(&self, id: ProgramId) -> Result<Trace, BackendError> {
         let p = self.program(id)?;
         let label = |s: usize, j: usize| -> Option<(&'static str, String)> {
+            if !p.streams_on.get(s).copied().unwrap_or(false) {
+                return None;
+            }
             let step = p.plan.streams.get(s)?.steps.get(j)?;
             match step {
                 Step::Record(_) => None,

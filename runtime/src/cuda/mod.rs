@@ -176,6 +176,9 @@ struct Program {
     /// The flags of the bridged events this program's streams write and
     /// wait on (a mixed session's part): dropped last, after the streams.
     bridge: Option<Arc<crate::mixed::Bridge>>,
+    /// Per plan stream: whether this backend runs it (a mixed session's
+    /// part runs only its devices' streams; traces list only those).
+    streams_on: Vec<bool>,
 }
 
 /// The CUDA backend; see the module docs.

@@ -432,6 +432,7 @@ impl CudaBackend {
             loaded: Instant::now(),
             profile: BTreeMap::new(),
             bridge: part.map(|p| Arc::clone(p.bridge)),
+            streams_on,
         })
     }
 }

@@ -44,7 +44,8 @@ struct Zero {
 /// The timing events of one traced program and its last traced step.
 pub(crate) struct Tracer {
     zeros: Vec<Zero>,
-    /// Per plan stream: the index of its context's [`Zero`].
+    /// Per plan stream: the index of its context's [`Zero`] (`usize::MAX`
+    /// for a stream without steps to trace).
     zero_of: Vec<usize>,
     /// Per plan stream, per plan step: its begin and end events.
     spans: Vec<Vec<(Event, Event)>>,
@@ -70,6 +71,11 @@ impl Tracer {
         let mut zeros: Vec<Zero> = Vec::new();
         let mut zero_of = Vec::with_capacity(ctxs.len());
         for (s, ctx) in ctxs.iter().enumerate() {
+            if steps[s] == 0 {
+                // Nothing traced here (another part's stream): no origin.
+                zero_of.push(usize::MAX);
+                continue;
+            }
             match zeros.iter().position(|z| Arc::ptr_eq(&z.ctx, ctx)) {
                 Some(k) => zero_of.push(k),
                 None => {
@@ -121,7 +127,7 @@ impl Tracer {
             unsafe { drv::event::elapsed(a.raw, b.raw) }.map_err(|e| derr("cuEventElapsedTime", e))
         };
         for (s, (spans, times)) in self.spans.iter().zip(self.times.iter_mut()).enumerate() {
-            let t0 = &self.zeros[self.zero_of[s]].t0;
+            let Some(Zero { t0, .. }) = self.zeros.get(self.zero_of[s]) else { continue };
             for (j, ((b, e), t)) in spans.iter().zip(times.iter_mut()).enumerate() {
                 *t = if ran(s, j) {
                     let start = ms(t0, b)?.max(0.0);
