@@ -7,13 +7,13 @@
 //! variables cpu, gpu0 and round-robin, on `--backend cuda` (a mixed
 //! session: `cpu:*` on host threads with pinned memory, `gpu:*` on CUDA):
 //! - `predicted`: the cost model (`towers::cost`) from a fresh calibration
-//!   in a CUDA mixed session of one context (traces need one), every GPU
-//!   stream a lane of its own;
+//!   in a CUDA mixed session with a context per logical GPU (as a run
+//!   opens it), every GPU stream a lane of its own;
 //! - `serial GPU`: the same costs with every GPU stream on one lane, the
 //!   step as if concurrent streams never overlapped;
 //! - `measured`: the mean untraced step with graphs on, a context per
 //!   logical GPU (what `towers train --backend cuda` runs), and
-//!   `measured 1 ctx`: the same with one context (what was calibrated).
+//!   `measured 1 ctx`: the same with one context (`--cuda-contexts one`).
 //!
 //! Reading it: `predicted/measured` near 1 is the goal. Where `measured`
 //! sits near `serial GPU` rather than `predicted`, concurrent kernels

@@ -40,8 +40,8 @@
 //! **On a GPU** (`--backend cuda`: a mixed session, `cpu:*` on host
 //! threads, `gpu:*` on CUDA): the calibration runs in that session
 //! ([`Calibration::measure_in`]; GPU steps timed by CUDA events around each
-//! plan step, host steps by the host clock; traced steps launch eagerly, on
-//! one context) and is keyed by the backend ([`machine_key_for`]), so a CPU
+//! plan step, host steps by the host clock; traced steps launch eagerly, a
+//! context per logical GPU as a run has them) and is keyed by the backend ([`machine_key_for`]), so a CPU
 //! calibration never prices a GPU step. The simulation gives every GPU
 //! stream a lane of its own (on CUDA each stream is its own queue, so they
 //! overlap) beside the host threads that run `cpu:*` ([`lanes`]); an event
@@ -52,8 +52,8 @@
 //! device->device) measured. What this ignores: kernels of concurrent
 //! streams share the GPU's SMs (two lanes' kernels overlap in the model
 //! even when each fills the GPU), and several contexts on one GPU
-//! time-slice (the calibration saw one context; `--backend cuda` runs a
-//! context per logical GPU). A GPU run shows whether either matters:
+//! time-slice (the calibration's kernels saw the slicing, the simulation's
+//! lanes do not). A GPU run shows whether either matters:
 //! `benches/cost_gpu.rs` prints beside each prediction the same costs on
 //! one GPU lane (no overlap at all) and the measured step with a context
 //! per GPU and with one; a measured step near the serial figure means the

@@ -9,10 +9,11 @@
 //!
 //! A [`Target`] says which backend: the CPU backend, or CUDA as a mixed
 //! session (`cpu:*` on host threads, `gpu:*` on the GPU), opened by
-//! [`crate::train::open_session`] with one context for every `gpu:*`
-//! (the CUDA backend traces one context only; a step's kernels and copies
-//! cost the same, but peer copies between contexts and the contexts'
-//! time-slicing are then not what the calibration saw: see [`super`]).
+//! [`crate::train::open_session`] as `towers train --backend cuda` opens
+//! it: a CUDA context per logical GPU, so the calibration times the peer
+//! copies between contexts and the eager launches a step spanning them
+//! runs (each context's trace counts from its own origin: see
+//! `towers_runtime::cuda`'s `trace` module).
 
 use std::path::Path;
 
@@ -43,8 +44,8 @@ pub enum Target {
 }
 
 impl Target {
-    /// A fresh session of this backend to calibrate in (graphs on; one
-    /// CUDA context for every `gpu:*`, since traces need one); without
+    /// A fresh session of this backend to calibrate in (graphs on; a CUDA
+    /// context per logical GPU, as a run opens it); without
     /// CUDA, the error `--backend cuda` gives ([`crate::train::TrainError`]).
     pub fn session(self) -> Result<Session, CostError> {
         let comm: std::sync::Arc<dyn towers_runtime::Comm> = std::sync::Arc::new(LocalComm::single());
@@ -52,7 +53,7 @@ impl Target {
             Target::Cpu => crate::train::BackendChoice::Cpu,
             Target::Cuda => crate::train::BackendChoice::Cuda,
         };
-        crate::train::open_session(choice, 0, &comm, true, true)
+        crate::train::open_session(choice, 0, &comm, true, false)
             .map(|(s, _)| s)
             .map_err(|e| CostError::Session(e.to_string()))
     }
