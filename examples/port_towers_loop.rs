@@ -81,7 +81,7 @@ fn tower_loss(b: &mut GraphBuilder, images: Tensor, labels: Tensor) -> Result<Te
 /// Returns the graph and the name of the towers' mean loss.
 pub fn train_graph(seed: u64, towers: u32, opt: &Optimizer) -> Result<(Graph, String), Box<dyn Error>> {
     let n = towers.max(1) as usize;
-    if BATCH % n != 0 {
+    if !BATCH.is_multiple_of(n) {
         return Err(format!("{n} towers do not divide the batch of {BATCH}").into());
     }
     let sizes = vec![BATCH / n; n];

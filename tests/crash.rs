@@ -12,7 +12,7 @@ use std::time::Duration;
 
 const STEPS: &str = "150";
 
-fn args<'a>(ck: &'a str) -> Vec<&'a str> {
+fn args(ck: &str) -> Vec<&str> {
     vec![
         "train",
         "--steps",

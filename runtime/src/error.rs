@@ -183,7 +183,7 @@ fn rows_note(shape: &[usize], got: usize) -> String {
     match shape.len() {
         0 => String::new(),
         1 => format!(" = {got} rows"),
-        _ if row > 0 && got % row == 0 => format!(" = {} rows", got / row),
+        _ if row > 0 && got.is_multiple_of(row) => format!(" = {} rows", got / row),
         _ => format!(", not a whole number of rows of {row} elements ({})", shape_text(&shape[1..])),
     }
 }

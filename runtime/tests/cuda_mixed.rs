@@ -241,7 +241,7 @@ fn pinned_host_blocks_are_zeroed_aligned_and_pinned() {
     assert!(memory.pinned());
     for n in [1usize, 10, 4096, 1 << 20] {
         let b = memory.alloc(n).expect("pinned allocation");
-        assert!(b.bytes() >= n && b.ptr() as usize % 4 == 0);
+        assert!(b.bytes() >= n && (b.ptr() as usize).is_multiple_of(4));
         // SAFETY: the block is ours and at least `n` bytes long.
         let s = unsafe { std::slice::from_raw_parts(b.ptr(), n) };
         assert!(s.iter().all(|&x| x == 0), "a block of {n} bytes is zeroed");

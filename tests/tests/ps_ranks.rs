@@ -85,6 +85,6 @@ fn ps_ranks_refuse_a_group_without_workers_or_without_sharded_variables() {
     let mut o = CompileOptions::new(optimizers()[0].clone(), BATCH);
     o.towers = vec![Device::gpu(0)];
     o.process = ProcessGroup::new(0, 3).unwrap().with_ps_ranks(1).unwrap();
-    let e = compile_train(&model.graph, &model.loss, &o).err().expect("refused").to_string();
+    let e = compile_train(&model.graph, &model.loss, &o).expect_err("refused").to_string();
     assert!(e.contains("--ps-ranks 1") && e.contains("--variables ps"), "{e}");
 }

@@ -23,7 +23,7 @@ pub(crate) static DESC: Desc = Desc {
     lower,
     text,
     run,
-    backend_workspace: backend_workspace,
+    backend_workspace,
 };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {

@@ -13,16 +13,8 @@ use crate::KernelError;
 const ENTRIES: &[Entry] = &[];
 
 /// The gemm family.
-pub(crate) static DESC: Desc = Desc {
-    name: "gemm",
-    cuda: None,
-    entries: ENTRIES,
-    declare,
-    lower,
-    text,
-    run,
-    backend_workspace: backend_workspace,
-};
+pub(crate) static DESC: Desc =
+    Desc { name: "gemm", cuda: None, entries: ENTRIES, declare, lower, text, run, backend_workspace };
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
     match k {

@@ -297,7 +297,10 @@ impl Comm for LocalComm {
         }
         let Some(g) = &self.group else {
             return match recv.len() == send.len() {
-                true => Ok(recv.copy_from_slice(send)),
+                true => {
+                    recv.copy_from_slice(send);
+                    Ok(())
+                }
                 false => Err(CommError::Mismatch {
                     op: OP,
                     rank: 0,
