@@ -170,31 +170,28 @@ fn memops_in_a_cuda_graph() -> Result<(), ProbeError> {
     Ok(())
 }
 
-#[test]
-fn contexts_peer_copies() -> Result<(), ProbeError> {
-    let Some((_primary, name)) = open("contexts_peer_copies") else { return Ok(()) };
+/// Run `probe` on 2 and 4 contexts of GPU 0 ([`CONTEXTS`]) and report its findings.
+fn each_context(test: &str, probe: impl Fn(&Ctxs) -> Result<Vec<Finding>, ProbeError>) -> Result<(), ProbeError> {
+    let Some((_primary, name)) = open(test) else { return Ok(()) };
     for n in CONTEXTS {
-        report(&Ctxs::new(n)?.copies(10)?, &name)?;
+        report(&probe(&Ctxs::new(n)?)?, &name)?;
     }
     Ok(())
+}
+
+#[test]
+fn contexts_peer_copies() -> Result<(), ProbeError> {
+    each_context("contexts_peer_copies", |c| c.copies(10))
 }
 
 #[test]
 fn contexts_event_waits() -> Result<(), ProbeError> {
-    let Some((_primary, name)) = open("contexts_event_waits") else { return Ok(()) };
-    for n in CONTEXTS {
-        report(&Ctxs::new(n)?.event_waits()?, &name)?;
-    }
-    Ok(())
+    each_context("contexts_event_waits", |c| c.event_waits())
 }
 
 #[test]
 fn contexts_graph_capture() -> Result<(), ProbeError> {
-    let Some((_primary, name)) = open("contexts_graph_capture") else { return Ok(()) };
-    for n in CONTEXTS {
-        report(&Ctxs::new(n)?.captures()?, &name)?;
-    }
-    Ok(())
+    each_context("contexts_graph_capture", |c| c.captures())
 }
 
 /// A kernel of context 0 reads a buffer of context n-1, in a child process

@@ -412,16 +412,7 @@ impl Calibration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compiler::{compile_train, CompileOptions};
-    use crate::models::{build, ModelKind, ModelSpec};
-    use towers_graph::{Device, Optimizer, F32};
-
-    fn plan(towers: u32) -> Plan {
-        let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
-        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
-        o.towers = (0..towers).map(Device::gpu).collect();
-        compile_train(&model.graph, &model.loss, &o).expect("compiles").plan
-    }
+    use towers_passes::VarPlacement;
 
     /// A measured calibration covers every step of its plan, is written and
     /// read back equal under its plan's hash, and is not found under
@@ -429,9 +420,9 @@ mod tests {
     #[test]
     fn the_cache_round_trips_keyed_by_machine_and_plan_hash() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (p1, p2) = (plan(1), plan(2));
+        let (p1, p2) = (crate::cost::test_plan(1, VarPlacement::Cpu), crate::cost::test_plan(2, VarPlacement::Cpu));
         assert_ne!(plan_hash(&p1), plan_hash(&p2));
-        assert_eq!(plan_hash(&p1), plan_hash(&plan(1)), "the hash is stable");
+        assert_eq!(plan_hash(&p1), plan_hash(&crate::cost::test_plan(1, VarPlacement::Cpu)), "the hash is stable");
         let (c, cached) = Calibration::cached(dir.path(), &p2, 1, 2).expect("calibrates");
         assert!(!cached);
         let costs = c.step_costs(&p2).expect("every signature was measured");
@@ -460,7 +451,7 @@ mod tests {
     fn a_calibration_in_another_backend_is_keyed_by_it() {
         use towers_runtime::mixed::MixedBackend;
         let pair = || Session::with_backend(0, Box::new(MixedBackend::cpu_pair().expect("pair")));
-        let p = plan(2);
+        let p = crate::cost::test_plan(2, VarPlacement::Cpu);
         let dir = tempfile::tempdir().expect("tempdir");
         let (c, cached) = Calibration::cached_in(dir.path(), pair(), &p, 1, 2).expect("calibrates");
         assert!(!cached);
@@ -491,7 +482,7 @@ mod tests {
     /// its path's cost per byte.
     #[test]
     fn a_calibration_has_an_entry_per_copy_path() {
-        let p = plan(2);
+        let p = crate::cost::test_plan(2, VarPlacement::Cpu);
         let c = Calibration::measure(&p, 1, 2).expect("calibrates");
         let mut expected: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         for st in p.streams.iter().flat_map(|s| &s.steps) {

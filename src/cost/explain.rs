@@ -304,19 +304,14 @@ pub fn choose(candidates: &[(VarPlacement, Prediction)]) -> Option<Choice> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compiler::{compile_train, CompileOptions};
-    use crate::models::{build, ModelKind, ModelSpec};
-    use towers_graph::{Device, DeviceKind, Optimizer, F32};
+
+    use towers_graph::DeviceKind;
 
     const PLACEMENTS: [VarPlacement; 4] =
         [VarPlacement::Cpu, VarPlacement::Gpu0, VarPlacement::RoundRobin, VarPlacement::Greedy];
 
     fn plan(vars: VarPlacement) -> Plan {
-        let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
-        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
-        o.towers = vec![Device::gpu(0), Device::gpu(1)];
-        o.variables = vars;
-        compile_train(&model.graph, &model.loss, &o).expect("compiles").plan
+        crate::cost::test_plan(2, vars)
     }
 
     /// Fake costs on a fake machine of 8 cores (every device a thread of its

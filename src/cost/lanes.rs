@@ -70,25 +70,16 @@ pub fn one_gpu_lane(lanes: &Lanes) -> Lanes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compiler::{compile_train, CompileOptions};
-    use crate::models::{build, ModelKind, ModelSpec};
-    use towers_graph::{Device, Optimizer, F32};
-    use towers_passes::VarPlacement;
 
-    fn plan(towers: u32) -> Plan {
-        let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
-        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
-        o.towers = (0..towers).map(Device::gpu).collect();
-        o.variables = VarPlacement::Cpu;
-        compile_train(&model.graph, &model.loss, &o).expect("compiles").plan
-    }
+    use towers_graph::Device;
+    use towers_passes::VarPlacement;
 
     /// On a mixed session the host's streams share its thread (lane 0) and
     /// every GPU stream is a lane of its own; the CPU backend has one
     /// thread per device; CUDA alone makes every stream a GPU lane.
     #[test]
     fn each_backend_has_its_lanes() {
-        let p = plan(2);
+        let p = crate::cost::test_plan(2, VarPlacement::Cpu);
         let mixed = lanes(&p, "cpu+cuda", 8).expect("lanes");
         assert_eq!(mixed.thread_of.len(), p.streams.len());
         let gpu_streams = p.streams.iter().filter(|s| s.device.kind == DeviceKind::Gpu).count();

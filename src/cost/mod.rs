@@ -137,3 +137,16 @@ pub fn plan_hash(plan: &Plan) -> u64 {
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
+
+/// The plan the cost module's tests price: the small MLP (8x8x1 input,
+/// hidden 10, SGD, batch 8) at `towers` towers on `gpu:0..`, variables by
+/// `variables`.
+#[cfg(test)]
+pub(crate) fn test_plan(towers: u32, variables: towers_passes::VarPlacement) -> Plan {
+    use crate::models::{build, ModelKind, ModelSpec};
+    let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
+    let mut o = crate::compiler::CompileOptions::new(towers_graph::Optimizer::Sgd { lr: towers_graph::F32(0.1) }, 8);
+    o.towers = (0..towers).map(towers_graph::Device::gpu).collect();
+    o.variables = variables;
+    crate::compiler::compile_train(&model.graph, &model.loss, &o).expect("compiles").plan
+}

@@ -152,9 +152,7 @@ impl PathCost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compiler::{compile_train, CompileOptions};
-    use crate::models::{build, ModelKind, ModelSpec};
-    use towers_graph::{Optimizer, F32};
+
     use towers_passes::VarPlacement;
 
     #[test]
@@ -183,11 +181,7 @@ mod tests {
     #[test]
     fn a_towers_plan_has_the_paths_of_its_placement() {
         let paths = |v: VarPlacement| {
-            let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
-            let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
-            o.towers = vec![Device::gpu(0), Device::gpu(1)];
-            o.variables = v;
-            let plan = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan;
+            let plan = crate::cost::test_plan(2, v);
             let mut seen: Vec<CopyPath> = plan
                 .streams
                 .iter()

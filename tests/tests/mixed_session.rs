@@ -43,6 +43,14 @@ fn small_plan(n: u32, tweak: impl FnOnce(&mut CompileOptions)) -> (towers::model
     (model, plan)
 }
 
+/// Batch `BATCH` with `opt`, `n` towers, variables by `vars`.
+fn tower_options(opt: &Optimizer, n: u32, vars: VarPlacement) -> CompileOptions {
+    let mut o = CompileOptions::new(opt.clone(), BATCH);
+    o.towers = towers(n);
+    o.variables = vars;
+    o
+}
+
 fn momentum() -> Optimizer {
     Optimizer::Momentum { lr: F32(0.05), momentum: F32(0.9), nesterov: false }
 }
@@ -64,9 +72,7 @@ fn a_mixed_session_matches_one_device_and_one_backend_for_every_placement() {
         let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
         for n in [1u32, 2, 4] {
             for vars in [VarPlacement::Cpu, VarPlacement::Gpu0, VarPlacement::RoundRobin, VarPlacement::Greedy] {
-                let mut o = CompileOptions::new(opt.clone(), BATCH);
-                o.towers = towers(n);
-                o.variables = vars;
+                let o = tower_options(&opt, n, vars);
                 let m = run_on(&model, &o, &data, mixed());
                 let (d, var) = max_rel_diff(&m, &single);
                 assert!(d <= TOL, "{opt:?} towers={n} {vars:?}: {var} differs from one device by {d}");
@@ -88,9 +94,7 @@ fn a_convnet_with_dropout_and_uneven_towers_is_exact_in_a_mixed_session() {
     let opt = momentum();
     let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
     for vars in [VarPlacement::Cpu, VarPlacement::Gpu0] {
-        let mut o = CompileOptions::new(opt.clone(), BATCH);
-        o.towers = towers(2);
-        o.variables = vars;
+        let mut o = tower_options(&opt, 2, vars);
         o.split = SplitPolicy::Weighted(vec![3, 1]);
         let m = run_on(&model, &o, &data, mixed());
         let (d, var) = max_rel_diff(&m, &single);
@@ -250,9 +254,7 @@ fn ranks_of_mixed_sessions_all_reduce_through_the_host_part() {
     let opt = momentum();
     let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
     for vars in [VarPlacement::Cpu, VarPlacement::Gpu0] {
-        let mut o = CompileOptions::new(opt.clone(), BATCH);
-        o.towers = towers(2);
-        o.variables = vars;
+        let o = tower_options(&opt, 2, vars);
         let results: Vec<towers_tests::RunResult> = std::thread::scope(|s| {
             let handles: Vec<_> = LocalComm::group(2)
                 .into_iter()

@@ -237,19 +237,12 @@ impl Ctxs {
             s0.sync()?;
             Ok(b.read()?.iter().all(|&w| w == 0xF0F0_0001))
         });
-        let (verdict, detail) = match outcome {
-            Ok(true) => ("held", "captured, instantiated, replayed; bytes equal".to_string()),
-            Ok(false) => ("failed", "replayed, but context 1 holds the wrong bytes".to_string()),
-            Err(e) => ("failed", format!("the driver says: {e}")),
-        };
-        Ok(Finding {
-            name: format!("ctx{n}_capture_across_contexts"),
-            verdict: verdict.into(),
-            detail: format!(
-                "one capture forking context 0's stream into context 1's (a peer copy) and joining: {detail}"
-            ),
-            relied_on: false,
-        })
+        Ok(capture_finding(
+            format!("ctx{n}_capture_across_contexts"),
+            "one capture forking context 0's stream into context 1's (a peer copy) and joining",
+            outcome,
+            ("captured, instantiated, replayed; bytes equal", "replayed, but context 1 holds the wrong bytes"),
+        ))
     }
 
     fn foreign_event_capture(&self, words: usize) -> Result<Finding, ProbeError> {
@@ -268,18 +261,25 @@ impl Ctxs {
             s0.sync()?;
             Ok(a.read()?.iter().all(|&w| w == 0xF0F0_0002))
         });
-        let (verdict, detail) = match outcome {
-            Ok(true) => ("held", "captured, instantiated, replayed".to_string()),
-            Ok(false) => ("failed", "replayed with the wrong bytes".to_string()),
-            Err(e) => ("failed", format!("the driver says: {e}")),
-        };
-        Ok(Finding {
-            name: format!("ctx{n}_capture_waits_foreign_event"),
-            verdict: verdict.into(),
-            detail: format!("a capture in context 0 waiting on an event context 1 recorded outside it: {detail}"),
-            relied_on: false,
-        })
+        Ok(capture_finding(
+            format!("ctx{n}_capture_waits_foreign_event"),
+            "a capture in context 0 waiting on an event context 1 recorded outside it",
+            outcome,
+            ("captured, instantiated, replayed", "replayed with the wrong bytes"),
+        ))
     }
+}
+
+/// The finding of a capture probe: held when the replay left the right
+/// bytes (`said.0`), failed when it left wrong ones (`said.1`) or the
+/// driver refused (its error).
+fn capture_finding(name: String, what: &str, outcome: Result<bool, ProbeError>, said: (&str, &str)) -> Finding {
+    let (verdict, detail) = match outcome {
+        Ok(true) => ("held", said.0.to_string()),
+        Ok(false) => ("failed", said.1.to_string()),
+        Err(e) => ("failed", format!("the driver says: {e}")),
+    };
+    Finding { name, verdict: verdict.into(), detail: format!("{what}: {detail}"), relied_on: false }
 }
 
 /// The words context `i`'s buffers are filled with.
