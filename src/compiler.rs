@@ -4,7 +4,7 @@
 //! `apply_gradients` on `/cpu:0`), done as passes:
 //!
 //! ```text
-//! prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> [tower_cse] -> [tower_matmul] -> apply -> place -> schedule -> lower
+//! prune -> [open_batch] -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> [tower_cse] -> [tower_matmul] -> apply -> place -> schedule -> lower
 //! ```
 //! The bracketed passes run when towers are given. The pass lists live in
 //! [`towers_passes::pipeline`]; this module runs one and lowers the graph it

@@ -356,6 +356,46 @@ setters! {
     with_backend(backend: BackendChoice);
     /// Write the last steps as a Chrome trace (`--trace`).
     with_trace(trace: PathBuf) => Some;
+    /// How many steps the trace keeps (`--trace-steps`).
+    with_trace_steps(trace_steps: usize);
+    /// The built-in model (`--model`).
+    with_model(model: ModelKind);
+    /// The MLP's hidden layer widths (`--hidden`).
+    with_hidden(hidden: Vec<usize>);
+    /// The hidden layers' activation (`--activation`).
+    with_activation(activation: Activation);
+    /// Batch norm after each hidden layer (`--batch-norm`).
+    with_batch_norm(batch_norm: bool);
+    /// Nesterov momentum (`--nesterov`).
+    with_nesterov(nesterov: bool);
+    /// Replace an existing checkpoint this run does not resume from (`--overwrite`).
+    with_overwrite(overwrite: bool);
+    /// Restore only the variables that match (`--restore-partial`, with `resume`).
+    with_restore_partial(restore_partial: bool);
+    /// Micro-batches accumulated per tower per step (`--accumulate`).
+    with_accumulate(accumulate: usize);
+    /// Whose batch statistics update batch norm's moving averages (`--bn-updates`).
+    with_bn_updates(bn_updates: BnUpdates);
+    /// The evaluation batch (`--eval-batch`).
+    with_eval_batch(eval_batch: usize);
+    /// Also save every S seconds (`--checkpoint-secs`).
+    with_checkpoint_secs(checkpoint_secs: f64) => Some;
+    /// Stop at the first non-finite loss or variable (`--check-numerics`).
+    with_check_numerics(check_numerics: bool);
+    /// Steps per decay of the `exponential`/`step` schedules (`--lr-decay-steps`).
+    with_lr_decay_steps(lr_decay_steps: usize);
+    /// The decay factor of those schedules (`--lr-decay-rate`).
+    with_lr_decay_rate(lr_decay_rate: f32);
+    /// The floor of the `cosine` schedule (`--lr-min`).
+    with_lr_min(lr_min: f32);
+    /// Scale the learning rate by the number of towers (`--scale-lr`).
+    with_scale_lr(scale_lr: bool);
+    /// Reuse arena bytes between tensors (`--no-memory-reuse` turns it off).
+    with_memory_reuse(memory_reuse: bool);
+    /// Fuse kernels (`--no-fusion` turns it off).
+    with_fuse_kernels(fuse_kernels: bool);
+    /// Capture and replay CUDA graphs (`--no-cuda-graphs` turns it off).
+    with_cuda_graphs(cuda_graphs: bool);
 }
 
 impl TrainConfig {

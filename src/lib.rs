@@ -40,7 +40,7 @@ pub use towers_runtime as runtime;
 
 /// Everything a model-building program needs.
 pub mod prelude {
-    pub use crate::compiler::{compile_eval, compile_manual, compile_train, CompileOptions, Compiled};
+    pub use crate::compiler::{compile_eval, compile_manual, compile_train, CompileError, CompileOptions, Compiled};
     pub use crate::report::placement_report;
     pub use towers_graph::dot::to_dot;
     pub use towers_graph::layers::{
@@ -52,5 +52,5 @@ pub mod prelude {
         Tensor, F32,
     };
     pub use towers_passes::{apply_gradients, average_gradients, gradients, BnUpdates, SplitPolicy, VarPlacement};
-    pub use towers_runtime::Session;
+    pub use towers_runtime::{RuntimeError, Session};
 }

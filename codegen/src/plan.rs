@@ -295,12 +295,16 @@ impl Plan {
         }
     }
 
-    /// A fetchable tensor: a fetch name first, then a tensor name (`node` or `node:slot`).
+    /// A fetchable tensor: a fetch name first, then a tensor name (`node` or
+    /// `node:slot`; TF1's `node:0` names slot 0, which the plan lists as
+    /// `node`).
     pub fn lookup(&self, name: &str) -> Option<&BufRef> {
         fn find<'a>(v: &'a [(String, BufRef)], name: &str) -> Option<&'a BufRef> {
             v.iter().find(|(n, _)| n == name).map(|(_, r)| r)
         }
-        find(&self.fetches, name).or_else(|| find(&self.tensors, name))
+        find(&self.fetches, name)
+            .or_else(|| find(&self.tensors, name))
+            .or_else(|| name.strip_suffix(":0").and_then(|n| find(&self.fetches, n).or_else(|| find(&self.tensors, n))))
     }
 
     /// Whether what `r` names may hold another buffer's bytes once a step

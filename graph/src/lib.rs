@@ -45,4 +45,5 @@ pub use op::{
     BinaryOp, ConstValue, Distribution, FanMode, FusedExpr, FusedStep, Initializer, Op, Optimizer, Padding, UnaryOp,
 };
 pub use program::{Program, PsSharding, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
+pub use towers_vocab::LEARNING_RATE;
 pub use types::{DType, Shape, TensorType, F32};

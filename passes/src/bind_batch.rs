@@ -16,7 +16,17 @@
 //! process feeds all of it.
 //!
 //! An unknown dimension other than 0 is an error: the compiler plans every
-//! buffer, so every size must be known.
+//! buffer, so every size must be known. So is a batch no placeholder takes:
+//! where no placeholder has an unknown dimension 0 or exactly `batch` rows
+//! but one declares another number of rows, the options' batch would be
+//! ignored (nothing split, every tower computing the declared rows), and
+//! the error says which placeholder holds what.
+//!
+//! [`OpenBatch`] runs before `autodiff` in the training pipeline: it turns
+//! a placeholder declared with exactly `batch` rows back into an unknown
+//! batch, so the gradients count the batch in the graph (a mean's divisor,
+//! a reshape's `-1`) instead of baking in the global rows that `split`
+//! later divides across towers.
 
 use towers_graph::{Graph, Op};
 
@@ -53,6 +63,8 @@ impl Pass for BindBatch {
             None => self.batch,
         };
         let mut batch_inputs = Vec::new();
+        // Placeholders declaring another number of rows than the batch.
+        let mut fixed = Vec::new();
         for id in g.node_ids() {
             let node = g.node(id);
             let Op::Placeholder { dtype, shape } = &node.op else {
@@ -82,14 +94,52 @@ impl Pass for BindBatch {
                     )));
                 }
                 Some(b) if b == self.batch => batch_inputs.push(node.name.clone()),
-                Some(_) => {}
+                Some(b) => fixed.push(format!("'{}' is {shape} ({b} rows)", node.name)),
             }
             g.node_mut(id).op = Op::Placeholder { dtype, shape };
+        }
+        if batch_inputs.is_empty() && !fixed.is_empty() {
+            return Err(PassError::Options(format!(
+                "the batch is {} rows but no placeholder takes it: {}; set the batch to the rows the placeholders declare, or declare their dimension 0 as unknown (None) so that they take any batch",
+                self.batch,
+                fixed.join(", ")
+            )));
         }
         g.reinfer()?;
         st.batch_size = Some(rows);
         st.global_batch = self.share.as_ref().map(|_| self.batch);
         st.batch_inputs = batch_inputs;
+        Ok(())
+    }
+}
+
+/// Open a placeholder declared with exactly `batch` rows into an unknown
+/// batch dimension (see the module docs), before `autodiff`.
+#[derive(Debug, Clone)]
+pub struct OpenBatch {
+    pub batch: usize,
+}
+
+impl Pass for OpenBatch {
+    fn name(&self) -> &'static str {
+        "open_batch"
+    }
+
+    fn run(&mut self, g: &mut Graph, _st: &mut CompileState) -> Result<(), PassError> {
+        let mut opened = false;
+        for id in g.node_ids() {
+            if let Op::Placeholder { dtype, shape } = &g.node(id).op {
+                if shape.rank() > 0 && shape.0[0] == Some(self.batch) {
+                    let (dtype, mut shape) = (*dtype, shape.clone());
+                    shape.0[0] = None;
+                    g.node_mut(id).op = Op::Placeholder { dtype, shape };
+                    opened = true;
+                }
+            }
+        }
+        if opened {
+            g.reinfer()?;
+        }
         Ok(())
     }
 }

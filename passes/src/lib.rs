@@ -9,7 +9,7 @@
 //!
 //! The seam to codegen is the graph alone:
 //! - [`pipeline`] holds the train and eval pass lists, written once
-//!   (`prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean]
+//!   (`prune -> [open_batch] -> autodiff -> bind_batch -> [replicate -> split -> grad_mean]
 //!   -> simplify -> [tower_cse] -> [tower_matmul] -> apply -> place ->
 //!   {all_reduce} -> schedule`; eval: `prune -> bind_batch
 //!   -> simplify -> place -> schedule`), seeded from [`CompileOptions`]; it
@@ -46,7 +46,7 @@ pub mod tower_matmul;
 
 pub use all_reduce::AllReduceBuckets;
 pub use autodiff::{gradients, Autodiff, GradientResult};
-pub use bind_batch::BindBatch;
+pub use bind_batch::{BindBatch, OpenBatch};
 pub use grad_mean::GradMean;
 pub use manager::{Pass, PassManager, PassTiming};
 pub use manual::average_gradients;

@@ -143,7 +143,7 @@ fn learning_rate(g: &mut Graph, opt: &Optimizer) -> Result<NodeId, PassError> {
 }
 
 /// The name of the learning-rate variable every optimizer update reads.
-pub const LEARNING_RATE: &str = "learning_rate";
+pub use towers_graph::LEARNING_RATE;
 
 /// The `apply` pass: reads `st.grads`, sets the program record's `train_op` and `fetches["loss"]`.
 #[derive(Debug, Clone)]

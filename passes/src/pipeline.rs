@@ -1,7 +1,7 @@
 //! The pipeline: the train and eval pass lists, written once.
 //!
 //! ```text
-//! train: prune -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> [tower_cse] -> [tower_matmul] -> apply -> place -> {all_reduce -> (ps_exchange)} -> schedule
+//! train: prune -> [open_batch] -> autodiff -> bind_batch -> [replicate -> split -> grad_mean] -> simplify -> [tower_cse] -> [tower_matmul] -> apply -> place -> {all_reduce -> (ps_exchange)} -> schedule
 //! eval:  prune -> bind_batch -> simplify -> place -> schedule
 //! manual: bind_batch -> simplify -> place -> schedule
 //! ```
@@ -10,7 +10,8 @@
 //! `apply_gradients`): its run fetches the loss as "loss", runs the one
 //! `train_op` of the `train_op` collection, and first merges the towers'
 //! moving-average updates ([`crate::manual::merge_tower_updates`]).
-//! The bracketed passes run when towers are given (`tower_cse` also needs
+//! `open_batch` runs with one process (see [`crate::bind_batch`]); the
+//! other bracketed passes run when towers are given (`tower_cse` also needs
 //! `opts.merge_tower_duplicates`, `tower_matmul` needs
 //! `opts.fold_tower_matmuls` and one process); `all_reduce` runs with
 //! several processes (`opts.process`), which also always replicate (one
@@ -51,7 +52,7 @@ use crate::manager::{Pass, PassManager, PassTiming};
 use crate::options::{CompileOptions, VarPlacement};
 use crate::state::{CompileState, PassError, TensorRef};
 use crate::{
-    AllReduceBuckets, ApplyOptimizer, Autodiff, BindBatch, GradMean, Place, Prune, PsExchange, Replicate,
+    AllReduceBuckets, ApplyOptimizer, Autodiff, BindBatch, GradMean, OpenBatch, Place, Prune, PsExchange, Replicate,
     ScheduleStreams, Simplify, SplitBatch, TowerCse, TowerMatMuls,
 };
 
@@ -98,8 +99,14 @@ impl Pipeline {
             .as_ref()
             .and_then(|s| s.global_sizes(opts.batch).ok())
             .is_some_and(|v| v.windows(2).all(|w| w[0] == w[1]));
-        let mut passes: Vec<Box<dyn Pass>> =
-            vec![Box::new(Prune), Box::new(Autodiff), Box::new(BindBatch { batch: opts.batch, share: share.clone() })];
+        let mut passes: Vec<Box<dyn Pass>> = vec![Box::new(Prune)];
+        // With several processes a placeholder of the global batch is refused
+        // by `bind_batch` (no process feeds all of it): nothing to open.
+        if share.is_none() {
+            passes.push(Box::new(OpenBatch { batch: opts.batch }));
+        }
+        passes.push(Box::new(Autodiff));
+        passes.push(Box::new(BindBatch { batch: opts.batch, share: share.clone() }));
         if !towers.is_empty() {
             passes.push(Box::new(Replicate {
                 towers: towers.clone(),
@@ -278,7 +285,34 @@ impl Pipeline {
 
 /// Run the training pipeline (see [`Pipeline::train`]) over `model`.
 pub fn train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result<PipelineOutput, PassError> {
+    check_replication(opts)?;
     Pipeline::train(loss, opts).run(model)
+}
+
+/// Refuse what only the compiler's towers honour when no tower is asked
+/// for (one process): it would be ignored, not done.
+fn check_replication(opts: &CompileOptions) -> Result<(), PassError> {
+    if opts.accumulate == 0 {
+        return Err(PassError::Options(
+            "CompileOptions::accumulate is 0: accumulate at least 1 micro-batch per tower (1: none)".into(),
+        ));
+    }
+    if !opts.towers.is_empty() || !opts.process.is_single() {
+        return Ok(());
+    }
+    if opts.accumulate > 1 {
+        return Err(PassError::Options(format!(
+            "CompileOptions::accumulate = {} accumulates micro-batches per tower, and no tower is given: set `towers = vec![Device::gpu(0)]` (one tower, the same update as one device) to accumulate on one device",
+            opts.accumulate
+        )));
+    }
+    if let crate::options::SplitPolicy::Weighted(w) = &opts.split {
+        return Err(PassError::Options(format!(
+            "CompileOptions::split weights the towers ({} weights), and no tower is given: set `towers` to one device per weight, or leave `split` at `SplitPolicy::Even`",
+            w.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Run the manual pipeline (see [`Pipeline::manual`]) over a hand-built

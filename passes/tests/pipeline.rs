@@ -32,27 +32,30 @@ fn opts(towers: u32) -> CompileOptions {
 fn the_pass_lists() {
     let (_, loss) = model();
     let names = |p: Pipeline| p.names().join(" ");
-    assert_eq!(names(Pipeline::train(&loss, &opts(0))), "prune autodiff bind_batch simplify apply place schedule");
+    assert_eq!(
+        names(Pipeline::train(&loss, &opts(0))),
+        "prune open_batch autodiff bind_batch simplify apply place schedule"
+    );
     // The fold is opt-in (`fold_tower_matmuls`, off by default).
     assert_eq!(
         names(Pipeline::train(&loss, &opts(2))),
-        "prune autodiff bind_batch replicate split grad_mean simplify tower_cse apply place schedule"
+        "prune open_batch autodiff bind_batch replicate split grad_mean simplify tower_cse apply place schedule"
     );
     let mut folded = opts(2);
     folded.fold_tower_matmuls = true;
     assert_eq!(
         names(Pipeline::train(&loss, &folded)),
-        "prune autodiff bind_batch replicate split grad_mean simplify tower_cse tower_matmul apply place schedule"
+        "prune open_batch autodiff bind_batch replicate split grad_mean simplify tower_cse tower_matmul apply place schedule"
     );
     let mut unfolded = opts(2);
     unfolded.merge_tower_duplicates = false;
     assert_eq!(
         names(Pipeline::train(&loss, &unfolded)),
-        "prune autodiff bind_batch replicate split grad_mean simplify apply place schedule"
+        "prune open_batch autodiff bind_batch replicate split grad_mean simplify apply place schedule"
     );
     assert_eq!(names(Pipeline::eval(&[("p", &loss)], 4)), "prune bind_batch simplify place schedule");
     let front = Pipeline::train(&loss, &opts(2)).before("simplify").unwrap();
-    assert_eq!(names(front), "prune autodiff bind_batch replicate split grad_mean");
+    assert_eq!(names(front), "prune open_batch autodiff bind_batch replicate split grad_mean");
 }
 
 #[test]

@@ -19,11 +19,22 @@
 //!   is opened: a FIFO would block forever, a device would be replaced.
 //! - **Only finite values are saved or restored.** A variable holding NaN
 //!   or Inf is an error naming the tensor, on save and on restore.
-//! - **Strict restore, like TF1's `Saver`.** [`Session::restore`] needs
-//!   every variable of the session in the file with its dtype and shape,
-//!   and no tensor the session does not have (a checkpoint of another
-//!   model). [`Session::restore_partial`] is the explicit opt-in for fine
-//!   tuning: it loads what matches and reports what it skipped.
+//! - **Restore like TF1's `Saver`.** [`Session::restore`] needs every
+//!   variable of the session in the file with its dtype and shape (else it
+//!   is a checkpoint of another model). Tensors the session has no variable
+//!   for are kept for a program loaded later (an evaluation session
+//!   restores a training checkpoint, optimizer slots and all, as
+//!   `cifar10_eval.py` did). Two things are not taken from the file: the
+//!   learning rate ([`towers_vocab::LEARNING_RATE`]), which stays what the
+//!   program was compiled with (in TF1 a graph constant the `Saver` never
+//!   saw: fine-tuning compiles a smaller one), and nothing else.
+//!   A restored `global_step` becomes every loaded program's step, so
+//!   dropout continues the masks of an uninterrupted run.
+//! - **Exact resume is stricter.** [`Session::restore_ignoring`] (the
+//!   CLI's `--resume`) also refuses a tensor the session does not have: a
+//!   resumed run must continue the optimizer it saved.
+//!   [`Session::restore_partial`] is the explicit opt-in for fine tuning:
+//!   it loads what matches and reports what it skipped.
 //! - Nothing is written to the session unless the whole file checked.
 
 use std::collections::HashMap;
@@ -32,7 +43,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
-use towers_vocab::DType;
+use towers_vocab::{DType, GLOBAL_STEP, LEARNING_RATE};
 
 use crate::error::RuntimeError;
 use crate::session::Session;
@@ -267,30 +278,37 @@ impl Session {
         write_atomic(path, &data).map_err(io(path))
     }
 
-    /// Read every variable from `path`, strictly (see the module docs):
-    /// each variable the session knows must be in the checkpoint with the
-    /// same dtype and shape, and the checkpoint may hold no other tensor.
-    /// Before any plan is loaded the session knows no variable: then every
-    /// tensor is kept until a plan declares it (so restoring before loading
-    /// works). Nothing is written unless everything checks.
+    /// Read every variable from `path` as TF1's `Saver.restore` did (see
+    /// the module docs): each variable the session knows must be in the
+    /// checkpoint with the same dtype and shape; the file's other tensors
+    /// are kept until a plan declares them (so restoring before loading
+    /// works, and an evaluation session takes a training checkpoint); the
+    /// learning rate stays the program's (write another with
+    /// [`Session::set_variable`]); a restored `global_step` becomes every
+    /// loaded program's step. Nothing is written unless everything checks.
     pub fn restore(&mut self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
-        self.restore_ignoring(path, |_| false)
+        self.restore_with(path.as_ref(), |n| n == LEARNING_RATE, false)
     }
 
-    /// As [`Session::restore`], leaving out the file's tensors `ignore`
-    /// accepts (not loaded, not counted as unknown): a rank of a
-    /// `--variables ps` run restores a whole checkpoint and skips the
-    /// optimizer slots other ranks own. Every other tensor is checked as
-    /// strictly as by `restore`.
+    /// The strict restore of an exact resume (the CLI's `--resume`): as
+    /// [`Session::restore`], but the file may hold no tensor the session
+    /// lacks ([`RuntimeError::CheckpointUnknown`]: a checkpoint of another
+    /// model or optimizer), the learning rate is restored too, and the
+    /// file's tensors `ignore` accepts are left out (not loaded, not
+    /// counted as unknown): a rank of a `--variables ps` run restores a
+    /// whole checkpoint and skips the optimizer slots other ranks own.
     pub fn restore_ignoring(
         &mut self,
         path: impl AsRef<Path>,
         ignore: impl Fn(&str) -> bool,
     ) -> Result<(), RuntimeError> {
-        let path = path.as_ref();
+        self.restore_with(path.as_ref(), ignore, true)
+    }
+
+    fn restore_with(&mut self, path: &Path, ignore: impl Fn(&str) -> bool, strict: bool) -> Result<(), RuntimeError> {
         let data = read_regular(path)?;
         let st = parse(path, &data)?;
-        for name in self.variable_names() {
+        for name in self.variable_names().into_iter().filter(|n| !ignore(n)) {
             let (dtype, shape) = self.variable_type(&name)?;
             let t = st.tensor(&name).map_err(|_| RuntimeError::CheckpointMissing {
                 path: path.display().to_string(),
@@ -306,7 +324,7 @@ impl Session {
             }
         }
         let known = self.variable_names();
-        if !known.is_empty() {
+        if strict && !known.is_empty() {
             let mut unknown: Vec<String> = st
                 .names()
                 .into_iter()
@@ -318,9 +336,19 @@ impl Session {
                 return Err(RuntimeError::CheckpointUnknown { path: path.display().to_string(), names: unknown });
             }
         }
+        let mut step = None;
         for (name, shape, v) in decode(path, &st)? {
-            if !ignore(&name) {
-                self.write_host(&name, &shape, v)?;
+            if ignore(&name) {
+                continue;
+            }
+            if let (GLOBAL_STEP, HostVec::I32(v)) = (name.as_str(), &v) {
+                step = v.first().map(|s| (*s).max(0) as u64);
+            }
+            self.write_host(&name, &shape, v)?;
+        }
+        if let Some(step) = step {
+            for program in self.program_names() {
+                self.set_step(&program, step)?;
             }
         }
         Ok(())

@@ -35,11 +35,19 @@ pub enum RuntimeError {
     #[error("'{name}' of program '{program}' is {actual}, not {requested}: feed or fetch it as {} values", host_type(.actual))]
     WrongDtype { program: String, name: String, actual: String, requested: String },
 
-    #[error("program '{program}' has no fetch or tensor named '{fetch}' (fetches: {fetches})")]
+    #[error("program '{program}' has no fetch or tensor named '{fetch}' (fetches: {fetches}); a tensor simplification removed (an identity) or fused into another kernel is not kept: name it as a fetch when compiling (CompileOptions::fetches, or compile_eval's fetches); `towers compile --emit plan` lists the tensors a plan keeps")]
     UnknownFetch { program: String, fetch: String, fetches: String },
 
-    #[error("tensor '{tensor}' of program '{program}' cannot be read after a step: its arena bytes are reused by later steps (memory planning by liveness); fetch it through the program's fetches, or compile with memory reuse off (--no-memory-reuse)")]
+    #[error("tensor '{tensor}' of program '{program}' cannot be read after a step: its arena bytes are reused by later steps (memory planning by liveness); fetch it through the program's fetches (CompileOptions::fetches), or compile with memory reuse off (CompileOptions::reuse_memory = false; CLI: --no-memory-reuse)")]
     TensorReused { program: String, tensor: String },
+
+    #[error("fetch '{fetch}' of program '{program}' before the program's first run: it holds no value yet; call Session::run(\"{program}\") first (a variable is read with Session::variable at any time)")]
+    FetchBeforeRun { program: String, fetch: String },
+
+    /// A program compiled with another learning rate than the program whose
+    /// rate the session's one `learning_rate` variable holds.
+    #[error("program '{program}' is compiled with learning rate {declared}, but this session's learning_rate variable holds program '{owner}''s {owned}, and every training program reads that one variable: compile both with one rate and write each step's rate with Session::set_variable(\"learning_rate\", ..), or load them in separate sessions")]
+    LearningRateConflict { program: String, declared: f32, owner: String, owned: f32 },
 
     #[error("fetch '{fetch}' of program '{program}' has {expected} elements, the output slice {got}")]
     FetchLength { program: String, fetch: String, expected: usize, got: usize },
@@ -88,12 +96,12 @@ pub enum RuntimeError {
     #[error("checkpoint {path}: variable '{name}' is {in_file} in the checkpoint but {in_session} in the session")]
     CheckpointMismatch { path: String, name: String, in_file: String, in_session: String },
 
-    #[error("checkpoint {path}: variable '{name}' is missing from the checkpoint (a checkpoint of another model?)")]
+    #[error("checkpoint {path}: variable '{name}' is missing from the checkpoint (a checkpoint of another model?); to load only the variables that match (fine-tuning, evaluation) use Session::restore_partial (CLI: --restore-partial)")]
     CheckpointMissing { path: String, name: String },
 
-    /// Tensors of the file that the session has no variable for (TF1's
-    /// Saver refuses them too).
-    #[error("checkpoint {path}: holds {} tensor(s) this model does not have: {} (a checkpoint of another model or optimizer?)", names.len(), short_list(names))]
+    /// Tensors of the file that the session has no variable for, refused
+    /// by an exact resume (`Session::restore_ignoring`).
+    #[error("checkpoint {path}: holds {} tensor(s) this model does not have: {} (a checkpoint of another model or optimizer?); to load only the variables that match use Session::restore_partial (CLI: --restore-partial)", names.len(), short_list(names))]
     CheckpointUnknown { path: String, names: Vec<String> },
 
     /// A tensor of the file holds NaN or Inf: refused on restore.

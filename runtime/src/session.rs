@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use towers_codegen::{BufRef, Plan, Step};
-use towers_vocab::{DType, DeviceKind};
+use towers_vocab::{DType, DeviceKind, GLOBAL_STEP};
 
 use crate::backend::{Backend, BackendError, HostSliceMut, ProgramId};
 use crate::comm::{Comm, LocalComm};
@@ -42,6 +42,7 @@ use crate::trace::Trace;
 
 mod element;
 mod feeds;
+mod rate;
 mod typed;
 
 pub use element::Element;
@@ -55,6 +56,8 @@ struct Program {
     /// Per feed (in `plan.feeds` order): whether it was written since the
     /// program was loaded; `run` refuses while any is not.
     fed: Vec<bool>,
+    /// Whether a run completed: a fetch before the first is refused.
+    ran: bool,
 }
 
 /// Executes plans on a [`Backend`] (the CPU backend by default); see the module docs.
@@ -65,6 +68,7 @@ pub struct Session {
     vars: VarTable,
     programs: BTreeMap<String, Program>,
     memory: crate::memory::MemoryBudget,
+    rate: rate::RateOwner,
 }
 
 fn list<'a>(it: impl Iterator<Item = &'a str>) -> String {
@@ -127,6 +131,7 @@ impl Session {
             vars: VarTable::new(),
             programs: BTreeMap::new(),
             memory: Default::default(),
+            rate: Default::default(),
         }
     }
 
@@ -167,6 +172,7 @@ impl Session {
         towers_codegen::verify(&plan)
             .map_err(|e| RuntimeError::InvalidPlan { program: name.into(), source: Box::new(e) })?;
         check_devices(name, &plan, self.backend.kind())?;
+        self.rate.check(name, &plan)?;
         self.check_memory(name, &plan)?;
         let backend = |e: BackendError| RuntimeError::from_backend(name, e);
         // Check every declaration before creating anything.
@@ -182,6 +188,9 @@ impl Session {
                 }
             }
         }
+        // A `global_step` restored before this load: the program continues
+        // from it (as `restore` does for the programs loaded before it).
+        let mut restored_step = None;
         for v in &plan.variables {
             let Some(known) = self.vars.get_mut(&v.name) else {
                 // First declaration: the backend creates it with its seeded initial values.
@@ -194,6 +203,9 @@ impl Session {
             // Restored from a checkpoint before any plan declared it: the
             // backend creates it with the restored values.
             if let Some(values) = known.pending.take() {
+                if let (GLOBAL_STEP, HostVec::I32(v)) = (v.name.as_str(), &values) {
+                    restored_step = v.first().map(|s| (*s).max(0) as u64);
+                }
                 if let Err(e) = self.backend.create_variable(v, values.as_slice()) {
                     known.pending = Some(values);
                     return Err(backend(e));
@@ -202,9 +214,13 @@ impl Session {
             }
         }
         let id = self.backend.load(name, &plan, Arc::clone(&self.comm)).map_err(backend)?;
+        if let Some(step) = restored_step {
+            self.backend.set_step(id, step);
+        }
         let scratch = plan.feeds.iter().map(|_| None).collect();
         let fed = vec![false; plan.feeds.len()];
-        self.programs.insert(name.into(), Program { id, plan, scratch, fed });
+        self.rate.loaded(name, &plan);
+        self.programs.insert(name.into(), Program { id, plan, scratch, fed, ran: false });
         Ok(())
     }
 
@@ -291,7 +307,11 @@ impl Session {
             });
         }
         let id = p.id;
-        self.backend.run(id).map_err(|e| RuntimeError::from_backend(program, e))
+        self.backend.run(id).map_err(|e| RuntimeError::from_backend(program, e))?;
+        if let Some(p) = self.programs.get_mut(program) {
+            p.ran = true;
+        }
+        Ok(())
     }
 
     /// Turn per-item timing of `program` on (totals restart) or off.
@@ -342,6 +362,11 @@ impl Session {
             fetch: name.into(),
             fetches: list(p.plan.fetches.iter().map(|(n, _)| n.as_str())),
         })?;
+        // A step's tensor holds nothing before the first step (a variable
+        // holds its value from the load on).
+        if !p.ran && matches!(r, BufRef::Arena { .. }) {
+            return Err(RuntimeError::FetchBeforeRun { program: program.into(), fetch: name.into() });
+        }
         // A tensor that is no fetch may share its bytes with later buffers
         // of the step: its value after the step is not its own.
         if !p.plan.fetches.iter().any(|(n, _)| n == name) && p.plan.shares_bytes(r) {

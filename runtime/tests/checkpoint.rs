@@ -82,7 +82,10 @@ fn restoring_before_loading_keeps_the_values_until_a_plan_declares_them() {
     a.save(&path).unwrap();
     let mut b = Session::new(99);
     b.restore(&path).unwrap();
-    assert_eq!(b.variable_names(), a.variable_names());
+    // Every tensor but the learning rate, which stays the program's.
+    let mut saved = a.variable_names();
+    saved.retain(|n| n != "learning_rate");
+    assert_eq!(b.variable_names(), saved);
     assert_eq!(b.variable::<f32>("fc/biases").unwrap(), &[0.5, -0.5]);
     b.write_variable("fc/biases", &[1.5, -1.5]).unwrap();
     b.load("train", common::mlp_plan()).unwrap();
@@ -170,7 +173,8 @@ fn restore_refuses_unknown_and_non_finite_tensors_and_partial_lists_what_it_skip
     assert_eq!(skipped.unknown, ["other/model"]);
     assert_eq!(s.variable::<f32>("fc/biases").unwrap(), &[0.5, -0.5]);
     assert!(!s.variable_names().contains(&"other/model".to_string()), "unknown tensors are not carried on");
-    // Everything present, plus one unknown tensor: refused by name.
+    // Everything present, plus one unknown tensor: an exact resume refuses
+    // it by name; a restore (TF1's Saver) keeps it for a later program.
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let mut tensors: Vec<(String, safetensors::tensor::TensorView)> = st.tensors();
     tensors.push((
@@ -178,8 +182,12 @@ fn restore_refuses_unknown_and_non_finite_tensors_and_partial_lists_what_it_skip
         safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &two).unwrap(),
     ));
     std::fs::write(&foreign, safetensors::tensor::serialize(tensors, None).unwrap()).unwrap();
-    let e = s.restore(&foreign).unwrap_err();
+    let e = s.restore_ignoring(&foreign, |_| false).unwrap_err();
     assert!(matches!(&e, RuntimeError::CheckpointUnknown { names, .. } if names == &["other/model"]), "{e}");
+    assert!(e.to_string().contains("restore_partial"), "{e}");
+    let mut kept = session();
+    kept.restore(&foreign).unwrap();
+    assert_eq!(kept.variable::<f32>("other/model").unwrap(), &[0.0, 0.0], "kept for a program loaded later");
     // A NaN: refused, naming the tensor, by both restores.
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let nan = [f32::NAN.to_le_bytes(), 1f32.to_le_bytes()].concat();
@@ -227,4 +235,35 @@ impl CharDevice for std::fs::FileType {
     fn is_char_device_like(&self) -> bool {
         std::os::unix::fs::FileTypeExt::is_char_device(self)
     }
+}
+
+/// Fine-tuning and resuming by hand, as a TF1 script did with `Saver`: the
+/// learning rate stays the one the program was compiled with (in TF1 a
+/// graph constant the Saver never saw), and the restored `global_step`
+/// becomes every loaded program's step (dropout continues its masks).
+#[test]
+fn restore_keeps_the_programs_learning_rate_and_continues_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    let mut a = session();
+    a.write_variable("learning_rate", &[0.1]).unwrap();
+    a.write_variable_i32("global_step", &[7]).unwrap();
+    a.save(&path).unwrap();
+    let mut b = session();
+    let compiled = b.variable::<f32>("learning_rate").unwrap().to_vec();
+    b.write_variable("learning_rate", &[0.001]).unwrap();
+    b.restore(&path).unwrap();
+    assert_eq!(b.variable::<f32>("learning_rate").unwrap(), &[0.001], "the learning rate is the program's");
+    assert_eq!(b.variable::<i32>("global_step").unwrap(), &[7]);
+    assert_eq!(b.steps_run("train").unwrap(), 7, "the step continues from global_step");
+    // Restored before the program is loaded: the same.
+    let mut c = Session::new(3);
+    c.restore(&path).unwrap();
+    c.load("train", common::mlp_plan()).unwrap();
+    assert_eq!(c.variable::<f32>("learning_rate").unwrap(), compiled.as_slice());
+    assert_eq!(c.steps_run("train").unwrap(), 7);
+    // An exact resume restores the learning rate too.
+    let mut d = session();
+    d.restore_ignoring(&path, |_| false).unwrap();
+    assert_eq!(d.variable::<f32>("learning_rate").unwrap(), &[0.1]);
 }

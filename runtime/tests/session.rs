@@ -49,8 +49,8 @@ fn a_tensor_whose_bytes_are_reused_is_not_fetchable_after_the_step() {
     assert_eq!(
         e.to_string(),
         "tensor 'MatMul' of program 'train' cannot be read after a step: its arena bytes are reused by later steps \
-         (memory planning by liveness); fetch it through the program's fetches, or compile with memory reuse off \
-         (--no-memory-reuse)"
+         (memory planning by liveness); fetch it through the program's fetches (CompileOptions::fetches), or compile \
+         with memory reuse off (CompileOptions::reuse_memory = false; CLI: --no-memory-reuse)"
     );
     let mut plain = Session::new(42);
     plain.load("train", common::mlp_plan_without_reuse()).unwrap();
@@ -352,4 +352,41 @@ fn feed_length_errors_speak_in_shapes_and_rows() {
     assert!(e.starts_with("feed 'x' of program 'train' expects [2,2], got 2 elements = 1 rows;"), "{e}");
     let e = s.feed("train", "x", &[1.0, 2.0, 3.0]).unwrap_err().to_string();
     assert!(e.contains("expects [2,2], got 3 elements, not a whole number of rows of 2 elements ([2])"), "{e}");
+}
+
+/// Every training program reads the session's one `learning_rate`: a second
+/// program compiled with another rate would train at the first one's, so
+/// its load is refused, naming both rates; the same rate loads.
+#[test]
+fn a_second_program_compiled_with_another_learning_rate_is_refused() {
+    let mut s = setup();
+    let mut slow = common::mlp_plan();
+    for v in slow.variables.iter_mut().filter(|v| v.name == "learning_rate") {
+        v.init = towers_vocab::Initializer::Constant(towers_vocab::F32(0.01));
+    }
+    let e = s.load("slow", slow).unwrap_err();
+    assert!(matches!(&e, RuntimeError::LearningRateConflict { owner, .. } if owner == "train"), "{e}");
+    assert!(e.to_string().contains("learning rate 0.01") && e.to_string().contains("'s 0.5"), "{e}");
+    s.load("again", common::mlp_plan()).unwrap();
+}
+
+/// A step's tensor holds nothing before the program's first run: a fetch
+/// then is refused (it would read zeros); after a run it reads.
+#[test]
+fn a_fetch_before_the_first_run_is_refused() {
+    let mut s = setup();
+    let e = s.fetch::<f32>("train", "loss").unwrap_err();
+    assert!(matches!(&e, RuntimeError::FetchBeforeRun { fetch, .. } if fetch == "loss"), "{e}");
+    s.run("train").unwrap();
+    s.fetch::<f32>("train", "loss").unwrap();
+}
+
+/// TF1's tensor names: `node:0` is slot 0, listed in the plan as `node`.
+#[test]
+fn a_tensor_is_fetched_by_its_tf1_name_too() {
+    let mut s = setup();
+    s.run("train").unwrap();
+    assert_eq!(s.fetch::<f32>("train", "Relu:0").unwrap(), s.fetch::<f32>("train", "Relu").unwrap());
+    let e = s.fetch::<f32>("train", "Relu:1").unwrap_err();
+    assert!(e.to_string().contains("CompileOptions::fetches"), "{e}");
 }

@@ -17,7 +17,10 @@
 //! - [`FusedExpr`]/[`FusedStep`], a fused elementwise kernel's program;
 //! - device names: [`Device`], [`DeviceKind`], [`DeviceSpec`] (TF device
 //!   strings), [`StreamKind`];
-//! - [`Initializer`] with [`Distribution`]/[`FanMode`], and [`F32`].
+//! - [`Initializer`] with [`Distribution`]/[`FanMode`], and [`F32`];
+//! - [`LEARNING_RATE`] and [`GLOBAL_STEP`], the variables the optimizer
+//!   creates and the runtime treats apart (a restore leaves the learning
+//!   rate as the program compiled it, and continues the step).
 //!
 //! ## What does not
 //! Math kernels and SIMD (`towers_kernels`), graph structure and shape
@@ -49,6 +52,15 @@ pub use fused::{FusedError, FusedExpr, FusedStep};
 pub use init::{Distribution, FanMode, Initializer, F32};
 pub use padding::Padding;
 pub use unary::UnaryOp;
+
+/// The name of the learning-rate variable every optimizer update reads
+/// (f32 scalar, created by the `apply` pass with the optimizer's `lr`;
+/// schedules write it before each step).
+pub const LEARNING_RATE: &str = "learning_rate";
+
+/// The name of the step counter the optimizer creates (i32 scalar, one
+/// more after each training step; a restore makes it the programs' step).
+pub const GLOBAL_STEP: &str = "global_step";
 
 /// FNV-1a 64 of `bytes`: stable across builds and machines (names the CUDA
 /// entry point of a fused expression, [`FusedExpr::hash`]).

@@ -57,12 +57,13 @@ macro_rules! unary_table {
                 f: |v: f32| -v, grad: |d: f32, _y: f32| -d,
                 cuda: "-v", cuda_grad: "__fmul_rn(g, -1.0f)",
             }
-            /// `max(x, 0)`; `dx = dy * [y > 0]`.
+            /// `max(x, 0)`; `dx = dy * [y > 0]`. A NaN stays NaN, as TF's
+            /// `Relu` (a NaN input must not turn into a finite loss).
             Relu {
                 name: "relu", tf: "Relu", tf_grad: "ReluGrad", code: 1,
-                f: |v: f32| if v > 0.0 { v } else { 0.0 },
+                f: |v: f32| if v < 0.0 { 0.0 } else { v },
                 grad: $crate::unary::pass_where_positive,
-                cuda: "v > 0.0f ? v : 0.0f", cuda_grad: "v > 0.0f ? g : 0.0f",
+                cuda: "v < 0.0f ? 0.0f : v", cuda_grad: "v > 0.0f ? g : 0.0f",
             }
             /// `1 / (1 + exp(-x))`; `dx = dy * y * (1 - y)`.
             Sigmoid {
@@ -116,14 +117,14 @@ macro_rules! unary_table {
                 cuda: "v > 0.0f ? v : expm1f(v)", cuda_grad: "v > 0.0f ? g : __fmul_rn(g, __fadd_rn(v, 1.0f))",
             }
             // math ops (issue 22)
-            /// `min(max(x, 0), 6)` (TF's `tf.nn.relu6`); `dx = dy` where `0 < y < 6`,
+            /// `min(max(x, 0), 6)` (TF's `tf.nn.relu6`; a NaN stays NaN); `dx = dy` where `0 < y < 6`,
             /// else 0: 0 at both kinks, as TF's `Relu6Grad` (`0 < x < 6`, and
             /// `0 < y < 6` holds exactly where `0 < x < 6`).
             Relu6 {
                 name: "relu6", tf: "Relu6", tf_grad: "Relu6Grad", code: 10,
-                f: |v: f32| if v > 0.0 { if v < 6.0 { v } else { 6.0 } } else { 0.0 },
+                f: |v: f32| if v < 0.0 { 0.0 } else if v > 6.0 { 6.0 } else { v },
                 grad: |d: f32, y: f32| if y > 0.0 && y < 6.0 { d } else { 0.0 },
-                cuda: "v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f", cuda_grad: "(v > 0.0f && v < 6.0f) ? g : 0.0f",
+                cuda: "v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v)", cuda_grad: "(v > 0.0f && v < 6.0f) ? g : 0.0f",
             }
             /// `log(1 + exp(x))` (TF's `tf.nn.softplus`), computed stably as
             /// `max(x, 0) + log1p(exp(-|x|))`; `dx = dy * sigmoid(x)`, and from y:

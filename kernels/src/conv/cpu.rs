@@ -426,8 +426,13 @@ mod tests {
         geoms.push(big(40, 28, 1, 5, 12, Padding::Valid)); // direct, 9 images per block
         geoms.push(big(6, 14, 12, 3, 24, Padding::Same)); // im2col, several chunks
         geoms.push(big(30, 16, 8, 1, 24, Padding::Same)); // pointwise, several row blocks
-        for p in geoms {
-            let x = r.vec(p.x_len());
+        for (k, p) in geoms.into_iter().enumerate() {
+            let mut x = r.vec(p.x_len());
+            // One NaN pixel in every other geometry: ReLU keeps it NaN in
+            // the fused epilogue as in the separate kernel (TF's `Relu`).
+            if k % 2 == 0 {
+                x[p.x_len() / 2] = f32::NAN;
+            }
             let f = r.vec(p.filter_len());
             let b = r.vec(p.c_out);
             for act in [UnaryOp::Relu, UnaryOp::Tanh] {
@@ -438,8 +443,9 @@ mod tests {
                 crate::elementwise::bias_add_act(&conv, &b, act, &mut want);
                 let mut y = vec![f32::NAN; p.y_len()];
                 conv2d_bias_act(&p, &x, &f, &b, act, &mut y, &mut ws);
-                let same = y.iter().zip(&want).all(|(a, w)| a.to_bits() == w.to_bits());
+                let same = y.iter().zip(&want).all(|(a, w)| a.to_bits() == w.to_bits() || (a.is_nan() && w.is_nan()));
                 assert!(same, "{p:?} {act:?} ({:?})", p.algorithm());
+                assert_eq!(y.iter().any(|v| v.is_nan()), k % 2 == 0, "{p:?} {act:?}: a NaN input stays NaN");
             }
         }
     }

@@ -13,11 +13,11 @@
 //! - Lanes are output channels (or, for the column-row input gradient,
 //!   columns): a kernel's lanes never mix, so the width changes which
 //!   outputs share a register, never the order in which one output is summed.
-//! - The epilogue adds the bias, then ReLU as `v > 0 ? v : 0` by a compare
+//! - The epilogue adds the bias, then ReLU as `v < 0 ? 0 : v` by a compare
 //!   and a select (not a `max`, whose NaN and signed-zero rules differ
 //!   between x86 and NEON): the same bits on every path, and the same as
-//!   `bias_add` then `unary(Relu)` for every non-NaN sum (a NaN gives 0, as
-//!   `f32::max(NaN, 0)`).
+//!   `bias_add` then `unary(Relu)` for every sum (a NaN stays NaN, as TF's
+//!   `Relu`).
 
 use pulp::Simd;
 
@@ -202,7 +202,7 @@ impl Epilogue {
                 let v = simd.add_f32s(a, b);
                 if e.relu {
                     let zero = simd.splat_f32s(0.0);
-                    simd.select_f32s(simd.greater_than_f32s(v, zero), v, zero)
+                    simd.select_f32s(simd.less_than_f32s(v, zero), zero, v)
                 } else {
                     v
                 }

@@ -166,6 +166,18 @@ mod tests {
         assert_eq!(dx, [0.0, 1.0, 1.0, 0.0, 1.0]);
     }
 
+    /// TF's `Relu` and `Relu6` keep a NaN (TF 1.15.3 fixed the GPU's 0):
+    /// a NaN input must not become a finite loss over NaN weights.
+    #[test]
+    fn relu_and_relu6_keep_nan() {
+        let x = [f32::NAN, -1.0, 2.0, 7.0];
+        let mut y = [0.0; 4];
+        unary(UnaryOp::Relu, &x, &mut y);
+        assert!(y[0].is_nan() && y[1..] == [0.0, 2.0, 7.0], "{y:?}");
+        unary(UnaryOp::Relu6, &x, &mut y);
+        assert!(y[0].is_nan() && y[1..] == [0.0, 2.0, 6.0], "{y:?}");
+    }
+
     #[test]
     fn relu_grad_at_zero_is_zero() {
         let mut dx = [1.0; 3];

@@ -68,7 +68,7 @@ impl Session {
     ) -> Result<R, RuntimeError> {
         // Borrow the fields apart: the backend lends while the plan is read.
         let Session { programs, backend, .. } = self;
-        let Program { id, plan, scratch, fed } = match programs.get_mut(program) {
+        let Program { id, plan, scratch, fed, .. } = match programs.get_mut(program) {
             Some(p) => p,
             None => {
                 let loaded = list(programs.keys().map(|s| s.as_str()));

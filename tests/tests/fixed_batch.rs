@@ -1,0 +1,98 @@
+//! A TF1 port often declares the batch in its placeholders
+//! (`tf.placeholder(tf.float32, [BATCH, 36])`). Such a graph must train as
+//! one with an unknown batch: the same update at every tower count, the
+//! gradients counting each tower's rows (a mean's divisor, a flatten's
+//! reshape), not the global rows baked in at build time. And options the
+//! compile would ignore (a batch no placeholder takes, accumulation or
+//! weights without towers) are refused, naming what to change.
+
+use towers::prelude::*;
+
+const BATCH: usize = 8;
+
+/// conv 3x3 (4 filters) -> flatten -> dense 3, mean cross-entropy; the
+/// images' dimension 0 is `rows` (None: unknown).
+fn model(rows: Option<usize>) -> Graph {
+    let mut b = GraphBuilder::with_seed(3);
+    let x = b.placeholder("x", DType::F32, Shape(vec![rows, Some(6), Some(6), Some(1)])).unwrap();
+    let y = b.placeholder("y", DType::I32, Shape(vec![rows])).unwrap();
+    let h = layers::conv2d_with(&mut b, x, &Conv2dOptions::new(4, [3, 3]).strides([2, 2]).name("conv1")).unwrap();
+    let h = b.flatten(h).unwrap();
+    let logits = layers::dense(&mut b, "fc", h, 3, Activation::None).unwrap();
+    let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+    let mean = b.reduce_mean(xent, &[0], false).unwrap();
+    b.identity(mean, "loss").unwrap();
+    b.finish()
+}
+
+/// Every trainable variable after three momentum steps, by name.
+fn train(g: &Graph, towers: u32) -> Vec<(String, Vec<f32>)> {
+    let mut opts =
+        CompileOptions::new(Optimizer::Momentum { lr: F32(0.5), momentum: F32(0.9), nesterov: false }, BATCH);
+    opts.towers = (0..towers).map(Device::gpu).collect();
+    let plan = compile_train(g, "loss", &opts).unwrap().plan;
+    let names: Vec<String> = plan.variables.iter().filter(|v| v.trainable).map(|v| v.name.clone()).collect();
+    let mut s = Session::new(0);
+    s.load("t", plan).unwrap();
+    let xs: Vec<f32> = (0..BATCH * 36).map(|i| ((i * 5) % 7) as f32 * 0.1 - 0.3).collect();
+    let ys: Vec<i32> = (0..BATCH).map(|i| (i % 3) as i32).collect();
+    for _ in 0..3 {
+        s.feed("t", "x", &xs).unwrap();
+        s.feed("t", "y", &ys).unwrap();
+        s.run("t").unwrap();
+    }
+    names.into_iter().map(|n| (n.clone(), s.variable::<f32>(&n).unwrap())).collect()
+}
+
+#[test]
+fn a_batch_declared_in_the_placeholders_trains_as_an_unknown_one_at_every_tower_count() {
+    let reference = train(&model(None), 0);
+    for towers in [0, 2, 4] {
+        let got = train(&model(Some(BATCH)), towers);
+        assert_eq!(got.len(), reference.len());
+        for ((name, a), (_, r)) in got.iter().zip(&reference) {
+            let scale = r.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-3);
+            let diff = a.iter().zip(r).fold(0f32, |m, (a, r)| m.max((a - r).abs()));
+            // Reassociation across towers only: far below a lost 1/N factor.
+            assert!(diff <= 1e-5 * scale, "{towers} towers, {name}: max |diff| {diff} (scale {scale})");
+        }
+    }
+}
+
+fn error_of(r: Result<Compiled, CompileError>) -> String {
+    match r {
+        Ok(_) => panic!("compiled, expected a refusal"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_batch_no_placeholder_takes_is_refused() {
+    let g = model(Some(12));
+    let mut opts = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
+    opts.towers = vec![Device::gpu(0), Device::gpu(1)];
+    let e = error_of(compile_train(&g, "loss", &opts));
+    assert!(e.contains("batch is 8 rows") && e.contains("'x'") && e.contains("12 rows"), "{e}");
+    let e = error_of(compile_eval(&g, &[("loss", "loss")], 5));
+    assert!(e.contains("batch is 5 rows") && e.contains("'y'"), "{e}");
+    // The declared batch itself compiles.
+    opts.batch = 12;
+    compile_train(&g, "loss", &opts).unwrap();
+}
+
+#[test]
+fn accumulation_and_weights_without_towers_are_refused() {
+    let g = model(None);
+    let mut opts = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
+    opts.accumulate = 0;
+    assert!(error_of(compile_train(&g, "loss", &opts)).contains("accumulate is 0"));
+    opts.accumulate = 4;
+    let e = error_of(compile_train(&g, "loss", &opts));
+    assert!(e.contains("accumulate = 4") && e.contains("towers = vec![Device::gpu(0)]"), "{e}");
+    opts.towers = vec![Device::gpu(0)];
+    compile_train(&g, "loss", &opts).unwrap();
+    opts.towers.clear();
+    opts.accumulate = 1;
+    opts.split = SplitPolicy::Weighted(vec![3, 1]);
+    assert!(error_of(compile_train(&g, "loss", &opts)).contains("2 weights"));
+}
