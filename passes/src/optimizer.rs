@@ -23,7 +23,7 @@
 //!   every node of the `update_ops` collection, and is in the `train_op`
 //!   collection.
 
-use towers_graph::{keys, DType, Graph, Initializer, NewNode, NodeId, Op, Optimizer, Tensor};
+use towers_graph::{keys, DType, Graph, Initializer, NewNode, NodeId, Op, Optimizer, Tensor, F32};
 
 use crate::manager::Pass;
 use crate::state::{CompileState, PassError};
@@ -142,6 +142,65 @@ fn learning_rate(g: &mut Graph, opt: &Optimizer) -> Result<NodeId, PassError> {
     Ok(id)
 }
 
+/// Refuse hyper-parameters no training can mean: a learning rate that is
+/// negative or not finite, a momentum or decay outside [0, 1) (1 or more
+/// makes the updates grow without bound; Adam's bias correction divides by
+/// `1 - beta^t`), an epsilon or Adagrad accumulator that is not above 0
+/// (a zero gradient would divide 0 by 0).
+pub fn check_hyperparameters(opt: &Optimizer) -> Result<(), PassError> {
+    let name = match opt {
+        Optimizer::Sgd { .. } => "Sgd",
+        Optimizer::Momentum { .. } => "Momentum",
+        Optimizer::Adam { .. } => "Adam",
+        Optimizer::RmsProp { .. } => "RmsProp",
+        Optimizer::Adagrad { .. } => "Adagrad",
+    };
+    let bad = |field: &str, v: f32, want: &str| {
+        Err(PassError::Options(format!("Optimizer::{name} {{ {field}: {v} }}: {field} must be {want}")))
+    };
+    let unit = |field: &str, v: F32| {
+        if v.0.is_finite() && (0.0..1.0).contains(&v.0) {
+            Ok(())
+        } else {
+            bad(field, v.0, "in [0, 1) (0.9 is usual; 1 or more makes the updates grow without bound)")
+        }
+    };
+    let positive = |field: &str, v: F32| {
+        if v.0.is_finite() && v.0 > 0.0 {
+            Ok(())
+        } else {
+            bad(field, v.0, "a finite number above 0")
+        }
+    };
+    let lr = match opt {
+        Optimizer::Sgd { lr }
+        | Optimizer::Momentum { lr, .. }
+        | Optimizer::Adam { lr, .. }
+        | Optimizer::RmsProp { lr, .. }
+        | Optimizer::Adagrad { lr, .. } => *lr,
+    };
+    if !lr.0.is_finite() || lr.0 < 0.0 {
+        return bad("lr", lr.0, "a finite number, 0 or above");
+    }
+    match opt {
+        Optimizer::Sgd { .. } => Ok(()),
+        Optimizer::Momentum { momentum, .. } => unit("momentum", *momentum),
+        Optimizer::Adam { beta1, beta2, epsilon, .. } => {
+            unit("beta1", *beta1)?;
+            unit("beta2", *beta2)?;
+            positive("epsilon", *epsilon)
+        }
+        Optimizer::RmsProp { decay, momentum, epsilon, .. } => {
+            unit("decay", *decay)?;
+            unit("momentum", *momentum)?;
+            positive("epsilon", *epsilon)
+        }
+        Optimizer::Adagrad { initial_accumulator_value, .. } => {
+            positive("initial_accumulator_value", *initial_accumulator_value)
+        }
+    }
+}
+
 /// The name of the learning-rate variable every optimizer update reads.
 pub use towers_graph::LEARNING_RATE;
 
@@ -157,6 +216,7 @@ impl Pass for ApplyOptimizer {
     }
 
     fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
+        check_hyperparameters(&self.optimizer)?;
         if st.grads.is_empty() {
             return Err(PassError::MissingState {
                 pass: "apply".into(),

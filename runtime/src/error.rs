@@ -24,7 +24,7 @@ pub enum RuntimeError {
 
     /// A feed of the wrong size, said in shapes: "expects [200,784], got
     /// 78400 elements = 100 rows".
-    #[error("feed '{feed}' of program '{program}' expects {}, got {got} elements{}; feed exactly the placeholder's shape (the batch is fixed when the program is compiled)", shape_text(.shape), rows_note(.shape, *.got))]
+    #[error("feed '{feed}' of program '{program}' expects {}, got {got} elements{}; feed exactly the placeholder's shape (the batch is fixed when the program is compiled: for a last, shorter batch compile a program at its rows, e.g. compile_eval(.., rows), or pad it)", shape_text(.shape), rows_note(.shape, *.got))]
     FeedLength { program: String, feed: String, shape: Vec<usize>, expected: usize, got: usize },
 
     /// A run whose placeholder was never fed (TF1's "You must feed a value

@@ -4,7 +4,8 @@
 //! gradients counting each tower's rows (a mean's divisor, a flatten's
 //! reshape), not the global rows baked in at build time. And options the
 //! compile would ignore (a batch no placeholder takes, accumulation or
-//! weights without towers) are refused, naming what to change.
+//! weights without towers), and optimizer hyper-parameters no training can
+//! mean, are refused, naming what to change.
 
 use towers::prelude::*;
 
@@ -95,4 +96,29 @@ fn accumulation_and_weights_without_towers_are_refused() {
     opts.accumulate = 1;
     opts.split = SplitPolicy::Weighted(vec![3, 1]);
     assert!(error_of(compile_train(&g, "loss", &opts)).contains("2 weights"));
+}
+
+/// Hyper-parameters no training can mean are refused, naming the field.
+#[test]
+fn hyperparameters_no_training_can_mean_are_refused() {
+    let g = model(None);
+    let adam = |beta1: f32, epsilon: f32| Optimizer::Adam {
+        lr: F32(0.001),
+        beta1: F32(beta1),
+        beta2: F32(0.999),
+        epsilon: F32(epsilon),
+    };
+    for (opt, field) in [
+        (Optimizer::Sgd { lr: F32(f32::NAN) }, "lr"),
+        (Optimizer::Sgd { lr: F32(-0.1) }, "lr"),
+        (Optimizer::Momentum { lr: F32(0.1), momentum: F32(1.5), nesterov: false }, "momentum"),
+        (adam(1.0, 1e-8), "beta1"),
+        (adam(0.9, 0.0), "epsilon"),
+        (Optimizer::Adagrad { lr: F32(0.1), initial_accumulator_value: F32(0.0) }, "initial_accumulator_value"),
+    ] {
+        let e = error_of(compile_train(&g, "loss", &CompileOptions::new(opt.clone(), BATCH)));
+        assert!(e.contains(&format!("{{ {field}:")), "{opt:?}: {e}");
+    }
+    compile_train(&g, "loss", &CompileOptions::new(adam(0.9, 1e-8), BATCH)).unwrap();
+    compile_train(&g, "loss", &CompileOptions::new(Optimizer::Sgd { lr: F32(0.0) }, BATCH)).unwrap();
 }
