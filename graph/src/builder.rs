@@ -120,6 +120,23 @@ fn check_scope_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// A node name must be addressable: not empty, no `:` (TF's `node:slot`
+/// names an output), no empty path component, no control character.
+fn check_node_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        "a node needs a name"
+    } else if name.contains(':') {
+        "':' separates a node from its output slot ('node:0'); use letters, digits, '.', '_', '-' and '/'"
+    } else if name.starts_with('/') || name.ends_with('/') || name.contains("//") {
+        "'/' separates scopes and needs a name on both sides"
+    } else if name.chars().any(char::is_control) {
+        "control characters (a newline, a tab) cannot be written in a fetch or a dump"
+    } else {
+        return Ok(());
+    };
+    Err(GraphError::BadNodeName { name: name.to_string(), reason: reason.into() })
+}
+
 impl GraphBuilder {
     pub fn new() -> GraphBuilder {
         GraphBuilder {
@@ -290,6 +307,7 @@ impl GraphBuilder {
 
     /// Add an op node named `name` in the current name scope (uniquified).
     pub fn op(&mut self, name: &str, op: Op, inputs: &[Tensor]) -> Result<NodeId> {
+        check_node_name(name)?;
         let full = Self::join(&self.name_scope, name);
         let full = self.unique(&full);
         let mut control = self.control.clone();

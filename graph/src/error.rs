@@ -55,6 +55,13 @@ pub enum GraphError {
     #[error("invalid scope name '{name}': {reason}")]
     BadScopeName { name: String, reason: String },
 
+    /// A tensor or control input whose node this graph does not hold.
+    #[error("an input refers to node #{index}, which this graph does not hold: a tensor of another GraphBuilder or Graph? (TF: 'Tensor must be from the same graph'); build every op of a model with one builder")]
+    ForeignNode { index: usize },
+
+    #[error("invalid node name {name:?}: {reason}")]
+    BadNodeName { name: String, reason: String },
+
     /// A layer option out of range or an input a layer cannot take, naming
     /// the layer (its variable-scope path) and the option.
     #[error("layer '{layer}': {option} {detail}")]

@@ -134,7 +134,7 @@ impl Graph {
         }
         for c in &n.control_inputs {
             if !self.g.contains_node(*c) {
-                return Err(GraphError::UnknownNode { name: format!("{c:?}"), hint: String::new() });
+                return Err(GraphError::ForeignNode { index: c.index() });
             }
         }
         let outputs = infer(&n.op, &in_types).map_err(|e| self.wrap_infer(&n.name, &n.scope, &n.op, e))?;
@@ -180,10 +180,7 @@ impl Graph {
 
     /// The type of one output.
     pub fn tensor_type(&self, t: Tensor) -> Result<&TensorType> {
-        let node = self
-            .g
-            .node_weight(t.node)
-            .ok_or_else(|| GraphError::UnknownNode { name: format!("{:?}", t.node), hint: String::new() })?;
+        let node = self.g.node_weight(t.node).ok_or(GraphError::ForeignNode { index: t.node.index() })?;
         node.outputs.get(t.slot).ok_or_else(|| GraphError::BadSlot {
             node: node.name.clone(),
             slot: t.slot,

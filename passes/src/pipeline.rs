@@ -279,6 +279,14 @@ impl Pipeline {
             pm = pm.verify(on);
         }
         pm.run(&mut g, &mut st)?;
+        // The loss is fetched as "loss", and also by the name the user gave
+        // it (with towers that node is per tower; the name means the mean).
+        if let Program::Train { loss, .. } = &self.program {
+            let fetches = &mut g.program_mut().fetches;
+            if let Some(mean) = fetches.get("loss").cloned() {
+                fetches.entry(loss.clone()).or_insert(mean);
+            }
+        }
         Ok(PipelineOutput { graph: g, state: st, timings: pm.timings })
     }
 }
@@ -286,7 +294,35 @@ impl Pipeline {
 /// Run the training pipeline (see [`Pipeline::train`]) over `model`.
 pub fn train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result<PipelineOutput, PassError> {
     check_replication(opts)?;
+    if !opts.towers.is_empty() {
+        check_no_hand_towers(model)?;
+    }
     Pipeline::train(loss, opts).run(model)
+}
+
+/// Refuse replicating a graph that already builds its towers by hand (TF1's
+/// `for i in range(num_gpus): with tf.name_scope('tower_%d' % i)` kept in a
+/// port): every tower would run every hand-built tower, `tower_0/tower_1/..`.
+fn check_no_hand_towers(model: &Graph) -> Result<(), PassError> {
+    let mut towers = std::collections::BTreeSet::new();
+    for id in model.node_ids() {
+        let name = &model.node(id).name;
+        let Some(rest) = name.strip_prefix("tower_") else { continue };
+        if let Some((i, _)) = rest.split_once('/') {
+            if let Ok(i) = i.parse::<usize>() {
+                towers.insert(i);
+            }
+        }
+    }
+    if towers.len() < 2 {
+        return Ok(());
+    }
+    let scopes: Vec<String> = towers.iter().take(4).map(|i| format!("tower_{i}/")).collect();
+    Err(PassError::Options(format!(
+        "the graph already builds {} towers by hand ({}...): compile_train replicates the model itself, so each of its towers would run all of them; build the model once (delete the tower loop, keep the scopes' reuse), or compile the hand-built towers as they are with compile_manual",
+        towers.len(),
+        scopes.join(", ")
+    )))
 }
 
 /// Refuse what only the compiler's towers honour when no tower is asked
@@ -325,5 +361,17 @@ pub fn manual(model: &Graph, loss: &str, opts: &CompileOptions) -> Result<Pipeli
 
 /// Run the evaluation pipeline (see [`Pipeline::eval`]) over `model`.
 pub fn eval(model: &Graph, fetches: &[(&str, &str)], batch: usize) -> Result<PipelineOutput, PassError> {
+    if fetches.is_empty() {
+        return Err(PassError::Options(
+            "an evaluation program needs at least one fetch, e.g. &[(\"logits\", \"model/logits/BiasAdd\")]".into(),
+        ));
+    }
+    for (i, (user, node)) in fetches.iter().enumerate() {
+        if let Some((_, other)) = fetches[..i].iter().find(|(u, _)| u == user) {
+            return Err(PassError::Options(format!(
+                "the fetch name '{user}' is given twice (nodes '{other}' and '{node}'): give each fetch its own name"
+            )));
+        }
+    }
     Pipeline::eval(fetches, batch).run(model)
 }

@@ -93,7 +93,7 @@ pub fn split_sizes(policy: &SplitPolicy, batch: usize, towers: usize, k: usize) 
                 let lo = batch / r.max(1) * r;
                 let hint = if lo > 0 { format!("{lo} or {}", lo + r) } else { format!("{r}") };
                 return Err(bad(format!(
-                    "{micro} evenly: {batch} is not a multiple of {r}; use a global batch size of {hint}, or SplitPolicy::Weighted with one weight per tower"
+                    "{micro} evenly: {batch} is not a multiple of {r}; use a global batch size of {hint}, or SplitPolicy::Weighted with one weight per tower (CLI: --split-weights)"
                 )));
             }
             Ok(vec![batch / r; r])

@@ -130,10 +130,10 @@ pub struct Common {
     /// Learning rate (default: 0.001 for adam and rmsprop, 0.05 for adagrad; for sgd and momentum 0.1 for the
     /// MLP and 0.05 for the convnet, the defaults whose worst seed clears the
     /// documented accuracy on every SIMD path, bench/accuracy.sh; 0.05 for --graph).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f32>,
     /// Momentum coefficient.
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = 0.9, allow_negative_numbers = true)]
     pub momentum: f32,
     /// Nesterov momentum.
     #[arg(long)]
@@ -280,10 +280,10 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1000)]
     pub lr_decay_steps: usize,
     /// Step decay: the factor of each decay.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
     pub lr_decay_rate: f32,
     /// Cosine: the learning rate at the end of the run.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub lr_min: f32,
     /// Linear warmup of the learning rate over the first N steps.
     #[arg(long, default_value_t = 0)]

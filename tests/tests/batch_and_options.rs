@@ -122,3 +122,85 @@ fn hyperparameters_no_training_can_mean_are_refused() {
     compile_train(&g, "loss", &CompileOptions::new(adam(0.9, 1e-8), BATCH)).unwrap();
     compile_train(&g, "loss", &CompileOptions::new(Optimizer::Sgd { lr: F32(0.0) }, BATCH)).unwrap();
 }
+
+/// The loss is fetched by the name the user compiled it with at every tower
+/// count (with towers that node is per tower; the name means the mean).
+#[test]
+fn the_loss_is_fetched_by_its_own_name_at_every_tower_count() {
+    let mut b = GraphBuilder::with_seed(3);
+    let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(4)])).unwrap();
+    let y = b.placeholder("y", DType::I32, Shape(vec![None])).unwrap();
+    let logits = layers::dense(&mut b, "fc", x, 3, Activation::None).unwrap();
+    let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+    let mean = b.reduce_mean(xent, &[0], false).unwrap();
+    b.identity(mean, "total_loss").unwrap();
+    let g = b.finish();
+    let xs: Vec<f32> = (0..16).map(|i| i as f32 * 0.1).collect();
+    let ys = [0, 1, 2, 1];
+    let mut losses = Vec::new();
+    for towers in [0, 2] {
+        let mut opts = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 4);
+        opts.towers = (0..towers).map(Device::gpu).collect();
+        let mut s = Session::new(0);
+        s.load("t", compile_train(&g, "total_loss", &opts).unwrap().plan).unwrap();
+        s.feed("t", "x", &xs).unwrap();
+        s.feed("t", "y", &ys).unwrap();
+        s.run("t").unwrap();
+        let own = s.fetch::<f32>("t", "total_loss").unwrap().to_vec();
+        assert_eq!(own, s.fetch::<f32>("t", "loss").unwrap(), "{towers} towers");
+        losses.push(own[0]);
+    }
+    assert!((losses[0] - losses[1]).abs() <= 1e-6 * losses[0].abs(), "{losses:?}");
+}
+
+/// A port that keeps its hand-written tower loop and also asks for towers
+/// would run every hand-built tower in every tower: refused, naming the
+/// scopes and both ways out.
+#[test]
+fn a_graph_with_hand_built_towers_is_not_replicated_again() {
+    let mut b = GraphBuilder::with_seed(1);
+    let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(4)])).unwrap();
+    let y = b.placeholder("y", DType::I32, Shape(vec![None])).unwrap();
+    let mut losses = Vec::new();
+    for i in 0..2 {
+        let l = b
+            .name_scope(&format!("tower_{i}"), |b| {
+                b.variable_scope("net", if i == 0 { Reuse::No } else { Reuse::Yes }, |b| {
+                    let logits = layers::dense(b, "fc", x, 3, Activation::None)?;
+                    let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y)?;
+                    b.reduce_mean_all(xent)
+                })
+            })
+            .unwrap();
+        losses.push(l);
+    }
+    let sum = b.add_n(&losses).unwrap();
+    b.identity(sum, "loss").unwrap();
+    let g = b.finish();
+    let mut opts = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 4);
+    opts.towers = vec![Device::gpu(0), Device::gpu(1)];
+    let e = error_of(compile_train(&g, "loss", &opts));
+    assert!(e.contains("tower_0/, tower_1/") && e.contains("compile_manual"), "{e}");
+    opts.towers.clear();
+    compile_train(&g, "loss", &opts).unwrap();
+}
+
+/// An evaluation program fetches something, each under its own name.
+#[test]
+fn an_eval_program_without_fetches_or_with_a_name_twice_is_refused() {
+    let g = model(None);
+    assert!(error_of(compile_eval(&g, &[], 4)).contains("at least one fetch"));
+    let e = error_of(compile_eval(&g, &[("out", "loss"), ("out", "fc/BiasAdd")], 4));
+    assert!(e.contains("'out' is given twice"), "{e}");
+}
+
+/// Names a fetch or a dump could not address are refused at build time.
+#[test]
+fn node_names_that_cannot_be_addressed_are_refused() {
+    for bad in ["", "logits:0", "a//b", "/a", "a\nb"] {
+        let mut b = GraphBuilder::new();
+        let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(2)])).unwrap();
+        let e = b.identity(x, bad).unwrap_err();
+        assert!(matches!(e, GraphError::BadNodeName { .. }), "{bad:?}: {e}");
+    }
+}
