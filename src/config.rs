@@ -104,6 +104,8 @@ pub struct TrainConfig {
     pub split_weights: Option<Vec<u32>>,
     pub accumulate: usize,
     pub bn_updates: BnUpdates,
+    /// Clip the averaged gradients to this global norm (`--clip-norm`).
+    pub clip_norm: Option<f32>,
     /// Batch size of the evaluation program.
     pub eval_batch: usize,
     /// Which backend runs the programs.
@@ -184,6 +186,7 @@ impl Default for TrainConfig {
             split_weights: None,
             accumulate: 1,
             bn_updates: BnUpdates::default(),
+            clip_norm: None,
             eval_batch: 256,
             backend: BackendChoice::Cpu,
             checkpoint_every: None,
@@ -275,6 +278,7 @@ impl TrainConfig {
         };
         o.accumulate = self.accumulate;
         o.bn_updates = self.bn_updates;
+        o.clip_global_norm = self.clip_norm;
         o.dump_dir = self.dump_dir.clone();
         o.dump_after = self.dump_after.clone();
         o.reuse_memory = self.memory_reuse && !self.check_numerics;
@@ -374,6 +378,8 @@ setters! {
     with_restore_partial(restore_partial: bool);
     /// Micro-batches accumulated per tower per step (`--accumulate`).
     with_accumulate(accumulate: usize);
+    /// Clip the averaged gradients to this global norm (`--clip-norm`).
+    with_clip_norm(clip_norm: f32) => Some;
     /// Whose batch statistics update batch norm's moving averages (`--bn-updates`).
     with_bn_updates(bn_updates: BnUpdates);
     /// The evaluation batch (`--eval-batch`).

@@ -36,6 +36,20 @@ pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
     if cfg.batch == 0 {
         return Err(bad("batch", "the global batch must hold at least 1 example".into()));
     }
+    if let Some(clip) = cfg.clip_norm {
+        if !clip.is_finite() || clip <= 0.0 {
+            return Err(bad(
+                "clip-norm",
+                format!("the norm to clip to must be a finite number above 0 (5 is usual), got {clip}"),
+            ));
+        }
+        if world > 1 {
+            return Err(bad(
+                "clip-norm",
+                "clips the gradients of one process's towers; across processes each would clip its own share (leave it out under mpirun)".into(),
+            ));
+        }
+    }
     if cfg.accumulate == 0 {
         return Err(bad("accumulate", "accumulate at least 1 micro-batch per tower".into()));
     }
@@ -244,6 +258,8 @@ mod tests {
         assert!(err(|c| c.momentum = f32::NAN).contains("--momentum:"));
         assert!(err(|c| c.batch = 0).contains("--batch:"));
         assert!(err(|c| c.accumulate = 0).contains("--accumulate:"));
+        assert!(err(|c| c.clip_norm = Some(0.0)).contains("--clip-norm:"));
+        assert!(err(|c| c.clip_norm = Some(f32::NAN)).contains("--clip-norm:"));
         assert!(err(|c| c.steps = Some(0)).contains("--steps:"));
         assert!(err(|c| c.epochs = 0).contains("--epochs:"));
         assert!(err(|c| c.hidden = vec![64, 0]).contains("--hidden: layer 2 has width 0"));

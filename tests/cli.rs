@@ -64,6 +64,26 @@ fn four_towers_print_the_losses_of_one_tower() {
     }
 }
 
+/// `--clip-norm` clips the averaged gradients (TF1's clip_by_global_norm):
+/// a small bound slows the first steps, towers print one device's losses.
+#[test]
+fn clip_norm_clips_the_update_and_towers_stay_exact() {
+    let args = |extra: &[&'static str]| {
+        let mut v = vec!["train", "--seed", "3", "--log-every", "1", "--steps", "4"];
+        v.extend_from_slice(extra);
+        v
+    };
+    let free = losses(&towers(&args(&[])).0);
+    let clipped = losses(&towers(&args(&["--clip-norm", "0.01"])).0);
+    let two = losses(&towers(&args(&["--clip-norm", "0.01", "--towers", "2"])).0);
+    assert_eq!(clipped.len(), 4);
+    assert_eq!(free[0], clipped[0], "the first loss is before any update");
+    assert!(clipped[3].1 > free[3].1, "a bound of 0.01 slows training: {clipped:?} vs {free:?}");
+    for ((_, a), (_, b)) in clipped.iter().zip(&two) {
+        assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "{a} vs {b}");
+    }
+}
+
 /// `--no-fusion` gives every op its own launch (the plan names no fused
 /// kernel) and trains to the same losses up to float reassociation (the
 /// fused bias gradients sum block by block).

@@ -91,6 +91,32 @@ impl GraphBuilder {
         self.unary(UnaryOp::Softplus, x)
     }
 
+    /// TF's `tf.nn.sigmoid_cross_entropy_with_logits(labels=z, logits=x)`:
+    /// the per-element loss `softplus(x) - x·z` of an independent sigmoid
+    /// per element (multi-label), shaped as `logits`; `labels` are f32 in
+    /// [0, 1] of the same shape. TF writes `max(x, 0) - x·z + log(1 +
+    /// exp(-|x|))`, the same value, since softplus is computed that way:
+    /// stable for any |x|. The gradient is `sigmoid(x) - z`.
+    pub fn sigmoid_cross_entropy_with_logits(&mut self, logits: Tensor, labels: Tensor) -> Result<Tensor> {
+        let (xs, zs) =
+            (self.graph().tensor_type(logits)?.shape.clone(), self.graph().tensor_type(labels)?.shape.clone());
+        if xs.rank() != zs.rank() || !xs.compatible(&zs) {
+            let scope = self.current_name_scope().to_string();
+            let node = if scope.is_empty() { "logistic_loss".to_string() } else { format!("{scope}/logistic_loss") };
+            return Err(GraphError::Shape {
+                node,
+                scope,
+                op: "SigmoidCrossEntropyWithLogits".into(),
+                detail: format!("logits {xs} and labels {zs} must have the same shape"),
+            });
+        }
+        self.name_scope("logistic_loss", |b| {
+            let sp = b.softplus(logits)?;
+            let xz = b.mul(logits, labels)?;
+            b.sub(sp, xz)
+        })
+    }
+
     /// Local response normalization across channels (TF's
     /// `tf.nn.local_response_normalization`, alias `tf.nn.lrn`; TF's
     /// defaults are `depth_radius = 5, bias = 1, alpha = 1, beta = 0.5`) of an
@@ -198,6 +224,29 @@ mod tests {
         let y = b.placeholder("y", DType::F32, [4]).unwrap();
         let e = b.pow(x, y).unwrap_err().to_string();
         assert!(e.contains("Pow") && e.contains("cannot be broadcast"), "{e}");
+    }
+
+    /// `sigmoid_cross_entropy_with_logits`: TF's value on both tails and
+    /// at 0, and a shape mismatch named.
+    #[test]
+    fn sigmoid_cross_entropy_is_tfs_and_checks_shapes() {
+        let mut b = GraphBuilder::new();
+        let x = b.placeholder("x", DType::F32, [None, Some(3)]).unwrap();
+        let z = b.placeholder("z", DType::F32, [None, Some(3)]).unwrap();
+        let l = b.sigmoid_cross_entropy_with_logits(x, z).unwrap();
+        assert_eq!(b.graph().node(l.node).name, "logistic_loss/sub");
+        assert_eq!(b.graph().tensor_type(l).unwrap().shape.to_string(), "[?,3]");
+        let bad = b.placeholder("bad", DType::F32, [None, Some(4)]).unwrap();
+        let e = b.sigmoid_cross_entropy_with_logits(x, bad).unwrap_err().to_string();
+        assert!(e.contains("must have the same shape"), "{e}");
+        // The value: softplus(x) - x z, against TF's formula in f64.
+        let softplus = crate::UnaryOp::Softplus;
+        for (x, z) in [(-100.0f32, 1.0f32), (100.0, 0.0), (0.0, 0.5), (2.5, 1.0), (-3.0, 0.0)] {
+            let ours = softplus.apply(x) - x * z;
+            let (xd, zd) = (x as f64, z as f64);
+            let tf = xd.max(0.0) - xd * zd + (-xd.abs()).exp().ln_1p();
+            assert!((ours as f64 - tf).abs() <= 1e-6 * tf.abs().max(1.0), "x {x} z {z}: {ours} vs {tf}");
+        }
     }
 
     /// alpha > 1 switches the composition to `minimum`, so the value is

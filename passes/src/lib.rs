@@ -26,6 +26,7 @@
 pub mod all_reduce;
 pub mod autodiff;
 pub mod bind_batch;
+pub mod clip;
 pub mod grad_mean;
 pub mod manager;
 pub mod manual;

@@ -208,6 +208,8 @@ pub use towers_graph::LEARNING_RATE;
 #[derive(Debug, Clone)]
 pub struct ApplyOptimizer {
     pub optimizer: Optimizer,
+    /// Clip the gradients to this global norm first ([`crate::clip`]).
+    pub clip_global_norm: Option<f32>,
 }
 
 impl Pass for ApplyOptimizer {
@@ -231,6 +233,10 @@ impl Pass for ApplyOptimizer {
             .into_iter()
             .map(|v| Ok((v.clone(), st.grads[v].resolve(g)?)))
             .collect::<Result<Vec<_>, PassError>>()?;
+        let grads = match self.clip_global_norm {
+            Some(clip) => crate::clip::clip_by_global_norm(g, &grads, clip)?,
+            None => grads,
+        };
         let res = apply_gradients(g, &grads, &self.optimizer)?;
         let train_op = g.node(res.train_op).name.clone();
         let program = g.program_mut();

@@ -97,6 +97,11 @@ pub struct CompileOptions {
     /// a scalar float inside the towers is an error (reduce it, or fetch it
     /// from an evaluation program). Empty by default.
     pub fetches: Vec<(String, String)>,
+    /// Clip the averaged gradients to this global L2 norm before the
+    /// optimizer applies them (TF1's `tf.clip_by_global_norm(grads, clip)`
+    /// on `average_gradients(tower_grads)`; see [`crate::clip`]). `None`
+    /// (the default) clips nothing. One process only.
+    pub clip_global_norm: Option<f32>,
 }
 
 /// The default gradient bucket capacity: 25 MiB, as PyTorch DDP's `bucket_cap_mb=25`.
@@ -198,6 +203,7 @@ impl CompileOptions {
             fuse_tower_updates: true,
             merge_tower_duplicates: true,
             fetches: Vec::new(),
+            clip_global_norm: None,
         }
     }
 }

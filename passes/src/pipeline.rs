@@ -123,7 +123,10 @@ impl Pipeline {
         if opts.fold_tower_matmuls && !towers.is_empty() && !several {
             passes.push(Box::new(TowerMatMuls));
         }
-        passes.push(Box::new(ApplyOptimizer { optimizer: opts.optimizer.clone() }));
+        passes.push(Box::new(ApplyOptimizer {
+            optimizer: opts.optimizer.clone(),
+            clip_global_norm: opts.clip_global_norm,
+        }));
         passes.push(Box::new(Place { strategy: opts.variables, devices: towers }));
         if several {
             passes.push(Box::new(AllReduceBuckets {
@@ -331,6 +334,11 @@ fn check_replication(opts: &CompileOptions) -> Result<(), PassError> {
     if opts.accumulate == 0 {
         return Err(PassError::Options(
             "CompileOptions::accumulate is 0: accumulate at least 1 micro-batch per tower (1: none)".into(),
+        ));
+    }
+    if opts.clip_global_norm.is_some() && !opts.process.is_single() {
+        return Err(PassError::Options(
+            "CompileOptions::clip_global_norm with several processes: the gradients are all-reduced after the optimizer's clipping point, so each process would clip its own share; clip in one process (towers), or leave it unset".into(),
         ));
     }
     if !opts.towers.is_empty() || !opts.process.is_single() {

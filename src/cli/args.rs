@@ -168,6 +168,10 @@ pub struct Common {
     /// Accumulate gradients over K micro-batches per tower.
     #[arg(long, default_value_t = 1)]
     pub accumulate: usize,
+    /// Clip the averaged gradients to this global L2 norm before the
+    /// update (TF1's tf.clip_by_global_norm; 5 is usual for RNNs).
+    #[arg(long, value_name = "NORM", allow_negative_numbers = true)]
+    pub clip_norm: Option<f32>,
     /// Whose batch statistics update the batch-norm moving averages.
     #[arg(long, value_enum, default_value = "mean")]
     pub bn_updates: Bn,

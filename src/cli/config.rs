@@ -234,6 +234,7 @@ pub fn config(c: &Common) -> Result<TrainConfig, String> {
         },
         split_weights: c.split_weights.clone(),
         accumulate: c.accumulate,
+        clip_norm: c.clip_norm,
         bn_updates: match c.bn_updates {
             Bn::Tower0 => BnUpdates::Tower0,
             Bn::Mean => BnUpdates::Mean,
