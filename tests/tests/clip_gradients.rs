@@ -81,11 +81,11 @@ fn a_bound_that_cannot_clip_and_several_processes_are_refused() {
     let mut opts = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
     for bad in [0.0, -1.0, f32::NAN] {
         opts.clip_global_norm = Some(bad);
-        let e = compile_train(&model(), "loss", &opts).err().expect("refused").to_string();
+        let e = compile_train(&model(), "loss", &opts).expect_err("refused").to_string();
         assert!(e.contains("clip_global_norm"), "{e}");
     }
     opts.clip_global_norm = Some(5.0);
     opts.process = ProcessGroup::new(0, 2).unwrap();
-    let e = compile_train(&model(), "loss", &opts).err().expect("refused").to_string();
+    let e = compile_train(&model(), "loss", &opts).expect_err("refused").to_string();
     assert!(e.contains("several processes"), "{e}");
 }
