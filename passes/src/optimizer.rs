@@ -118,6 +118,17 @@ fn global_step(g: &mut Graph) -> Result<NodeId, PassError> {
     Ok(id)
 }
 
+/// The learning rate an optimizer was built with.
+fn rate_of(opt: &Optimizer) -> F32 {
+    match opt {
+        Optimizer::Sgd { lr }
+        | Optimizer::Momentum { lr, .. }
+        | Optimizer::Adam { lr, .. }
+        | Optimizer::RmsProp { lr, .. }
+        | Optimizer::Adagrad { lr, .. } => *lr,
+    }
+}
+
 /// The `learning_rate` variable, created (f32 scalar, the optimizer's `lr`,
 /// not trainable) if missing.
 fn learning_rate(g: &mut Graph, opt: &Optimizer) -> Result<NodeId, PassError> {
@@ -129,13 +140,7 @@ fn learning_rate(g: &mut Graph, opt: &Optimizer) -> Result<NodeId, PassError> {
             ))),
         };
     }
-    let lr = match opt {
-        Optimizer::Sgd { lr }
-        | Optimizer::Momentum { lr, .. }
-        | Optimizer::Adam { lr, .. }
-        | Optimizer::RmsProp { lr, .. }
-        | Optimizer::Adagrad { lr, .. } => *lr,
-    };
+    let lr = rate_of(opt);
     let op = Op::Variable { dtype: DType::F32, shape: vec![], init: Initializer::Constant(lr), trainable: false };
     let id = g.add(NewNode::new(LEARNING_RATE, op, vec![]))?;
     g.add_to_collection(keys::GLOBAL_VARIABLES, LEARNING_RATE);
@@ -172,13 +177,7 @@ pub fn check_hyperparameters(opt: &Optimizer) -> Result<(), PassError> {
             bad(field, v.0, "a finite number above 0")
         }
     };
-    let lr = match opt {
-        Optimizer::Sgd { lr }
-        | Optimizer::Momentum { lr, .. }
-        | Optimizer::Adam { lr, .. }
-        | Optimizer::RmsProp { lr, .. }
-        | Optimizer::Adagrad { lr, .. } => *lr,
-    };
+    let lr = rate_of(opt);
     if !lr.0.is_finite() || lr.0 < 0.0 {
         return bad("lr", lr.0, "a finite number, 0 or above");
     }
