@@ -24,6 +24,7 @@ pub enum LrScheduleKind {
     #[default]
     Constant,
     Step,
+    Exponential,
     Cosine,
 }
 
@@ -33,8 +34,9 @@ impl std::str::FromStr for LrScheduleKind {
         match s {
             "constant" => Ok(LrScheduleKind::Constant),
             "step" => Ok(LrScheduleKind::Step),
+            "exponential" => Ok(LrScheduleKind::Exponential),
             "cosine" => Ok(LrScheduleKind::Cosine),
-            o => Err(format!("unknown learning-rate schedule '{o}': expected constant, step or cosine")),
+            o => Err(format!("unknown learning-rate schedule '{o}': expected constant, step, exponential or cosine")),
         }
     }
 }
@@ -247,6 +249,7 @@ impl TrainConfig {
         let decay = match self.lr_schedule {
             LrScheduleKind::Constant => Decay::Constant,
             LrScheduleKind::Step => Decay::Step { every: self.lr_decay_steps, rate: self.lr_decay_rate },
+            LrScheduleKind::Exponential => Decay::Exponential { every: self.lr_decay_steps, rate: self.lr_decay_rate },
             LrScheduleKind::Cosine => {
                 Decay::Cosine { total: total.saturating_sub(self.warmup_steps).max(1), min: self.lr_min }
             }

@@ -139,7 +139,9 @@ pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
     if cfg.checkpoint_every == Some(0) {
         return Err(bad("checkpoint-every", "write a checkpoint every 1 or more steps".into()));
     }
-    if cfg.lr_schedule == crate::train::LrScheduleKind::Step && cfg.lr_decay_steps == 0 {
+    let decays =
+        matches!(cfg.lr_schedule, crate::train::LrScheduleKind::Step | crate::train::LrScheduleKind::Exponential);
+    if decays && cfg.lr_decay_steps == 0 {
         return Err(bad("lr-decay-steps", "decay every 1 or more steps".into()));
     }
     if !cfg.lr_decay_rate.is_finite() || cfg.lr_decay_rate <= 0.0 || cfg.lr_decay_rate > 1.0 {

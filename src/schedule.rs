@@ -8,6 +8,8 @@
 //! - `constant`: `base`;
 //! - `step` decay: `base * rate^floor(step / every)` (TF's
 //!   `exponential_decay(staircase=True)`);
+//! - `exponential` decay: `base * rate^(step / every)` (TF's
+//!   `exponential_decay`, not staircase: a little smaller every step);
 //! - `cosine`: `min + (base - min) * (1 + cos(pi * t / total)) / 2` with `t`
 //!   the step after warmup capped at `total` (TF's `cosine_decay` with alpha =
 //!   min / base);
@@ -25,6 +27,11 @@ pub enum Decay {
     Constant,
     /// Multiply by `rate` every `every` steps.
     Step {
+        every: usize,
+        rate: f32,
+    },
+    /// Multiply by `rate` over every `every` steps, continuously.
+    Exponential {
         every: usize,
         rate: f32,
     },
@@ -66,6 +73,9 @@ impl Schedule {
         match self.decay {
             Decay::Constant => self.base,
             Decay::Step { every, rate } => self.base * rate.powi((t / every.max(1)) as i32),
+            Decay::Exponential { every, rate } => {
+                (self.base as f64 * (rate as f64).powf(t as f64 / every.max(1) as f64)) as f32
+            }
             Decay::Cosine { total, min } => {
                 let p = t.min(total) as f64 / total.max(1) as f64;
                 let c = 0.5 * (1.0 + (std::f64::consts::PI * p).cos());
@@ -91,6 +101,15 @@ mod tests {
         let want = [0.025, 0.05, 0.075, 0.1, 0.1, 0.1, 0.05, 0.05, 0.025];
         for (g, w) in got.iter().zip(want) {
             assert!(close(*g, w), "{got:?} vs {want:?}");
+        }
+    }
+
+    /// TF's `exponential_decay(0.1, step, 10, 0.5)`: 0.1 · 0.5^(step/10).
+    #[test]
+    fn exponential_decay_is_continuous() {
+        let s = Schedule { base: 0.1, decay: Decay::Exponential { every: 10, rate: 0.5 }, warmup: 0 };
+        for (k, want) in [(0usize, 0.1f64), (5, 0.1 * 0.5f64.sqrt()), (10, 0.05), (25, 0.1 * 0.5f64.powf(2.5))] {
+            assert!(close(s.at(k), want as f32), "step {k}: {} vs {want}", s.at(k));
         }
     }
 

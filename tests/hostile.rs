@@ -131,7 +131,7 @@ const FLAGS: &[Row] = &[
     ("train --bn-updates all", 2, &["--bn-updates", "invalid value"]),
     ("train --backend tpu", 2, &["--backend", "unknown backend"]),
     ("compile --backend tpu --emit placement", 2, &["--backend", "unknown backend"]),
-    ("train --lr-schedule linear", 2, &["--lr-schedule", "constant, step or cosine"]),
+    ("train --lr-schedule linear", 2, &["--lr-schedule", "constant, step, exponential or cosine"]),
     ("train --data imagenet --steps 1", 1, &["imagenet"]),
     ("train --data mnist: --steps 1", 1, &["mnist"]),
     ("train --no-such-flag", 2, &["--no-such-flag"]),

@@ -52,8 +52,9 @@ pub enum RuntimeError {
     #[error("fetch '{fetch}' of program '{program}' has {expected} elements, the output slice {got}")]
     FetchLength { program: String, fetch: String, expected: usize, got: usize },
 
-    #[error("no variable named '{name}'")]
-    UnknownVariable { name: String },
+    /// `hint` is empty or says which variable was probably meant.
+    #[error("no variable named '{name}'{hint}")]
+    UnknownVariable { name: String, hint: String },
 
     #[error("variable '{name}' is {existing} in the store but program '{program}' declares {declared}")]
     VariableMismatch { program: String, name: String, existing: String, declared: String },

@@ -35,7 +35,7 @@ use crate::comm::{Comm, LocalComm};
 use crate::cpu::CpuBackend;
 use crate::devices;
 use crate::error::RuntimeError;
-use crate::variables::{initial_host, HostVec, VarInfo, VarTable};
+use crate::variables::{initial_host, unknown_variable, HostVec, VarInfo, VarTable};
 
 pub use crate::backend::Profiled;
 use crate::trace::Trace;
@@ -419,7 +419,7 @@ impl Session {
 
     /// The variable `name`, after checking that it can be accessed as `dtype` with `len` elements.
     fn var(&self, name: &str, dtype: DType, len: Option<usize>) -> Result<&VarInfo, RuntimeError> {
-        let v = self.vars.get(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
+        let v = self.vars.get(name).ok_or_else(|| unknown_variable(&self.vars, name))?;
         if !compatible(v.dtype, dtype) {
             return Err(RuntimeError::VariableDtype { name: name.into(), dtype: v.dtype.to_string() });
         }
@@ -461,7 +461,11 @@ impl Session {
     /// an i32 or bool one (the element type comes from `data`).
     pub fn set_variable<T: Element>(&mut self, name: &str, data: &[T]) -> Result<(), RuntimeError> {
         self.var(name, T::DTYPE, Some(data.len()))?;
-        let v = self.vars.get_mut(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
+        // `var` above named an unknown variable, with its hint.
+        let v = self
+            .vars
+            .get_mut(name)
+            .ok_or_else(|| RuntimeError::UnknownVariable { name: name.into(), hint: String::new() })?;
         match &mut v.pending {
             Some(p) => match T::of_vec_mut(p) {
                 Some(p) => p.copy_from_slice(data),
@@ -476,13 +480,13 @@ impl Session {
 
     /// Dtype and shape of a variable.
     pub fn variable_type(&self, name: &str) -> Result<(DType, &[usize]), RuntimeError> {
-        let v = self.vars.get(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
+        let v = self.vars.get(name).ok_or_else(|| unknown_variable(&self.vars, name))?;
         Ok((v.dtype, &v.shape))
     }
 
     /// A variable's value in its host type (for checkpoints).
     pub(crate) fn read_host(&self, name: &str) -> Result<HostVec, RuntimeError> {
-        let v = self.vars.get(name).ok_or_else(|| RuntimeError::UnknownVariable { name: name.into() })?;
+        let v = self.vars.get(name).ok_or_else(|| unknown_variable(&self.vars, name))?;
         let mut out = HostVec::zeros(v.dtype, v.len());
         match &mut out {
             HostVec::F32(o) => self.variable_into(name, o)?,

@@ -102,3 +102,42 @@ impl VarInfo {
 
 /// Variables by name (sorted: checkpoints and listings are deterministic).
 pub type VarTable = BTreeMap<String, VarInfo>;
+
+/// [`RuntimeError::UnknownVariable`] for `name`, with the variable of `vars`
+/// it probably means: one whose scoped name ends with it (`fc/weights` for
+/// `net/fc/weights`), else the nearest by edit distance when close enough.
+pub(crate) fn unknown_variable(vars: &VarTable, name: &str) -> crate::error::RuntimeError {
+    let suffix = format!("/{name}");
+    let by_suffix: Vec<&String> = vars.keys().filter(|k| k.ends_with(&suffix)).collect();
+    let near = || {
+        vars.keys()
+            .map(|k| (edit_distance(k, name), k))
+            .filter(|(d, _)| *d <= (name.len() / 4).max(2))
+            .min()
+            .map(|(_, k)| k)
+    };
+    let hint = match by_suffix.as_slice() {
+        [one] => format!("; did you mean '{one}'?"),
+        [] => near().map_or_else(String::new, |k| format!("; did you mean '{k}'?")),
+        many => {
+            format!("; did you mean one of {}?", many.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", "))
+        }
+    };
+    crate::error::RuntimeError::UnknownVariable { name: name.into(), hint }
+}
+
+/// Levenshtein distance over chars (names are short; called on errors only).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}

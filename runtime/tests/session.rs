@@ -390,3 +390,16 @@ fn a_tensor_is_fetched_by_its_tf1_name_too() {
     let e = s.fetch::<f32>("train", "Relu:1").unwrap_err();
     assert!(e.to_string().contains("CompileOptions::fetches"), "{e}");
 }
+
+/// A variable asked for without its scope, or misspelt, is an error that
+/// says which one was probably meant.
+#[test]
+fn an_unknown_variable_names_the_one_probably_meant() {
+    let s = setup();
+    let e = s.variable::<f32>("weights").unwrap_err().to_string();
+    assert!(e.contains("did you mean 'fc/weights'?"), "{e}");
+    let e = s.variable::<f32>("fc/wieghts").unwrap_err().to_string();
+    assert!(e.contains("did you mean 'fc/weights'?"), "{e}");
+    let e = s.variable::<f32>("something/else/entirely").unwrap_err().to_string();
+    assert_eq!(e, "no variable named 'something/else/entirely'");
+}

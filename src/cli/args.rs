@@ -276,7 +276,8 @@ pub struct TrainArgs {
     /// (keeps every tensor readable after the step: implies --no-memory-reuse).
     #[arg(long)]
     pub check_numerics: bool,
-    /// Learning-rate schedule: constant, step (x --lr-decay-rate every --lr-decay-steps) or cosine (to --lr-min;
+    /// Learning-rate schedule: constant, step (x --lr-decay-rate every --lr-decay-steps), exponential (the same,
+    /// continuously) or cosine (to --lr-min;
     /// the default: it makes the final accuracy depend far less on the rounding of one SIMD path).
     #[arg(long, default_value = "cosine")]
     pub lr_schedule: LrScheduleKind,
