@@ -325,7 +325,14 @@ impl GraphBuilder {
 
     /// Add an op with one output and return it.
     pub fn op1(&mut self, name: &str, op: Op, inputs: &[Tensor]) -> Result<Tensor> {
-        Ok(Tensor::new(self.op(name, op, inputs)?, 0))
+        let id = self.op(name, op, inputs)?;
+        Ok(self.graph.tensor(id, 0))
+    }
+
+    /// Output `slot` of node `node` of this builder's graph (see
+    /// [`Graph::tensor`]).
+    pub fn tensor(&self, node: NodeId, slot: usize) -> Tensor {
+        self.graph.tensor(node, slot)
     }
 
     /// TF's `get_variable`: create or reuse `scope/name` by the reuse rules.
@@ -361,7 +368,7 @@ impl GraphBuilder {
                 if *dtype != opts.dtype {
                     return Err(GraphError::VariableDtypeMismatch { name: full, requested: opts.dtype, found: *dtype });
                 }
-                return Ok(Tensor::new(id, 0));
+                return Ok(self.graph.tensor(id, 0));
             }
             return Err(GraphError::DuplicateName { name: full });
         }
@@ -397,7 +404,7 @@ impl GraphBuilder {
         for c in &opts.collections {
             self.graph.add_to_collection(c, &full);
         }
-        let var = Tensor::new(id, 0);
+        let var = self.graph.tensor(id, 0);
         if let Some(scale) = opts.l2_regularizer {
             // TF builds the regularizer under `name_scope(var + "/Regularizer/")`,
             // colocated with the variable.
@@ -425,7 +432,7 @@ impl GraphBuilder {
             .collection(keys::REGULARIZATION_LOSSES)
             .iter()
             .filter_map(|n| self.graph.get(n))
-            .map(|id| Tensor::new(id, 0))
+            .map(|id| self.graph.tensor(id, 0))
             .collect();
         match terms.len() {
             0 => Ok(None),

@@ -115,7 +115,7 @@ impl GraphBuilder {
     }
     pub fn split(&mut self, x: Tensor, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
         let id = self.op("split", Op::Split { axis, sizes: sizes.to_vec() }, &[x])?;
-        Ok((0..sizes.len()).map(|i| Tensor::new(id, i)).collect())
+        Ok((0..sizes.len()).map(|i| self.graph.tensor(id, i)).collect())
     }
     pub fn slice(&mut self, x: Tensor, begin: &[usize], size: &[i64]) -> Result<Tensor> {
         self.op1("Slice", Op::Slice { begin: begin.to_vec(), size: size.to_vec() }, &[x])
@@ -187,7 +187,7 @@ impl GraphBuilder {
             *s = seed;
             *first_row = row;
         }
-        Ok(Tensor::new(id, 0))
+        Ok(self.graph.tensor(id, 0))
     }
     pub fn l2_loss(&mut self, x: Tensor) -> Result<Tensor> {
         self.op1("L2Loss", Op::L2Loss, &[x])

@@ -59,6 +59,11 @@ pub enum GraphError {
     #[error("an input refers to node #{index}, which this graph does not hold: a tensor of another GraphBuilder or Graph? (TF: 'Tensor must be from the same graph'); build every op of a model with one builder")]
     ForeignNode { index: usize },
 
+    /// A tensor made by another graph or builder (TF: "Tensor must be from
+    /// the same graph").
+    #[error("node '{node}': an input (output {slot} of node #{index}) was made by another GraphBuilder or Graph (TF: 'Tensor must be from the same graph'); build every op of a model with one builder, or look the tensor up in this graph by name")]
+    ForeignTensor { node: String, index: usize, slot: usize },
+
     #[error("invalid node name {name:?}: {reason}")]
     BadNodeName { name: String, reason: String },
 

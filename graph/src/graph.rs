@@ -29,16 +29,59 @@ use crate::types::TensorType;
 pub type NodeId = NodeIndex<u32>;
 
 /// One output of a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// A tensor handed out by a [`Graph`] (or its builder) remembers which graph
+/// made it, so that [`Graph::add`] refuses it in another graph (TF's "Tensor
+/// must be from the same graph") instead of wiring whatever node has the same
+/// index there. Equality, hashing and order look at `node` and `slot` only.
+#[derive(Clone, Copy)]
 pub struct Tensor {
     pub node: NodeId,
     pub slot: usize,
+    /// The [`Graph::identity`] of the graph that made it; 0 for a tensor made
+    /// with [`Tensor::new`], which is not checked.
+    graph: u32,
 }
 
 impl Tensor {
+    /// A tensor of any graph (unchecked); prefer [`Graph::tensor`].
     pub fn new(node: NodeId, slot: usize) -> Tensor {
-        Tensor { node, slot }
+        Tensor { node, slot, graph: 0 }
     }
+}
+
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        (self.node, self.slot) == (other.node, other.slot)
+    }
+}
+impl Eq for Tensor {}
+impl std::hash::Hash for Tensor {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (self.node, self.slot).hash(h)
+    }
+}
+impl PartialOrd for Tensor {
+    fn partial_cmp(&self, other: &Tensor) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Tensor {
+    fn cmp(&self, other: &Tensor) -> std::cmp::Ordering {
+        (self.node, self.slot).cmp(&(other.node, other.slot))
+    }
+}
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tensor").field("node", &self.node).field("slot", &self.slot).finish()
+    }
+}
+
+/// Graph identities: 0 is "unchecked", so the counter starts at 1.
+static NEXT_IDENTITY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+fn fresh_identity() -> u32 {
+    NEXT_IDENTITY.fetch_add(1, std::sync::atomic::Ordering::Relaxed).max(1)
 }
 
 /// An edge: data (with slots) or control (ordering only).
@@ -71,8 +114,12 @@ pub struct Node {
 }
 
 /// A computation graph.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Graph {
+    /// Which graph this is, for [`Tensor`]'s same-graph check; a clone keeps
+    /// it (its tensors are the clone's too), a new or deserialized graph
+    /// draws a fresh one. Never serialized, never part of any output.
+    identity: u32,
     g: StableGraph<Node, Edge>,
     names: BTreeMap<String, NodeId>,
     collections: BTreeMap<String, Vec<String>>,
@@ -118,9 +165,30 @@ impl NewNode {
     }
 }
 
+impl Default for Graph {
+    fn default() -> Graph {
+        Graph {
+            identity: fresh_identity(),
+            g: StableGraph::default(),
+            names: BTreeMap::new(),
+            collections: BTreeMap::new(),
+            next_seq: 0,
+            program: Program::default(),
+            seed: 0,
+            seed_set: false,
+        }
+    }
+}
+
 impl Graph {
     pub fn new() -> Graph {
         Graph::default()
+    }
+
+    /// Output `slot` of node `node`, as a tensor this graph will recognise
+    /// as its own.
+    pub fn tensor(&self, node: NodeId, slot: usize) -> Tensor {
+        Tensor { node, slot, graph: self.identity }
     }
 
     /// Add a node; runs shape inference and rejects duplicate names and bad slots.
@@ -130,6 +198,9 @@ impl Graph {
         }
         let mut in_types = Vec::with_capacity(n.inputs.len());
         for t in &n.inputs {
+            if t.graph != 0 && t.graph != self.identity {
+                return Err(GraphError::ForeignTensor { node: n.name.clone(), index: t.node.index(), slot: t.slot });
+            }
             in_types.push(self.tensor_type(*t)?.clone());
         }
         for c in &n.control_inputs {
@@ -230,7 +301,7 @@ impl Graph {
             .g
             .edges_directed(id, Direction::Incoming)
             .filter_map(|e| match *e.weight() {
-                Edge::Data { src_slot, dst_slot } => Some((dst_slot, Tensor::new(e.source(), src_slot))),
+                Edge::Data { src_slot, dst_slot } => Some((dst_slot, self.tensor(e.source(), src_slot))),
                 Edge::Control => None,
             })
             .collect();

@@ -39,7 +39,7 @@ impl TensorRef {
     }
     /// Resolve in `g`; an error names the missing node and the closest names.
     pub fn resolve(&self, g: &Graph) -> Result<Tensor> {
-        Ok(Tensor::new(g.find(&self.node)?, self.slot))
+        Ok(g.tensor(g.find(&self.node)?, self.slot))
     }
 }
 

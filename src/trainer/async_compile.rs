@@ -136,7 +136,7 @@ pub(crate) fn apply(model: &Model, cfg: &TrainConfig, variables: &[String]) -> R
         g.add(var)?;
         let feed = Op::Placeholder { dtype: *dtype, shape: shape.clone().into() };
         let p = g.add(NewNode::new(format!("{GRAD_PREFIX}{name}"), feed, Vec::new()))?;
-        grads.push((name.clone(), Tensor { node: p, slot: 0 }));
+        grads.push((name.clone(), Tensor::new(p, 0)));
     }
     let res = apply_gradients(&mut g, &grads, &cfg.optimizer()).map_err(CompileError::from)?;
     let train_op = g.node(res.train_op).name.clone();

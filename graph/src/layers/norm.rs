@@ -83,11 +83,11 @@ pub(crate) fn batch_norm_resolved(
         };
         let bn = b.op("FusedBatchNorm", Op::BatchNorm { epsilon: F32(epsilon) }, &[x, gamma, beta, mean, var])?;
         let upd_mean =
-            b.op("AssignMovingAvg", Op::AssignMovingAverage { decay: F32(decay) }, &[mean, Tensor::new(bn, 1)])?;
+            b.op("AssignMovingAvg", Op::AssignMovingAverage { decay: F32(decay) }, &[mean, b.tensor(bn, 1)])?;
         let upd_var =
-            b.op("AssignMovingAvg", Op::AssignMovingAverage { decay: F32(decay) }, &[var, Tensor::new(bn, 3)])?;
+            b.op("AssignMovingAvg", Op::AssignMovingAverage { decay: F32(decay) }, &[var, b.tensor(bn, 3)])?;
         b.add_to_collection(keys::UPDATE_OPS, upd_mean);
         b.add_to_collection(keys::UPDATE_OPS, upd_var);
-        Ok(Tensor::new(bn, 0))
+        Ok(b.tensor(bn, 0))
     })
 }
