@@ -28,61 +28,9 @@ use crate::types::TensorType;
 /// A node handle, valid until the node is removed.
 pub type NodeId = NodeIndex<u32>;
 
-/// One output of a node.
-///
-/// A tensor handed out by a [`Graph`] (or its builder) remembers which graph
-/// made it, so that [`Graph::add`] refuses it in another graph (TF's "Tensor
-/// must be from the same graph") instead of wiring whatever node has the same
-/// index there. Equality, hashing and order look at `node` and `slot` only.
-#[derive(Clone, Copy)]
-pub struct Tensor {
-    pub node: NodeId,
-    pub slot: usize,
-    /// The [`Graph::identity`] of the graph that made it; 0 for a tensor made
-    /// with [`Tensor::new`], which is not checked.
-    graph: u32,
-}
+pub use crate::tensor::Tensor;
+use crate::tensor::fresh_identity;
 
-impl Tensor {
-    /// A tensor of any graph (unchecked); prefer [`Graph::tensor`].
-    pub fn new(node: NodeId, slot: usize) -> Tensor {
-        Tensor { node, slot, graph: 0 }
-    }
-}
-
-impl PartialEq for Tensor {
-    fn eq(&self, other: &Tensor) -> bool {
-        (self.node, self.slot) == (other.node, other.slot)
-    }
-}
-impl Eq for Tensor {}
-impl std::hash::Hash for Tensor {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        (self.node, self.slot).hash(h)
-    }
-}
-impl PartialOrd for Tensor {
-    fn partial_cmp(&self, other: &Tensor) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Tensor {
-    fn cmp(&self, other: &Tensor) -> std::cmp::Ordering {
-        (self.node, self.slot).cmp(&(other.node, other.slot))
-    }
-}
-impl std::fmt::Debug for Tensor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tensor").field("node", &self.node).field("slot", &self.slot).finish()
-    }
-}
-
-/// Graph identities: 0 is "unchecked", so the counter starts at 1.
-static NEXT_IDENTITY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
-
-fn fresh_identity() -> u32 {
-    NEXT_IDENTITY.fetch_add(1, std::sync::atomic::Ordering::Relaxed).max(1)
-}
 
 /// An edge: data (with slots) or control (ordering only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -188,7 +136,7 @@ impl Graph {
     /// Output `slot` of node `node`, as a tensor this graph will recognise
     /// as its own.
     pub fn tensor(&self, node: NodeId, slot: usize) -> Tensor {
-        Tensor { node, slot, graph: self.identity }
+        Tensor::of_graph(node, slot, self.identity)
     }
 
     /// Add a node; runs shape inference and rejects duplicate names and bad slots.
@@ -198,7 +146,7 @@ impl Graph {
         }
         let mut in_types = Vec::with_capacity(n.inputs.len());
         for t in &n.inputs {
-            if t.graph != 0 && t.graph != self.identity {
+            if !t.may_join(self.identity) {
                 return Err(GraphError::ForeignTensor { node: n.name.clone(), index: t.node.index(), slot: t.slot });
             }
             in_types.push(self.tensor_type(*t)?.clone());

@@ -24,6 +24,7 @@ pub mod dot;
 pub mod dot_collapsed;
 pub mod error;
 pub mod graph;
+mod tensor;
 pub mod infer;
 mod infer_array;
 mod infer_layout;
