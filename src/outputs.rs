@@ -4,7 +4,8 @@
 //!
 //! Invariants:
 //! - A path is checked up front ([`check_file`], [`check_dir`]): its folder
-//!   exists and is a folder, and the path itself, when it exists, is a
+//!   exists and is a folder this process can create files in (probed by
+//!   creating and removing one), and the path itself, when it exists, is a
 //!   regular file (a folder for [`check_dir`]). A bad path is an error
 //!   naming its flag before a run starts, never after it ends.
 //! - Every write goes through [`write_atomic`] (the runtime's: temporary
@@ -49,7 +50,23 @@ pub fn check_file(flag: &str, path: &Path) -> Result<(), String> {
     if let Some(kind) = not_regular(path) {
         return Err(format!("--{flag} {p}: is {kind}, not a regular file; give the path of a file"));
     }
-    Ok(())
+    writable(flag, &p.to_string(), dir)
+}
+
+/// Whether files can be created in the existing folder `dir`: create and
+/// remove one (permissions alone do not tell: root, read-only mounts, ACLs).
+fn writable(flag: &str, p: &str, dir: &Path) -> Result<(), String> {
+    let probe = dir.join(format!(".towers-write-check.{}", std::process::id()));
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "--{flag} {p}: cannot create files in the folder {}: {e}; choose a folder you can write to",
+            dir.display()
+        )),
+    }
 }
 
 /// Check that the folder `path` of `--flag` exists or can be created: it is
@@ -64,7 +81,7 @@ pub fn check_dir(flag: &str, path: &Path) -> Result<(), String> {
         let a = if a.as_os_str().is_empty() { Path::new(".") } else { a };
         if a.exists() {
             return if a.is_dir() {
-                Ok(())
+                writable(flag, &p.to_string(), a)
             } else if a == path {
                 Err(format!("--{flag} {p}: exists and is not a folder; give a folder"))
             } else {
@@ -95,6 +112,12 @@ mod tests {
         let e = check_dir("dump-dir", &d.join("f/sub")).unwrap_err();
         assert!(e.contains("is not a folder"), "{e}");
         check_dir("dump-dir", &d.join("a/b/c")).expect("created on demand");
+        // A folder no file can be created in (even by root): refused up front.
+        let e = check_file("checkpoint", Path::new("/proc/model.safetensors")).unwrap_err();
+        assert!(e.starts_with("--checkpoint ") && e.contains("cannot create files in the folder /proc"), "{e}");
+        let e = check_dir("logdir", Path::new("/proc/runs/a")).unwrap_err();
+        assert!(e.starts_with("--logdir ") && e.contains("cannot create files"), "{e}");
+        assert_eq!(std::fs::read_dir(d).unwrap().count(), 1, "the probe leaves no file behind");
     }
 
     #[test]

@@ -201,11 +201,12 @@ const PATHS: &[Row] = &[
     ("compile -o /dev/null", 1, &["--output", "a character device"]),
     ("compile --emit cuda -o {d}/file.txt", 1, &["--output", "not a folder"]),
     ("compile --dump-dir {d}/file.txt", 1, &["--dump-dir", "not a folder"]),
-    // Unwritable places (read-only file systems, also for root).
-    ("train --steps 1 --checkpoint /proc/towers.st", 1, &["/proc/towers.st"]),
-    ("train --steps 1 --trace /proc/towers.json", 1, &["--trace", "/proc/towers.json"]),
-    ("train --steps 1 --plot /proc/towers.svg", 1, &["--plot", "/proc/towers.svg"]),
-    ("compile -o /proc/towers-plan.txt", 1, &["--output", "/proc/towers-plan.txt"]),
+    // Unwritable places (read-only file systems, also for root): refused
+    // before the run by the folder probe, which names the flag.
+    ("train --steps 1 --checkpoint /proc/towers.st", 1, &["--checkpoint /proc/towers.st", "cannot create files"]),
+    ("train --steps 1 --trace /proc/towers.json", 1, &["--trace /proc/towers.json", "cannot create files"]),
+    ("train --steps 1 --plot /proc/towers.svg", 1, &["--plot /proc/towers.svg", "cannot create files"]),
+    ("compile -o /proc/towers-plan.txt", 1, &["--output /proc/towers-plan.txt", "cannot create files"]),
     ("train --steps 1 --logdir /proc/towers-logs", 1, &["--logdir"]),
     // Data: missing, not a folder, malformed IDX files.
     ("train --data mnist:{d}/missing --steps 1", 1, &["{d}/missing"]),
