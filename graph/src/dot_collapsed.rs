@@ -88,7 +88,7 @@ pub fn to_dot_collapsed(g: &Graph) -> Result<String> {
         }
     }
     let mut s = String::from(
-        "digraph towers_collapsed {\n  rankdir=LR;\n  node [shape=box, style=\"rounded,filled\", fontsize=10];\n",
+        "digraph towers_collapsed {\n  rankdir=LR;\n  newrank=true;\n  node [shape=box, style=\"rounded,filled\", fontsize=10];\n",
     );
     let mut devices: Vec<String> = groups.iter().map(|((d, _), ..)| d.clone()).collect();
     devices.dedup();
