@@ -4,10 +4,14 @@
 //! - per variable with a gradient in the replicas, exactly one n-ary
 //!   `TowerMean` node named `<var>/grad_mean` whose inputs are the replicas'
 //!   gradients in replica order and whose weights are `st.tower_weights`
-//!   (each replica's share of the batch, summing to 1), so N towers compute
-//!   exactly the single-device gradient of the mean loss, also for uneven
-//!   splits (a plain mean of per-tower means would weight a small tower's
-//!   examples more: the DataParallel pitfall);
+//!   (each replica's share of the batch, summing to 1) for a loss that is a
+//!   mean over the batch, so N towers compute exactly the single-device
+//!   gradient, also for uneven splits (a plain mean of per-tower means would
+//!   weight a small tower's examples more: the DataParallel pitfall); for a
+//!   loss that is a sum over the batch (`reduce_sum`, `l2_loss`) every
+//!   weight is 1, the sum of the replicas' sums (see [`crate::loss_kind`]);
+//!   for any other loss the shares, with a diagnostic saying that N towers
+//!   cannot equal one device;
 //! - `st.grads[var]` is that node's output; the loss likewise is one
 //!   `TowerMean` named `loss/tower_mean`, stored in `st.loss` and the
 //!   program record's `fetches["loss"]`;
@@ -17,6 +21,7 @@
 
 use towers_graph::Graph;
 
+use crate::loss_kind::{loss_kind, Kind};
 use crate::manager::Pass;
 use crate::manual::{tower_mean, weighted_gradients};
 use crate::state::{CompileState, PassError, TensorRef};
@@ -46,7 +51,31 @@ impl Pass for GradMean {
                 after: "split".into(),
             });
         }
-        let weights: Vec<f32> = st.tower_weights.iter().map(|&w| w as f32).collect();
+        let tower0 = st.tower_losses[0].resolve(g)?;
+        let kind = loss_kind(g, tower0.node, &st.batch_inputs)?;
+        // With several processes the replicas' weights are shares of the
+        // global batch: this process's part of the mean.
+        let mut share = match (st.global_batch, st.batch_size) {
+            (Some(global), Some(local)) => local as f32 / global as f32,
+            _ => 1.0,
+        };
+        let mut weights: Vec<f32> = st.tower_weights.iter().map(|&w| w as f32).collect();
+        match kind {
+            Kind::Mean | Kind::Free => {}
+            Kind::Sum => {
+                weights = vec![1.0; r];
+                share = r as f32;
+            }
+            Kind::Rows | Kind::Opaque => {
+                let loss = g.node(tower0.node).name.clone();
+                st.warn(
+                    "grad_mean",
+                    format!(
+                        "the loss ('{loss}' in replica 0) is neither a mean nor a sum over the batch's rows, so no weighting of the {r} replicas gives one device's update: their losses and gradients are averaged by their shares of the batch (TF1's average_gradients); for an exact update write the loss as reduce_mean (or reduce_sum) of per-example terms plus terms that do not depend on the batch (a regularizer goes with a mean)"
+                    ),
+                );
+            }
+        }
         // Variables in var_list order, then any others by name.
         let mut order: Vec<String> = st.var_list.clone();
         for tg in &st.tower_grads {
@@ -72,12 +101,6 @@ impl Pass for GradMean {
             let msg = format!("no gradient in any tower for [{}]: not averaged and not updated", none.join(", "));
             st.warn("grad_mean", msg);
         }
-        // With several processes the replicas' weights are shares of the
-        // global batch: this process's part of the mean.
-        let share = match (st.global_batch, st.batch_size) {
-            (Some(global), Some(local)) => local as f32 / global as f32,
-            _ => 1.0,
-        };
         let means = weighted_gradients(g, &per_replica, &weights, share)?;
         st.grads = means.into_iter().map(|(v, t)| (v, TensorRef::of(g, t))).collect();
         let losses = st.tower_losses.iter().map(|l| l.resolve(g)).collect::<Result<Vec<_>, _>>()?;

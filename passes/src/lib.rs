@@ -28,6 +28,7 @@ pub mod autodiff;
 pub mod bind_batch;
 pub mod clip;
 pub mod grad_mean;
+pub mod loss_kind;
 pub mod manager;
 pub mod manual;
 pub mod optimizer;

@@ -109,3 +109,31 @@ fn l2_regularizer_adds_scale_times_half_the_sum_of_squares() {
     assert!(want > 0.01, "glorot weights are not all zero: {want}");
     assert!((got - want).abs() <= 1e-5 * want, "regularization loss {got}, expected {want}");
 }
+
+/// The ports' losses (a batch mean of the cross entropy plus the
+/// regularizers) and the seed models' are recognised as batch means: no
+/// compile at 2 or 3 towers warns that its towers cannot equal one device.
+#[test]
+fn the_ports_and_seed_models_losses_are_batch_means() {
+    let mut graphs = vec![
+        ("slim", port_slim::graph(0).expect("builds"), "loss".to_string()),
+        ("tf.layers", port_tf_layers::graph(0).expect("builds"), "loss".to_string()),
+    ];
+    for kind in [towers::models::ModelKind::Mlp, towers::models::ModelKind::Convnet] {
+        for bn in [false, true] {
+            let mut spec = towers::models::ModelSpec::new(kind, [28, 28, 1], 10);
+            spec.batch_norm = bn;
+            let m = towers::models::build(&spec).expect("builds");
+            graphs.push(("seed", m.graph, m.loss));
+        }
+    }
+    for (what, g, loss) in graphs {
+        for towers in [2u32, 3] {
+            let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 60);
+            o.towers = (0..towers).map(Device::gpu).collect();
+            let c = compile_train(&g, &loss, &o).expect("compiles");
+            let d: Vec<&str> = c.state.diagnostics.iter().map(|d| d.message.as_str()).collect();
+            assert!(d.iter().all(|m| !m.contains("neither a mean nor a sum")), "{what} at {towers} towers: {d:?}");
+        }
+    }
+}
