@@ -21,7 +21,11 @@
 
 use towers_graph::Graph;
 
-use crate::loss_kind::{loss_kind, Kind};
+use std::collections::BTreeMap;
+
+use towers_graph::{NodeId, Op, F32};
+
+use crate::loss_kind::{kinds, Kind};
 use crate::manager::Pass;
 use crate::manual::{tower_mean, weighted_gradients};
 use crate::state::{CompileState, PassError, TensorRef};
@@ -52,7 +56,9 @@ impl Pass for GradMean {
             });
         }
         let tower0 = st.tower_losses[0].resolve(g)?;
-        let kind = loss_kind(g, tower0.node, &st.batch_inputs)?;
+        let kinds = kinds(g, &st.batch_inputs)?;
+        let kind = kinds.get(&tower0.node).copied().unwrap_or(Kind::Opaque);
+        weigh_fetches(g, st, &kinds)?;
         // With several processes the replicas' weights are shares of the
         // global batch: this process's part of the mean.
         let mut share = match (st.global_batch, st.batch_size) {
@@ -110,4 +116,36 @@ impl Pass for GradMean {
         st.loss = Some(loss);
         Ok(())
     }
+}
+
+/// Weigh the replicas' values of each extra fetch (`replicate`'s
+/// `<node>/tower_mean`, which `split` weighted by the shares) as the loss's
+/// are weighed: a sum over the batch (a count of correct examples, a summed
+/// loss) is added up, a mean keeps the shares, anything else keeps them and
+/// gets a diagnostic.
+fn weigh_fetches(g: &mut Graph, st: &mut CompileState, kinds: &BTreeMap<NodeId, Kind>) -> Result<(), PassError> {
+    let fetches: Vec<(String, String)> =
+        g.program().fetches.iter().map(|(user, f)| (user.clone(), f.node.clone())).collect();
+    for (user, node) in fetches {
+        let Some(id) = g.get(&node) else { continue };
+        if user == "loss" || !matches!(g.node(id).op, Op::TowerMean { .. }) || !node.ends_with("/tower_mean") {
+            continue;
+        }
+        let Some(first) = g.inputs(id).first().copied() else { continue };
+        match kinds.get(&first.node).copied().unwrap_or(Kind::Opaque) {
+            Kind::Mean | Kind::Free => {}
+            Kind::Sum => {
+                if let Op::TowerMean { weights } = &mut g.node_mut(id).op {
+                    weights.iter_mut().for_each(|w| *w = F32(1.0));
+                }
+            }
+            Kind::Rows | Kind::Opaque => st.warn(
+                "grad_mean",
+                format!(
+                    "fetch '{user}' is neither a mean nor a sum over the batch's rows, so the towers' values are averaged by their shares of the batch, which need not be its value on the whole batch; fetch a reduce_mean or reduce_sum of per-example values, or fetch it from an evaluation program"
+                ),
+            ),
+        }
+    }
+    Ok(())
 }

@@ -50,6 +50,12 @@ use Kind::*;
 /// The kind of output 0 of `loss`, where `batch_inputs` names the
 /// placeholders whose axis 0 is the batch.
 pub fn loss_kind(g: &Graph, loss: NodeId, batch_inputs: &[String]) -> Result<Kind, towers_graph::GraphError> {
+    Ok(kinds(g, batch_inputs)?.get(&loss).copied().unwrap_or(Opaque))
+}
+
+/// The kind of every node's output 0 (of every output for `split`'s
+/// divisions of the batch), in one pass over the graph.
+pub fn kinds(g: &Graph, batch_inputs: &[String]) -> Result<BTreeMap<NodeId, Kind>, towers_graph::GraphError> {
     let batch: BTreeSet<&str> = batch_inputs.iter().map(String::as_str).collect();
     let mut kind: BTreeMap<NodeId, Kind> = BTreeMap::new();
     for id in g.topo_order()? {
@@ -64,11 +70,8 @@ pub fn loss_kind(g: &Graph, loss: NodeId, batch_inputs: &[String]) -> Result<Kin
             op => rule(op, &ins),
         };
         kind.insert(id, k);
-        if id == loss {
-            return Ok(k);
-        }
     }
-    Ok(kind.get(&loss).copied().unwrap_or(Opaque))
+    Ok(kind)
 }
 
 fn is_batch(g: &Graph, id: NodeId, batch: &BTreeSet<&str>) -> bool {

@@ -92,10 +92,12 @@ pub struct CompileOptions {
     /// (output 0), besides "loss": TF1's `sess.run([train_op, loss, acc])`
     /// named at compile time. A fetch the towers compute (a training
     /// accuracy) is computed in every tower and, being a scalar, combined
-    /// across the towers by each tower's share of the batch, like the loss:
-    /// the value one device computes on the whole batch. A fetch that is not
-    /// a scalar float inside the towers is an error (reduce it, or fetch it
-    /// from an evaluation program). Empty by default.
+    /// across the towers as the loss is: a mean over the batch by each
+    /// tower's share, a sum over the batch (a count of correct examples)
+    /// added up, so that it is the value one device computes on the whole
+    /// batch (anything else is averaged by the shares, with a diagnostic).
+    /// A fetch that is not a scalar float inside the towers is an error
+    /// (reduce it, or fetch it from an evaluation program). Empty by default.
     pub fetches: Vec<(String, String)>,
     /// Clip the averaged gradients to this global L2 norm before the
     /// optimizer applies them (TF1's `tf.clip_by_global_norm(grads, clip)`

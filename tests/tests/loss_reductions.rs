@@ -116,3 +116,52 @@ fn a_sum_plus_a_regularizer_keeps_the_shares_and_says_why() {
     assert!(d[0].contains("neither a mean nor a sum") && d[0].contains("total_loss"), "{}", d[0]);
     assert!(d[0].contains("reduce_mean"), "the fix is named: {}", d[0]);
 }
+
+/// Extra fetches are weighed as the loss is: a count of correct examples (a
+/// sum) and an accuracy (a mean) fetched from a training program equal one
+/// device's at uneven towers and with accumulation.
+#[test]
+fn extra_fetches_that_sum_or_average_the_batch_equal_one_device() {
+    let run = |towers: u32, split: SplitPolicy, accumulate: usize| {
+        let mut b = GraphBuilder::with_seed(2);
+        let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(3)])).unwrap();
+        let y = b.placeholder("y", DType::I32, Shape(vec![None])).unwrap();
+        let logits = layers::dense(&mut b, "fc", x, 2, Activation::None).unwrap();
+        let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+        let loss = b.reduce_mean(xent, &[0], false).unwrap();
+        b.identity(loss, "loss").unwrap();
+        let pred = b.argmax(logits, 1).unwrap();
+        let hit = b.equal(pred, y).unwrap();
+        let hit = b.cast(hit, DType::F32).unwrap();
+        let correct = b.reduce_sum(hit, &[0], false).unwrap();
+        b.identity(correct, "correct").unwrap();
+        let accuracy = b.reduce_mean(hit, &[0], false).unwrap();
+        b.identity(accuracy, "accuracy").unwrap();
+        let g = b.finish();
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
+        o.towers = (0..towers).map(Device::gpu).collect();
+        o.split = split;
+        o.accumulate = accumulate;
+        o.fetches = vec![("correct".into(), "correct".into()), ("accuracy".into(), "accuracy".into())];
+        let c = compile_train(&g, "loss", &o).expect("compiles");
+        assert!(c.state.diagnostics.is_empty(), "{:?}", c.state.diagnostics);
+        let mut s = Session::new(1);
+        s.load("train", c.plan).unwrap();
+        let xs: Vec<f32> = (0..BATCH * 3).map(|i| ((i * 37 % 11) as f32 - 5.0) / 5.0).collect();
+        let ys: Vec<i32> = (0..BATCH).map(|i| (i % 3 == 0) as i32).collect();
+        s.feed("train", "x", &xs).unwrap();
+        s.feed("train", "y", &ys).unwrap();
+        s.run("train").unwrap();
+        let correct = s.fetch::<f32>("train", "correct").unwrap()[0];
+        let accuracy = s.fetch::<f32>("train", "accuracy").unwrap()[0];
+        (correct, accuracy)
+    };
+    let (c0, a0) = run(0, SplitPolicy::Even, 1);
+    assert_eq!(c0.fract(), 0.0, "a count: {c0}");
+    assert!((a0 - c0 / BATCH as f32).abs() < 1e-6);
+    for (towers, split, acc) in configs() {
+        let (c, a) = run(towers, split.clone(), acc);
+        assert!((c - c0).abs() < 1e-4, "{towers} towers {split:?}, accumulate {acc}: {c} correct, one device {c0}");
+        assert!((a - a0).abs() < 1e-6, "{towers} towers {split:?}, accumulate {acc}: accuracy {a}, one device {a0}");
+    }
+}
