@@ -48,7 +48,8 @@ pub use error::CodegenError;
 #[cfg(feature = "lower")]
 pub use lower::lower;
 pub use plan::{
-    BufRef, Buffer, BufferKind, ConstantDecl, DevicePlan, LowerOptions, Mode, Plan, Step, StreamPlan, VariableDecl,
+    BufRef, Buffer, BufferKind, ConstantDecl, DevicePlan, LowerOptions, Mode, Plan, Step, StreamPlan, UnreadFeed,
+    VariableDecl,
 };
 pub use towers_kernels::{BinaryOp, ConvGeom, Kernel, PoolGeom, UnaryOp};
 pub use verify::{verify, PlanError};

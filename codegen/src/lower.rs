@@ -576,6 +576,11 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         streams,
         num_events: schedule.num_events,
         task: program.task,
+        unread_feeds: program
+            .unread_feeds
+            .iter()
+            .map(|(name, ty)| crate::plan::UnreadFeed { name: name.clone(), dtype: ty.dtype, shape: ty.shape.0.clone() })
+            .collect(),
     };
     crate::verify::verify(&plan)?;
     Ok(plan)

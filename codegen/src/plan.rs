@@ -260,6 +260,20 @@ pub struct Plan {
     /// record), naming its devices `/job:worker/task:<rank>/device:...`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<usize>,
+    /// Placeholders of the graph this program does not read, sorted by
+    /// name: a feed of one is checked against its type and ignored (TF1's
+    /// `feed_dict` takes any placeholder of the graph).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread_feeds: Vec<UnreadFeed>,
+}
+
+/// A placeholder the program does not read: its name and declared type
+/// (`None` for an unknown dimension).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnreadFeed {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<Option<usize>>,
 }
 
 impl Plan {

@@ -110,6 +110,7 @@ fn base() -> Plan {
         ],
         num_events: 3,
         task: None,
+        unread_feeds: Vec::new(),
     }
 }
 

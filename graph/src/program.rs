@@ -116,6 +116,11 @@ pub struct Program {
     /// variable (set by `place`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ps: Option<PsSharding>,
+    /// The graph's placeholders this program does not read (set by
+    /// `prune`), sorted by name, with their types: feeding one is accepted
+    /// and ignored, as TF1's `feed_dict` accepts any placeholder.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread_feeds: Vec<(String, crate::types::TensorType)>,
 }
 
 /// The variables sharded over parameter-server tasks (TF1's

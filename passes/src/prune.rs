@@ -11,11 +11,13 @@
 //! - `st.var_list` names only variables that survived, in their order (a
 //!   variable the loss does not reach is gone, as from the collections);
 //! - a loss, fetch or train op naming a missing node is an error that lists
-//!   the closest names; a missing update op is skipped, as TF does.
+//!   the closest names; a missing update op is skipped, as TF does;
+//! - the program record's `unread_feeds` lists the removed placeholders
+//!   (feeding them is accepted and ignored, as TF1's `feed_dict`).
 
 use std::collections::BTreeSet;
 
-use towers_graph::{keys, Graph, NodeId};
+use towers_graph::{keys, Graph, NodeId, Op, TensorType};
 
 use crate::manager::Pass;
 use crate::state::{CompileState, PassError};
@@ -65,7 +67,23 @@ impl Pass for Prune {
 
     fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
         let roots = roots(g, st)?;
+        let placeholders: Vec<(String, TensorType)> = g
+            .node_ids()
+            .into_iter()
+            .filter(|&id| matches!(g.node(id).op, Op::Placeholder { .. }))
+            .map(|id| (g.node(id).name.clone(), g.node(id).outputs[0].clone()))
+            .collect();
         prune(g, &roots);
+        let unread = &mut g.program_mut().unread_feeds;
+        for (name, ty) in placeholders {
+            if !unread.iter().any(|(u, _)| *u == name) {
+                unread.push((name, ty));
+            }
+        }
+        let unread = std::mem::take(&mut g.program_mut().unread_feeds);
+        let mut unread: Vec<(String, TensorType)> = unread.into_iter().filter(|(n, _)| g.get(n).is_none()).collect();
+        unread.sort_by(|a, b| a.0.cmp(&b.0));
+        g.program_mut().unread_feeds = unread;
         st.var_list.retain(|v| g.get(v).is_some());
         Ok(())
     }

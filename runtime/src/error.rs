@@ -22,6 +22,11 @@ pub enum RuntimeError {
     #[error("program '{program}' has no feed named '{feed}' (feeds: {feeds})")]
     UnknownFeed { program: String, feed: String, feeds: String },
 
+    /// A feed of a placeholder the program does not read, whose values
+    /// cannot have the placeholder's type (a feed that can is ignored).
+    #[error("program '{program}' does not read placeholder '{feed}' (nothing it computes depends on it) and ignores its feed, but {detail}")]
+    UnreadFeed { program: String, feed: String, detail: String },
+
     /// A feed of the wrong size, said in shapes: "expects [200,784], got
     /// 78400 elements = 100 rows".
     #[error("feed '{feed}' of program '{program}' expects {}, got {got} elements{}; feed exactly the placeholder's shape (the batch is fixed when the program is compiled: for a last, shorter batch compile a program at its rows, e.g. compile_eval(.., rows), or pad it)", shape_text(.shape), rows_note(.shape, *.got))]

@@ -262,6 +262,7 @@ mod tests {
             ],
             num_events: 2,
             task: None,
+            unread_feeds: Vec::new(),
         }
     }
 

@@ -175,6 +175,7 @@ mod tests {
                 .collect(),
             num_events,
             task: None,
+            unread_feeds: Vec::new(),
         }
     }
 

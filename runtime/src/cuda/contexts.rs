@@ -226,6 +226,7 @@ mod tests {
             ],
             num_events: 3,
             task: None,
+            unread_feeds: Vec::new(),
         };
         assert_eq!(event_slots(&plan, &[1, 2]), vec![1, 2, 0]);
     }

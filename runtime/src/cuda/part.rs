@@ -358,6 +358,7 @@ mod tests {
             ],
             num_events: 3,
             task: None,
+            unread_feeds: Vec::new(),
         };
         let s = served_streams(&plan, &[false, true, true]);
         assert_eq!(s, vec![false, true, true]);

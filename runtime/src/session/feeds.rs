@@ -4,9 +4,12 @@
 //! the feed fed; `Session::run` refuses a program with a feed never fed
 //! since it was loaded ([`RuntimeError::Unfed`]). Sizes are checked against
 //! the placeholder's shape and said in shapes and rows
-//! ([`RuntimeError::FeedLength`]).
+//! ([`RuntimeError::FeedLength`]). A feed of a placeholder of the graph
+//! that the program does not read (pruned: nothing it computes depends on
+//! it) is checked against the placeholder's type and ignored, as TF1's
+//! `feed_dict` takes any placeholder of the graph.
 
-use towers_codegen::{BufRef, Plan};
+use towers_codegen::{BufRef, Plan, UnreadFeed};
 use towers_vocab::DType;
 
 use super::{compatible, list, lookup, Element, Program, Session};
@@ -24,6 +27,9 @@ impl Session {
     fn feed_host(&mut self, program: &str, feed: &str, data: HostSlice<'_>, dtype: DType) -> Result<(), RuntimeError> {
         // Borrow the field only: the backend is written below.
         let p = lookup(&self.programs, program)?;
+        if let Some(u) = p.plan.unread_feeds.iter().find(|u| u.name == feed) {
+            return unread_feed(program, u, dtype, Some(data.len()));
+        }
         let index = p.plan.feeds.iter().position(|(n, _)| n == feed).ok_or_else(|| RuntimeError::UnknownFeed {
             program: program.into(),
             feed: feed.into(),
@@ -75,6 +81,14 @@ impl Session {
                 return Err(RuntimeError::UnknownProgram { program: program.into(), loaded });
             }
         };
+        if let Some(u) = plan.unread_feeds.iter().find(|u| u.name == feed) {
+            unread_feed(program, u, dtype, None)?;
+            return Err(RuntimeError::UnreadFeed {
+                program: program.into(),
+                feed: feed.into(),
+                detail: "it has no memory to lend to feed_with; feed it with Session::feed (checked and ignored, as TF1's feed_dict), or do not feed it to this program".into(),
+            });
+        }
         let Some(index) = plan.feeds.iter().position(|(n, _)| n == feed) else {
             return Err(RuntimeError::UnknownFeed {
                 program: program.into(),
@@ -171,4 +185,23 @@ impl Session {
     pub fn feed<T: Element>(&mut self, program: &str, feed: &str, data: &[T]) -> Result<(), RuntimeError> {
         self.feed_host(program, feed, T::host(data), T::DTYPE)
     }
+}
+
+/// A feed of a placeholder the program does not read: checked against the
+/// placeholder's dtype and, with `len`, its shape (a multiple of the known
+/// dimensions' product where a dimension is unknown), then ignored.
+fn unread_feed(program: &str, u: &UnreadFeed, dtype: DType, len: Option<usize>) -> Result<(), RuntimeError> {
+    let bad = |detail: String| RuntimeError::UnreadFeed { program: program.into(), feed: u.name.clone(), detail };
+    if !compatible(u.dtype, dtype) {
+        return Err(bad(format!("it is {}, not {dtype}", u.dtype)));
+    }
+    let Some(len) = len else { return Ok(()) };
+    let known: usize = u.shape.iter().flatten().product();
+    let exact = u.shape.iter().all(Option::is_some);
+    let shape: Vec<String> = u.shape.iter().map(|d| d.map_or("?".to_string(), |d| d.to_string())).collect();
+    let fits = if exact { len == known } else { known == 0 || len % known == 0 };
+    if !fits {
+        return Err(bad(format!("{len} elements do not fill its shape [{}]", shape.join(","))));
+    }
+    Ok(())
 }
