@@ -48,8 +48,8 @@ pub mod prelude {
         Normalizer, Pool2dOptions, Regularizer,
     };
     pub use towers_graph::{
-        keys, DType, Device, Graph, GraphBuilder, GraphError, Initializer, Op, Optimizer, Padding, Reuse, Shape,
-        Tensor, F32,
+        keys, BinaryOp, DType, Device, Graph, GraphBuilder, GraphError, Initializer, Op, Optimizer, Padding, Reuse,
+        Shape, Tensor, UnaryOp, F32,
     };
     pub use towers_passes::{apply_gradients, average_gradients, gradients, BnUpdates, SplitPolicy, VarPlacement};
     pub use towers_runtime::{RuntimeError, Session};

@@ -50,6 +50,65 @@ impl GraphBuilder {
         self.binary(BinaryOp::Pow, x, y)
     }
 
+    /// `e^x` (TF's `tf.exp`); `dx = dy·y`.
+    pub fn exp(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp, x)
+    }
+    /// `ln x` (TF's `tf.log`); `dx = dy / x`.
+    pub fn log(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Log, x)
+    }
+    /// `√x` (TF's `tf.sqrt`); `dx = dy / (2y)`.
+    pub fn sqrt(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt, x)
+    }
+    /// `1/√x` (TF's `tf.rsqrt`); `dx = -dy·y³/2`.
+    pub fn rsqrt(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Rsqrt, x)
+    }
+    /// `1/x` (TF's `tf.reciprocal`); `dx = -dy·y²`.
+    pub fn reciprocal(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Reciprocal, x)
+    }
+
+    /// `x` clipped to `[lo, hi]` (TF's `tf.clip_by_value`): `minimum(maximum(x,
+    /// lo), hi)` in a `clip_by_value` name scope; the gradient passes where
+    /// `lo <= x <= hi`. `lo > hi` or a NaN bound is an error naming the node.
+    pub fn clip_by_value(&mut self, x: Tensor, lo: f32, hi: f32) -> Result<Tensor> {
+        if lo.is_nan() || hi.is_nan() || lo > hi {
+            return Err(GraphError::LayerOption {
+                layer: Self::join(&self.name_scope, "clip_by_value"),
+                option: "clip_value_min/clip_value_max".into(),
+                detail: format!("must satisfy min <= max, got [{lo}, {hi}]"),
+            });
+        }
+        self.name_scope("clip_by_value", |b| {
+            let lo = b.scalar(lo)?;
+            let hi = b.scalar(hi)?;
+            let up = b.op1("Maximum", Op::Binary(BinaryOp::Maximum), &[x, lo])?;
+            b.op1("Minimum", Op::Binary(BinaryOp::Minimum), &[up, hi])
+        })
+    }
+
+    /// A tensor of `x`'s shape (and an unknown batch's rows) filled with
+    /// `value`, reading nothing of `x` but its shape: no gradient flows to
+    /// `x` (TF's `tf.zeros_like`/`tf.ones_like`/`tf.fill`).
+    pub fn fill_like(&mut self, x: Tensor, value: f32) -> Result<Tensor> {
+        self.name_scope("fill_like", |b| {
+            let v = b.scalar(value)?;
+            let shape_only = b.op1("StopGradient", Op::StopGradient, &[x])?;
+            b.op1("BroadcastLike", Op::BroadcastLike, &[v, shape_only])
+        })
+    }
+    /// `fill_like(x, 0)` (TF's `tf.zeros_like`).
+    pub fn zeros_like(&mut self, x: Tensor) -> Result<Tensor> {
+        self.fill_like(x, 0.0)
+    }
+    /// `fill_like(x, 1)` (TF's `tf.ones_like`).
+    pub fn ones_like(&mut self, x: Tensor) -> Result<Tensor> {
+        self.fill_like(x, 1.0)
+    }
+
     /// `x²` (TF's `tf.square`), as `Mul(x, x)` named `Square`.
     ///
     /// ```

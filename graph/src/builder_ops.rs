@@ -134,11 +134,13 @@ impl GraphBuilder {
     pub fn softmax_cross_entropy_with_logits(&mut self, logits: Tensor, labels: Tensor) -> Result<Tensor> {
         self.op1("SoftmaxCrossEntropyWithLogits", Op::SoftmaxCrossEntropy, &[logits, labels])
     }
+    /// Sum over `axes` (TF's `tf.reduce_sum`; an axis given twice counts once, as in TF).
     pub fn reduce_sum(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
-        self.op1("Sum", Op::ReduceSum { axes: axes.to_vec(), keep_dims }, &[x])
+        self.op1("Sum", Op::ReduceSum { axes: distinct(axes), keep_dims }, &[x])
     }
+    /// Mean over `axes` (TF's `tf.reduce_mean`; an axis given twice counts once, as in TF).
     pub fn reduce_mean(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
-        self.op1("Mean", Op::ReduceMean { axes: axes.to_vec(), keep_dims }, &[x])
+        self.op1("Mean", Op::ReduceMean { axes: distinct(axes), keep_dims }, &[x])
     }
     /// Mean over every axis.
     pub fn reduce_mean_all(&mut self, x: Tensor) -> Result<Tensor> {
@@ -202,4 +204,15 @@ impl GraphBuilder {
     pub fn group(&mut self, name: &str, deps: &[NodeId]) -> Result<NodeId> {
         self.control_dependencies(deps, |b| b.op(name, Op::NoOp, &[]))
     }
+}
+
+/// `axes` without repeats, in first-seen order.
+fn distinct(axes: &[usize]) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::with_capacity(axes.len());
+    for &a in axes {
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    out
 }

@@ -1,0 +1,125 @@
+//! The TF1 spellings a port reaches for first: `exp`, `log`, `sqrt`,
+//! `rsqrt`, `reciprocal`, `clip_by_value`, `zeros_like`/`ones_like`, and
+//! `reduce_sum` with an axis given twice (TF counts it once). Values against
+//! their formulas, `clip_by_value`'s gradient (it passes inside the bounds
+//! only), and a recurrent state started with `zeros_like` of an unknown
+//! batch training at 2 towers as on one device.
+
+use towers::prelude::*;
+
+#[test]
+fn the_unary_spellings_and_fills_compute_their_formulas() {
+    let mut b = GraphBuilder::new();
+    let x = b.placeholder("x", DType::F32, [None, Some(3)]).unwrap();
+    let outs = [
+        ("exp", b.exp(x).unwrap()),
+        ("log", b.log(x).unwrap()),
+        ("sqrt", b.sqrt(x).unwrap()),
+        ("rsqrt", b.rsqrt(x).unwrap()),
+        ("reciprocal", b.reciprocal(x).unwrap()),
+        ("clip", b.clip_by_value(x, 0.5, 2.0).unwrap()),
+        ("zeros", b.zeros_like(x).unwrap()),
+        ("ones", b.ones_like(x).unwrap()),
+        ("sum11", b.reduce_sum(x, &[1, 1], false).unwrap()),
+    ];
+    let mut fetches = Vec::new();
+    for (name, t) in outs {
+        let node = b.graph().node(t.node).name.clone();
+        fetches.push((name.to_string(), node));
+    }
+    assert_eq!(fetches[5].1, "clip_by_value/Minimum", "TF's names");
+    let g = b.finish();
+    let f: Vec<(&str, &str)> = fetches.iter().map(|(a, n)| (a.as_str(), n.as_str())).collect();
+    let mut s = Session::new(0);
+    s.load("eval", compile_eval(&g, &f, 2).unwrap().plan).unwrap();
+    let xs = [0.25f32, 1.0, 4.0, 0.5, 2.0, 9.0];
+    s.feed("eval", "x", &xs).unwrap();
+    s.run("eval").unwrap();
+    let get = |s: &Session, n: &str| s.fetch::<f32>("eval", n).unwrap();
+    let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6 * y.abs().max(1.0));
+    let map = |f: fn(f32) -> f32| xs.iter().map(|&v| f(v)).collect::<Vec<f32>>();
+    assert!(close(&get(&s, "exp"), &map(f32::exp)));
+    assert!(close(&get(&s, "log"), &map(f32::ln)));
+    assert!(close(&get(&s, "sqrt"), &map(f32::sqrt)));
+    assert!(close(&get(&s, "rsqrt"), &map(|v| 1.0 / v.sqrt())));
+    assert!(close(&get(&s, "reciprocal"), &map(|v| 1.0 / v)));
+    assert_eq!(get(&s, "clip"), [0.5, 1.0, 2.0, 0.5, 2.0, 2.0]);
+    assert_eq!(get(&s, "zeros"), [0.0; 6]);
+    assert_eq!(get(&s, "ones"), [1.0; 6]);
+    assert_eq!(get(&s, "sum11"), [5.25, 11.5]);
+}
+
+#[test]
+fn clip_bounds_that_cannot_hold_are_refused() {
+    let mut b = GraphBuilder::new();
+    let x = b.placeholder("x", DType::F32, [2]).unwrap();
+    let e = b.clip_by_value(x, 1.0, -1.0).unwrap_err().to_string();
+    assert!(e.contains("clip_by_value") && e.contains("min <= max"), "{e}");
+    assert!(b.clip_by_value(x, f32::NAN, 1.0).is_err());
+}
+
+/// d/dw sum(clip(w, -1, 1)) is 1 inside the bounds and 0 outside: one SGD
+/// step with lr 1 moves exactly the elements inside by -1.
+#[test]
+fn clip_by_value_passes_the_gradient_inside_its_bounds_only() {
+    let mut b = GraphBuilder::new();
+    let x = b.placeholder("x", DType::F32, [None, Some(4)]).unwrap();
+    let w = b.get_variable("w", [4], Initializer::Zeros).unwrap();
+    let c = b.clip_by_value(w, -1.0, 1.0).unwrap();
+    let xw = b.mul(x, c).unwrap();
+    let loss = b.reduce_sum_all(xw).unwrap();
+    b.identity(loss, "loss").unwrap();
+    let g = b.finish();
+    let c = compile_train(&g, "loss", &CompileOptions::new(Optimizer::Sgd { lr: F32(1.0) }, 1)).unwrap();
+    let mut s = Session::new(0);
+    s.load("train", c.plan).unwrap();
+    s.set_variable("w", &[-3.0f32, -0.5, 0.5, 3.0]).unwrap();
+    s.feed("train", "x", &[1.0f32; 4]).unwrap();
+    s.run("train").unwrap();
+    assert_eq!(s.variable::<f32>("w").unwrap(), [-3.0, -1.5, -0.5, 3.0]);
+}
+
+/// An RNN's initial state as TF1 ports write it, `zeros_like` of a
+/// projection of the batch (its rows unknown until the batch is split):
+/// two towers train as one device.
+#[test]
+fn a_zero_state_of_an_unknown_batch_trains_at_two_towers_as_one_device() {
+    let graph = || {
+        let mut b = GraphBuilder::with_seed(5);
+        let x = b.placeholder("x", DType::F32, [None, Some(3)]).unwrap();
+        let y = b.placeholder("y", DType::I32, [None]).unwrap();
+        let wx = b.get_variable("wx", [3, 4], Initializer::GlorotUniform).unwrap();
+        let wh = b.get_variable("wh", [4, 4], Initializer::GlorotUniform).unwrap();
+        let xw = b.matmul(x, wx).unwrap();
+        let mut h = b.zeros_like(xw).unwrap();
+        for _ in 0..2 {
+            let hw = b.matmul(h, wh).unwrap();
+            let pre = b.add(xw, hw).unwrap();
+            h = b.tanh(pre).unwrap();
+        }
+        let logits = layers::dense(&mut b, "out", h, 2, Activation::None).unwrap();
+        let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+        let loss = b.reduce_mean(xent, &[0], false).unwrap();
+        b.identity(loss, "loss").unwrap();
+        b.finish()
+    };
+    let train = |towers: u32| {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, 8);
+        o.towers = (0..towers).map(Device::gpu).collect();
+        let mut s = Session::new(0);
+        s.load("train", compile_train(&graph(), "loss", &o).unwrap().plan).unwrap();
+        let xs: Vec<f32> = (0..24).map(|i| ((i * 7 % 5) as f32 - 2.0) / 2.0).collect();
+        let ys: Vec<i32> = (0..8).map(|i| i % 2).collect();
+        for _ in 0..3 {
+            s.feed("train", "x", &xs).unwrap();
+            s.feed("train", "y", &ys).unwrap();
+            s.run("train").unwrap();
+        }
+        (s.variable::<f32>("wh").unwrap(), s.fetch::<f32>("train", "loss").unwrap()[0])
+    };
+    let (w0, l0) = train(0);
+    let (w2, l2) = train(2);
+    assert!(w0.iter().zip(&w2).all(|(a, b)| (a - b).abs() <= 1e-5 * a.abs().max(1e-2)), "{w0:?} vs {w2:?}");
+    assert!((l0 - l2).abs() <= 1e-5 * l0.abs(), "{l0} vs {l2}");
+    assert!(w0.iter().any(|&v| v != 0.0));
+}
