@@ -127,12 +127,52 @@ impl GraphBuilder {
         self.op1("LogSoftmax", Op::LogSoftmax, &[x])
     }
     /// Per-example loss `[N]` of logits `[N,C]` against i32 labels `[N]`.
+    ///
+    /// Logits of higher rank `[N, d1, ..., C]` with labels `[N, d1, ...]`
+    /// (a sequence model's per-step classes) give `[N, d1, ...]`, as TF's:
+    /// computed on rows reshaped to `[-1, C]`; every dimension but `N` must
+    /// be known.
     pub fn sparse_softmax_cross_entropy_with_logits(&mut self, logits: Tensor, labels: Tensor) -> Result<Tensor> {
-        self.op1("SparseSoftmaxCrossEntropyWithLogits", Op::SparseSoftmaxCrossEntropy, &[logits, labels])
+        const NAME: &str = "SparseSoftmaxCrossEntropyWithLogits";
+        match self.leading(logits)? {
+            None => self.op1(NAME, Op::SparseSoftmaxCrossEntropy, &[logits, labels]),
+            Some((inner, classes)) => self.name_scope(NAME, |b| {
+                let l = b.reshape(logits, &[-1, classes])?;
+                let y = b.reshape(labels, &[-1])?;
+                let x = b.op1(NAME, Op::SparseSoftmaxCrossEntropy, &[l, y])?;
+                b.reshape(x, &inner)
+            }),
+        }
     }
-    /// Per-example loss `[N]` of logits `[N,C]` against one-hot labels `[N,C]`.
+    /// Per-example loss `[N]` of logits `[N,C]` against one-hot labels `[N,C]`
+    /// (of higher rank as [`GraphBuilder::sparse_softmax_cross_entropy_with_logits`],
+    /// labels shaped as the logits).
     pub fn softmax_cross_entropy_with_logits(&mut self, logits: Tensor, labels: Tensor) -> Result<Tensor> {
-        self.op1("SoftmaxCrossEntropyWithLogits", Op::SoftmaxCrossEntropy, &[logits, labels])
+        const NAME: &str = "SoftmaxCrossEntropyWithLogits";
+        match self.leading(logits)? {
+            None => self.op1(NAME, Op::SoftmaxCrossEntropy, &[logits, labels]),
+            Some((inner, classes)) => self.name_scope(NAME, |b| {
+                let l = b.reshape(logits, &[-1, classes])?;
+                let y = b.reshape(labels, &[-1, classes])?;
+                let x = b.op1(NAME, Op::SoftmaxCrossEntropy, &[l, y])?;
+                b.reshape(x, &inner)
+            }),
+        }
+    }
+    /// For logits of rank above 2 with every dimension but the first known:
+    /// the shape of the per-row result (`[-1, d1, ...]`) and the classes.
+    fn leading(&self, logits: Tensor) -> Result<Option<(Vec<i64>, i64)>> {
+        let shape = &self.graph.tensor_type(logits)?.shape;
+        let r = shape.rank();
+        if r <= 2 {
+            return Ok(None);
+        }
+        let dims: Option<Vec<usize>> = (1..r).map(|i| shape.dim(i)).collect();
+        Ok(dims.map(|d| {
+            let mut inner: Vec<i64> = vec![-1];
+            inner.extend(d[..d.len() - 1].iter().map(|&n| n as i64));
+            (inner, d[d.len() - 1] as i64)
+        }))
     }
     /// Sum over `axes` (TF's `tf.reduce_sum`; an axis given twice counts once, as in TF).
     pub fn reduce_sum(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {

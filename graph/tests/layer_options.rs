@@ -257,6 +257,9 @@ fn bad_options_are_typed_errors_naming_the_layer() {
     let mut b = GraphBuilder::new();
     let x = images(&mut b);
     let v = b.placeholder("v", DType::F32, Shape(vec![None, Some(4)])).expect("v");
+    // A sequence of unknown length: dense applies to the last axis only
+    // where every other dimension but the batch is known.
+    let ragged = b.placeholder("ragged", DType::F32, Shape(vec![None, None, Some(4)])).expect("ragged");
     let cases = [
         (err(layers::conv2d_with(&mut b, x, &Conv2dOptions::new(0, [3, 3]).name("c0"))), "c0", "filters"),
         (err(layers::conv2d_with(&mut b, x, &Conv2dOptions::new(2, [0, 3]).name("c1"))), "c1", "kernel_size"),
@@ -267,7 +270,7 @@ fn bad_options_are_typed_errors_naming_the_layer() {
         ),
         (err(layers::conv2d_with(&mut b, v, &Conv2dOptions::new(2, [3, 3]).name("c3"))), "c3", "NHWC"),
         (err(layers::dense_with(&mut b, v, &DenseOptions::new(0).name("d0"))), "d0", "units"),
-        (err(layers::dense_with(&mut b, x, &DenseOptions::new(2).name("d1"))), "d1", "flatten"),
+        (err(layers::dense_with(&mut b, ragged, &DenseOptions::new(2).name("d1"))), "d1", "but the batch known"),
         (
             err(layers::dense_with(
                 &mut b,

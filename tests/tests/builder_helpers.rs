@@ -123,3 +123,61 @@ fn a_zero_state_of_an_unknown_batch_trains_at_two_towers_as_one_device() {
     assert!((l0 - l2).abs() <= 1e-5 * l0.abs(), "{l0} vs {l2}");
     assert!(w0.iter().any(|&v| v != 0.0));
 }
+
+/// A sequence model as TF1 ports write it: `tf.layers.dense` on `[B, T, D]`
+/// applies to the last axis, and the cross entropies take `[B, T, C]`
+/// logits with `[B, T]` labels. The same numbers as the hand-reshaped
+/// model, and 2 towers train as one device.
+#[test]
+fn dense_and_cross_entropies_apply_to_the_last_axis_of_a_sequence() {
+    const T: usize = 3;
+    let graph = |by_hand: bool| {
+        let mut b = GraphBuilder::with_seed(9);
+        let x = b.placeholder("x", DType::F32, [None, Some(T), Some(4)]).unwrap();
+        let y = b.placeholder("y", DType::I32, [None, Some(T)]).unwrap();
+        let xent = if by_hand {
+            let flat = b.reshape(x, &[-1, 4]).unwrap();
+            let logits = layers::dense(&mut b, "dense", flat, 5, Activation::None).unwrap();
+            let labels = b.reshape(y, &[-1]).unwrap();
+            b.sparse_softmax_cross_entropy_with_logits(logits, labels).unwrap()
+        } else {
+            let logits = layers::dense(&mut b, "dense", x, 5, Activation::None).unwrap();
+            assert_eq!(b.graph().tensor_type(logits).unwrap().shape.to_string(), "[?,3,5]");
+            let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+            assert_eq!(b.graph().tensor_type(xent).unwrap().shape.to_string(), "[?,3]");
+            // The dense-label form too: one-hot labels shaped as the logits.
+            let one_hot = b.one_hot(y, 5, 1.0, 0.0).unwrap();
+            let dense = b.softmax_cross_entropy_with_logits(logits, one_hot).unwrap();
+            assert_eq!(b.graph().tensor_type(dense).unwrap().shape.to_string(), "[?,3]");
+            xent
+        };
+        let loss = b.reduce_mean_all(xent).unwrap();
+        b.identity(loss, "loss").unwrap();
+        b.finish()
+    };
+    let g = graph(false);
+    assert_eq!(g.tensor_type(g.tensor(g.find("dense/weights").unwrap(), 0)).unwrap().shape.to_string(), "[4,5]");
+    let train = |g: &Graph, towers: u32| {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, 4);
+        o.towers = (0..towers).map(Device::gpu).collect();
+        let mut s = Session::new(0);
+        s.load("train", compile_train(g, "loss", &o).unwrap().plan).unwrap();
+        let xs: Vec<f32> = (0..4 * T * 4).map(|i| ((i * 7 % 9) as f32 - 4.0) / 4.0).collect();
+        let ys: Vec<i32> = (0..4 * T).map(|i| (i % 5) as i32).collect();
+        let mut losses = Vec::new();
+        for _ in 0..3 {
+            s.feed("train", "x", &xs).unwrap();
+            s.feed("train", "y", &ys).unwrap();
+            s.run("train").unwrap();
+            losses.push(s.fetch::<f32>("train", "loss").unwrap()[0]);
+        }
+        (losses, s.variable::<f32>("dense/weights").unwrap())
+    };
+    let (l_hand, w_hand) = train(&graph(true), 0);
+    let (l0, w0) = train(&g, 0);
+    let (l2, w2) = train(&g, 2);
+    let near = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * y.abs().max(1e-2));
+    assert!(near(&l0, &l_hand) && near(&w0, &w_hand), "{l0:?} vs by hand {l_hand:?}");
+    assert!(near(&l2, &l0) && near(&w2, &w0), "2 towers {l2:?} vs one device {l0:?}");
+    assert!(l0[2] < l0[0], "it trains: {l0:?}");
+}

@@ -133,7 +133,10 @@ fn weighted(
 
 /// A fully connected layer `act(norm(x·W + b))` with TF's options: slim's
 /// `fully_connected`, TF's `tf.layers.dense` (by [`Naming`]). `x` is
-/// `[batch, in]` with `in` known.
+/// `[batch, in]` with `in` known, or of higher rank `[batch, d1, ..., in]`
+/// with every dimension but the batch known: as TF's, the layer then
+/// applies to the last axis (`Tensordot`: reshaped to `[-1, in]`,
+/// multiplied, reshaped to `[batch, d1, ..., units]`).
 pub fn dense_with(b: &mut GraphBuilder, x: Tensor, opts: &DenseOptions) -> Result<Tensor> {
     let d = opts.args.over(b.layer_defaults());
     let ls = LayerScope::new(b, Kind::Dense, d.naming.unwrap_or_default(), opts.name.as_deref());
@@ -141,12 +144,34 @@ pub fn dense_with(b: &mut GraphBuilder, x: Tensor, opts: &DenseOptions) -> Resul
         return Err(ls.err("units", "must be at least 1, got 0"));
     }
     let shape = b.graph().tensor_type(x)?.shape.clone();
-    let in_dim = match (shape.rank(), shape.dim(1)) {
-        (2, Some(n)) => n,
-        _ => return Err(ls.err("input", format!("must be [batch, n] with n known, got {shape} (flatten it first)"))),
+    let rank = shape.rank();
+    let inner: Option<Vec<usize>> = (1..rank).map(|i| shape.dim(i)).collect();
+    let (in_dim, inner) = match (rank, inner) {
+        (2, Some(inner)) => (inner[0], None),
+        (r, Some(inner)) if r > 2 => (inner[r - 2], Some(inner)),
+        _ => {
+            return Err(ls.err(
+                "input",
+                format!("must be [batch, n] (or [batch, d1, ..., n]) with every dimension but the batch known, got {shape}"),
+            ))
+        }
     };
+    if d.normalizer.as_ref().is_some_and(|n| !matches!(n, Normalizer::None)) && inner.is_some() {
+        return Err(ls.err("normalizer_fn", format!("applies to a rank-2 input only, got {shape}")));
+    }
     let r = resolve(&ls, d)?;
-    weighted(b, &ls, &r, vec![in_dim, opts.units], opts.units, |b, w| b.matmul(x, w))
+    let units = opts.units as i64;
+    weighted(b, &ls, &r, vec![in_dim, opts.units], opts.units, |b, w| match &inner {
+        None => b.matmul(x, w),
+        Some(inner) => b.name_scope("Tensordot", |b| {
+            let flat = b.reshape(x, &[-1, in_dim as i64])?;
+            let y = b.matmul(flat, w)?;
+            let mut back: Vec<i64> = vec![-1];
+            back.extend(inner[..inner.len() - 1].iter().map(|&n| n as i64));
+            back.push(units);
+            b.reshape(y, &back)
+        }),
+    })
 }
 
 /// A 2-D convolution layer (NHWC input, HWIO kernel) with TF's options:
