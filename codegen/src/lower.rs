@@ -282,6 +282,17 @@ impl<'g> Lowerer<'g> {
             op: node.op.type_name().to_string(),
             reason,
         })?;
+        // Views need the input's bytes in this device's arena; a variable
+        // (0 towers, or variables on the tower's device) is split by the kernel.
+        if let (Lowering::Views, Op::Split { axis, sizes }) = (&low, &node.op) {
+            if !matches!(in_refs.first(), Some(BufRef::Arena { .. })) {
+                low = crate::select::split_launch(*axis, &ins[0], sizes).map_err(|reason| CodegenError::Unsupported {
+                    node: node.name.clone(),
+                    op: node.op.type_name().to_string(),
+                    reason,
+                })?;
+            }
+        }
         self.fuse_launch(id, &mut low, &in_refs, opts)?;
         let mut workspace = None;
         match &low {

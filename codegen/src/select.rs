@@ -54,6 +54,13 @@ fn launch(kernel: Kernel, inputs: &[usize]) -> Result<Lowering, String> {
     Ok(Lowering::Launch { kernel, inputs: inputs.to_vec(), outs: Outs::Own })
 }
 
+/// `Split` as a kernel that copies each part out: where the parts cannot
+/// be views of the input (their dims before `axis` are not all 1, or the
+/// input is not an arena buffer: a variable).
+pub(crate) fn split_launch(axis: usize, input: &Ty, sizes: &[usize]) -> Result<Lowering, String> {
+    launch(Kernel::Split { axis, shape: input.dims.clone(), sizes: sizes.to_vec() }, &[0])
+}
+
 fn last(t: &Ty) -> usize {
     t.dims.last().copied().unwrap_or(1)
 }
@@ -168,9 +175,7 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
             launch(Kernel::Concat { axis: *axis, shapes: ins.iter().map(|t| t.dims.clone()).collect() }, &all)
         }
         Split { axis, .. } if ins[0].dims[..*axis].iter().all(|&d| d == 1) => Ok(Lowering::Views),
-        Split { axis, sizes } => {
-            launch(Kernel::Split { axis: *axis, shape: ins[0].dims.clone(), sizes: sizes.clone() }, &[0])
-        }
+        Split { axis, sizes } => split_launch(*axis, &ins[0], sizes),
         Slice { begin, .. } => {
             launch(Kernel::Slice { shape: ins[0].dims.clone(), begin: begin.clone(), size: outs[0].dims.clone() }, &[0])
         }

@@ -101,13 +101,21 @@ pub struct Prepared {
 /// `towers_codegen::liveness`), and a copy's destination is only read.
 /// Chains of copies resolve to the first source. A copy with a `foreign`
 /// side (another part's memory, in a mixed session) is a real copy and
-/// ends a chain.
+/// ends a chain, and so is a copy whose destination has views (a split's
+/// parts): a view is read at its own offset in its device's arena, so the
+/// bytes must be there.
 pub fn copy_aliases(plan: &Plan, foreign: &BTreeMap<BufRef, Slot>) -> BTreeMap<BufRef, BufRef> {
+    let viewed = |r: &BufRef| match r {
+        BufRef::Arena { device, buffer } => plan.devices.get(*device).is_some_and(|d| {
+            d.buffers.iter().any(|b| matches!(b.kind, towers_codegen::BufferKind::View { of } if of == *buffer))
+        }),
+        _ => false,
+    };
     let mut alias: BTreeMap<BufRef, BufRef> = BTreeMap::new();
     for s in &plan.streams {
         for step in &s.steps {
             if let Step::Copy { from, to, .. } = step {
-                if foreign.contains_key(from) || foreign.contains_key(to) {
+                if foreign.contains_key(from) || foreign.contains_key(to) || viewed(to) {
                     continue;
                 }
                 alias.insert(to.clone(), from.clone());
@@ -299,7 +307,7 @@ pub fn prepare_in(
                     if f.slot.len() != t.slot.len() || f.slot.len() * 4 != *bytes || f.slot.overlaps(&t.slot) {
                         return Err(format!("copy '{node}' has mismatched or overlapping buffers"));
                     }
-                    if foreign.contains_key(from) || foreign.contains_key(to) {
+                    if foreign.contains_key(from) || foreign.contains_key(to) || !aliases.contains_key(to) {
                         Exec::Transfer(Box::new(Transfer { from: f.slot, to: t.slot, node: node.clone() }))
                     } else {
                         Exec::Copy(node.clone())
