@@ -38,11 +38,11 @@ use crate::error::RuntimeError;
 use crate::variables::{initial_host, unknown_variable, HostVec, VarInfo, VarTable};
 
 pub use crate::backend::Profiled;
-use crate::trace::Trace;
 
 mod element;
 mod feeds;
 mod rate;
+mod steps;
 mod typed;
 
 pub use element::Element;
@@ -69,6 +69,12 @@ pub struct Session {
     programs: BTreeMap<String, Program>,
     memory: crate::memory::MemoryBudget,
     rate: rate::RateOwner,
+    /// The step the next run of any training program takes (TF1's
+    /// `global_step`: one count for the session, so two training programs
+    /// run in turn draw their dropout masks from one sequence, not each
+    /// from its own); `None` until a training program has run or a step
+    /// was set or restored.
+    train_step: Option<u64>,
 }
 
 fn list<'a>(it: impl Iterator<Item = &'a str>) -> String {
@@ -132,6 +138,7 @@ impl Session {
             programs: BTreeMap::new(),
             memory: Default::default(),
             rate: Default::default(),
+            train_step: None,
         }
     }
 
@@ -216,6 +223,7 @@ impl Session {
         let id = self.backend.load(name, &plan, Arc::clone(&self.comm)).map_err(backend)?;
         if let Some(step) = restored_step {
             self.backend.set_step(id, step);
+            self.train_step = Some(step);
         }
         let scratch = plan.feeds.iter().map(|_| None).collect();
         let fed = vec![false; plan.feeds.len()];
@@ -307,50 +315,19 @@ impl Session {
             });
         }
         let id = p.id;
+        let train = p.plan.mode == towers_codegen::Mode::Train;
+        if let (true, Some(step)) = (train, self.train_step) {
+            if self.backend.steps_run(id) != step {
+                self.backend.set_step(id, step);
+            }
+        }
         self.backend.run(id).map_err(|e| RuntimeError::from_backend(program, e))?;
+        if train {
+            self.train_step = Some(self.backend.steps_run(id));
+        }
         if let Some(p) = self.programs.get_mut(program) {
             p.ran = true;
         }
-        Ok(())
-    }
-
-    /// Turn per-item timing of `program` on (totals restart) or off.
-    pub fn set_profiling(&mut self, program: &str, on: bool) -> Result<(), RuntimeError> {
-        let id = self.program(program)?.id;
-        self.backend.set_profiling(id, on);
-        Ok(())
-    }
-
-    /// Time spent in each launch, copy, wait and collective of `program`
-    /// while profiling was on, with the stream's name.
-    pub fn profile(&self, program: &str) -> Result<Vec<Profiled>, RuntimeError> {
-        Ok(self.backend.profile(self.program(program)?.id))
-    }
-
-    /// Record the timeline of each run of `program` from now on (`on`), or
-    /// stop; a traced run still allocates nothing. The CUDA backend refuses
-    /// ([`RuntimeError::Unsupported`]).
-    pub fn set_tracing(&mut self, program: &str, on: bool) -> Result<(), RuntimeError> {
-        let id = self.program(program)?.id;
-        self.backend.set_tracing(id, on).map_err(|e| RuntimeError::from_backend(program, e))
-    }
-
-    /// The timeline of `program`'s last run while tracing was on.
-    pub fn trace(&self, program: &str) -> Result<Trace, RuntimeError> {
-        self.backend.trace(self.program(program)?.id).map_err(|e| RuntimeError::from_backend(program, e))
-    }
-
-    /// How many steps `program` has run.
-    pub fn steps_run(&self, program: &str) -> Result<u64, RuntimeError> {
-        Ok(self.backend.steps_run(self.program(program)?.id))
-    }
-
-    /// Make `program`'s next run step `step` (0-based) for step-dependent
-    /// kernels (dropout), as after `step` runs: how a resumed run continues
-    /// the random streams it would have drawn without stopping.
-    pub fn set_step(&mut self, program: &str, step: u64) -> Result<(), RuntimeError> {
-        let id = self.program(program)?.id;
-        self.backend.set_step(id, step);
         Ok(())
     }
 
