@@ -388,7 +388,14 @@ impl Writer<'_> {
                 match reuse {
                     Some(n) => {
                         self.used.insert(n);
-                        if g.node(n).op != op && g.node(n).op != Op::AddN {
+                        // An `AddN` stays one only while its operands have one
+                        // type: `add` broadcasts (a scalar's gradient sunk into
+                        // a full one), `AddN` does not.
+                        let keep_add_n = g.node(n).op == Op::AddN && {
+                            let types = ins.iter().map(|&t| g.tensor_type(t).ok()).collect::<Vec<_>>();
+                            types.iter().all(|t| t.is_some() && *t == types[0])
+                        };
+                        if g.node(n).op != op && !keep_add_n {
                             g.node_mut(n).op = op;
                         }
                         let old = g.inputs(n);
