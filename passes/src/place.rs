@@ -256,13 +256,30 @@ impl Pass for Place {
         let single = if devices.is_empty() {
             let asked: BTreeSet<Device> = ids.iter().filter_map(|&i| g.node(i).requested_device.concrete()).collect();
             if asked.len() > 1 {
-                let v: Vec<String> = asked.iter().map(|d| d.to_string()).collect();
-                let who = ids.iter().find(|&&i| g.node(i).requested_device.concrete().is_some()).copied();
+                // Name the first node of each device asked for (in creation order).
+                let mut by_seq = ids.clone();
+                by_seq.sort_by_key(|&i| g.node(i).seq);
+                let mut first: Vec<(Device, String)> = Vec::new();
+                for &i in &by_seq {
+                    if let Some(d) = g.node(i).requested_device.concrete() {
+                        if !first.iter().any(|(f, _)| *f == d) {
+                            first.push((d, g.node(i).name.clone()));
+                        }
+                    }
+                }
+                let said: Vec<String> = first.iter().map(|(d, n)| format!("'{n}' requests /{d}")).collect();
+                let gpus: Vec<String> = first
+                    .iter()
+                    .filter(|(d, _)| *d != Device::CPU0)
+                    .map(|(d, _)| format!("Device::{}", d.to_string().replace(':', "(") + ")"))
+                    .collect();
                 return Err(PassError::Placement {
-                    node: who.map(|i| g.node(i).name.clone()).unwrap_or_default(),
+                    node: first.get(1).map(|(_, n)| n.clone()).unwrap_or_default(),
                     reason: format!(
-                        "single-device placement (no devices given) but nodes request [{}]; pass the devices to place",
-                        v.join(", ")
+                        "{}, but the program is compiled for one device (no towers); to run on those devices set CompileOptions::towers = vec![{}] (CLI: --towers {}), or remove the device scopes",
+                        said.join(" and "),
+                        gpus.join(", "),
+                        gpus.len().max(1)
                     ),
                 });
             }

@@ -204,3 +204,31 @@ fn node_names_that_cannot_be_addressed_are_refused() {
         assert!(matches!(e, GraphError::BadNodeName { .. }), "{bad:?}: {e}");
     }
 }
+
+/// cifar10's single-GPU pattern: variables under `/cpu:0`
+/// (`_variable_on_cpu`), the model under `/gpu:0`. Without towers the
+/// program is one device, so the compile says which nodes ask for which
+/// device and what to set; with one tower it compiles and trains, the
+/// variables where they were asked for.
+#[test]
+fn device_scopes_without_towers_name_the_nodes_and_the_option_to_set() {
+    let mut b = GraphBuilder::with_seed(1);
+    let x = b.placeholder("x", DType::F32, [None, Some(3)]).unwrap();
+    let w = b.device("/cpu:0", |b| b.get_variable("local/weights", [3, 2], Initializer::GlorotUniform)).unwrap();
+    let loss = b
+        .device("/gpu:0", |b| {
+            let h = b.matmul(x, w)?;
+            b.reduce_mean_all(h)
+        })
+        .unwrap();
+    b.identity(loss, "loss").unwrap();
+    let g = b.finish();
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 4);
+    let e = error_of(compile_train(&g, "loss", &o));
+    assert!(e.contains("'local/weights' requests /cpu:0 and 'MatMul' requests /gpu:0"), "{e}");
+    assert!(e.contains("CompileOptions::towers = vec![Device::gpu(0)]") && e.contains("--towers 1"), "{e}");
+    o.towers = vec![Device::gpu(0)];
+    let c = compile_train(&g, "loss", &o).expect("one tower");
+    let report = placement_report(&c.graph, &c.plan);
+    assert!(report.contains("local/weights") && report.contains("cpu:0"), "{report}");
+}
