@@ -194,8 +194,36 @@ impl GraphBuilder {
     pub fn argmax(&mut self, x: Tensor, axis: usize) -> Result<Tensor> {
         self.op1("ArgMax", Op::ArgMax { axis }, &[x])
     }
+    /// `a == b` elementwise, bool (TF's `tf.equal`), with broadcasting:
+    /// `equal(ids, pad)` against a scalar builds a padding mask. Operands of
+    /// one shape compare directly; otherwise both are brought to the
+    /// broadcast shape first (as f32: exact for integers below 2^24).
     pub fn equal(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        self.op1("Equal", Op::Equal, &[a, b])
+        let (ta, tb) = (self.graph.tensor_type(a)?.clone(), self.graph.tensor_type(b)?.clone());
+        if ta.shape == tb.shape || ta.dtype != tb.dtype {
+            // Same shape, or an error the op's inference words.
+            return self.op1("Equal", Op::Equal, &[a, b]);
+        }
+        if crate::infer::broadcast_shapes(&ta.shape, &tb.shape).is_none() {
+            return self.op1("Equal", Op::Equal, &[a, b]);
+        }
+        self.name_scope("Equal", |b_| {
+            let f32_of = |bl: &mut GraphBuilder, t: Tensor, dt: DType| {
+                if dt == DType::F32 {
+                    Ok(t)
+                } else {
+                    bl.cast(t, DType::F32)
+                }
+            };
+            let fa = f32_of(b_, a, ta.dtype)?;
+            let fb = f32_of(b_, b, tb.dtype)?;
+            let za = b_.zeros_like(fa)?;
+            let zb = b_.zeros_like(fb)?;
+            let like = b_.add(za, zb)?;
+            let wa = b_.op1("BroadcastLike", Op::BroadcastLike, &[fa, like])?;
+            let wb = b_.op1("BroadcastLike", Op::BroadcastLike, &[fb, like])?;
+            b_.op1("Equal", Op::Equal, &[wa, wb])
+        })
     }
     pub fn cast(&mut self, x: Tensor, dtype: DType) -> Result<Tensor> {
         self.op1("Cast", Op::Cast { dtype }, &[x])

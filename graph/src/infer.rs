@@ -6,7 +6,7 @@
 //! Unknown dimensions (`None`) propagate; a known dimension that contradicts
 //! another is an error whose text names both shapes.
 
-use crate::op::{Op, Padding, UnaryOp};
+use crate::op::{Op, Padding};
 use crate::types::{DType, Shape, TensorType};
 
 /// Why inference failed; the graph adds the node's name and scope.
@@ -186,6 +186,11 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             if a.dtype != b.dtype {
                 return detail(format!("operands have different dtypes: {a} and {b}"));
             }
+            if a.dtype != DType::F32 {
+                return detail(format!(
+                    "elementwise arithmetic runs on f32 only, got {a}; cast the operands with cast(x, DType::F32) first (and the result back with cast(y, DType::I32))"
+                ));
+            }
             match broadcast_shapes(&a.shape, &b.shape) {
                 Some(s) => Ok(vec![TensorType { dtype: a.dtype, shape: s }]),
                 None => detail(format!("shapes {} and {} cannot be broadcast together", a.shape, b.shape)),
@@ -257,8 +262,12 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
         }
         Unary(_) | Softmax | LogSoftmax | Identity | StopGradient => {
             arity(inputs, 1)?;
-            if !matches!(op, Identity | StopGradient | Unary(UnaryOp::Neg)) {
-                want_float(&inputs[0], "input")?;
+            if !matches!(op, Identity | StopGradient) && inputs[0].dtype != DType::F32 {
+                return detail(format!(
+                    "{} runs on f32 only, got {}; cast the input with cast(x, DType::F32) first",
+                    op.type_name(),
+                    inputs[0]
+                ));
             }
             if matches!(op, Softmax | LogSoftmax) && inputs[0].shape.rank() < 1 {
                 return detail("softmax needs rank >= 1".into());

@@ -181,3 +181,43 @@ fn dense_and_cross_entropies_apply_to_the_last_axis_of_a_sequence() {
     assert!(near(&l2, &l0) && near(&w2, &w0), "2 towers {l2:?} vs one device {l0:?}");
     assert!(l0[2] < l0[0], "it trains: {l0:?}");
 }
+
+/// A padding mask as sequence models build it, `equal(ids, PAD)` against a
+/// scalar, and a comparison of a column with a row, broadcast as TF's
+/// `tf.equal` does.
+#[test]
+fn equal_broadcasts_a_scalar_and_a_row_against_a_column() {
+    let mut b = GraphBuilder::new();
+    let ids = b.placeholder("ids", DType::I32, [None, Some(3)]).unwrap();
+    let pad = b.constant("pad", DType::I32, &[], &[0.0]).unwrap();
+    let is_pad = b.equal(ids, pad).unwrap();
+    let mask = b.cast(is_pad, DType::F32).unwrap();
+    b.identity(mask, "mask").unwrap();
+    let col = b.placeholder("col", DType::F32, [None, Some(1)]).unwrap();
+    let row = b.constant("row", DType::F32, &[1, 3], &[1.0, 2.0, 3.0]).unwrap();
+    let eq = b.equal(col, row).unwrap();
+    assert_eq!(b.graph().tensor_type(eq).unwrap().shape.to_string(), "[?,3]");
+    let eq = b.cast(eq, DType::F32).unwrap();
+    b.identity(eq, "eq").unwrap();
+    let g = b.finish();
+    let mut s = Session::new(0);
+    s.load("eval", compile_eval(&g, &[("mask", "mask"), ("eq", "eq")], 2).unwrap().plan).unwrap();
+    s.feed("eval", "ids", &[5i32, 0, 0, 7, 8, 0]).unwrap();
+    s.feed("eval", "col", &[2.0f32, 9.0]).unwrap();
+    s.run("eval").unwrap();
+    assert_eq!(s.fetch::<f32>("eval", "mask").unwrap(), [0.0, 1.0, 1.0, 0.0, 0.0, 1.0]);
+    assert_eq!(s.fetch::<f32>("eval", "eq").unwrap(), [0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+}
+
+/// The kernels compute in f32: integer arithmetic is refused where it is
+/// written, naming the node and the cast to write, not at compile time.
+#[test]
+fn integer_arithmetic_is_refused_at_the_line_that_builds_it() {
+    let mut b = GraphBuilder::new();
+    let labels = b.placeholder("labels", DType::I32, [None]).unwrap();
+    let one = b.constant("one", DType::I32, &[], &[1.0]).unwrap();
+    let e = b.sub(labels, one).unwrap_err().to_string();
+    assert!(e.contains("'sub'") && e.contains("f32 only") && e.contains("cast"), "{e}");
+    let e = b.neg(labels).unwrap_err().to_string();
+    assert!(e.contains("Neg") && e.contains("f32 only"), "{e}");
+}
