@@ -109,6 +109,39 @@ impl GraphBuilder {
         self.fill_like(x, 1.0)
     }
 
+    /// `x / sqrt(max(sum(x², axis), epsilon))` (TF's `tf.nn.l2_normalize`,
+    /// epsilon 1e-12), in an `l2_normalize` name scope.
+    pub fn l2_normalize(&mut self, x: Tensor, axis: usize) -> Result<Tensor> {
+        self.name_scope("l2_normalize", |b| {
+            let sq = b.square(x)?;
+            let sum = b.reduce_sum(sq, &[axis], true)?;
+            let eps = b.scalar(1e-12)?;
+            let m = b.maximum(sum, eps)?;
+            let inv = b.rsqrt(m)?;
+            b.mul(x, inv)
+        })
+    }
+
+    /// The mean and variance of `x` over `axes` (TF's `tf.nn.moments`): the
+    /// variance is the mean of `(x - stop_gradient(mean))²`, as TF's, in a
+    /// `moments` name scope.
+    pub fn moments(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<(Tensor, Tensor)> {
+        self.name_scope("moments", |b| {
+            let mean = b.reduce_mean(x, axes, true)?;
+            let fixed = b.stop_gradient(mean)?;
+            let d = b.sub(x, fixed)?;
+            let sq = b.square(d)?;
+            let variance = b.reduce_mean(sq, axes, keep_dims)?;
+            let mean = if keep_dims {
+                mean
+            } else {
+                let squeezed: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+                b.squeeze(mean, &squeezed)?
+            };
+            Ok((mean, variance))
+        })
+    }
+
     /// `x²` (TF's `tf.square`), as `Mul(x, x)` named `Square`.
     ///
     /// ```

@@ -221,3 +221,86 @@ fn integer_arithmetic_is_refused_at_the_line_that_builds_it() {
     let e = b.neg(labels).unwrap_err().to_string();
     assert!(e.contains("Neg") && e.contains("f32 only"), "{e}");
 }
+
+/// Layer norm (TF1's `tf.contrib.layers.layer_norm`) over the last axis of
+/// a sequence: each row has mean 0 and variance 1 before gamma and beta,
+/// its variables have TF's names, its gradient equals central differences,
+/// and 2 towers train as one device (it reads no other example).
+#[test]
+fn layer_norm_normalizes_each_row_and_trains_as_one_device_at_two_towers() {
+    let graph = || {
+        let mut b = GraphBuilder::with_seed(4);
+        let x = b.placeholder("x", DType::F32, [None, Some(2), Some(4)]).unwrap();
+        let y = b.placeholder("y", DType::I32, [None, Some(2)]).unwrap();
+        let h = layers::dense(&mut b, "proj", x, 4, Activation::None).unwrap();
+        let n = layers::layer_norm(&mut b, None, h, -1).unwrap();
+        b.identity(n, "normed").unwrap();
+        let logits = layers::dense(&mut b, "out", n, 3, Activation::None).unwrap();
+        let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+        let loss = b.reduce_mean_all(xent).unwrap();
+        b.identity(loss, "loss").unwrap();
+        b.finish()
+    };
+    let g = graph();
+    assert!(g.get("LayerNorm/beta").is_some() && g.get("LayerNorm/gamma").is_some());
+    let xs: Vec<f32> = (0..4 * 2 * 4).map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0).collect();
+    let ys: Vec<i32> = (0..8).map(|i| i % 3).collect();
+    // Rows of mean 0 and variance 1 (gamma 1, beta 0 at the start).
+    let mut e = Session::new(0);
+    e.load("eval", compile_eval(&g, &[("normed", "normed"), ("loss", "loss")], 4).unwrap().plan).unwrap();
+    e.feed("eval", "x", &xs).unwrap();
+    e.feed("eval", "y", &ys).unwrap();
+    e.run("eval").unwrap();
+    for row in e.fetch::<f32>("eval", "normed").unwrap().chunks(4) {
+        let m = row.iter().sum::<f32>() / 4.0;
+        let v = row.iter().map(|x| (x - m) * (x - m)).sum::<f32>() / 4.0;
+        assert!(m.abs() < 1e-5 && (v - 1.0).abs() < 1e-4, "{row:?}: mean {m}, variance {v}");
+    }
+    let train = |towers: u32| {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(1.0) }, 4);
+        o.towers = (0..towers).map(Device::gpu).collect();
+        let mut s = Session::new(0);
+        s.load("train", compile_train(&graph(), "loss", &o).unwrap().plan).unwrap();
+        s.feed("train", "x", &xs).unwrap();
+        s.feed("train", "y", &ys).unwrap();
+        s.run("train").unwrap();
+        (s.variable::<f32>("proj/weights").unwrap(), s.variable::<f32>("LayerNorm/gamma").unwrap())
+    };
+    let (w0, gamma0) = train(0);
+    let (w2, gamma2) = train(2);
+    let near = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * y.abs().max(1e-2));
+    assert!(near(&w2, &w0) && near(&gamma2, &gamma0), "2 towers {gamma2:?} vs one device {gamma0:?}");
+    // d loss / d gamma[j] by central differences (the step with lr 1 moved gamma by -grad).
+    let start = e.variable::<f32>("LayerNorm/gamma").unwrap();
+    for j in 0..4 {
+        let mut at = |d: f32| {
+            let mut gm = start.clone();
+            gm[j] += d;
+            e.set_variable("LayerNorm/gamma", &gm).unwrap();
+            e.run("eval").unwrap();
+            e.fetch::<f32>("eval", "loss").unwrap()[0] as f64
+        };
+        let numeric = ((at(1e-2) - at(-1e-2)) / 2e-2) as f32;
+        let autodiff = start[j] - gamma0[j];
+        assert!((autodiff - numeric).abs() <= 2e-3 * numeric.abs().max(0.05), "gamma[{j}]: {autodiff} vs {numeric}");
+    }
+}
+
+#[test]
+fn l2_normalize_and_moments_compute_tfs_formulas() {
+    let mut b = GraphBuilder::new();
+    let x = b.placeholder("x", DType::F32, [None, Some(2)]).unwrap();
+    let n = b.l2_normalize(x, 1).unwrap();
+    let (mean, var) = b.moments(x, &[0], false).unwrap();
+    assert_eq!(b.graph().tensor_type(mean).unwrap().shape.to_string(), "[2]");
+    let names: Vec<String> = [n, mean, var].iter().map(|t| b.graph().node(t.node).name.clone()).collect();
+    let g = b.finish();
+    let f = [("n", names[0].as_str()), ("mean", names[1].as_str()), ("var", names[2].as_str())];
+    let mut s = Session::new(0);
+    s.load("eval", compile_eval(&g, &f, 2).unwrap().plan).unwrap();
+    s.feed("eval", "x", &[3.0f32, 4.0, 1.0, 0.0]).unwrap();
+    s.run("eval").unwrap();
+    assert_eq!(s.fetch::<f32>("eval", "n").unwrap(), [0.6, 0.8, 1.0, 0.0]);
+    assert_eq!(s.fetch::<f32>("eval", "mean").unwrap(), [2.0, 2.0]);
+    assert_eq!(s.fetch::<f32>("eval", "var").unwrap(), [1.0, 4.0]);
+}

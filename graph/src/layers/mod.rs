@@ -21,12 +21,14 @@
 //! layer's path, checked before anything is added to the graph.
 
 mod core;
+mod layer_norm;
 mod norm;
 mod options;
 mod pool;
 mod scope;
 
 pub use self::core::{conv2d_with, dense_with};
+pub use layer_norm::layer_norm;
 pub use norm::batch_norm_with;
 pub use options::{
     BatchNormOptions, Conv2dOptions, DenseOptions, LayerDefaults, Naming, Normalizer, Pool2dOptions, Regularizer,

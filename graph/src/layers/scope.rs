@@ -73,6 +73,7 @@ pub(crate) enum Kind {
     MaxPool,
     AvgPool,
     Dropout,
+    LayerNorm,
 }
 
 impl Kind {
@@ -90,6 +91,8 @@ impl Kind {
             (Naming::TfLayers, Kind::MaxPool) => "max_pooling2d",
             (Naming::TfLayers, Kind::AvgPool) => "average_pooling2d",
             (Naming::TfLayers, Kind::Dropout) => "dropout",
+            // tf.contrib.layers.layer_norm in both styles.
+            (_, Kind::LayerNorm) => "LayerNorm",
         }
     }
 }
