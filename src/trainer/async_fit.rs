@@ -153,7 +153,7 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
     };
     let mut ex = AsyncPs::new(&sess, shards, programs, cfg.comm_timeout)?;
     let mut batcher = Batcher::new(train_set, cfg.batch, cfg.seed)?.with_rows(rows)?;
-    let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
+    let total = super::fit::total_steps(cfg, batcher.batches_per_epoch())?;
     let schedule = cfg.schedule(total);
     let slow = slow_worker(rank);
     let note = format!("{which}\n{}\n{NOT_EXACT}", sess.backend_note());

@@ -92,6 +92,22 @@ pub(crate) fn fit_seed_in(
     run(Which::Seed, cfg, Source::Spec, comm, obs)
 }
 
+/// The run's length in global steps: `--steps`, else `--epochs` x the
+/// batches of an epoch (computed only without `--steps`, and checked: a
+/// product past `usize` is an error naming `--epochs`, not a panic).
+pub(super) fn total_steps(cfg: &TrainConfig, batches_per_epoch: usize) -> Result<usize, TrainError> {
+    match cfg.steps {
+        Some(steps) => Ok(steps),
+        None => cfg.epochs.checked_mul(batches_per_epoch).ok_or_else(|| TrainError::InvalidOption {
+            flag: "epochs",
+            reason: format!(
+                "{} epochs x {batches_per_epoch} batches per epoch is more steps than this machine can count; give fewer --epochs, or the number of steps with --steps N",
+                cfg.epochs
+            ),
+        }),
+    }
+}
+
 fn run(
     which_model: Which<'_>,
     cfg: &TrainConfig,
@@ -202,7 +218,7 @@ fn run(
 
     sess.check_replicas_of(if done > 0 { "after resuming" } else { "before the first step" }, shared)?;
 
-    let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
+    let total = total_steps(cfg, batcher.batches_per_epoch())?;
     let schedule = cfg.schedule(total);
     let mut note = format!("{which}\n{}", sess.backend_note());
     if let Some(ps) = &ps {
