@@ -13,7 +13,7 @@ use towers::passes::ProcessGroup;
 use towers::trainer::{Model as UserModel, TRAIN_ACCURACY};
 
 use super::args::{CompileArgs, Emit};
-use super::config::{auto_variables, config, explain_cost, ps_tasks, user_model};
+use super::config::{auto_variables, config, cuda_flags, explain_cost, ps_tasks, user_model};
 
 fn parse_input(s: &str) -> Result<[usize; 3], String> {
     let v: Vec<usize> = s
@@ -36,6 +36,7 @@ fn parse_input(s: &str) -> Result<[usize; 3], String> {
 
 pub fn run_compile(a: CompileArgs) -> Result<(), String> {
     let mut cfg = config(&a.common)?;
+    cuda_flags(&a.common, a.backend)?;
     let process = ProcessGroup::new(a.rank, a.world_size)
         .and_then(|p| p.with_ps_ranks(a.common.ps_ranks.unwrap_or(0) as usize))
         .map_err(|e| format!("--rank/--world-size: {e}"))?;

@@ -52,6 +52,30 @@ pub fn cuda_contexts(c: &Common, cfg: &mut TrainConfig, processes: usize) {
     }
 }
 
+/// `--no-cuda-graphs` and `--cuda-contexts` tune the CUDA backend: given
+/// with `--backend cpu` they would do nothing, so they are refused
+/// (`--backend auto` may pick CUDA: accepted).
+pub fn cuda_flags(c: &Common, backend: BackendChoice) -> Result<(), String> {
+    if backend != BackendChoice::Cpu {
+        return Ok(());
+    }
+    if c.no_cuda_graphs {
+        return Err(
+            "--no-cuda-graphs applies to --backend cuda only (the CPU backend replays no CUDA graph): add --backend cuda, or leave it out".into(),
+        );
+    }
+    if let Some(k) = c.cuda_contexts {
+        let name = match k {
+            super::args::CudaContexts::One => "one",
+            super::args::CudaContexts::PerGpu => "per-gpu",
+        };
+        return Err(format!(
+            "--cuda-contexts {name} applies to --backend cuda only (the CPU backend has no CUDA context): add --backend cuda, or leave it out"
+        ));
+    }
+    Ok(())
+}
+
 /// `--variables ps`: `--ps-tasks` defaults to the number of processes
 /// (to K with `--ps-ranks K`); the ps flags without `--variables ps` are
 /// refused, and `--ps-ranks` must leave a worker.
@@ -106,6 +130,12 @@ pub fn auto_variables(
         return Err(format!(
             "--variables auto: each of the {processes} processes would time its own machine and could choose another placement; give one (cpu, gpu0, round-robin, greedy), e.g. the one `towers compile --variables auto` picks"
         ));
+    }
+    if cfg.towers == 0 {
+        return Err(
+            "--variables auto compares placements among the towers' devices and needs --towers N (e.g. --towers 2 --variables auto); without --towers every placement is cpu:0 (towers compile --explain-cost compares them at 1, 2 and 4 towers)"
+                .into(),
+        );
     }
     let target = cost_target(backend, cfg.towers.max(1))?;
     let (graph, loss) = cost_model(user, cfg, input, classes)?;

@@ -15,7 +15,7 @@ use towers::trainer::fit_in;
 use towers::watch::{Tee, Watch};
 
 use super::args::{Model, TrainArgs};
-use super::config::{auto_variables, config, cuda_contexts, ps_tasks, user_model};
+use super::config::{auto_variables, config, cuda_contexts, cuda_flags, ps_tasks, user_model};
 
 /// The CLI's observer: log lines and the progress bar.
 struct Printer {
@@ -126,6 +126,7 @@ pub fn run_train(a: TrainArgs) -> Result<(), String> {
 fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     let lead = comm.rank() == 0;
     let mut cfg = config(&a.common)?;
+    cuda_flags(&a.common, a.backend)?;
     let user = user_model(&a.common)?;
     let (input, classes) = towers::cost::placements::geometry(&cfg.data);
     auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, comm.world_size(), a.backend)?;
