@@ -206,7 +206,18 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     for line in r.ps_async.iter().flat_map(|p| p.lines()) {
         eprintln!("{line}");
     }
-    eprintln!("{} steps, {:.0} examples/s", r.steps, r.examples_per_sec);
+    // The steps this run trained: a resumed run counts from its checkpoint's.
+    let done = r.steps - r.trained.min(r.steps);
+    match (r.trained, done) {
+        (t, 0) if t == r.steps => eprintln!("{t} steps, {:.0} examples/s", r.examples_per_sec),
+        (0, _) => eprintln!("0 steps, 0 examples/s (nothing to train: the checkpoint is at or past the last step, {})", r.steps),
+        (t, d) => eprintln!(
+            "{t} steps, {:.0} examples/s (resumed at global step {d}: steps {} to {})",
+            r.examples_per_sec,
+            d + 1,
+            r.steps
+        ),
+    }
     println!("test accuracy: {:.4}", r.test_accuracy);
     Ok(())
 }

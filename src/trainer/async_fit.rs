@@ -247,6 +247,7 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
         losses,
         train_accuracies,
         steps: total,
+        trained: total,
         test_accuracy,
         examples_per_sec,
         backend_note: note,

@@ -220,6 +220,22 @@ fn run(
 
     let total = total_steps(cfg, batcher.batches_per_epoch())?;
     let schedule = cfg.schedule(total);
+    // What --resume did, said at the start (TF1's "Restoring parameters from").
+    if let (true, Some(path)) = (cfg.resume, &cfg.checkpoint) {
+        let path = path.display();
+        let asked = match cfg.steps {
+            Some(n) => format!("--steps {n}"),
+            None => format!("--epochs {} ({total} steps)", cfg.epochs),
+        };
+        restore_notes.insert(
+            0,
+            match resumed_at {
+                None => format!("--resume: {path} does not exist yet; starting from step 0"),
+                Some(_) if done >= total => format!("--resume: {path} is already at step {done} >= {asked}: nothing to train"),
+                Some(_) => format!("--resume: resumed from {path} at global step {done} ({} of {asked} to train)", total - done),
+            },
+        );
+    }
     let mut note = format!("{which}\n{}", sess.backend_note());
     if let Some(ps) = &ps {
         note.push('\n');
@@ -362,6 +378,7 @@ fn run(
         losses,
         train_accuracies,
         steps: total,
+        trained: total.saturating_sub(done),
         test_accuracy,
         examples_per_sec,
         backend_note: note,
