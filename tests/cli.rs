@@ -256,6 +256,22 @@ fn resume_says_what_it_did() {
     accuracy(&out);
 }
 
+/// `-v` logs the compiler passes and their timings, on `compile` as on
+/// `train`, and keeps the libraries' debug logs out (egg's e-graph
+/// internals: hundreds of "Applying ..." lines a compile).
+#[test]
+fn verbose_logs_the_pass_timings_and_not_the_libraries_internals() {
+    for args in [&["-v", "compile", "--towers", "2", "--emit", "placement"][..], &["-v", "train", "--steps", "2"]] {
+        let (_, err) = towers(args);
+        for pass in ["prune", "autodiff", "simplify", "place", "schedule"] {
+            assert!(err.contains(&format!("compiler pass pass=\"{pass}\" micros=")), "{args:?}: {pass}:\n{err}");
+        }
+        assert!(err.contains("compiled the training program"), "{args:?}:\n{err}");
+        assert!(!err.contains("Applying") && !err.contains("REBUILT") && !err.contains("\x1b["), "{args:?}:\n{err}");
+        assert!(err.lines().count() < 60, "{args:?}: {} lines:\n{err}", err.lines().count());
+    }
+}
+
 /// `--optimizer rmsprop|adagrad` train (the loss falls over 100 steps on two
 /// towers; rmsprop at --lr 0.01, since its ms slot starts at 1 as TF1's and
 /// the default 0.001 moves slowly at first), save their slots under TF1's names (`<var>/RMSProp`,

@@ -95,7 +95,18 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
     if let Some(acc) = &model.accuracy {
         opts.fetches.push((TRAIN_ACCURACY.into(), acc.clone()));
     }
+    let t0 = std::time::Instant::now();
     let c = compile_train(&model.graph, &model.loss, &opts).map_err(|e| e.to_string())?;
+    // -v: the pass timings, as `towers train` logs them.
+    for t in &c.timings {
+        tracing::debug!(pass = t.pass, micros = t.elapsed.as_micros() as u64, "compiler pass");
+    }
+    tracing::debug!(
+        micros = t0.elapsed().as_micros() as u64,
+        nodes = c.graph.len(),
+        events = c.plan.num_events,
+        "compiled the training program"
+    );
     let text = match a.emit {
         Emit::Graph => towers::graph::text::to_text(&c.graph).map_err(|e| e.to_string())?,
         Emit::Dot if a.collapse => towers::graph::dot::to_dot_collapsed(&c.graph).map_err(|e| e.to_string())?,
