@@ -315,7 +315,9 @@ mod tests {
     /// under several processes each has a tower without --towers.
     #[test]
     fn variables_among_towers_need_towers() {
-        for (v, name) in [(VarPlacement::Gpu0, "gpu0"), (VarPlacement::RoundRobin, "round-robin"), (VarPlacement::Greedy, "greedy")] {
+        for (v, name) in
+            [(VarPlacement::Gpu0, "gpu0"), (VarPlacement::RoundRobin, "round-robin"), (VarPlacement::Greedy, "greedy")]
+        {
             let e = err(|c| c.variables = v);
             assert!(
                 e.contains(&format!("--variables: {name} places variables among the towers' devices and needs --towers N (e.g. --towers 1 --variables {name})")),

@@ -148,7 +148,11 @@ const FLAGS: &[Row] = &[
     ("compile --batch 0", 1, &["--batch"]),
     ("compile --accumulate 3", 1, &["--accumulate", "needs --towers"]),
     // A placement among the towers' devices without towers: everything would be on cpu:0.
-    ("train --variables gpu0 --steps 1", 1, &["--variables: gpu0", "needs --towers N", "--towers 1 --variables gpu0", "cpu:0"]),
+    (
+        "train --variables gpu0 --steps 1",
+        1,
+        &["--variables: gpu0", "needs --towers N", "--towers 1 --variables gpu0", "cpu:0"],
+    ),
     ("train --variables round-robin --steps 1", 1, &["--variables: round-robin", "needs --towers N"]),
     ("compile --variables greedy", 1, &["--variables: greedy", "needs --towers N"]),
     ("train --variables auto --steps 1", 1, &["--variables auto", "needs --towers N", "--towers 2 --variables auto"]),

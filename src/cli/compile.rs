@@ -13,7 +13,7 @@ use towers::passes::ProcessGroup;
 use towers::trainer::{Model as UserModel, TRAIN_ACCURACY};
 
 use super::args::{CompileArgs, Emit};
-use super::config::{auto_variables, config, cuda_flags, explain_cost, ps_tasks, user_model};
+use super::config::{auto_variables, config, cuda_flags, explain_cost, fixed_batch, ps_tasks, user_model};
 
 fn parse_input(s: &str) -> Result<[usize; 3], String> {
     let v: Vec<usize> = s
@@ -55,6 +55,7 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         return Err("--collapse is a view of the dot output: use it with --emit dot".into());
     }
     let user = user_model(&a.common)?;
+    fixed_batch(&a.common, user.as_ref(), cfg.batch, a.world_size)?;
     if let (Some(_), Some(_)) = (&user, &a.input) {
         return Err(
             "--input sets the seed models' geometry; a --graph model has its own (its images placeholder)".into()

@@ -25,6 +25,32 @@ pub fn user_model(c: &Common) -> Result<Option<UserModel>, String> {
     }
 }
 
+/// A `--graph` model whose images placeholder declares a fixed batch
+/// (TF1's `tf.placeholder(tf.float32, [32, 8, 8, 1])`) trains at that batch
+/// only: another `--batch` is refused here, naming both flags (evaluation
+/// runs at that batch too). Under several processes each feeds part of the
+/// batch, which `bind_batch` refuses in its own words.
+pub fn fixed_batch(c: &Common, user: Option<&UserModel>, batch: usize, processes: usize) -> Result<(), String> {
+    let Some(m) = user else { return Ok(()) };
+    match m.fixed_batch() {
+        Some(rows) if rows != batch && processes <= 1 => {
+            let file = c.graph.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            let shape = m
+                .graph
+                .get(&m.images)
+                .and_then(|id| m.graph.node(id).outputs.first().map(|t| t.shape.0.clone()))
+                .unwrap_or_default();
+            let dims: Vec<String> = shape.iter().skip(1).map(|d| d.map_or("None".into(), |d| d.to_string())).collect();
+            Err(format!(
+                "--batch {batch}: the --graph {file} placeholder '{}' has a fixed batch of {rows} rows: give --batch {rows}, or declare its dimension 0 as None (tf.placeholder(tf.float32, [None, {}])) so that it takes any batch",
+                m.images,
+                dims.join(", ")
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The model the cost model times: the `--graph` model, or the seed model
 /// `cfg` describes at this input geometry.
 fn cost_model(

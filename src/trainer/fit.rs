@@ -108,6 +108,14 @@ pub(super) fn total_steps(cfg: &TrainConfig, batches_per_epoch: usize) -> Result
     }
 }
 
+/// The evaluation's batch: the images placeholder's fixed rows when the
+/// model declares them (the last chunk of the test set padded, its padding
+/// not counted: [`crate::train::evaluate`]), else `cfg.eval_batch` (at most
+/// the test set).
+pub(super) fn eval_batch(cfg: &TrainConfig, model: &Model, test_len: usize) -> usize {
+    model.fixed_batch().unwrap_or_else(|| cfg.eval_batch.min(test_len)).max(1)
+}
+
 fn run(
     which_model: Which<'_>,
     cfg: &TrainConfig,
@@ -176,7 +184,7 @@ fn run(
         "compiled the training program"
     );
     obs.compiled(&compiled.graph);
-    let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
+    let eval_batch = eval_batch(cfg, model, test_set.len());
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
 
     let which = if process.is_single() { which } else { format!("{which}; {}", comm.describe()) };
@@ -231,8 +239,13 @@ fn run(
             0,
             match resumed_at {
                 None => format!("--resume: {path} does not exist yet; starting from step 0"),
-                Some(_) if done >= total => format!("--resume: {path} is already at step {done} >= {asked}: nothing to train"),
-                Some(_) => format!("--resume: resumed from {path} at global step {done} ({} of {asked} to train)", total - done),
+                Some(_) if done >= total => {
+                    format!("--resume: {path} is already at step {done} >= {asked}: nothing to train")
+                }
+                Some(_) => format!(
+                    "--resume: resumed from {path} at global step {done} ({} of {asked} to train)",
+                    total - done
+                ),
             },
         );
     }
