@@ -7,7 +7,7 @@
 use towers_graph::Graph;
 use towers_runtime::Session;
 
-use towers_passes::ProcessGroup;
+use towers_passes::{ProcessGroup, VarPlacement};
 
 use crate::models::ModelKind;
 use crate::saver::MAX_SECS;
@@ -61,6 +61,25 @@ pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
                 cfg.accumulate
             ),
         ));
+    }
+    // One process without towers has one device: a placement among the
+    // towers' devices would silently put everything on cpu:0. (Under
+    // several processes each has a tower /gpu:0 without --towers.)
+    if cfg.towers == 0 && world <= 1 {
+        let name = match cfg.variables {
+            VarPlacement::Gpu0 => Some("gpu0"),
+            VarPlacement::RoundRobin => Some("round-robin"),
+            VarPlacement::Greedy => Some("greedy"),
+            VarPlacement::Cpu | VarPlacement::Ps { .. } => None,
+        };
+        if let Some(name) = name {
+            return Err(bad(
+                "variables",
+                format!(
+                    "{name} places variables among the towers' devices and needs --towers N (e.g. --towers 1 --variables {name}); without --towers everything runs on cpu:0"
+                ),
+            ));
+        }
     }
     if cfg.resume && cfg.checkpoint.is_none() {
         return Err(bad("resume", "needs --checkpoint FILE: the file to resume from".into()));
@@ -290,6 +309,24 @@ mod tests {
             c.checkpoint_secs = Some(f64::NAN)
         })
         .contains("--checkpoint-secs: must be a finite number"));
+    }
+
+    /// A placement among the towers' devices needs towers (one process);
+    /// under several processes each has a tower without --towers.
+    #[test]
+    fn variables_among_towers_need_towers() {
+        for (v, name) in
+            [(VarPlacement::Gpu0, "gpu0"), (VarPlacement::RoundRobin, "round-robin"), (VarPlacement::Greedy, "greedy")]
+        {
+            let e = err(|c| c.variables = v);
+            assert!(
+                e.contains(&format!("--variables: {name} places variables among the towers' devices and needs --towers N (e.g. --towers 1 --variables {name})")),
+                "{e}"
+            );
+            assert!(e.contains("without --towers everything runs on cpu:0"), "{e}");
+            validate(&TrainConfig { variables: v, towers: 1, ..TrainConfig::default() }, 1).expect("with towers");
+            validate(&TrainConfig { variables: v, ..TrainConfig::default() }, 2).expect("a tower per process");
+        }
     }
 
     #[test]

@@ -242,7 +242,11 @@ pub struct TrainReport {
     /// (step, training accuracy) at the same steps as `losses`, when the
     /// model names an accuracy (empty otherwise).
     pub train_accuracies: Vec<(usize, f32)>,
+    /// The run's last global step (`--steps`, or `--epochs` in steps).
     pub steps: usize,
+    /// The steps this run trained: `steps` less those a resumed checkpoint
+    /// had taken (0 when it was already at or past `steps`).
+    pub trained: usize,
     pub test_accuracy: f64,
     pub examples_per_sec: f64,
     pub backend_note: String,

@@ -231,6 +231,47 @@ fn checkpoint_is_written_and_resumed() {
     assert!(l[0].1 < 1.5, "a resumed model starts trained, loss {}", l[0].1);
 }
 
+/// `--resume` says what it did (TF1's "Restoring parameters from"): a
+/// checkpoint that does not exist yet starts from step 0, one that does
+/// resumes at its global step, and one already at or past --steps trains
+/// nothing; the summary line counts the steps trained in this run.
+#[test]
+fn resume_says_what_it_did() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ck = dir.path().join("m.safetensors");
+    let ck = ck.to_str().expect("utf-8 path");
+    let run = |steps: &str| towers(&["train", "--steps", steps, "--checkpoint", ck, "--resume", "--log-every", "1"]);
+    let (out, err) = run("4");
+    assert!(err.contains(&format!("--resume: {ck} does not exist yet; starting from step 0")), "{err}");
+    assert!(err.contains("\n4 steps, ") || err.starts_with("4 steps, "), "{err}");
+    assert_eq!(losses(&out).len(), 4);
+    let (out, err) = run("6");
+    assert!(err.contains(&format!("--resume: resumed from {ck} at global step 4 (2 of --steps 6 to train)")), "{err}");
+    assert!(err.contains("\n2 steps, ") && err.contains("(resumed at global step 4: steps 5 to 6)"), "{err}");
+    assert_eq!(losses(&out).iter().map(|l| l.0).collect::<Vec<_>>(), [5, 6]);
+    let (out, err) = run("3");
+    assert!(err.contains(&format!("--resume: {ck} is already at step 6 >= --steps 3: nothing to train")), "{err}");
+    assert!(err.contains("\n0 steps, ") && !err.contains("\n3 steps"), "{err}");
+    assert!(losses(&out).is_empty(), "{out}");
+    accuracy(&out);
+}
+
+/// `-v` logs the compiler passes and their timings, on `compile` as on
+/// `train`, and keeps the libraries' debug logs out (egg's e-graph
+/// internals: hundreds of "Applying ..." lines a compile).
+#[test]
+fn verbose_logs_the_pass_timings_and_not_the_libraries_internals() {
+    for args in [&["-v", "compile", "--towers", "2", "--emit", "placement"][..], &["-v", "train", "--steps", "2"]] {
+        let (_, err) = towers(args);
+        for pass in ["prune", "autodiff", "simplify", "place", "schedule"] {
+            assert!(err.contains(&format!("compiler pass pass=\"{pass}\" micros=")), "{args:?}: {pass}:\n{err}");
+        }
+        assert!(err.contains("compiled the training program"), "{args:?}:\n{err}");
+        assert!(!err.contains("Applying") && !err.contains("REBUILT") && !err.contains("\x1b["), "{args:?}:\n{err}");
+        assert!(err.lines().count() < 60, "{args:?}: {} lines:\n{err}", err.lines().count());
+    }
+}
+
 /// `--optimizer rmsprop|adagrad` train (the loss falls over 100 steps on two
 /// towers; rmsprop at --lr 0.01, since its ms slot starts at 1 as TF1's and
 /// the default 0.001 moves slowly at first), save their slots under TF1's names (`<var>/RMSProp`,

@@ -35,6 +35,7 @@ const NUMBERS: &[Row] = &[
     ("train --epochs 0", 1, &["--epochs", "at least 1 epoch"]),
     ("train --epochs=-3", 2, &["--epochs"]),
     ("train --epochs 18446744073709551616", 2, &["--epochs", "invalid value"]),
+    ("train --epochs 18446744073709551615", 1, &["--epochs", "batches per epoch", "--steps N"]),
     ("train --batch 0 --steps 1", 1, &["--batch", "at least 1 example"]),
     ("train --batch nan", 2, &["--batch", "invalid value"]),
     ("train --batch=-32", 2, &["--batch"]),
@@ -146,6 +147,20 @@ const FLAGS: &[Row] = &[
     ("compile --hidden 0", 1, &["--hidden", "width 0"]),
     ("compile --batch 0", 1, &["--batch"]),
     ("compile --accumulate 3", 1, &["--accumulate", "needs --towers"]),
+    // A placement among the towers' devices without towers: everything would be on cpu:0.
+    (
+        "train --variables gpu0 --steps 1",
+        1,
+        &["--variables: gpu0", "needs --towers N", "--towers 1 --variables gpu0", "cpu:0"],
+    ),
+    ("train --variables round-robin --steps 1", 1, &["--variables: round-robin", "needs --towers N"]),
+    ("compile --variables greedy", 1, &["--variables: greedy", "needs --towers N"]),
+    ("train --variables auto --steps 1", 1, &["--variables auto", "needs --towers N", "--towers 2 --variables auto"]),
+    ("compile --variables auto", 1, &["--variables auto", "needs --towers N"]),
+    // The CUDA backend's knobs on the CPU backend (the default) would do nothing.
+    ("train --no-cuda-graphs --steps 1", 1, &["--no-cuda-graphs", "--backend cuda only", "add --backend cuda"]),
+    ("train --cuda-contexts one --towers 2 --steps 1", 1, &["--cuda-contexts one", "--backend cuda only"]),
+    ("compile --cuda-contexts per-gpu --backend cpu", 1, &["--cuda-contexts per-gpu", "--backend cuda only"]),
     ("compile --accumulate 0 --towers 2", 1, &["--accumulate"]),
     ("compile --towers 0", 1, &["--towers"]),
     ("compile --split-weights 1,2,3 --towers 2", 1, &["--split-weights"]),
@@ -278,6 +293,10 @@ const ACCEPTED: &[(Row, &str)] = &[
     (
         ("train --steps 3 --checkpoint {d}/good2.st --resume --hidden 64 --restore-partial --overwrite", 0, &["--restore-partial: skipped 'MLP/fc1/weights", "--restore-partial: hidden: 256,256"]),
         "the documented opt-in for fine tuning: every skipped tensor is printed",
+    ),
+    (
+        ("train --epochs 1000000000000000000 --steps 3", 0, &["3 steps"]),
+        "--steps overrides --epochs: the epochs' step count (past usize here) is never computed (it was, and panicked)",
     ),
     (
         ("train --steps 3 --momentum 0.5 --optimizer sgd", 0, &[]),

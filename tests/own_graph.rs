@@ -21,9 +21,15 @@ use cli_support::{accuracy, towers};
 /// A small MLP on 8x8 digits, with dropout (a random stream that an exact
 /// resume must continue), its loss, predictions and training accuracy.
 fn mlp() -> Model {
+    mlp_with_batch(None)
+}
+
+/// [`mlp`] with its placeholders' dimension 0 fixed at `batch` rows (TF1's
+/// `tf.placeholder(tf.float32, [32, 8, 8, 1])`), or unknown (None).
+fn mlp_with_batch(batch: Option<usize>) -> Model {
     let mut b = GraphBuilder::with_seed(7);
-    let x = b.placeholder("x", DType::F32, [None, Some(8), Some(8), Some(1)]).unwrap();
-    let y = b.placeholder("y", DType::I32, [None]).unwrap();
+    let x = b.placeholder("x", DType::F32, [batch, Some(8), Some(8), Some(1)]).unwrap();
+    let y = b.placeholder("y", DType::I32, [batch]).unwrap();
     let logits = b
         .variable_scope("net", Reuse::No, |b| {
             let h = b.flatten(x)?;
@@ -129,6 +135,38 @@ fn train_and_compile_a_saved_graph_from_the_command_line() {
     assert!(plan.contains("gpu:1") && plan.contains("tower_1/net"), "{plan}");
     let (text, _) = towers(&["compile", "--graph", f, "--emit", "graph"]);
     assert!(text.contains("net/hidden/weights"), "{text}");
+}
+
+/// A model whose placeholders declare a fixed batch (32 rows) trains at
+/// `--batch 32` and is evaluated at its own batch, the test set's last
+/// partial chunk (360 = 11 x 32 + 8) padded and its padding not counted: the
+/// same test accuracy as the model that takes any batch (the evaluation
+/// was compiled at 256 rows and refused). Another --batch is refused
+/// naming --batch, the file and the placeholder.
+#[test]
+fn a_graph_with_a_fixed_batch_trains_and_evaluates_at_that_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fixed, any) = (dir.path().join("fixed.json"), dir.path().join("any.json"));
+    mlp_with_batch(Some(32)).save_json(&fixed).unwrap();
+    mlp().save_json(&any).unwrap();
+    let run = |f: &Path| {
+        towers(&["train", "--graph", f.to_str().unwrap(), "--batch", "32", "--steps", "40", "--log-every", "10"])
+    };
+    let ((out_fixed, _), (out_any, _)) = (run(&fixed), run(&any));
+    assert_eq!(train_accs(&out_fixed).len(), 4, "{out_fixed}");
+    assert_eq!(accuracy(&out_fixed), accuracy(&out_any), "fixed:\n{out_fixed}\nany:\n{out_any}");
+    let f = fixed.to_str().unwrap();
+    let (ok, _, err) = run_towers(&["train", "--graph", f, "--batch", "64", "--steps", "1"]);
+    assert!(!ok, "{err}");
+    for part in [
+        "--batch 64: the --graph ",
+        "fixed.json placeholder 'x' has a fixed batch of 32 rows: give --batch 32",
+        "declare its dimension 0 as None (tf.placeholder(tf.float32, [None, 8, 8, 1]))",
+    ] {
+        assert!(err.contains(part), "{part}: {err}");
+    }
+    let (ok, _, err) = run_towers(&["compile", "--graph", f, "--batch", "64"]);
+    assert!(!ok && err.contains("give --batch 32"), "{err}");
 }
 
 #[test]

@@ -46,7 +46,10 @@ pub fn train_and_test(r: &Run, train: Plan, eval: Plan) -> Result<f64, Box<dyn E
     sess.load("train", train)?;
     sess.load("eval", eval)?;
     let mut batcher = Batcher::new(&train_set, BATCH, r.seed)?;
-    let total = r.epochs * batcher.batches_per_epoch();
+    let total = r
+        .epochs
+        .checked_mul(batcher.batches_per_epoch())
+        .ok_or_else(|| format!("EPOCHS {}: too many steps to count; give fewer epochs", r.epochs))?;
     let total = r.max_steps.map_or(total, |m| m.min(total));
     let schedule = Schedule { base: 0.05, decay: Decay::Cosine { total, min: 0.0 }, warmup: 0 };
     for step in 0..total {

@@ -13,7 +13,7 @@ use towers::passes::ProcessGroup;
 use towers::trainer::{Model as UserModel, TRAIN_ACCURACY};
 
 use super::args::{CompileArgs, Emit};
-use super::config::{auto_variables, config, explain_cost, ps_tasks, user_model};
+use super::config::{auto_variables, config, cuda_flags, explain_cost, fixed_batch, ps_tasks, user_model};
 
 fn parse_input(s: &str) -> Result<[usize; 3], String> {
     let v: Vec<usize> = s
@@ -36,6 +36,7 @@ fn parse_input(s: &str) -> Result<[usize; 3], String> {
 
 pub fn run_compile(a: CompileArgs) -> Result<(), String> {
     let mut cfg = config(&a.common)?;
+    cuda_flags(&a.common, a.backend)?;
     let process = ProcessGroup::new(a.rank, a.world_size)
         .and_then(|p| p.with_ps_ranks(a.common.ps_ranks.unwrap_or(0) as usize))
         .map_err(|e| format!("--rank/--world-size: {e}"))?;
@@ -54,6 +55,7 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         return Err("--collapse is a view of the dot output: use it with --emit dot".into());
     }
     let user = user_model(&a.common)?;
+    fixed_batch(&a.common, user.as_ref(), cfg.batch, a.world_size)?;
     if let (Some(_), Some(_)) = (&user, &a.input) {
         return Err(
             "--input sets the seed models' geometry; a --graph model has its own (its images placeholder)".into()
@@ -94,7 +96,18 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
     if let Some(acc) = &model.accuracy {
         opts.fetches.push((TRAIN_ACCURACY.into(), acc.clone()));
     }
+    let t0 = std::time::Instant::now();
     let c = compile_train(&model.graph, &model.loss, &opts).map_err(|e| e.to_string())?;
+    // -v: the pass timings, as `towers train` logs them.
+    for t in &c.timings {
+        tracing::debug!(pass = t.pass, micros = t.elapsed.as_micros() as u64, "compiler pass");
+    }
+    tracing::debug!(
+        micros = t0.elapsed().as_micros() as u64,
+        nodes = c.graph.len(),
+        events = c.plan.num_events,
+        "compiled the training program"
+    );
     let text = match a.emit {
         Emit::Graph => towers::graph::text::to_text(&c.graph).map_err(|e| e.to_string())?,
         Emit::Dot if a.collapse => towers::graph::dot::to_dot_collapsed(&c.graph).map_err(|e| e.to_string())?,

@@ -25,6 +25,32 @@ pub fn user_model(c: &Common) -> Result<Option<UserModel>, String> {
     }
 }
 
+/// A `--graph` model whose images placeholder declares a fixed batch
+/// (TF1's `tf.placeholder(tf.float32, [32, 8, 8, 1])`) trains at that batch
+/// only: another `--batch` is refused here, naming both flags (evaluation
+/// runs at that batch too). Under several processes each feeds part of the
+/// batch, which `bind_batch` refuses in its own words.
+pub fn fixed_batch(c: &Common, user: Option<&UserModel>, batch: usize, processes: usize) -> Result<(), String> {
+    let Some(m) = user else { return Ok(()) };
+    match m.fixed_batch() {
+        Some(rows) if rows != batch && processes <= 1 => {
+            let file = c.graph.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            let shape = m
+                .graph
+                .get(&m.images)
+                .and_then(|id| m.graph.node(id).outputs.first().map(|t| t.shape.0.clone()))
+                .unwrap_or_default();
+            let dims: Vec<String> = shape.iter().skip(1).map(|d| d.map_or("None".into(), |d| d.to_string())).collect();
+            Err(format!(
+                "--batch {batch}: the --graph {file} placeholder '{}' has a fixed batch of {rows} rows: give --batch {rows}, or declare its dimension 0 as None (tf.placeholder(tf.float32, [None, {}])) so that it takes any batch",
+                m.images,
+                dims.join(", ")
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The model the cost model times: the `--graph` model, or the seed model
 /// `cfg` describes at this input geometry.
 fn cost_model(
@@ -50,6 +76,30 @@ pub fn cuda_contexts(c: &Common, cfg: &mut TrainConfig, processes: usize) {
     if c.cuda_contexts.is_none() && processes > 1 {
         cfg.cuda_one_context = true;
     }
+}
+
+/// `--no-cuda-graphs` and `--cuda-contexts` tune the CUDA backend: given
+/// with `--backend cpu` they would do nothing, so they are refused
+/// (`--backend auto` may pick CUDA: accepted).
+pub fn cuda_flags(c: &Common, backend: BackendChoice) -> Result<(), String> {
+    if backend != BackendChoice::Cpu {
+        return Ok(());
+    }
+    if c.no_cuda_graphs {
+        return Err(
+            "--no-cuda-graphs applies to --backend cuda only (the CPU backend replays no CUDA graph): add --backend cuda, or leave it out".into(),
+        );
+    }
+    if let Some(k) = c.cuda_contexts {
+        let name = match k {
+            super::args::CudaContexts::One => "one",
+            super::args::CudaContexts::PerGpu => "per-gpu",
+        };
+        return Err(format!(
+            "--cuda-contexts {name} applies to --backend cuda only (the CPU backend has no CUDA context): add --backend cuda, or leave it out"
+        ));
+    }
+    Ok(())
 }
 
 /// `--variables ps`: `--ps-tasks` defaults to the number of processes
@@ -106,6 +156,12 @@ pub fn auto_variables(
         return Err(format!(
             "--variables auto: each of the {processes} processes would time its own machine and could choose another placement; give one (cpu, gpu0, round-robin, greedy), e.g. the one `towers compile --variables auto` picks"
         ));
+    }
+    if cfg.towers == 0 {
+        return Err(
+            "--variables auto compares placements among the towers' devices and needs --towers N (e.g. --towers 2 --variables auto); without --towers every placement is cpu:0 (towers compile --explain-cost compares them at 1, 2 and 4 towers)"
+                .into(),
+        );
     }
     let target = cost_target(backend, cfg.towers.max(1))?;
     let (graph, loss) = cost_model(user, cfg, input, classes)?;

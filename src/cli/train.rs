@@ -15,7 +15,7 @@ use towers::trainer::fit_in;
 use towers::watch::{Tee, Watch};
 
 use super::args::{Model, TrainArgs};
-use super::config::{auto_variables, config, cuda_contexts, ps_tasks, user_model};
+use super::config::{auto_variables, config, cuda_contexts, cuda_flags, fixed_batch, ps_tasks, user_model};
 
 /// The CLI's observer: log lines and the progress bar.
 struct Printer {
@@ -126,7 +126,9 @@ pub fn run_train(a: TrainArgs) -> Result<(), String> {
 fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     let lead = comm.rank() == 0;
     let mut cfg = config(&a.common)?;
+    cuda_flags(&a.common, a.backend)?;
     let user = user_model(&a.common)?;
+    fixed_batch(&a.common, user.as_ref(), cfg.batch, comm.world_size())?;
     let (input, classes) = towers::cost::placements::geometry(&cfg.data);
     auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, comm.world_size(), a.backend)?;
     ps_tasks(&a.common, &mut cfg, comm.world_size())?;
@@ -205,7 +207,21 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     for line in r.ps_async.iter().flat_map(|p| p.lines()) {
         eprintln!("{line}");
     }
-    eprintln!("{} steps, {:.0} examples/s", r.steps, r.examples_per_sec);
+    // The steps this run trained: a resumed run counts from its checkpoint's.
+    let done = r.steps - r.trained.min(r.steps);
+    match (r.trained, done) {
+        (t, 0) if t == r.steps => eprintln!("{t} steps, {:.0} examples/s", r.examples_per_sec),
+        (0, _) => eprintln!(
+            "0 steps, 0 examples/s (nothing to train: the checkpoint is at or past the last step, {})",
+            r.steps
+        ),
+        (t, d) => eprintln!(
+            "{t} steps, {:.0} examples/s (resumed at global step {d}: steps {} to {})",
+            r.examples_per_sec,
+            d + 1,
+            r.steps
+        ),
+    }
     println!("test accuracy: {:.4}", r.test_accuracy);
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! TensorBoard event files: `--logdir DIR`.
 //!
-//! [`EventWriter`] creates `DIR/events.out.tfevents.<unix seconds>.<host>`
-//! (TensorFlow's naming, so `tensorboard --logdir DIR` finds it) and appends
+//! [`EventWriter`] creates `DIR/events.out.tfevents.<unix seconds>.<host>.<pid>.<n>`
+//! (TensorFlow 2's naming, so `tensorboard --logdir DIR` finds it; `n` counts
+//! the writers this process made in that second) and appends
 //! TFRecord-framed `tensorflow.Event` protos: first the file version
 //! `brain.Event:2`, then scalars ([`EventWriter::scalar`]) and the placed
 //! graph ([`EventWriter::graph`], built by [`graph_def`]) whose nodes carry
@@ -16,9 +17,10 @@ mod graphdef;
 pub mod proto;
 mod record;
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prost::Message;
@@ -39,6 +41,9 @@ pub struct LogdirError {
     pub source: std::io::Error,
 }
 
+/// The counter of the event files this process creates (their names' last part).
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
 /// Appends events to one event file.
 pub struct EventWriter {
     path: PathBuf,
@@ -54,8 +59,22 @@ impl EventWriter {
         };
         std::fs::create_dir_all(dir).map_err(err(dir))?;
         let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        let path = dir.join(format!("events.out.tfevents.{secs}.{}", hostname()));
-        let file = File::create(&path).map_err(err(&path))?;
+        let (host, pid) = (hostname(), std::process::id());
+        // Never an existing file: two runs (or two writers of one process)
+        // in the same second used to truncate each other's events. The name
+        // holds the process id and a counter; `create_new` refuses a file
+        // that exists (another writer's), and the next counter is tried.
+        let mut n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let (path, file) = loop {
+            let path = dir.join(format!("events.out.tfevents.{secs}.{host}.{pid}.{n}"));
+            match OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(file) => break (path, file),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < u64::MAX => {
+                    n = NEXT.fetch_add(1, Ordering::Relaxed).max(n + 1)
+                }
+                Err(e) => return Err(err(&path)(e)),
+            }
+        };
         let mut w = EventWriter { path, out: BufWriter::new(file) };
         w.write(0, What::FileVersion("brain.Event:2".into()))?;
         Ok(w)
@@ -162,6 +181,45 @@ mod tests {
                 assert_eq!(g.node[1].input, ["x"]);
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Two writers into one folder at once (two runs in the same second)
+    /// make two files, each whole: neither truncates the other's events;
+    /// a file already there (another process's) is never opened.
+    #[test]
+    fn two_writers_in_one_folder_keep_both_files() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut a = EventWriter::create(dir.path()).expect("first");
+        a.scalar("loss", 1, 1.0).expect("scalar");
+        let mut b = EventWriter::create(dir.path()).expect("second");
+        b.scalar("loss", 2, 2.0).expect("scalar");
+        a.scalar("loss", 3, 3.0).expect("scalar");
+        assert_ne!(a.path(), b.path());
+        let name = b.path().file_name().expect("name").to_string_lossy().to_string();
+        assert!(name.contains(&format!(".{}.", std::process::id())), "the pid is in {name}");
+        let (pa, pb) = (a.path().to_path_buf(), b.path().to_path_buf());
+        drop((a, b));
+        let steps = |p: &Path| records(&std::fs::read(p).expect("read")).iter().map(|e| e.step).collect::<Vec<_>>();
+        assert_eq!(steps(&pa), [0, 1, 3]);
+        assert_eq!(steps(&pb), [0, 2]);
+        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 2);
+        // Another process's file under the name this one would take next
+        // is skipped, not truncated.
+        let secs = SystemTime::now().duration_since(UNIX_EPOCH).expect("time").as_secs();
+        let next = NEXT.load(Ordering::Relaxed);
+        let mut taken = Vec::new();
+        for s in [secs, secs + 1] {
+            for n in next..next + 4 {
+                let p = dir.path().join(format!("events.out.tfevents.{s}.{}.{}.{n}", hostname(), std::process::id()));
+                std::fs::write(&p, b"other").expect("write");
+                taken.push(p);
+            }
+        }
+        let c = EventWriter::create(dir.path()).expect("third");
+        assert!(!taken.iter().any(|p| p == c.path()), "{}", c.path().display());
+        for p in &taken {
+            assert_eq!(std::fs::read(p).expect("read"), b"other");
         }
     }
 

@@ -127,7 +127,7 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
     let state = async_compile::owners(model, cfg, process)?;
     let owners: Vec<(usize, Vec<String>)> = state.ps_groups.iter().map(|g| (g.rank, g.variables.clone())).collect();
     let worker = async_compile::worker(model, cfg, rows.len())?;
-    let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
+    let eval_batch = super::fit::eval_batch(cfg, model, test_set.len());
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
     sess.load("train", worker.plan)?;
     let mine = owners.iter().find(|(r, _)| *r == rank).map(|(_, v)| v);
@@ -153,7 +153,7 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
     };
     let mut ex = AsyncPs::new(&sess, shards, programs, cfg.comm_timeout)?;
     let mut batcher = Batcher::new(train_set, cfg.batch, cfg.seed)?.with_rows(rows)?;
-    let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
+    let total = super::fit::total_steps(cfg, batcher.batches_per_epoch())?;
     let schedule = cfg.schedule(total);
     let slow = slow_worker(rank);
     let note = format!("{which}\n{}\n{NOT_EXACT}", sess.backend_note());
@@ -247,6 +247,7 @@ pub(crate) fn fit_async(run: AsyncRun<'_>, obs: &mut dyn TrainObserver) -> Resul
         losses,
         train_accuracies,
         steps: total,
+        trained: total,
         test_accuracy,
         examples_per_sec,
         backend_note: note,

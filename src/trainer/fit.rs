@@ -92,6 +92,30 @@ pub(crate) fn fit_seed_in(
     run(Which::Seed, cfg, Source::Spec, comm, obs)
 }
 
+/// The run's length in global steps: `--steps`, else `--epochs` x the
+/// batches of an epoch (computed only without `--steps`, and checked: a
+/// product past `usize` is an error naming `--epochs`, not a panic).
+pub(super) fn total_steps(cfg: &TrainConfig, batches_per_epoch: usize) -> Result<usize, TrainError> {
+    match cfg.steps {
+        Some(steps) => Ok(steps),
+        None => cfg.epochs.checked_mul(batches_per_epoch).ok_or_else(|| TrainError::InvalidOption {
+            flag: "epochs",
+            reason: format!(
+                "{} epochs x {batches_per_epoch} batches per epoch is more steps than this machine can count; give fewer --epochs, or the number of steps with --steps N",
+                cfg.epochs
+            ),
+        }),
+    }
+}
+
+/// The evaluation's batch: the images placeholder's fixed rows when the
+/// model declares them (the last chunk of the test set padded, its padding
+/// not counted: [`crate::train::evaluate`]), else `cfg.eval_batch` (at most
+/// the test set).
+pub(super) fn eval_batch(cfg: &TrainConfig, model: &Model, test_len: usize) -> usize {
+    model.fixed_batch().unwrap_or_else(|| cfg.eval_batch.min(test_len)).max(1)
+}
+
 fn run(
     which_model: Which<'_>,
     cfg: &TrainConfig,
@@ -160,7 +184,7 @@ fn run(
         "compiled the training program"
     );
     obs.compiled(&compiled.graph);
-    let eval_batch = cfg.eval_batch.min(test_set.len()).max(1);
+    let eval_batch = eval_batch(cfg, model, test_set.len());
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
 
     let which = if process.is_single() { which } else { format!("{which}; {}", comm.describe()) };
@@ -202,8 +226,29 @@ fn run(
 
     sess.check_replicas_of(if done > 0 { "after resuming" } else { "before the first step" }, shared)?;
 
-    let total = cfg.steps.unwrap_or(cfg.epochs * batcher.batches_per_epoch());
+    let total = total_steps(cfg, batcher.batches_per_epoch())?;
     let schedule = cfg.schedule(total);
+    // What --resume did, said at the start (TF1's "Restoring parameters from").
+    if let (true, Some(path)) = (cfg.resume, &cfg.checkpoint) {
+        let path = path.display();
+        let asked = match cfg.steps {
+            Some(n) => format!("--steps {n}"),
+            None => format!("--epochs {} ({total} steps)", cfg.epochs),
+        };
+        restore_notes.insert(
+            0,
+            match resumed_at {
+                None => format!("--resume: {path} does not exist yet; starting from step 0"),
+                Some(_) if done >= total => {
+                    format!("--resume: {path} is already at step {done} >= {asked}: nothing to train")
+                }
+                Some(_) => format!(
+                    "--resume: resumed from {path} at global step {done} ({} of {asked} to train)",
+                    total - done
+                ),
+            },
+        );
+    }
     let mut note = format!("{which}\n{}", sess.backend_note());
     if let Some(ps) = &ps {
         note.push('\n');
@@ -346,6 +391,7 @@ fn run(
         losses,
         train_accuracies,
         steps: total,
+        trained: total.saturating_sub(done),
         test_accuracy,
         examples_per_sec,
         backend_note: note,

@@ -102,6 +102,18 @@ impl Model {
         }
     }
 
+    /// The rows of the images placeholder when its dimension 0 is fixed
+    /// (TF1's `tf.placeholder(tf.float32, [32, 8, 8, 1])`): every program
+    /// of the model, the evaluation's too, then runs at that batch. None
+    /// when it takes any batch (`[None, ...]`) or is not a placeholder.
+    pub fn fixed_batch(&self) -> Option<usize> {
+        let n = self.graph.node(self.graph.get(&self.images)?);
+        match &n.op {
+            Op::Placeholder { shape, .. } => shape.0.first().copied().flatten(),
+            _ => None,
+        }
+    }
+
     /// Check the invariants of the module docs; the first problem is an error naming the role and node.
     pub fn check(&self) -> Result<(), ModelError> {
         towers_graph::verify::verify(&self.graph, "loading the model", false).map_err(ModelError::Verify)?;
