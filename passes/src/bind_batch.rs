@@ -27,8 +27,14 @@
 //! batch, so the gradients count the batch in the graph (a mean's divisor,
 //! a reshape's `-1`) instead of baking in the global rows that `split`
 //! later divides across towers.
+//!
+//! A placeholder whose declared rows merely equal the batch but whose
+//! axis 0 is not the examples' (TF1's `tf.placeholder([VOCAB, DIM])`
+//! embedding table read by a gather, a `[CLASSES]` scale broadcast along
+//! the last axis, a matrix multiplied from the right) is neither opened nor
+//! split: [`rows_on_axis_0`] reads that from its consumers.
 
-use towers_graph::{Graph, Op};
+use towers_graph::{Graph, NodeId, Op};
 
 use crate::manager::Pass;
 use crate::split::ProcessShare;
@@ -93,7 +99,7 @@ impl Pass for BindBatch {
                         node.name
                     )));
                 }
-                Some(b) if b == self.batch => batch_inputs.push(node.name.clone()),
+                Some(b) if b == self.batch && rows_on_axis_0(g, id) => batch_inputs.push(node.name.clone()),
                 Some(b) => fixed.push(format!("'{}' is {shape} ({b} rows)", node.name)),
             }
             g.node_mut(id).op = Op::Placeholder { dtype, shape };
@@ -113,6 +119,28 @@ impl Pass for BindBatch {
     }
 }
 
+/// Whether the placeholder `id`'s axis 0 can be the batch's rows, judged by
+/// its consumers: not when it is a gather's table, a matmul's right operand
+/// (or its left one transposed), a convolution's filter, or the lower-rank
+/// operand of an elementwise op (broadcasting aligns its axis 0 with a
+/// later axis of the other operand).
+pub fn rows_on_axis_0(g: &Graph, id: NodeId) -> bool {
+    let rank = |n: NodeId, slot: usize| g.tensor_type(g.tensor(n, slot)).map(|t| t.shape.rank()).unwrap_or(0);
+    let own = rank(id, 0);
+    g.consumers(id).into_iter().all(|(c, dst, _)| {
+        let ins = g.inputs(c);
+        match &g.node(c).op {
+            Op::Gather { .. } => dst != 0,
+            Op::MatMul { transpose_a, transpose_b } => (dst == 0 && !transpose_a) || (dst == 1 && *transpose_b),
+            Op::Conv2D { .. } => dst == 0,
+            Op::Binary(_) | Op::BiasAdd => {
+                ins.iter().enumerate().all(|(i, t)| i == dst || rank(t.node, t.slot) <= own)
+            }
+            _ => true,
+        }
+    })
+}
+
 /// Open a placeholder declared with exactly `batch` rows into an unknown
 /// batch dimension (see the module docs), before `autodiff`.
 #[derive(Debug, Clone)]
@@ -129,7 +157,7 @@ impl Pass for OpenBatch {
         let mut opened = false;
         for id in g.node_ids() {
             if let Op::Placeholder { dtype, shape } = &g.node(id).op {
-                if shape.rank() > 0 && shape.0[0] == Some(self.batch) {
+                if shape.rank() > 0 && shape.0[0] == Some(self.batch) && rows_on_axis_0(g, id) {
                     let (dtype, mut shape) = (*dtype, shape.clone());
                     shape.0[0] = None;
                     g.node_mut(id).op = Op::Placeholder { dtype, shape };

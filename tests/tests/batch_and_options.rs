@@ -232,3 +232,51 @@ fn device_scopes_without_towers_name_the_nodes_and_the_option_to_set() {
     let report = placement_report(&c.graph, &c.plan);
     assert!(report.contains("local/weights") && report.contains("cpu:0"), "{report}");
 }
+
+/// A placeholder whose declared rows happen to equal the batch but whose
+/// axis 0 is not the examples' (TF1's fed embedding table
+/// `tf.placeholder([VOCAB, DIM])`, a `[CLASSES]` scale broadcast over the
+/// logits) is fed whole to every tower, not split: at batch == VOCAB ==
+/// CLASSES = 10, 2 towers train as one device.
+#[test]
+fn a_fed_table_with_as_many_rows_as_the_batch_is_not_split() {
+    let graph = || {
+        let mut b = GraphBuilder::with_seed(2);
+        let ids = b.placeholder("ids", DType::I32, [None, Some(3)]).unwrap();
+        let y = b.placeholder("y", DType::I32, [None]).unwrap();
+        let table = b.placeholder("table", DType::F32, [10, 4]).unwrap();
+        let scale = b.placeholder("class_scale", DType::F32, [10]).unwrap();
+        let emb = b.gather(table, ids, 0).unwrap();
+        let pooled = b.reduce_mean(emb, &[1], false).unwrap();
+        let logits = layers::dense(&mut b, "fc", pooled, 10, Activation::None).unwrap();
+        let logits = b.mul(logits, scale).unwrap();
+        let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+        let loss = b.reduce_mean(xent, &[0], false).unwrap();
+        b.identity(loss, "loss").unwrap();
+        b.finish()
+    };
+    let train = |towers: u32| {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, 10);
+        o.towers = (0..towers).map(Device::gpu).collect();
+        let c = compile_train(&graph(), "loss", &o).expect("compiles");
+        assert_eq!(c.state.batch_inputs, ["ids", "y"], "only the examples are split");
+        let mut s = Session::new(0);
+        s.load("train", c.plan).unwrap();
+        let ids: Vec<i32> = (0..30).map(|i| (i * 7 % 10) as i32).collect();
+        let ys: Vec<i32> = (0..10).map(|i| (i * 3 % 10) as i32).collect();
+        let table: Vec<f32> = (0..40).map(|i| ((i * 5 % 13) as f32 - 6.0) / 6.0).collect();
+        let scale: Vec<f32> = (0..10).map(|i| 0.5 + i as f32 / 10.0).collect();
+        for _ in 0..2 {
+            s.feed("train", "ids", &ids).unwrap();
+            s.feed("train", "y", &ys).unwrap();
+            s.feed("train", "table", &table).unwrap();
+            s.feed("train", "class_scale", &scale).unwrap();
+            s.run("train").unwrap();
+        }
+        (s.fetch::<f32>("train", "loss").unwrap()[0], s.variable::<f32>("fc/weights").unwrap())
+    };
+    let (l0, w0) = train(0);
+    let (l2, w2) = train(2);
+    assert!((l0 - l2).abs() <= 1e-5 * l0.abs(), "{l2} vs one device {l0}");
+    assert!(w0.iter().zip(&w2).all(|(a, b)| (a - b).abs() <= 1e-5 * a.abs().max(1e-2)));
+}
