@@ -92,8 +92,21 @@ pub fn split_sizes(policy: &SplitPolicy, batch: usize, towers: usize, k: usize) 
             if r == 0 || !batch.is_multiple_of(r) {
                 let lo = batch / r.max(1) * r;
                 let hint = if lo > 0 { format!("{lo} or {}", lo + r) } else { format!("{r}") };
+                // The nearest even split, as weights that are the rows
+                // themselves (exact at any batch: shares b_t / B).
+                let weighted = if k == 1 && batch >= towers && towers > 0 {
+                    let w: Vec<String> =
+                        (0..towers).map(|t| (batch / towers + usize::from(t < batch % towers)).to_string()).collect();
+                    format!(
+                        "SplitPolicy::Weighted(vec![{}]) (CLI: --split-weights {}), as even as {batch} rows allow",
+                        w.join(", "),
+                        w.join(",")
+                    )
+                } else {
+                    "SplitPolicy::Weighted with one weight per tower (CLI: --split-weights)".to_string()
+                };
                 return Err(bad(format!(
-                    "{micro} evenly: {batch} is not a multiple of {r}; use a global batch size of {hint}, or SplitPolicy::Weighted with one weight per tower (CLI: --split-weights)"
+                    "{micro} evenly: {batch} is not a multiple of {r}; use a global batch size of {hint}, or {weighted}"
                 )));
             }
             Ok(vec![batch / r; r])

@@ -280,3 +280,16 @@ fn a_fed_table_with_as_many_rows_as_the_batch_is_not_split() {
     assert!((l0 - l2).abs() <= 1e-5 * l0.abs(), "{l2} vs one device {l0}");
     assert!(w0.iter().zip(&w2).all(|(a, b)| (a - b).abs() <= 1e-5 * a.abs().max(1e-2)));
 }
+
+/// A batch that does not divide over the towers: the error offers the
+/// nearest even weighted split, which then compiles.
+#[test]
+fn an_uneven_batch_is_refused_with_the_weights_that_split_it() {
+    let g = model(None);
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 10);
+    o.towers = (0..4).map(Device::gpu).collect();
+    let e = error_of(compile_train(&g, "loss", &o));
+    assert!(e.contains("SplitPolicy::Weighted(vec![3, 3, 2, 2])") && e.contains("--split-weights 3,3,2,2"), "{e}");
+    o.split = SplitPolicy::Weighted(vec![3, 3, 2, 2]);
+    compile_train(&g, "loss", &o).expect("the offered split compiles");
+}
