@@ -104,6 +104,20 @@ impl Compiled {
     pub fn fusions(&self, opts: &CompileOptions) -> Result<towers_codegen::fusion::FusionPlan, CompileError> {
         Ok(towers_codegen::fusion::find_fusions(&self.graph, &train_lower_options(opts))?)
     }
+
+    /// Log (tracing, debug) each pass's time and the whole compile's,
+    /// started at `since`: what `-v` shows.
+    pub fn log_timings(&self, since: std::time::Instant) {
+        for t in &self.timings {
+            tracing::debug!(pass = t.pass, micros = t.elapsed.as_micros() as u64, "compiler pass");
+        }
+        tracing::debug!(
+            micros = since.elapsed().as_micros() as u64,
+            nodes = self.graph.len(),
+            events = self.plan.num_events,
+            "compiled the training program"
+        );
+    }
 }
 
 /// Compile a forward-only evaluation program fetching `fetches` (user name,

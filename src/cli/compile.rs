@@ -99,15 +99,7 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
     let t0 = std::time::Instant::now();
     let c = compile_train(&model.graph, &model.loss, &opts).map_err(|e| e.to_string())?;
     // -v: the pass timings, as `towers train` logs them.
-    for t in &c.timings {
-        tracing::debug!(pass = t.pass, micros = t.elapsed.as_micros() as u64, "compiler pass");
-    }
-    tracing::debug!(
-        micros = t0.elapsed().as_micros() as u64,
-        nodes = c.graph.len(),
-        events = c.plan.num_events,
-        "compiled the training program"
-    );
+    c.log_timings(t0);
     let text = match a.emit {
         Emit::Graph => towers::graph::text::to_text(&c.graph).map_err(|e| e.to_string())?,
         Emit::Dot if a.collapse => towers::graph::dot::to_dot_collapsed(&c.graph).map_err(|e| e.to_string())?,

@@ -174,15 +174,7 @@ fn run(
     }
     let rows = opts.process_rows().map_err(CompileError::from)?;
     let compiled = compile_train(&model.graph, &model.loss, &opts)?;
-    for t in &compiled.timings {
-        tracing::debug!(pass = t.pass, micros = t.elapsed.as_micros() as u64, "compiler pass");
-    }
-    tracing::debug!(
-        micros = t0.elapsed().as_micros() as u64,
-        nodes = compiled.graph.len(),
-        events = compiled.plan.num_events,
-        "compiled the training program"
-    );
+    compiled.log_timings(t0);
     obs.compiled(&compiled.graph);
     let eval_batch = eval_batch(cfg, model, test_set.len());
     let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], eval_batch)?;
