@@ -289,3 +289,41 @@ fn a_device_of_another_process_is_refused_and_this_processes_own_is_fine() {
     let (g, loss) = build(1);
     compile_train(&g, &loss, &o).expect("rank 1 may name its own task");
 }
+
+/// A loss that sums over the batch (`reduce_sum(xent)`): the replicas'
+/// sums are added (weight 1) and the all-reduce adds the ranks' partial
+/// sums, so W processes still compute one device's update and loss.
+#[test]
+fn a_summed_loss_is_exact_across_processes() {
+    use towers::models::{Model, ModelSpec};
+    use towers_graph::layers::{self, Activation};
+    use towers_graph::{DType, GraphBuilder, Shape};
+    let mut b = GraphBuilder::with_seed(11);
+    let x = b.placeholder("images", DType::F32, Shape(vec![None, Some(8), Some(8), Some(1)])).unwrap();
+    let y = b.placeholder("labels", DType::I32, Shape(vec![None])).unwrap();
+    let f = b.flatten(x).unwrap();
+    let h = layers::dense(&mut b, "fc1", f, 16, Activation::Relu).unwrap();
+    let logits = layers::dense(&mut b, "fc2", h, 10, Activation::None).unwrap();
+    let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
+    let sum = b.reduce_sum(xent, &[0], false).unwrap();
+    b.identity(sum, "loss").unwrap();
+    let logits = b.graph().node(logits.node).name.clone();
+    let model = Model {
+        spec: ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10),
+        graph: b.finish(),
+        images: "images".into(),
+        labels: "labels".into(),
+        loss: "loss".into(),
+        predictions: logits.clone(),
+        logits,
+    };
+    let data = batches(BATCH, STEPS, 5);
+    let opt = Optimizer::Sgd { lr: F32(0.002) };
+    let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);
+    for (t, split) in [(1, SplitPolicy::Even), (2, SplitPolicy::Weighted(vec![1, 1, 1, 3]))] {
+        let mut o = CompileOptions::new(opt.clone(), BATCH);
+        o.towers = towers(t);
+        o.split = split.clone();
+        check(&run_ranks(&model, &o, &data, 2), &single, &format!("summed loss, 2x{t} {split:?}"));
+    }
+}
