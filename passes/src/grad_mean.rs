@@ -72,6 +72,8 @@ impl Pass for GradMean {
                 weights = vec![1.0; r];
                 share = r as f32;
             }
+            // One replica (one tower, no micro-batches) is one device.
+            Kind::Rows | Kind::Opaque if r == 1 => {}
             Kind::Rows | Kind::Opaque => {
                 let loss = g.node(tower0.node).name.clone();
                 st.warn(
@@ -139,6 +141,7 @@ fn weigh_fetches(g: &mut Graph, st: &mut CompileState, kinds: &BTreeMap<NodeId, 
                     weights.iter_mut().for_each(|w| *w = F32(1.0));
                 }
             }
+            Kind::Rows | Kind::Opaque if g.inputs(id).len() == 1 => {}
             Kind::Rows | Kind::Opaque => st.warn(
                 "grad_mean",
                 format!(

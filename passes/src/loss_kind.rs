@@ -198,6 +198,9 @@ fn rule(op: &Op, ins: &[Kind]) -> Kind {
         | Op::Equal
         | Op::Dropout { .. }
         | Op::BatchNorm { .. }
+        // A free value broadcast to the rows' shape (`equal`'s broadcast,
+        // `zeros_like` of rows) is rows.
+        | Op::BroadcastLike
         | Op::Fused { .. } => rows_only(ins),
         _ => Opaque,
     }

@@ -39,6 +39,24 @@ fn graph(kind: &str) -> Result<Graph, GraphError> {
             let l2 = b.l2_loss(diff)?;
             b.add(a, l2)?
         }
+        "masked_sum" => {
+            // The padding idiom: examples of class 0 are "padding", masked
+            // out by a broadcast `equal` against a scalar.
+            let pad = b.constant("pad", DType::I32, &[], &[0.0])?;
+            let is_pad = b.equal(y, pad)?;
+            let is_pad = b.cast(is_pad, DType::F32)?;
+            let one = b.scalar(1.0)?;
+            let mask = b.sub(one, is_pad)?;
+            let masked = b.mul(xent, mask)?;
+            b.reduce_sum(masked, &[0], false)?
+        }
+        "sum_with_zero_state" => {
+            // A zero state of the batch's rows (an RNN's), added in.
+            let zeros = b.zeros_like(logits)?;
+            let z = b.reduce_sum(zeros, &[1], false)?;
+            let x = b.add(xent, z)?;
+            b.reduce_sum(x, &[0], false)?
+        }
         "sum_plus_reg" => {
             let s = b.reduce_sum(xent, &[0], false)?;
             let w = b.graph().get("fc/weights").expect("the dense layer's weights");
@@ -94,7 +112,7 @@ fn configs() -> Vec<(u32, SplitPolicy, usize)> {
 
 #[test]
 fn sums_and_means_over_the_batch_train_as_one_device_at_every_tower_count() {
-    for kind in ["mean", "sum", "sum_div_const", "l2_loss", "mse_all", "sum_plus_both"] {
+    for kind in ["mean", "sum", "sum_div_const", "l2_loss", "mse_all", "sum_plus_both", "masked_sum", "sum_with_zero_state"] {
         let (l0, w0, d0) = train(kind, 0, SplitPolicy::Even, 1);
         assert!(d0.is_empty(), "{kind}: {d0:?}");
         for (towers, split, acc) in configs() {
@@ -115,6 +133,9 @@ fn a_sum_plus_a_regularizer_keeps_the_shares_and_says_why() {
     assert_eq!(d.len(), 1, "{d:?}");
     assert!(d[0].contains("neither a mean nor a sum") && d[0].contains("total_loss"), "{}", d[0]);
     assert!(d[0].contains("reduce_mean"), "the fix is named: {}", d[0]);
+    // One tower is one device: nothing to say.
+    let (_, _, d) = train("sum_plus_reg", 1, SplitPolicy::Even, 1);
+    assert!(d.is_empty(), "{d:?}");
 }
 
 /// Extra fetches are weighed as the loss is: a count of correct examples (a
