@@ -207,11 +207,11 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
             launch(Kernel::Equal { dtype: ins[0].dtype }, &[0, 1])
         }
         Cast { dtype } => launch(Kernel::Cast { from: ins[0].dtype, to: *dtype }, &[0]),
-        Dropout { rate, seed, first_row } => match mode {
+        Dropout { rate, seed, first_row, row_elems } => match mode {
             Mode::Eval => Ok(Lowering::CopyAndOnes),
             Mode::Train => {
                 let d = &ins[0].dims;
-                let row: usize = d.iter().skip(1).product();
+                let row: usize = if *row_elems > 0 { *row_elems } else { d.iter().skip(1).product() };
                 let k = Kernel::Dropout { keep_prob: 1.0 - rate.0, seed: *seed, elem_offset: first_row * row };
                 launch(k, &[0])
             }

@@ -238,7 +238,7 @@ impl GraphBuilder {
     /// masks are those of the global rows that output holds, as on one
     /// device ([`Op::Dropout`]'s `first_row`).
     pub fn dropout(&mut self, x: Tensor, rate: f32) -> Result<Tensor> {
-        let id = self.op("dropout", Op::Dropout { rate: F32(rate), seed: 0, first_row: 0 }, &[x])?;
+        let id = self.op("dropout", Op::Dropout { rate: F32(rate), seed: 0, first_row: 0, row_elems: 0 }, &[x])?;
         let seed = crate::seeds::op_seed(self.graph.seed, &self.graph.node(id).name);
         self.finish_dropout(id, seed)
     }
@@ -246,16 +246,22 @@ impl GraphBuilder {
     /// TF's `tf.nn.dropout(x, rate=rate, seed=seed)`: as
     /// [`GraphBuilder::dropout`] with the op seed `seed`, used as given.
     pub fn dropout_with_seed(&mut self, x: Tensor, rate: f32, seed: u64) -> Result<Tensor> {
-        let id = self.op("dropout", Op::Dropout { rate: F32(rate), seed, first_row: 0 }, &[x])?;
+        let id = self.op("dropout", Op::Dropout { rate: F32(rate), seed, first_row: 0, row_elems: 0 }, &[x])?;
         self.finish_dropout(id, seed)
     }
 
     /// Set a new dropout node's seed and its first global row.
     fn finish_dropout(&mut self, id: NodeId, seed: u64) -> Result<Tensor> {
         let row = crate::seeds::split_row_of(&self.graph, id)?;
-        if let Op::Dropout { seed: s, first_row, .. } = &mut self.graph.node_mut(id).op {
+        // One axis-0 row's elements: `split` replaces it by one example's
+        // when it divides the batch over towers.
+        let x = self.graph.inputs(id)[0];
+        let shape = &self.graph.tensor_type(x)?.shape;
+        let per_row: Option<usize> = (1..shape.rank()).map(|i| shape.dim(i)).product();
+        if let Op::Dropout { seed: s, first_row, row_elems, .. } = &mut self.graph.node_mut(id).op {
             *s = seed;
             *first_row = row;
+            *row_elems = per_row.unwrap_or(0);
         }
         Ok(self.graph.tensor(id, 0))
     }

@@ -247,13 +247,19 @@ pub enum Op {
 
     // ---- regularization and normalization --------------------------------
     /// in: x. out: y, mask (0 or 1/keep). Identity with an all-ones mask in
-    /// eval mode. The mask of row r is drawn from (seed, step, first_row + r),
-    /// so a tower holding rows `first_row..` of the global batch draws exactly
-    /// the mask one device would draw for those rows.
+    /// eval mode. The mask of the example r is drawn from (seed, step,
+    /// first_row + r), so a tower holding rows `first_row..` of the global
+    /// batch draws exactly the mask one device would draw for those rows.
+    /// `row_elems` is the elements of one example in `x` (set by `split`;
+    /// 0: one axis-0 row), so a tensor whose axis 0 is not the examples'
+    /// (attention heads folded into it, `[batch * heads, T, T]`) starts its
+    /// tower's masks at its first example, not inside another tower's.
     Dropout {
         rate: F32,
         seed: u64,
         first_row: usize,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        row_elems: usize,
     },
     /// in: x, gamma, beta, moving_mean, moving_var. out: y, batch_mean,
     /// batch_inv_std, batch_var (unbiased). Eval mode normalizes with the
@@ -472,4 +478,8 @@ impl Op {
             _ => 0..0,
         }
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

@@ -248,10 +248,26 @@ impl Pass for SplitBatch {
         for id in g.node_ids() {
             let name = g.node(id).name.clone();
             let n_in = g.inputs(id).len();
+            // One example's elements in a dropout's input: its elements over
+            // the batch rows, read before the re-inference below gives the
+            // towers their rows (0 where the batch does not divide them).
+            let row_of = match g.node(id).op {
+                Op::Dropout { .. } => {
+                    let x = g.inputs(id)[0];
+                    let n = g.tensor_type(x)?.shape.num_elements().unwrap_or(0);
+                    if n % batch == 0 {
+                        n / batch
+                    } else {
+                        0
+                    }
+                }
+                _ => 0,
+            };
             match &mut g.node_mut(id).op {
-                Op::Dropout { first_row, .. } => {
+                Op::Dropout { first_row, row_elems, .. } => {
                     if let Some(r) = replica_of(&st.replicas, &name) {
                         *first_row = firsts[r];
+                        *row_elems = row_of;
                     }
                 }
                 Op::TowerMean { weights: w } if n_in == sizes.len() => {

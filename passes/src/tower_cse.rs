@@ -167,7 +167,7 @@ mod tests {
                 add(&mut g, &t("reg"), Op::Binary(BinaryOp::Mul), vec![Tensor::new(c, 0), Tensor::new(l2, 0)], Some(i));
             let mm = Op::MatMul { transpose_a: false, transpose_b: false };
             let xw = add(&mut g, &t("xw"), mm, vec![Tensor::new(split, i), w], Some(i));
-            let drop = Op::Dropout { rate: F32(0.5), seed: 7, first_row: 0 };
+            let drop = Op::Dropout { rate: F32(0.5), seed: 7, first_row: 0, row_elems: 0 };
             let drop = add(&mut g, &t("drop"), drop, vec![w], Some(i));
             let all = Op::ReduceSum { axes: vec![0, 1], keep_dims: false };
             let s1 = add(&mut g, &t("sum_xw"), all.clone(), one(xw), Some(i));

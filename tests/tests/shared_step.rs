@@ -58,3 +58,39 @@ fn setting_one_training_programs_step_sets_the_sessions() {
     let resumed = run(&["a", "b"], Some(7), 0.0);
     assert_eq!(resumed, straight[7..9], "steps 7 and 8, whichever program runs them");
 }
+
+/// Dropout on a tensor whose axis 0 is not the examples' (attention heads
+/// folded into it: `[batch * heads, d]`): each tower starts its masks at its
+/// first example's elements, so towers draw one device's masks (before,
+/// tower 1 re-drew tower 0's second half).
+#[test]
+fn dropout_over_folded_heads_draws_one_devices_masks_at_every_tower_count() {
+    let graph = || {
+        let mut b = GraphBuilder::with_seed(5);
+        let x = b.placeholder("x", DType::F32, [None, Some(8)]).unwrap();
+        let w = b.get_variable("w", [8], Initializer::Ones).unwrap();
+        let h = b.mul(x, w).unwrap();
+        let heads = b.reshape(h, &[-1, 4]).unwrap();
+        let d = b.dropout(heads, 0.5).unwrap();
+        let back = b.reshape(d, &[-1, 8]).unwrap();
+        let sq = b.square(back).unwrap();
+        let loss = b.reduce_mean_all(sq).unwrap();
+        b.identity(loss, "loss").unwrap();
+        b.finish()
+    };
+    let run = |towers: u32| {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+        o.towers = (0..towers).map(Device::gpu).collect();
+        let mut s = Session::new(0);
+        s.load("train", compile_train(&graph(), "loss", &o).unwrap().plan).unwrap();
+        s.feed("train", "x", &[1.0f32; 64]).unwrap();
+        s.run("train").unwrap();
+        (s.fetch::<f32>("train", "loss").unwrap()[0], s.variable::<f32>("w").unwrap())
+    };
+    let (l0, w0) = run(0);
+    for towers in [2, 4] {
+        let (l, w) = run(towers);
+        assert!((l - l0).abs() <= 1e-6 * l0, "{towers} towers: loss {l}, one device {l0}");
+        assert!(w.iter().zip(&w0).all(|(a, b)| (a - b).abs() <= 1e-6), "{towers} towers: {w:?} vs {w0:?}");
+    }
+}
