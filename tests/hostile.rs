@@ -161,6 +161,35 @@ const FLAGS: &[Row] = &[
     ("train --no-cuda-graphs --steps 1", 1, &["--no-cuda-graphs", "--backend cuda only", "add --backend cuda"]),
     ("train --cuda-contexts one --towers 2 --steps 1", 1, &["--cuda-contexts one", "--backend cuda only"]),
     ("compile --cuda-contexts per-gpu --backend cpu", 1, &["--cuda-contexts per-gpu", "--backend cuda only"]),
+    // Flags the chosen optimizer, model or schedule does not read (they were dropped in silence).
+    (
+        "train --steps 1 --optimizer adam --momentum 0.5",
+        1,
+        &["--momentum 0.5", "--optimizer adam has no momentum", "beta1"],
+    ),
+    ("train --steps 1 --optimizer sgd --momentum 0.5", 1, &["--momentum 0.5", "--optimizer sgd has no momentum"]),
+    ("compile --optimizer adagrad --momentum 0.5", 1, &["--momentum", "--optimizer adagrad has no momentum"]),
+    ("train --steps 1 --optimizer rmsprop --momentum 5", 1, &["--momentum", "[0, 1)"]),
+    (
+        "train --steps 1 --optimizer adam --nesterov",
+        1,
+        &["--nesterov", "--optimizer momentum only", "--optimizer adam"],
+    ),
+    ("train --steps 1 --optimizer rmsprop --nesterov", 1, &["--nesterov", "--optimizer momentum only"]),
+    (
+        "train --steps 1 --model convnet --hidden 64",
+        1,
+        &["--hidden", "--model convnet has fixed layers", "--model mlp"],
+    ),
+    ("compile --model convnet --activation tanh", 1, &["--activation", "--model convnet uses ReLU"]),
+    ("train --steps 1 --batch-norm", 1, &["--batch-norm", "--model mlp (the default)", "add --model convnet"]),
+    (
+        "train --steps 1 --lr-schedule constant --lr-min 0.01",
+        1,
+        &["--lr-min", "--lr-schedule constant does not read it"],
+    ),
+    ("train --steps 1 --lr-decay-steps 3", 1, &["--lr-decay-steps", "--lr-schedule cosine does not read it"]),
+    ("train --steps 1 --lr-schedule cosine --lr-decay-rate 0.5", 1, &["--lr-decay-rate", "add --lr-schedule step"]),
     ("compile --accumulate 0 --towers 2", 1, &["--accumulate"]),
     ("compile --towers 0", 1, &["--towers"]),
     ("compile --split-weights 1,2,3 --towers 2", 1, &["--split-weights"]),
@@ -198,6 +227,20 @@ const PATHS: &[Row] = &[
     ("train --steps 1 --checkpoint {d}/good.st", 1, &["already exists", "--resume", "--overwrite"]),
     ("train --steps 1 --checkpoint {d}/series/x.st --keep 2", 1, &["step-stamped", "x-11350.st", "--overwrite"]),
     ("train --steps 1 --trace {d}/missing/t.json", 1, &["--trace", "does not exist"]),
+    // Two outputs on one file, an output on the input model, a snapshot resumed in place.
+    (
+        "train --steps 1 --checkpoint {d}/same.st --trace {d}/./same.st",
+        1,
+        &["--checkpoint", "--trace", "are the same file"],
+    ),
+    ("train --steps 1 --plot {d}/p.svg --trace {d}/p.svg", 1, &["--plot", "--trace", "are the same file"]),
+    ("compile --graph {d}/file.txt -o {d}/./file.txt", 1, &["--output", "is the --graph file this run reads"]),
+    ("compile --emit cuda -o -", 1, &["--emit cuda", "folder", "-o DIR"]),
+    (
+        "train --steps 1 --checkpoint {d}/series/x-11350.st --resume",
+        1,
+        &["--checkpoint", "x-11350.st is the step-11350 snapshot of the series", "x.st", "cp "],
+    ),
     ("train --steps 1 --trace {d}/dir", 1, &["--trace", "a folder"]),
     ("train --steps 1 --trace {d}/fifo", 1, &["--trace", "a FIFO"]),
     ("train --steps 1 --trace /dev/null", 1, &["--trace", "a character device"]),
@@ -299,8 +342,8 @@ const ACCEPTED: &[(Row, &str)] = &[
         "--steps overrides --epochs: the epochs' step count (past usize here) is never computed (it was, and panicked)",
     ),
     (
-        ("train --steps 3 --momentum 0.5 --optimizer sgd", 0, &[]),
-        "--momentum is a valid value that SGD does not use (as TF1's optimizers ignore unused hyper-parameters)",
+        ("train --steps 3 --momentum 0.5 --optimizer rmsprop", 0, &["3 steps"]),
+        "--momentum is RMSProp's momentum term (TF1's RMSPropOptimizer(momentum=0.5))",
     ),
     (
         ("train --steps 2 --checkpoint {d}/series/x.st --keep 2 --overwrite", 0, &[]),

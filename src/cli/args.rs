@@ -114,16 +114,16 @@ pub struct Common {
     /// placeholders, predictions and training accuracy).
     #[arg(long, value_name = "MODEL.json", conflicts_with_all = ["model", "hidden", "activation", "batch_norm"])]
     pub graph: Option<PathBuf>,
-    /// Batch norm after each convolution (convnet).
+    /// Batch norm after each convolution (--model convnet only).
     #[arg(long)]
     pub batch_norm: bool,
-    /// Hidden widths of the MLP, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "256,256")]
-    pub hidden: Vec<usize>,
-    /// Activation of the MLP's hidden layers (swish: x * sigmoid(x), built
-    /// from two ops that the compiler fuses with their gradients).
-    #[arg(long, value_enum, default_value = "relu")]
-    pub activation: Act,
+    /// Hidden widths of the MLP, comma separated (--model mlp only) [default: 256,256].
+    #[arg(long, value_delimiter = ',')]
+    pub hidden: Option<Vec<usize>>,
+    /// Activation of the MLP's hidden layers (--model mlp only; swish: x * sigmoid(x), built
+    /// from two ops that the compiler fuses with their gradients) [default: relu].
+    #[arg(long, value_enum)]
+    pub activation: Option<Act>,
     /// Optimizer.
     #[arg(long, value_enum, default_value = "momentum")]
     pub optimizer: Opt,
@@ -132,10 +132,12 @@ pub struct Common {
     /// documented accuracy on every SIMD path, bench/accuracy.sh; 0.05 for --graph).
     #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f32>,
-    /// Momentum coefficient.
-    #[arg(long, default_value_t = 0.9, allow_negative_numbers = true)]
-    pub momentum: f32,
-    /// Nesterov momentum.
+    /// Momentum coefficient of --optimizer momentum [default: 0.9], or
+    /// RMSProp's momentum term with --optimizer rmsprop [default: 0, as TF1];
+    /// refused with sgd, adam and adagrad, which have none.
+    #[arg(long, allow_negative_numbers = true)]
+    pub momentum: Option<f32>,
+    /// Nesterov momentum (--optimizer momentum only).
     #[arg(long)]
     pub nesterov: bool,
     /// Global batch size (split across towers).
@@ -281,15 +283,15 @@ pub struct TrainArgs {
     /// the default: it makes the final accuracy depend far less on the rounding of one SIMD path).
     #[arg(long, default_value = "cosine")]
     pub lr_schedule: LrScheduleKind,
-    /// Step decay: steps between decays.
-    #[arg(long, default_value_t = 1000)]
-    pub lr_decay_steps: usize,
-    /// Step decay: the factor of each decay.
-    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
-    pub lr_decay_rate: f32,
-    /// Cosine: the learning rate at the end of the run.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub lr_min: f32,
+    /// Step and exponential decay: steps between decays [default: 1000].
+    #[arg(long)]
+    pub lr_decay_steps: Option<usize>,
+    /// Step and exponential decay: the factor of each decay [default: 0.5].
+    #[arg(long, allow_negative_numbers = true)]
+    pub lr_decay_rate: Option<f32>,
+    /// Cosine: the learning rate at the end of the run [default: 0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub lr_min: Option<f32>,
     /// Linear warmup of the learning rate over the first N steps.
     #[arg(long, default_value_t = 0)]
     pub warmup_steps: usize,

@@ -13,7 +13,9 @@ use towers::passes::ProcessGroup;
 use towers::trainer::{Model as UserModel, TRAIN_ACCURACY};
 
 use super::args::{CompileArgs, Emit};
-use super::config::{auto_variables, config, cuda_flags, explain_cost, fixed_batch, ps_tasks, user_model};
+use super::config::{
+    auto_variables, config, cuda_flags, explain_cost, fixed_batch, ps_tasks, unused_flags, user_model,
+};
 
 fn parse_input(s: &str) -> Result<[usize; 3], String> {
     let v: Vec<usize> = s
@@ -34,7 +36,17 @@ fn parse_input(s: &str) -> Result<[usize; 3], String> {
     Ok(dims)
 }
 
-pub fn run_compile(a: CompileArgs) -> Result<(), String> {
+pub fn run_compile(mut a: CompileArgs) -> Result<(), String> {
+    // `-o -` is standard output, as the Unix convention (and the default).
+    if a.output.as_deref() == Some(std::path::Path::new("-")) {
+        if matches!(a.emit, Emit::Cuda) {
+            return Err(
+                "--emit cuda writes one file per kernel into a folder: give it with -o DIR (-o - is standard output)"
+                    .into(),
+            );
+        }
+        a.output = None;
+    }
     let mut cfg = config(&a.common)?;
     cuda_flags(&a.common, a.backend)?;
     let process = ProcessGroup::new(a.rank, a.world_size)
@@ -42,6 +54,7 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         .map_err(|e| format!("--rank/--world-size: {e}"))?;
     // The same guards as `towers train`: what compiles is what would train.
     towers::guards::validate(&cfg, process.world).map_err(|e| e.to_string())?;
+    unused_flags(&a.common)?;
     towers::guards::check_dump_after(&cfg, process).map_err(|e| e.to_string())?;
     if let Some(d) = &cfg.dump_dir {
         towers::outputs::check_dir("dump-dir", d)?;
@@ -50,6 +63,9 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         (Some(o), Emit::Cuda) => towers::outputs::check_dir("output", o)?,
         (Some(o), _) => towers::outputs::check_file("output", o)?,
         (None, _) => {}
+    }
+    if let (Some(g), Some(o)) = (&a.common.graph, &a.output) {
+        towers::outputs::check_distinct(&[("graph", g, true), ("output", o, false)])?;
     }
     if a.collapse && !matches!(a.emit, Emit::Dot) {
         return Err("--collapse is a view of the dot output: use it with --emit dot".into());
@@ -126,7 +142,7 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         Some(p) => towers::outputs::write_atomic(&p, text.as_bytes())
             .map_err(|e| format!("--output: cannot write {}: {e}", p.display())),
         None => {
-            print!("{text}");
+            out!("{text}");
             Ok(())
         }
     }
