@@ -47,7 +47,8 @@ pub enum OptimizerKind {
     Sgd,
     Momentum,
     Adam,
-    /// TF1's `RMSPropOptimizer` with its defaults (decay 0.9, momentum 0, epsilon 1e-10).
+    /// TF1's `RMSPropOptimizer` with its defaults (decay 0.9, momentum 0 unless
+    /// [`TrainConfig::rmsprop_momentum`], epsilon 1e-10).
     RmsProp,
     /// TF1's `AdagradOptimizer` with its default initial accumulator 0.1.
     Adagrad,

@@ -55,7 +55,7 @@ pub enum Opt {
     Sgd,
     Momentum,
     Adam,
-    /// TF1's RMSPropOptimizer defaults: decay 0.9, momentum 0, epsilon 1e-10.
+    /// TF1's RMSPropOptimizer defaults: decay 0.9, momentum 0 (or --momentum M), epsilon 1e-10.
     Rmsprop,
     /// TF1's AdagradOptimizer: initial accumulator 0.1.
     Adagrad,
@@ -249,10 +249,12 @@ pub struct TrainArgs {
     /// options) and hold only finite values.
     #[arg(long)]
     pub resume: bool,
-    /// With --resume: load only the checkpoint's tensors that match this
-    /// model by name, dtype and shape (fine tuning); the others keep their
-    /// initial values, and every skipped tensor is printed before the first
-    /// step. Non-finite values are still refused.
+    /// With --resume: load only the checkpoint's model variables that match
+    /// this model by name, dtype and shape (fine tuning); the others keep
+    /// their initial values, and every skipped tensor is printed before the
+    /// first step. global_step, the learning rate and the optimizer slots
+    /// start fresh (TF1 fine tuning): --steps N trains N steps. Non-finite
+    /// values are still refused.
     #[arg(long)]
     pub restore_partial: bool,
     /// Replace an existing --checkpoint that this run does not resume, and
@@ -338,7 +340,7 @@ pub struct CompileArgs {
     /// What to write.
     #[arg(long, value_enum, default_value = "plan")]
     pub emit: Emit,
-    /// Output file (default: standard output).
+    /// Output file (default: standard output, also `-o -`); never the --graph file.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// With --emit dot: the collapsed view, one node per name scope per
