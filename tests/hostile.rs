@@ -207,6 +207,7 @@ const FLAGS: &[Row] = &[
     ("compile --bucket-mb nan", 1, &["--bucket-mb"]),
     ("compile --emit asm", 2, &["--emit", "invalid value"]),
     ("compile --emit cuda", 1, &["-o DIR"]),
+    ("compile --explain-cost --emit dot", 2, &["--explain-cost", "cannot be used with", "--emit"]),
     ("compile --dump-after nosuch --dump-dir {d}/cdumps", 1, &["--dump-after", "nosuch"]),
     ("compile --dump-after prune", 1, &["--dump-after", "needs --dump-dir"]),
     ("compile --lr-decay-rate 50", 2, &["unexpected argument '--lr-decay-rate'"]),

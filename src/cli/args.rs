@@ -337,8 +337,8 @@ pub struct TrainArgs {
 pub struct CompileArgs {
     #[command(flatten)]
     pub common: Common,
-    /// What to write.
-    #[arg(long, value_enum, default_value = "plan")]
+    /// What to write (not with --explain-cost, which writes its report).
+    #[arg(long, value_enum, default_value = "plan", conflicts_with = "explain_cost")]
     pub emit: Emit,
     /// Output file (default: standard output, also `-o -`); never the --graph file.
     #[arg(short, long)]
@@ -358,7 +358,8 @@ pub struct CompileArgs {
     #[arg(long, default_value_t = 0)]
     pub rank: usize,
     /// Instead of --emit: for each placement (cpu, gpu0, round-robin,
-    /// greedy) at 1, 2 and 4 towers, the cost model's predicted compute per
+    /// greedy) at 1, 2 and 4 towers and at --towers (a count --batch does
+    /// not split over is skipped, saying so), written to -o or standard output, the cost model's predicted compute per
     /// device, transfer per link, step and critical path on this machine
     /// (calibrated on --backend: the CPU backend, or with cuda a mixed CUDA
     /// session; cached under --cost-cache, keyed by machine and backend).

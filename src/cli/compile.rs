@@ -92,7 +92,15 @@ pub fn run_compile(mut a: CompileArgs) -> Result<(), String> {
         })?;
     }
     if a.explain_cost {
-        return explain_cost(&a.common, user.as_ref(), &cfg, input, classes, a.backend);
+        let text = explain_cost(&a.common, user.as_ref(), &cfg, input, classes, a.backend)?;
+        return match &a.output {
+            Some(p) => towers::outputs::write_atomic(p, text.as_bytes())
+                .map_err(|e| format!("--output: cannot write {}: {e}", p.display())),
+            None => {
+                out!("{text}");
+                Ok(())
+            }
+        };
     }
     auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, a.world_size, a.backend)?;
     ps_tasks(&a.common, &mut cfg, a.world_size)?;

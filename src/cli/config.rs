@@ -189,7 +189,11 @@ fn cost_target(backend: BackendChoice, towers: usize) -> Result<Target, String> 
     }
 }
 
-/// `--explain-cost`: every placement at 1, 2 and 4 towers, predicted.
+/// `--explain-cost`: every placement at 1, 2 and 4 towers and at
+/// `--towers`, predicted; the report's text. A tower count other than
+/// `--towers` is explained with an even split (`--split-weights` are the
+/// user's count's), and skipped with a line saying why when `--batch` does
+/// not split evenly over it (the report stopped half-way with an error).
 pub fn explain_cost(
     c: &Common,
     user: Option<&UserModel>,
@@ -197,27 +201,50 @@ pub fn explain_cost(
     input: [usize; 3],
     classes: usize,
     backend: BackendChoice,
-) -> Result<(), String> {
-    let target = cost_target(backend, 4)?;
-    let (graph, loss) = cost_model(user, cfg, input, classes)?;
-    outln!("cost model on {} (calibrations under {})", towers::cost::machine_key(), c.cost_cache.display());
-    match target {
-        Target::Cpu => outln!(
-            "(calibrated on the CPU backend, whose devices share the host's memory: a copy between devices is elided there, so its path costs the bookkeeping only)"
-        ),
-        Target::Cuda => outln!(
-            "(calibrated on --backend cuda: cpu:* on host threads, every gpu:* stream a lane of its own on one CUDA context, copies priced by their measured path; concurrent kernels sharing SMs and contexts time-slicing are not modelled)"
-        ),
+) -> Result<String, String> {
+    use std::fmt::Write;
+    let mut counts = vec![1, 2, 4];
+    if cfg.towers > 0 && !counts.contains(&cfg.towers) {
+        counts.push(cfg.towers);
+        counts.sort_unstable();
     }
-    for towers in [1, 2, 4] {
+    let target = cost_target(backend, counts.iter().copied().max().unwrap_or(4))?;
+    let (graph, loss) = cost_model(user, cfg, input, classes)?;
+    let mut text = String::new();
+    let _ =
+        writeln!(text, "cost model on {} (calibrations under {})", towers::cost::machine_key(), c.cost_cache.display());
+    let _ = writeln!(
+        text,
+        "{}",
+        match target {
+            Target::Cpu => "(calibrated on the CPU backend, whose devices share the host's memory: a copy between devices is elided there, so its path costs the bookkeeping only)",
+            Target::Cuda => "(calibrated on --backend cuda: cpu:* on host threads, every gpu:* stream a lane of its own on one CUDA context, copies priced by their measured path; concurrent kernels sharing SMs and contexts time-slicing are not modelled)",
+        }
+    );
+    for towers in counts {
+        let mut opts = cfg.compile_options();
+        if towers != cfg.towers {
+            opts.split = towers::passes::SplitPolicy::Even;
+            let rows = towers * cfg.accumulate.max(1);
+            if !cfg.batch.is_multiple_of(rows) {
+                let per =
+                    if cfg.accumulate > 1 { format!(" x --accumulate {}", cfg.accumulate) } else { String::new() };
+                let _ = writeln!(
+                    text,
+                    "towers={towers}: skipped: --batch {} does not split evenly over {towers} towers{per}",
+                    cfg.batch
+                );
+                continue;
+            }
+        }
         for v in towers::cost::PLACEMENTS {
-            let k = towers::cost::candidate_on(target, &graph, &loss, &cfg.compile_options(), towers, v, &c.cost_cache)
-                .map_err(|e| format!("--explain-cost: {e}"))?;
+            let k = towers::cost::candidate_on(target, &graph, &loss, &opts, towers, v, &c.cost_cache)
+                .map_err(|e| format!("--explain-cost: towers={towers} variables={}: {e}", v.name()))?;
             let from = if k.cached { ", calibration cached" } else { "" };
-            out!("{}", k.prediction.text(&format!("towers={towers} variables={}{from}", v.name())));
+            text.push_str(&k.prediction.text(&format!("towers={towers} variables={}{from}", v.name())));
         }
     }
-    Ok(())
+    Ok(text)
 }
 
 /// The `--optimizer` as its flag value.
