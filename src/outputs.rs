@@ -116,6 +116,52 @@ fn writable(flag: &str, p: &str, dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Whether `name` is a file the pass dumps write: `NN-<pass>.txt` or `.dot`.
+fn is_dump_file(name: &str) -> bool {
+    let Some((stem, ext)) = name.rsplit_once('.') else { return false };
+    let Some((n, pass)) = stem.split_once('-') else { return false };
+    matches!(ext, "txt" | "dot")
+        && n.len() == 2
+        && n.bytes().all(|b| b.is_ascii_digit())
+        && !pass.is_empty()
+        && pass.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+}
+
+/// Remove the pass dumps (`NN-<pass>.txt|dot`) a previous run left in
+/// `--dump-dir`, so that the folder holds this compile's dumps only (a
+/// 2-tower run's `10-place.dot` stayed beside a 1-tower run's `06-place.dot`).
+/// Other files are left alone; a folder that does not exist is fine.
+pub fn clear_stale_dumps(dir: &Path) -> Result<(), String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if is_dump_file(&name) && e.file_type().is_ok_and(|t| t.is_file()) {
+            std::fs::remove_file(e.path()).map_err(|err| {
+                format!("--dump-dir {}: cannot remove the previous run's dump {name}: {err}", dir.display())
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The `.cu` files an `index.txt` that `--emit cuda` wrote names (none
+/// when `dir` holds no such index).
+pub fn cuda_files_of_index(dir: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(dir.join("index.txt")) else { return Vec::new() };
+    if !text.starts_with("# CUDA kernels of program") {
+        return Vec::new();
+    }
+    let mut files: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split_once(": ")?.1.split_whitespace().next())
+        .filter(|f| f.ends_with(".cu") && !f.contains('/'))
+        .map(String::from)
+        .collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
 /// Check that the folder `path` of `--flag` exists or can be created: it is
 /// a folder when it exists, else its nearest existing ancestor is one.
 pub fn check_dir(flag: &str, path: &Path) -> Result<(), String> {
@@ -206,5 +252,21 @@ mod tests {
         }
         check_distinct(&[("graph", &m, true), ("checkpoint", &m, true)]).expect("two inputs");
         check_distinct(&[("graph", &m, true), ("output", &c, false)]).expect("distinct files");
+    }
+
+    /// A reused `--dump-dir` loses the previous dumps, and only them.
+    #[test]
+    fn stale_dumps_are_removed_and_other_files_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for f in ["10-place.dot", "04-replicate.txt", "notes.txt", "1-x.txt", "05-Mine.txt", "06-place.svg"] {
+            std::fs::write(d.join(f), b"").unwrap();
+        }
+        clear_stale_dumps(d).unwrap();
+        let mut left: Vec<String> =
+            std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+        left.sort();
+        assert_eq!(left, ["05-Mine.txt", "06-place.svg", "1-x.txt", "notes.txt"]);
+        clear_stale_dumps(&d.join("absent")).expect("a missing folder is fine");
     }
 }

@@ -688,3 +688,41 @@ fn restore_partial_starts_the_step_and_the_slots_fresh() {
     assert!(err.contains("skipped 'MLP/fc2/weights: f32[256, 256] in the file"), "{err}");
     assert!(!err.contains("fc2/weights/Momentum"), "fresh slots are not listed as skipped: {err}");
 }
+
+/// A reused `--dump-dir` holds this compile's dumps only, and a reused
+/// `--emit cuda -o DIR` the kernels of this plan only (a 2-tower run's
+/// `10-place.dot` stayed beside a 1-tower run's `06-place.dot`; a convnet's
+/// `.cu` files beside an MLP's); other files are kept.
+#[test]
+fn reused_output_folders_hold_this_runs_files_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dd = dir.path().join("dd");
+    let (d, plan) = (dd.to_str().expect("utf-8"), dir.path().join("x.plan"));
+    let p = plan.to_str().expect("utf-8");
+    towers(&["compile", "--towers", "2", "--dump-dir", d, "-o", p]);
+    assert!(dd.join("10-place.dot").exists());
+    std::fs::write(dd.join("notes.txt"), "mine").unwrap();
+    towers(&["compile", "--dump-dir", d, "-o", p]);
+    assert!(!dd.join("10-place.dot").exists() && !dd.join("04-replicate.txt").exists(), "stale dumps removed");
+    assert!(dd.join("06-place.dot").exists() && dd.join("notes.txt").exists());
+    let cu = dir.path().join("cu");
+    let c = cu.to_str().expect("utf-8");
+    towers(&["compile", "--model", "convnet", "--towers", "2", "--emit", "cuda", "-o", c]);
+    let count = |ext: &str| {
+        std::fs::read_dir(&cu)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(ext))
+            .count()
+    };
+    let convnet = count(".cu");
+    std::fs::write(cu.join("mine.cu"), "// mine").unwrap();
+    towers(&["compile", "--model", "mlp", "--emit", "cuda", "-o", c]);
+    let index = std::fs::read_to_string(cu.join("index.txt")).unwrap();
+    let listed = towers::outputs::cuda_files_of_index(&cu);
+    assert!(!listed.is_empty() && listed.len() < convnet, "{index}");
+    for f in &listed {
+        assert!(cu.join(f).exists(), "{f}");
+    }
+    assert_eq!(count(".cu"), listed.len() + 1, "the MLP's kernels and the user's file: {index}");
+    assert!(cu.join("mine.cu").exists());
+}

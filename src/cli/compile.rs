@@ -120,6 +120,9 @@ pub fn run_compile(mut a: CompileArgs) -> Result<(), String> {
     if let Some(acc) = &model.accuracy {
         opts.fetches.push((TRAIN_ACCURACY.into(), acc.clone()));
     }
+    if let Some(d) = &cfg.dump_dir {
+        towers::outputs::clear_stale_dumps(d)?;
+    }
     let t0 = std::time::Instant::now();
     let c = compile_train(&model.graph, &model.loss, &opts).map_err(|e| e.to_string())?;
     // -v: the pass timings, as `towers train` logs them.
@@ -156,11 +159,23 @@ pub fn run_compile(mut a: CompileArgs) -> Result<(), String> {
     }
 }
 
-/// `--emit cuda -o DIR`: one `.cu` file per kernel the plan launches, and `index.txt`.
+/// `--emit cuda -o DIR`: one `.cu` file per kernel the plan launches, and
+/// `index.txt`; the `.cu` files a previous `index.txt` named that this plan
+/// does not launch are removed (a convnet's kernels stayed beside an MLP's).
 fn write_cuda(plan: &towers::codegen::Plan, output: Option<PathBuf>) -> Result<(), String> {
     let dir = output.ok_or("--emit cuda writes one file per kernel: give the folder with -o DIR")?;
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    for (name, text) in towers::cuda_emit::cuda_files(plan)? {
+    let files = towers::cuda_emit::cuda_files(plan)?;
+    for old in towers::outputs::cuda_files_of_index(&dir) {
+        if !files.iter().any(|(name, _)| *name == old) {
+            let p = dir.join(&old);
+            if p.is_file() {
+                std::fs::remove_file(&p)
+                    .map_err(|e| format!("--output {}: cannot remove the previous {old}: {e}", dir.display()))?;
+            }
+        }
+    }
+    for (name, text) in files {
         let p = dir.join(name);
         towers::outputs::write_atomic(&p, text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }

@@ -216,6 +216,12 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
         }
         towers::outputs::check_file("plot", path)?;
     }
+    // A reused --dump-dir holds this run's dumps only (one process: under
+    // several, another rank may already be writing its own).
+    if let (Some(d), 1) = (&cfg.dump_dir, comm.world_size()) {
+        towers::outputs::check_dir("dump-dir", d)?;
+        towers::outputs::clear_stale_dumps(d)?;
+    }
     let mut p = Printer { log_every: a.log_every, train_acc: None, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {
         Some(dir) if lead => Watch::with_logdir(dir).map_err(|e| e.to_string())?,
