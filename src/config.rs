@@ -47,7 +47,8 @@ pub enum OptimizerKind {
     Sgd,
     Momentum,
     Adam,
-    /// TF1's `RMSPropOptimizer` with its defaults (decay 0.9, momentum 0, epsilon 1e-10).
+    /// TF1's `RMSPropOptimizer` with its defaults (decay 0.9, momentum 0 unless
+    /// [`TrainConfig::rmsprop_momentum`], epsilon 1e-10).
     RmsProp,
     /// TF1's `AdagradOptimizer` with its default initial accumulator 0.1.
     Adagrad,
@@ -78,8 +79,12 @@ pub struct TrainConfig {
     pub batch_norm: bool,
     pub optimizer: OptimizerKind,
     pub lr: f32,
+    /// The momentum of `--optimizer momentum`.
     pub momentum: f32,
     pub nesterov: bool,
+    /// The momentum term of RMSProp (TF1's `RMSPropOptimizer(momentum=)`,
+    /// default 0; the CLI's `--momentum` with `--optimizer rmsprop`).
+    pub rmsprop_momentum: f32,
     /// Global batch size.
     pub batch: usize,
     /// Number of steps; when `None`, `epochs` full passes.
@@ -172,6 +177,7 @@ impl Default for TrainConfig {
             lr: 0.05,
             momentum: 0.9,
             nesterov: false,
+            rmsprop_momentum: 0.0,
             batch: 32,
             steps: None,
             epochs: 20,
@@ -226,9 +232,12 @@ impl TrainConfig {
             OptimizerKind::Adam => {
                 Optimizer::Adam { lr: F32(self.base_lr()), beta1: F32(0.9), beta2: F32(0.999), epsilon: F32(1e-8) }
             }
-            OptimizerKind::RmsProp => {
-                Optimizer::RmsProp { lr: F32(self.base_lr()), decay: F32(0.9), momentum: F32(0.0), epsilon: F32(1e-10) }
-            }
+            OptimizerKind::RmsProp => Optimizer::RmsProp {
+                lr: F32(self.base_lr()),
+                decay: F32(0.9),
+                momentum: F32(self.rmsprop_momentum),
+                epsilon: F32(1e-10),
+            },
             OptimizerKind::Adagrad => {
                 Optimizer::Adagrad { lr: F32(self.base_lr()), initial_accumulator_value: F32(0.1) }
             }
@@ -375,6 +384,8 @@ setters! {
     with_batch_norm(batch_norm: bool);
     /// Nesterov momentum (`--nesterov`).
     with_nesterov(nesterov: bool);
+    /// RMSProp's momentum term (`--optimizer rmsprop --momentum M`; 0 by default, as TF1).
+    with_rmsprop_momentum(rmsprop_momentum: f32);
     /// Replace an existing checkpoint this run does not resume from (`--overwrite`).
     with_overwrite(overwrite: bool);
     /// Restore only the variables that match (`--restore-partial`, with `resume`).

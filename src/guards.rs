@@ -33,6 +33,12 @@ pub fn validate(cfg: &TrainConfig, world: usize) -> Result<(), TrainError> {
             ),
         ));
     }
+    if !cfg.rmsprop_momentum.is_finite() || !(0.0..1.0).contains(&cfg.rmsprop_momentum) {
+        return Err(bad(
+            "momentum",
+            format!("RMSProp's momentum must be a number in [0, 1) (0.9 is usual), got {}", cfg.rmsprop_momentum),
+        ));
+    }
     if cfg.batch == 0 {
         return Err(bad("batch", "the global batch must hold at least 1 example".into()));
     }
@@ -189,6 +195,16 @@ pub fn check_outputs(cfg: &TrainConfig) -> Result<(), TrainError> {
     let o = |e: String| TrainError::Options(e);
     if let Some(p) = &cfg.checkpoint {
         crate::outputs::check_file("checkpoint", p).map_err(o)?;
+        // Going back to a snapshot (TF1's `saver.restore(sess, "model.ckpt-200")`)
+        // must not destroy it: this run would write its state into it.
+        if let (true, false, true, Some((head, step))) =
+            (cfg.resume, cfg.overwrite, p.exists(), crate::saver::Saver::series_of(p))
+        {
+            let (p, head) = (p.display(), head.display());
+            return Err(o(format!(
+                "--checkpoint {p} is the step-{step} snapshot of the series {head}: resuming it would overwrite it with this run's state (and name its snapshots after it); to go back to step {step}, copy it (cp {p} {head}) and resume --checkpoint {head} (add --overwrite when newer snapshots are beside it), or copy it to a new name to branch off; --overwrite resumes it in place"
+            )));
+        }
         if p.exists() && !cfg.resume && !cfg.overwrite {
             return Err(o(format!(
                 "--checkpoint {} already exists and this run does not resume from it: add --resume to continue it, --overwrite to replace it, or choose another path",

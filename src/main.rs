@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         .init();
     // TOWERS_SIMD names a path this CPU lacks: refused before anything runs.
     if let Err(e) = towers_kernels::simd::selected() {
-        eprintln!("error: {e}");
+        cli::out::err(format_args!("error: {e}\n"));
         return ExitCode::FAILURE;
     }
     let r = match cli.cmd {
@@ -41,7 +41,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            cli::out::err(format_args!("error: {e}\n"));
             ExitCode::FAILURE
         }
     }

@@ -15,7 +15,11 @@
 //!   caller) is checked by its tensors alone.
 //! - `--restore-partial` loads the matching tensors and returns one line per
 //!   skipped tensor or differing field, which the CLI prints before the
-//!   first step. Non-finite values are refused even then.
+//!   first step. Non-finite values are refused even then. It restores the
+//!   model's variables only, as TF1's fine-tuning recipes (slim's
+//!   `assign_from_checkpoint_fn` over the model variables): `global_step`,
+//!   `learning_rate` and the optimizer slots start fresh ([`is_training_state`]),
+//!   so `--steps 100` trains 100 steps.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -120,7 +124,44 @@ pub fn restore(
         for m in model {
             notes.push(format!("--restore-partial: {m}"));
         }
+        // The training state keeps its initial values: read before, written back after.
+        let names = sess.variable_names();
+        let fresh: Vec<(String, Fresh)> = names
+            .iter()
+            .filter(|n| is_training_state(n, &names))
+            .cloned()
+            .filter_map(|n| {
+                let v = match sess.variable::<f32>(&n) {
+                    Ok(v) => Fresh::F32(v),
+                    Err(_) => Fresh::I32(sess.variable::<i32>(&n).ok()?),
+                };
+                Some((n, v))
+            })
+            .collect();
         let s = sess.restore_partial(path)?;
+        for (n, v) in &fresh {
+            match v {
+                Fresh::F32(v) => sess.write_variable(n, v)?,
+                Fresh::I32(v) => sess.write_variable_i32(n, v)?,
+            }
+        }
+        let is_fresh = |n: &String| fresh.iter().any(|(f, _)| f == n);
+        let s = towers_runtime::checkpoint::Skipped {
+            missing: s.missing.iter().filter(|n| !is_fresh(n)).cloned().collect(),
+            mismatched: s
+                .mismatched
+                .iter()
+                .filter(|m| !is_fresh(&m.split_once(": ").map_or(m.as_str(), |(n, _)| n).to_string()))
+                .cloned()
+                .collect(),
+            unknown: s.unknown.clone(),
+        };
+        if !fresh.is_empty() {
+            let slots = fresh.iter().filter(|(n, _)| n != "global_step" && n != "learning_rate").count();
+            notes.push(format!(
+                "--restore-partial: restored the model's variables only (fine tuning, as TF1's init_from_checkpoint): global_step, the learning rate and {slots} optimizer slot(s) start fresh, so the run trains from step 0"
+            ));
+        }
         for n in &s.missing {
             notes.push(format!("--restore-partial: skipped '{n}': not in the checkpoint (keeps its initial value)"));
         }
@@ -144,9 +185,46 @@ pub fn restore(
     Ok(notes)
 }
 
+/// The initial value of a training-state variable, kept through a partial restore.
+enum Fresh {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+}
+
+/// TF's optimizer slot suffixes (`Optimizer::slot_names` of every optimizer).
+const SLOT_SUFFIXES: [&str; 6] = ["Momentum", "Adam", "Adam_1", "RMSProp", "RMSProp_1", "Adagrad"];
+
+/// Whether the variable `name` is training state rather than the model's:
+/// `global_step`, `learning_rate`, or an optimizer slot `<var>/<Slot>` of a
+/// variable `<var>` of `names`.
+pub fn is_training_state(name: &str, names: &[String]) -> bool {
+    if name == "global_step" || name == "learning_rate" {
+        return true;
+    }
+    match name.rsplit_once('/') {
+        Some((var, slot)) => SLOT_SUFFIXES.contains(&slot) && names.iter().any(|n| n == var),
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn training_state_is_the_step_the_rate_and_the_slots_of_variables() {
+        let names: Vec<String> =
+            ["fc1/weights", "fc1/weights/Momentum", "fc1/weights/Adam_1", "global_step", "learning_rate", "Momentum"]
+                .map(String::from)
+                .to_vec();
+        for n in ["global_step", "learning_rate", "fc1/weights/Momentum", "fc1/weights/Adam_1"] {
+            assert!(is_training_state(n, &names), "{n}");
+        }
+        // A model variable, even one whose scope is named like a slot.
+        for n in ["fc1/weights", "Momentum", "other/Momentum"] {
+            assert!(!is_training_state(n, &names), "{n}");
+        }
+    }
 
     #[test]
     fn differences_name_each_field_and_keep_the_batch_apart() {

@@ -169,6 +169,28 @@ impl Saver {
         }
     }
 
+    /// When `path` is a step-stamped snapshot of a series (`STEM-<N>.EXT`
+    /// with `STEM.EXT` or another stamped file of that stem beside it): the
+    /// series' path and N. Resuming such a file as `--checkpoint` would
+    /// overwrite the snapshot with the run's last state.
+    pub fn series_of(path: &Path) -> Option<(PathBuf, i64)> {
+        let stem = path.file_stem()?.to_str()?;
+        let (base, n) = stem.rsplit_once('-')?;
+        if base.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let step: i64 = n.parse().ok()?;
+        let head_name = match path.extension() {
+            Some(ext) => format!("{base}.{}", ext.to_string_lossy()),
+            None => base.to_string(),
+        };
+        let head = path.with_file_name(head_name);
+        let series = Saver::new(&head, None, None, None);
+        let siblings =
+            series.stamped_files().into_iter().filter(|(s, p)| *s != step || p.file_name() != path.file_name());
+        (head.exists() || siblings.count() > 0).then_some((head, step))
+    }
+
     /// The stamped checkpoints of this path in its folder, oldest first.
     pub fn stamped_files(&self) -> Vec<(i64, PathBuf)> {
         let stem = self.path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();

@@ -105,3 +105,27 @@ fn explain_cost_on_cuda_without_cuda_is_refused_naming_the_device() {
     }
     assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0, "nothing calibrated");
 }
+
+/// `--explain-cost` explains the user's `--towers` too, skips (saying why)
+/// a count `--batch` does not split over instead of stopping half-way,
+/// keeps `--split-weights` for the user's count only, and writes to `-o`.
+#[test]
+fn explain_cost_explains_the_users_towers_and_skips_what_does_not_split() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().join("cache");
+    let cache = cache.to_str().expect("utf-8 path");
+    let (out, _) = towers(&["compile", "--explain-cost", "--towers", "3", "--batch", "30", "--cost-cache", cache]);
+    for n in [1, 2, 3] {
+        for v in PLACEMENTS {
+            assert!(out.lines().any(|l| l.starts_with(&format!("towers={n} variables={v}"))), "{n} {v}:\n{out}");
+        }
+    }
+    assert!(out.contains("towers=4: skipped: --batch 30 does not split evenly over 4 towers"), "{out}");
+    let report = dir.path().join("ec.txt");
+    let r = report.to_str().expect("utf-8 path");
+    let args = ["compile", "--explain-cost", "--towers", "2", "--split-weights", "3,1", "--cost-cache", cache, "-o", r];
+    let (out, _) = towers(&args);
+    assert!(out.is_empty(), "the report goes to -o: {out}");
+    let text = std::fs::read_to_string(&report).expect("-o written");
+    assert_eq!(text.lines().filter(|l| l.starts_with("towers=")).count(), 12, "{text}");
+}

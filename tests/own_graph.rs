@@ -230,3 +230,77 @@ fn wrong_model_files_are_errors_naming_the_file_and_the_problem() {
     let (ok, _, err) = run_towers(&["train", "--graph", dir.path().join("absent.json").to_str().unwrap()]);
     assert!(!ok && err.contains("absent.json: cannot read"), "{err}");
 }
+
+/// [`mlp`] with a third placeholder, TF1's `keep_prob` (f32 scalar), that
+/// scales the loss when `used`, or that nothing reads.
+fn mlp_with_keep_prob(used: bool) -> Model {
+    let mut m = mlp();
+    let mut b = GraphBuilder::with_seed(7);
+    *b.graph_mut() = m.graph.clone();
+    let kp = b.placeholder("keep_prob", DType::F32, Vec::<usize>::new()).unwrap();
+    if !used {
+        m.graph = b.finish();
+        return m;
+    }
+    let loss = b.graph().tensor(b.graph().get("xent_mean").unwrap(), 0);
+    let scaled = b.mul(loss, kp).unwrap();
+    b.identity(scaled, "scaled_loss").unwrap();
+    m.graph = b.finish();
+    m.loss = "scaled_loss".into();
+    m
+}
+
+/// A placeholder the trainer cannot feed (TF1's `keep_prob`) is refused
+/// when the model is checked, naming the file, the placeholder and what
+/// the trainer feeds (it failed at the first step asking for
+/// `Session::feed`); one that nothing reads is fine.
+#[test]
+fn a_placeholder_the_trainer_cannot_feed_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let used = mlp_with_keep_prob(true);
+    let e = used.check().unwrap_err();
+    assert!(matches!(e, ModelError::UnfedPlaceholder { .. }), "{e}");
+    let p = dir.path().join("keep_prob.json");
+    std::fs::write(&p, used.to_json().unwrap()).unwrap();
+    let f = p.to_str().unwrap();
+    for cmd in [&["train", "--graph", f, "--steps", "1"][..], &["compile", "--graph", f][..]] {
+        let (ok, _, err) = run_towers(cmd);
+        assert!(!ok, "{cmd:?}");
+        for part in [
+            "keep_prob.json: the model's loss 'scaled_loss' reads the placeholder 'keep_prob'",
+            "neither its images ('x') nor its labels ('y')",
+            "feeds only those two",
+            "make 'keep_prob' a constant",
+        ] {
+            assert!(err.contains(part), "{cmd:?}: {part}: {err}");
+        }
+    }
+    let unused = dir.path().join("unused.json");
+    std::fs::write(&unused, mlp_with_keep_prob(false).to_json().unwrap()).unwrap();
+    towers(&["compile", "--graph", unused.to_str().unwrap()]);
+}
+
+/// Node names the graph builder refuses (empty, `a:0`, `a//b`, a newline)
+/// are refused in a model file too, naming the file and the node (they
+/// trained into checkpoint keys no fetch can address).
+#[test]
+fn bad_node_names_in_a_model_file_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = mlp().to_json().unwrap();
+    for (name, bad, why) in [
+        ("empty", "", "a node needs a name"),
+        ("colon", "net/hidden/w:0", "':' separates a node from its output slot"),
+        ("slashes", "net//hidden/weights", "'/' separates scopes"),
+        ("newline", "net/hidden/we\\nights", "control characters"),
+    ] {
+        // Every mention, so that only the name check can catch it.
+        let text = good.replace("\"net/hidden/weights\"", &format!("\"{bad}\""));
+        let p = dir.path().join(format!("{name}.json"));
+        std::fs::write(&p, text).unwrap();
+        let (ok, _, err) = run_towers(&["compile", "--graph", p.to_str().unwrap()]);
+        assert!(!ok, "{name}: compiled");
+        assert!(err.contains(&format!("{name}.json: node ")) && err.contains("invalid node name"), "{name}: {err}");
+        assert!(err.contains(why), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

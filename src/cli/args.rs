@@ -55,7 +55,7 @@ pub enum Opt {
     Sgd,
     Momentum,
     Adam,
-    /// TF1's RMSPropOptimizer defaults: decay 0.9, momentum 0, epsilon 1e-10.
+    /// TF1's RMSPropOptimizer defaults: decay 0.9, momentum 0 (or --momentum M), epsilon 1e-10.
     Rmsprop,
     /// TF1's AdagradOptimizer: initial accumulator 0.1.
     Adagrad,
@@ -114,16 +114,16 @@ pub struct Common {
     /// placeholders, predictions and training accuracy).
     #[arg(long, value_name = "MODEL.json", conflicts_with_all = ["model", "hidden", "activation", "batch_norm"])]
     pub graph: Option<PathBuf>,
-    /// Batch norm after each convolution (convnet).
+    /// Batch norm after each convolution (--model convnet only).
     #[arg(long)]
     pub batch_norm: bool,
-    /// Hidden widths of the MLP, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "256,256")]
-    pub hidden: Vec<usize>,
-    /// Activation of the MLP's hidden layers (swish: x * sigmoid(x), built
-    /// from two ops that the compiler fuses with their gradients).
-    #[arg(long, value_enum, default_value = "relu")]
-    pub activation: Act,
+    /// Hidden widths of the MLP, comma separated (--model mlp only) [default: 256,256].
+    #[arg(long, value_delimiter = ',')]
+    pub hidden: Option<Vec<usize>>,
+    /// Activation of the MLP's hidden layers (--model mlp only; swish: x * sigmoid(x), built
+    /// from two ops that the compiler fuses with their gradients) [default: relu].
+    #[arg(long, value_enum)]
+    pub activation: Option<Act>,
     /// Optimizer.
     #[arg(long, value_enum, default_value = "momentum")]
     pub optimizer: Opt,
@@ -132,10 +132,12 @@ pub struct Common {
     /// documented accuracy on every SIMD path, bench/accuracy.sh; 0.05 for --graph).
     #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f32>,
-    /// Momentum coefficient.
-    #[arg(long, default_value_t = 0.9, allow_negative_numbers = true)]
-    pub momentum: f32,
-    /// Nesterov momentum.
+    /// Momentum coefficient of --optimizer momentum [default: 0.9], or
+    /// RMSProp's momentum term with --optimizer rmsprop [default: 0, as TF1];
+    /// refused with sgd, adam and adagrad, which have none.
+    #[arg(long, allow_negative_numbers = true)]
+    pub momentum: Option<f32>,
+    /// Nesterov momentum (--optimizer momentum only).
     #[arg(long)]
     pub nesterov: bool,
     /// Global batch size (split across towers).
@@ -247,10 +249,12 @@ pub struct TrainArgs {
     /// options) and hold only finite values.
     #[arg(long)]
     pub resume: bool,
-    /// With --resume: load only the checkpoint's tensors that match this
-    /// model by name, dtype and shape (fine tuning); the others keep their
-    /// initial values, and every skipped tensor is printed before the first
-    /// step. Non-finite values are still refused.
+    /// With --resume: load only the checkpoint's model variables that match
+    /// this model by name, dtype and shape (fine tuning); the others keep
+    /// their initial values, and every skipped tensor is printed before the
+    /// first step. global_step, the learning rate and the optimizer slots
+    /// start fresh (TF1 fine tuning): --steps N trains N steps. Non-finite
+    /// values are still refused.
     #[arg(long)]
     pub restore_partial: bool,
     /// Replace an existing --checkpoint that this run does not resume, and
@@ -281,15 +285,15 @@ pub struct TrainArgs {
     /// the default: it makes the final accuracy depend far less on the rounding of one SIMD path).
     #[arg(long, default_value = "cosine")]
     pub lr_schedule: LrScheduleKind,
-    /// Step decay: steps between decays.
-    #[arg(long, default_value_t = 1000)]
-    pub lr_decay_steps: usize,
-    /// Step decay: the factor of each decay.
-    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
-    pub lr_decay_rate: f32,
-    /// Cosine: the learning rate at the end of the run.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub lr_min: f32,
+    /// Step and exponential decay: steps between decays [default: 1000].
+    #[arg(long)]
+    pub lr_decay_steps: Option<usize>,
+    /// Step and exponential decay: the factor of each decay [default: 0.5].
+    #[arg(long, allow_negative_numbers = true)]
+    pub lr_decay_rate: Option<f32>,
+    /// Cosine: the learning rate at the end of the run [default: 0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub lr_min: Option<f32>,
     /// Linear warmup of the learning rate over the first N steps.
     #[arg(long, default_value_t = 0)]
     pub warmup_steps: usize,
@@ -333,10 +337,10 @@ pub struct TrainArgs {
 pub struct CompileArgs {
     #[command(flatten)]
     pub common: Common,
-    /// What to write.
-    #[arg(long, value_enum, default_value = "plan")]
+    /// What to write (not with --explain-cost, which writes its report).
+    #[arg(long, value_enum, default_value = "plan", conflicts_with = "explain_cost")]
     pub emit: Emit,
-    /// Output file (default: standard output).
+    /// Output file (default: standard output, also `-o -`); never the --graph file.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// With --emit dot: the collapsed view, one node per name scope per
@@ -354,7 +358,8 @@ pub struct CompileArgs {
     #[arg(long, default_value_t = 0)]
     pub rank: usize,
     /// Instead of --emit: for each placement (cpu, gpu0, round-robin,
-    /// greedy) at 1, 2 and 4 towers, the cost model's predicted compute per
+    /// greedy) at 1, 2 and 4 towers and at --towers (a count --batch does
+    /// not split over is skipped, saying so), written to -o or standard output, the cost model's predicted compute per
     /// device, transfer per link, step and critical path on this machine
     /// (calibrated on --backend: the CPU backend, or with cuda a mixed CUDA
     /// session; cached under --cost-cache, keyed by machine and backend).

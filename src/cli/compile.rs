@@ -13,7 +13,9 @@ use towers::passes::ProcessGroup;
 use towers::trainer::{Model as UserModel, TRAIN_ACCURACY};
 
 use super::args::{CompileArgs, Emit};
-use super::config::{auto_variables, config, cuda_flags, explain_cost, fixed_batch, ps_tasks, user_model};
+use super::config::{
+    auto_variables, config, cuda_flags, explain_cost, fixed_batch, ps_tasks, unused_flags, user_model,
+};
 
 fn parse_input(s: &str) -> Result<[usize; 3], String> {
     let v: Vec<usize> = s
@@ -34,7 +36,17 @@ fn parse_input(s: &str) -> Result<[usize; 3], String> {
     Ok(dims)
 }
 
-pub fn run_compile(a: CompileArgs) -> Result<(), String> {
+pub fn run_compile(mut a: CompileArgs) -> Result<(), String> {
+    // `-o -` is standard output, as the Unix convention (and the default).
+    if a.output.as_deref() == Some(std::path::Path::new("-")) {
+        if matches!(a.emit, Emit::Cuda) {
+            return Err(
+                "--emit cuda writes one file per kernel into a folder: give it with -o DIR (-o - is standard output)"
+                    .into(),
+            );
+        }
+        a.output = None;
+    }
     let mut cfg = config(&a.common)?;
     cuda_flags(&a.common, a.backend)?;
     let process = ProcessGroup::new(a.rank, a.world_size)
@@ -42,6 +54,7 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         .map_err(|e| format!("--rank/--world-size: {e}"))?;
     // The same guards as `towers train`: what compiles is what would train.
     towers::guards::validate(&cfg, process.world).map_err(|e| e.to_string())?;
+    unused_flags(&a.common)?;
     towers::guards::check_dump_after(&cfg, process).map_err(|e| e.to_string())?;
     if let Some(d) = &cfg.dump_dir {
         towers::outputs::check_dir("dump-dir", d)?;
@@ -50,6 +63,9 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         (Some(o), Emit::Cuda) => towers::outputs::check_dir("output", o)?,
         (Some(o), _) => towers::outputs::check_file("output", o)?,
         (None, _) => {}
+    }
+    if let (Some(g), Some(o)) = (&a.common.graph, &a.output) {
+        towers::outputs::check_distinct(&[("graph", g, true), ("output", o, false)])?;
     }
     if a.collapse && !matches!(a.emit, Emit::Dot) {
         return Err("--collapse is a view of the dot output: use it with --emit dot".into());
@@ -76,7 +92,15 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         })?;
     }
     if a.explain_cost {
-        return explain_cost(&a.common, user.as_ref(), &cfg, input, classes, a.backend);
+        let text = explain_cost(&a.common, user.as_ref(), &cfg, input, classes, a.backend)?;
+        return match &a.output {
+            Some(p) => towers::outputs::write_atomic(p, text.as_bytes())
+                .map_err(|e| format!("--output: cannot write {}: {e}", p.display())),
+            None => {
+                out!("{text}");
+                Ok(())
+            }
+        };
     }
     auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, a.world_size, a.backend)?;
     ps_tasks(&a.common, &mut cfg, a.world_size)?;
@@ -95,6 +119,9 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
     // What `towers train` compiles: the training accuracy is fetched with the step.
     if let Some(acc) = &model.accuracy {
         opts.fetches.push((TRAIN_ACCURACY.into(), acc.clone()));
+    }
+    if let Some(d) = &cfg.dump_dir {
+        towers::outputs::clear_stale_dumps(d)?;
     }
     let t0 = std::time::Instant::now();
     let c = compile_train(&model.graph, &model.loss, &opts).map_err(|e| e.to_string())?;
@@ -118,17 +145,29 @@ pub fn run_compile(a: CompileArgs) -> Result<(), String> {
         Some(p) => towers::outputs::write_atomic(&p, text.as_bytes())
             .map_err(|e| format!("--output: cannot write {}: {e}", p.display())),
         None => {
-            print!("{text}");
+            out!("{text}");
             Ok(())
         }
     }
 }
 
-/// `--emit cuda -o DIR`: one `.cu` file per kernel the plan launches, and `index.txt`.
+/// `--emit cuda -o DIR`: one `.cu` file per kernel the plan launches, and
+/// `index.txt`; the `.cu` files a previous `index.txt` named that this plan
+/// does not launch are removed (a convnet's kernels stayed beside an MLP's).
 fn write_cuda(plan: &towers::codegen::Plan, output: Option<PathBuf>) -> Result<(), String> {
     let dir = output.ok_or("--emit cuda writes one file per kernel: give the folder with -o DIR")?;
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    for (name, text) in towers::cuda_emit::cuda_files(plan)? {
+    let files = towers::cuda_emit::cuda_files(plan)?;
+    for old in towers::outputs::cuda_files_of_index(&dir) {
+        if !files.iter().any(|(name, _)| *name == old) {
+            let p = dir.join(&old);
+            if p.is_file() {
+                std::fs::remove_file(&p)
+                    .map_err(|e| format!("--output {}: cannot remove the previous {old}: {e}", dir.display()))?;
+            }
+        }
+    }
+    for (name, text) in files {
         let p = dir.join(name);
         towers::outputs::write_atomic(&p, text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }

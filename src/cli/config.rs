@@ -167,7 +167,7 @@ pub fn auto_variables(
     let (graph, loss) = cost_model(user, cfg, input, classes)?;
     let choice = towers::cost::auto_on(target, &graph, &loss, &cfg.compile_options(), cfg.towers, &c.cost_cache)
         .map_err(|e| format!("--variables auto: {e}"))?;
-    eprintln!("--variables auto: {}", choice.reason);
+    errln!("--variables auto: {}", choice.reason);
     cfg.variables = choice.placement;
     Ok(())
 }
@@ -189,7 +189,11 @@ fn cost_target(backend: BackendChoice, towers: usize) -> Result<Target, String> 
     }
 }
 
-/// `--explain-cost`: every placement at 1, 2 and 4 towers, predicted.
+/// `--explain-cost`: every placement at 1, 2 and 4 towers and at
+/// `--towers`, predicted; the report's text. A tower count other than
+/// `--towers` is explained with an even split (`--split-weights` are the
+/// user's count's), and skipped with a line saying why when `--batch` does
+/// not split evenly over it (the report stopped half-way with an error).
 pub fn explain_cost(
     c: &Common,
     user: Option<&UserModel>,
@@ -197,24 +201,101 @@ pub fn explain_cost(
     input: [usize; 3],
     classes: usize,
     backend: BackendChoice,
-) -> Result<(), String> {
-    let target = cost_target(backend, 4)?;
-    let (graph, loss) = cost_model(user, cfg, input, classes)?;
-    println!("cost model on {} (calibrations under {})", towers::cost::machine_key(), c.cost_cache.display());
-    match target {
-        Target::Cpu => println!(
-            "(calibrated on the CPU backend, whose devices share the host's memory: a copy between devices is elided there, so its path costs the bookkeeping only)"
-        ),
-        Target::Cuda => println!(
-            "(calibrated on --backend cuda: cpu:* on host threads, every gpu:* stream a lane of its own on one CUDA context, copies priced by their measured path; concurrent kernels sharing SMs and contexts time-slicing are not modelled)"
-        ),
+) -> Result<String, String> {
+    use std::fmt::Write;
+    let mut counts = vec![1, 2, 4];
+    if cfg.towers > 0 && !counts.contains(&cfg.towers) {
+        counts.push(cfg.towers);
+        counts.sort_unstable();
     }
-    for towers in [1, 2, 4] {
+    let target = cost_target(backend, counts.iter().copied().max().unwrap_or(4))?;
+    let (graph, loss) = cost_model(user, cfg, input, classes)?;
+    let mut text = String::new();
+    let _ =
+        writeln!(text, "cost model on {} (calibrations under {})", towers::cost::machine_key(), c.cost_cache.display());
+    let _ = writeln!(
+        text,
+        "{}",
+        match target {
+            Target::Cpu => "(calibrated on the CPU backend, whose devices share the host's memory: a copy between devices is elided there, so its path costs the bookkeeping only)",
+            Target::Cuda => "(calibrated on --backend cuda: cpu:* on host threads, every gpu:* stream a lane of its own on one CUDA context, copies priced by their measured path; concurrent kernels sharing SMs and contexts time-slicing are not modelled)",
+        }
+    );
+    for towers in counts {
+        let mut opts = cfg.compile_options();
+        if towers != cfg.towers {
+            opts.split = towers::passes::SplitPolicy::Even;
+            let rows = towers * cfg.accumulate.max(1);
+            if !cfg.batch.is_multiple_of(rows) {
+                let per =
+                    if cfg.accumulate > 1 { format!(" x --accumulate {}", cfg.accumulate) } else { String::new() };
+                let _ = writeln!(
+                    text,
+                    "towers={towers}: skipped: --batch {} does not split evenly over {towers} towers{per}",
+                    cfg.batch
+                );
+                continue;
+            }
+        }
         for v in towers::cost::PLACEMENTS {
-            let k = towers::cost::candidate_on(target, &graph, &loss, &cfg.compile_options(), towers, v, &c.cost_cache)
-                .map_err(|e| format!("--explain-cost: {e}"))?;
+            let k = towers::cost::candidate_on(target, &graph, &loss, &opts, towers, v, &c.cost_cache)
+                .map_err(|e| format!("--explain-cost: towers={towers} variables={}: {e}", v.name()))?;
             let from = if k.cached { ", calibration cached" } else { "" };
-            print!("{}", k.prediction.text(&format!("towers={towers} variables={}{from}", v.name())));
+            text.push_str(&k.prediction.text(&format!("towers={towers} variables={}{from}", v.name())));
+        }
+    }
+    Ok(text)
+}
+
+/// The `--optimizer` as its flag value.
+fn opt_name(o: Opt) -> &'static str {
+    match o {
+        Opt::Sgd => "sgd",
+        Opt::Momentum => "momentum",
+        Opt::Adam => "adam",
+        Opt::Rmsprop => "rmsprop",
+        Opt::Adagrad => "adagrad",
+    }
+}
+
+/// Flags the user typed that the chosen optimizer or model does not read
+/// are refused, naming the flag and what reads it, rather than dropped in
+/// silence (`--optimizer adam --momentum 0.5` trained as plain Adam).
+/// Checked after `guards::validate`, so a nonsensical value is named first.
+pub fn unused_flags(c: &Common) -> Result<(), String> {
+    if let Some(m) = c.momentum {
+        if matches!(c.optimizer, Opt::Sgd | Opt::Adam | Opt::Adagrad) {
+            let extra = if matches!(c.optimizer, Opt::Adam) { " (adam's beta1 is fixed at 0.9)" } else { "" };
+            return Err(format!(
+                "--momentum {m}: --optimizer {} has no momentum{extra}; --momentum applies to --optimizer momentum and to RMSProp's momentum term (--optimizer rmsprop): leave --momentum out, or choose one of those",
+                opt_name(c.optimizer)
+            ));
+        }
+    }
+    if c.nesterov && !matches!(c.optimizer, Opt::Momentum) {
+        return Err(format!(
+            "--nesterov applies to --optimizer momentum only (Nesterov's look-ahead momentum); --optimizer {} has none: leave --nesterov out, or use --optimizer momentum",
+            opt_name(c.optimizer)
+        ));
+    }
+    if c.graph.is_none() {
+        match c.model {
+            Model::Convnet if c.hidden.is_some() => {
+                return Err(
+                    "--hidden sets the widths of --model mlp's hidden layers; --model convnet has fixed layers: leave --hidden out, or use --model mlp".into(),
+                )
+            }
+            Model::Convnet if c.activation.is_some() => {
+                return Err(
+                    "--activation sets the activation of --model mlp's hidden layers; --model convnet uses ReLU: leave --activation out, or use --model mlp".into(),
+                )
+            }
+            Model::Mlp if c.batch_norm => {
+                return Err(
+                    "--batch-norm adds batch norm after each convolution of --model convnet; --model mlp (the default) has no convolution: add --model convnet, or leave --batch-norm out".into(),
+                )
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -253,8 +334,8 @@ pub fn config(c: &Common) -> Result<TrainConfig, String> {
             Model::Mlp => ModelKind::Mlp,
             Model::Convnet => ModelKind::Convnet,
         },
-        hidden: c.hidden.clone(),
-        activation: match c.activation {
+        hidden: c.hidden.clone().unwrap_or_else(|| vec![256, 256]),
+        activation: match c.activation.unwrap_or(Act::Relu) {
             Act::Relu => Activation::Relu,
             Act::Sigmoid => Activation::Sigmoid,
             Act::Tanh => Activation::Tanh,
@@ -263,8 +344,11 @@ pub fn config(c: &Common) -> Result<TrainConfig, String> {
         batch_norm: c.batch_norm,
         optimizer,
         lr,
-        momentum: c.momentum,
+        // --momentum is checked (range, and which optimizer has one) by
+        // `guards::validate` and `unused_flags`; RMSProp's term is 0 unless given.
+        momentum: c.momentum.unwrap_or(0.9),
         nesterov: c.nesterov,
+        rmsprop_momentum: if optimizer == OptimizerKind::RmsProp { c.momentum.unwrap_or(0.0) } else { 0.0 },
         batch: c.batch,
         seed: c.seed,
         towers: match c.towers {

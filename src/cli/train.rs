@@ -15,7 +15,9 @@ use towers::trainer::fit_in;
 use towers::watch::{Tee, Watch};
 
 use super::args::{Model, TrainArgs};
-use super::config::{auto_variables, config, cuda_contexts, cuda_flags, fixed_batch, ps_tasks, user_model};
+use super::config::{
+    auto_variables, config, cuda_contexts, cuda_flags, fixed_batch, ps_tasks, unused_flags, user_model,
+};
 
 /// The CLI's observer: log lines and the progress bar.
 struct Printer {
@@ -29,7 +31,7 @@ struct Printer {
 impl TrainObserver for Printer {
     fn start(&mut self, total: usize, note: &str) {
         if !note.is_empty() {
-            eprintln!("{note}");
+            errln!("{note}");
         }
         if std::io::stderr().is_terminal() {
             let bar = ProgressBar::new(total as u64);
@@ -51,7 +53,7 @@ impl TrainObserver for Printer {
             };
             match &self.bar {
                 Some(b) => b.println(line),
-                None => println!("{line}"),
+                None => outln!("{line}"),
             }
         }
         if let Some(b) = &self.bar {
@@ -69,7 +71,7 @@ impl TrainObserver for Printer {
         }
         match &self.bar {
             Some(b) => b.println(format!("step {step} test accuracy {accuracy:.4}")),
-            None => println!("step {step} test accuracy {accuracy:.4}"),
+            None => outln!("step {step} test accuracy {accuracy:.4}"),
         }
     }
 }
@@ -109,6 +111,32 @@ fn communicator(timeout_secs: f64) -> Result<Arc<dyn Comm>, String> {
     }
 }
 
+/// `--lr-min` and `--lr-decay-*` typed with a `--lr-schedule` that does not
+/// read them are refused (they were dropped in silence).
+fn unused_schedule_flags(
+    schedule: towers::train::LrScheduleKind,
+    lr_min: Option<f32>,
+    decay_steps: Option<usize>,
+    decay_rate: Option<f32>,
+) -> Result<(), String> {
+    use towers::train::LrScheduleKind as K;
+    let name = format!("{schedule:?}").to_lowercase();
+    if lr_min.is_some() && schedule != K::Cosine {
+        return Err(format!(
+            "--lr-min is the end of the cosine schedule; --lr-schedule {name} does not read it: add --lr-schedule cosine (the default), or leave --lr-min out"
+        ));
+    }
+    let decays = matches!(schedule, K::Step | K::Exponential);
+    for (flag, given) in [("lr-decay-steps", decay_steps.is_some()), ("lr-decay-rate", decay_rate.is_some())] {
+        if given && !decays {
+            return Err(format!(
+                "--{flag} shapes the step and exponential schedules; --lr-schedule {name} does not read it: add --lr-schedule step or exponential, or leave --{flag} out"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn run_train(a: TrainArgs) -> Result<(), String> {
     let comm = communicator(a.comm_timeout)?;
     let r = run_train_in(a, Arc::clone(&comm));
@@ -116,7 +144,7 @@ pub fn run_train(a: TrainArgs) -> Result<(), String> {
         if comm.world_size() > 1 {
             // Every rank sees a collective's failure; one that fails alone
             // must not leave the others waiting for it.
-            eprintln!("error (rank {} of {}): {e}", comm.rank(), comm.world_size());
+            errln!("error (rank {} of {}): {e}", comm.rank(), comm.world_size());
             comm.abort(1);
         }
     }
@@ -151,9 +179,9 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     cfg.eval_every = a.eval_every;
     cfg.check_numerics = a.check_numerics;
     cfg.lr_schedule = a.lr_schedule;
-    cfg.lr_decay_steps = a.lr_decay_steps;
-    cfg.lr_decay_rate = a.lr_decay_rate;
-    cfg.lr_min = a.lr_min;
+    cfg.lr_decay_steps = a.lr_decay_steps.unwrap_or(cfg.lr_decay_steps);
+    cfg.lr_decay_rate = a.lr_decay_rate.unwrap_or(cfg.lr_decay_rate);
+    cfg.lr_min = a.lr_min.unwrap_or(cfg.lr_min);
     cfg.warmup_steps = a.warmup_steps;
     cfg.scale_lr = a.scale_lr;
     cfg.trace = a.trace;
@@ -164,6 +192,19 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     cfg.comm_timeout = std::time::Duration::try_from_secs_f64(a.comm_timeout).unwrap_or(cfg.comm_timeout);
     // Before anything is created (the --logdir event file): options first.
     towers::guards::validate(&cfg, comm.world_size()).map_err(|e| e.to_string())?;
+    unused_flags(&a.common)?;
+    unused_schedule_flags(a.lr_schedule, a.lr_min, a.lr_decay_steps, a.lr_decay_rate)?;
+    // No output on an input (the --graph file) nor on another output.
+    let mut paths: Vec<(&str, &std::path::Path, bool)> = Vec::new();
+    if let Some(g) = &a.common.graph {
+        paths.push(("graph", g, true));
+    }
+    for (flag, p) in [("checkpoint", &cfg.checkpoint), ("trace", &cfg.trace), ("plot", &a.plot)] {
+        if let Some(p) = p {
+            paths.push((flag, p, false));
+        }
+    }
+    towers::outputs::check_distinct(&paths)?;
     // Devices this machine cannot serve on --backend (a /gpu:N under
     // --backend cuda without CUDA, a /cpu:1): refused before any data loads.
     let devices = towers::train::requested_devices(&cfg, user.as_ref().map(|m| &m.graph));
@@ -174,6 +215,12 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
             return Err(format!("--plot {}: draws SVG only; give a file name ending in .svg", path.display()));
         }
         towers::outputs::check_file("plot", path)?;
+    }
+    // A reused --dump-dir holds this run's dumps only (one process: under
+    // several, another rank may already be writing its own).
+    if let (Some(d), 1) = (&cfg.dump_dir, comm.world_size()) {
+        towers::outputs::check_dir("dump-dir", d)?;
+        towers::outputs::clear_stale_dumps(d)?;
     }
     let mut p = Printer { log_every: a.log_every, train_acc: None, eval_every: a.eval_every.is_some(), bar: None };
     let mut watch = match &a.logdir {
@@ -196,32 +243,31 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     let event_file = watch.event_file().map(|f| f.display().to_string());
     let history = watch.finish().map_err(|e| e.to_string())?;
     if let Some(f) = event_file {
-        eprintln!("events: {f}");
+        errln!("events: {f}");
     }
     if let Some(path) = &a.plot {
         towers::plot::plot_svg(path, &history).map_err(|e| e.to_string())?;
     }
     for d in &r.diagnostics {
-        eprintln!("warning: {d}");
+        errln!("warning: {d}");
     }
     for line in r.ps_async.iter().flat_map(|p| p.lines()) {
-        eprintln!("{line}");
+        errln!("{line}");
     }
     // The steps this run trained: a resumed run counts from its checkpoint's.
     let done = r.steps - r.trained.min(r.steps);
     match (r.trained, done) {
-        (t, 0) if t == r.steps => eprintln!("{t} steps, {:.0} examples/s", r.examples_per_sec),
-        (0, _) => eprintln!(
-            "0 steps, 0 examples/s (nothing to train: the checkpoint is at or past the last step, {})",
-            r.steps
-        ),
-        (t, d) => eprintln!(
+        (t, 0) if t == r.steps => errln!("{t} steps, {:.0} examples/s", r.examples_per_sec),
+        (0, _) => {
+            errln!("0 steps, 0 examples/s (nothing to train: the checkpoint is at or past the last step, {})", r.steps)
+        }
+        (t, d) => errln!(
             "{t} steps, {:.0} examples/s (resumed at global step {d}: steps {} to {})",
             r.examples_per_sec,
             d + 1,
             r.steps
         ),
     }
-    println!("test accuracy: {:.4}", r.test_accuracy);
+    outln!("test accuracy: {:.4}", r.test_accuracy);
     Ok(())
 }

@@ -6,7 +6,10 @@
 //! - `images` is an f32 placeholder `[?, h, w, c]` or `[?, h*w*c]`,
 //!   `labels` an i32 placeholder `[?]`;
 //! - `loss` and `accuracy` (when named) are scalar f32 tensors, and
-//!   `predictions` an i32 `[?]` tensor (one class per example).
+//!   `predictions` an i32 `[?]` tensor (one class per example);
+//! - no other placeholder feeds `loss`, `predictions` or `accuracy`: the
+//!   trainer feeds `images` and `labels` only (a placeholder nothing reads
+//!   is fine: TF1 graphs often keep one).
 //!
 //! [`Model::check_data`] adds that the images fit a data set's geometry.
 
@@ -54,6 +57,9 @@ pub enum ModelError {
     /// The graph fails the verifier.
     #[error("the model's graph does not verify: {0}")]
     Verify(GraphError),
+    /// A placeholder other than the images and labels feeds what the trainer runs.
+    #[error("the model's {role} '{reader}' reads the placeholder '{name}' ({ty}), which is neither its images ('{images}') nor its labels ('{labels}'): the trainer (towers train --graph) feeds only those two; make '{name}' a constant in the model (a dropout rate is an argument of b.dropout(x, rate), which the evaluation already ignores), or remove it")]
+    UnfedPlaceholder { role: &'static str, reader: String, name: String, ty: String, images: String, labels: String },
     /// The image placeholder does not fit the data set's images.
     #[error("the model's images '{name}' are {shape}, but the data set's images are {data} (h x w x c): build the placeholder as [?, {h}, {w}, {c}] or [?, {flat}], or train on a data set of that geometry")]
     DataMismatch { name: String, shape: Shape, data: String, h: usize, w: usize, c: usize, flat: usize },
@@ -140,6 +146,37 @@ impl Model {
         tensor("predictions", &self.predictions, DType::I32, 1, "an i32 tensor [?] (e.g. argmax of the logits)")?;
         if let Some(a) = &self.accuracy {
             tensor("accuracy", a, DType::F32, 0, "a scalar f32 tensor (e.g. reduce_mean of cast(equal))")?;
+        }
+        self.check_placeholders()
+    }
+
+    /// No placeholder but `images` and `labels` reaches the loss, the
+    /// predictions or the accuracy (TF1's `keep_prob` or `is_training`
+    /// failed at the first step, asking for `Session::feed`).
+    fn check_placeholders(&self) -> Result<(), ModelError> {
+        let mut roles = vec![("loss", &self.loss), ("predictions", &self.predictions)];
+        if let Some(a) = &self.accuracy {
+            roles.push(("accuracy", a));
+        }
+        for id in self.graph.node_ids() {
+            let n = self.graph.node(id);
+            if !matches!(n.op, Op::Placeholder { .. }) || n.name == self.images || n.name == self.labels {
+                continue;
+            }
+            for &(role, reader) in &roles {
+                let Some(r) = self.graph.get(reader) else { continue };
+                if self.graph.reaches(id, r) {
+                    let ty = n.outputs.first().map(|t| format!("{:?} {}", t.dtype, t.shape)).unwrap_or_default();
+                    return Err(ModelError::UnfedPlaceholder {
+                        role,
+                        reader: reader.clone(),
+                        name: n.name.clone(),
+                        ty,
+                        images: self.images.clone(),
+                        labels: self.labels.clone(),
+                    });
+                }
+            }
         }
         Ok(())
     }
