@@ -122,7 +122,10 @@ fn check_scope_name(name: &str) -> Result<()> {
 
 /// A node name must be addressable: not empty, no `:` (TF's `node:slot`
 /// names an output), no empty path component, no control character.
-fn check_node_name(name: &str) -> Result<()> {
+/// Whether `name` can name a node (one a fetch and a dump can address):
+/// [`GraphError::BadNodeName`] says why not. The builder checks every
+/// name it is given; model files that bypassed it are checked with this.
+pub fn check_node_name(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
         "a node needs a name"
     } else if name.contains(':') {

@@ -37,7 +37,7 @@ pub mod text;
 pub mod types;
 pub mod verify;
 
-pub use builder::{GraphBuilder, Reuse, VariableOptions};
+pub use builder::{check_node_name, GraphBuilder, Reuse, VariableOptions};
 pub use builder_array::PadMode;
 pub use device::{ps_task_name, Device, DeviceError, DeviceKind, DeviceSpec, PS_JOB};
 pub use error::GraphError;

@@ -174,8 +174,9 @@ impl Model {
         }
         let f: FileIn = serde_json::from_str(text).map_err(json)?;
         for n in &f.graph.nodes {
-            if let Some(why) = bad_node_name(&n.name) {
-                return Err(format(format!("node {:?}: invalid node name: {why}; rename it in the model", n.name)));
+            // A file from a converter or a hand edit bypassed the builder's check.
+            if let Err(towers_graph::GraphError::BadNodeName { reason, .. }) = towers_graph::check_node_name(&n.name) {
+                return Err(format(format!("node {:?}: invalid node name: {reason}; rename it in the model", n.name)));
             }
         }
         let graph = Graph::from_serial(&f.graph)
@@ -194,21 +195,3 @@ impl Model {
     }
 }
 
-/// Why `name` cannot name a node, by the rules of the graph builder's
-/// `check_node_name` (graph/src/builder.rs; keep the two in step): a model
-/// file from a converter or a hand edit bypassed the builder, and its
-/// empty, `a:0`, `a//b` or multi-line names trained into checkpoint keys
-/// that no fetch can address.
-fn bad_node_name(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        Some("a node needs a name")
-    } else if name.contains(':') {
-        Some("':' separates a node from its output slot ('node:0'); use letters, digits, '.', '_', '-' and '/'")
-    } else if name.starts_with('/') || name.ends_with('/') || name.contains("//") {
-        Some("'/' separates scopes and needs a name on both sides")
-    } else if name.chars().any(char::is_control) {
-        Some("control characters (a newline, a tab) cannot be written in a fetch or a dump")
-    } else {
-        None
-    }
-}
