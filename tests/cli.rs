@@ -136,6 +136,9 @@ fn compile_emits_the_fused_launches() {
     assert!(out.contains("SparseSoftmaxXentMeanGrad"), "{out}");
     let (plain, _) = towers(&["compile", "--model", "convnet", "--towers", "2", "--emit", "fusions", "--no-fusion"]);
     assert!(!plain.contains("Conv2DBiasAct"), "{plain}");
+    // The generated elementwise kernels are listed too (swish's backward).
+    let (swish, _) = towers(&["compile", "--activation", "swish", "--emit", "fusions"]);
+    assert!(swish.lines().any(|l| l.starts_with("FusedElementwise") && l.contains("sigmoid")), "{swish}");
 }
 
 #[test]

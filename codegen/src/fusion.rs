@@ -188,12 +188,26 @@ impl FusionPlan {
     }
 
     /// One line per fused launch: `Conv2DBiasAct  lead <- a, b, c`, in node order.
+    ///
+    /// Then the elementwise kernels `simplify` generated (`Fused` nodes,
+    /// `fused_elementwise` in the plan): `FusedElementwise  node <- expr
+    /// (inputs)`, in creation order.
     pub fn to_text(&self, g: &Graph) -> String {
         let groups = self.groups(g);
-        let width = groups.iter().map(|x| x.kernel.len()).max().unwrap_or(0);
-        let mut s = format!("# {} fused launches\n", groups.len());
+        let mut generated: Vec<NodeId> =
+            g.node_ids().into_iter().filter(|&id| matches!(g.node(id).op, Op::Fused { .. })).collect();
+        generated.sort_by_key(|&id| g.node(id).seq);
+        const GENERATED: &str = "FusedElementwise";
+        let width = groups.iter().map(|x| x.kernel.len()).chain(generated.iter().map(|_| GENERATED.len())).max();
+        let width = width.unwrap_or(0);
+        let mut s = format!("# {} fused launches\n", groups.len() + generated.len());
         for x in groups {
             s.push_str(&format!("{:width$}  {} <- {}\n", x.kernel, x.lead, x.members.join(", ")));
+        }
+        for id in generated {
+            let Op::Fused { expr } = &g.node(id).op else { continue };
+            let inputs: Vec<String> = g.inputs(id).iter().map(|t| g.node(t.node).name.clone()).collect();
+            s.push_str(&format!("{GENERATED:width$}  {} <- {expr} ({})\n", g.node(id).name, inputs.join(", ")));
         }
         s
     }
