@@ -1,7 +1,7 @@
-//! reduce_max / reduce_min, the comparisons and `where` end to end on the
+//! reduce_max / reduce_min, the comparisons, `where` and `abs` end to end on the
 //! CPU backend: a small network pooling over "time" with reduce_max
 //! (max-over-time pooling), a stable logsumexp built on it (`m + log Σ
-//! exp(x - m)`, m = reduce_max), a reduce_min term, a leaky gate built with
+//! exp(x - m)`, m = reduce_max), an abs of a reduce_min term, a leaky gate built with
 //! `where(h > 0, h, 0.1·h)` and a row-selecting `where` compiles through
 //! `compile_train`, trains (the loss falls), and 2 towers compute the update
 //! of 0 towers (one device). The comparisons' and `where`'s values (with a
@@ -15,7 +15,7 @@ use towers_tests::{batches, max_rel_diff, run, towers, TOL};
 /// images [N,8,8,1] -> h = flatten(x)·W1 [64, 32] -> [N, 4, 8] (4 steps
 /// of 8 features) -> pooled = reduce_max over the steps [N, 8] ->
 /// lse = logsumexp over the steps with m = reduce_max(keep_dims) [N, 8]
-/// -> lo = reduce_min over the steps [N, 8] -> logits = [pooled, lse, lo]·W2 + b2
+/// -> lo = |reduce_min over the steps| [N, 8] -> logits = [pooled, lse, lo]·W2 + b2
 /// -> mean sparse xent.
 fn pool_model(seed: u64) -> Model {
     let mut b = GraphBuilder::with_seed(seed);
@@ -41,6 +41,7 @@ fn pool_model(seed: u64) -> Model {
             let m2 = b.reshape(m, &[-1, 8])?;
             let lse = b.add(m2, l)?;
             let lo = b.reduce_min(seq, &[1], false)?;
+            let lo = b.abs(lo)?;
             let mixed = b.concat(&[pooled, lse, lo], 1)?;
             // Rows whose first image pixel is at most 0.5 take -mixed: a
             // vector condition selecting whole rows.
@@ -79,7 +80,7 @@ const BATCH: usize = 24;
 /// 2 towers give the variables of 0 towers (one device) after 3 steps, for
 /// SGD and Adam (the equivalence tests' tolerance).
 #[test]
-fn reduce_max_and_min_two_towers_match_one_device() {
+fn reduce_max_min_where_abs_two_towers_match_one_device() {
     let model = pool_model(3);
     let data = batches(BATCH, 3, 8);
     for opt in [
@@ -99,7 +100,7 @@ fn reduce_max_and_min_two_towers_match_one_device() {
 /// Overfitting one batch: 60 steps of Adam on 0 and on 2 towers lower the
 /// loss (the gradients through the maxima and minima point downhill).
 #[test]
-fn the_loss_falls_through_reduce_max_and_min() {
+fn the_loss_falls_through_reduce_max_min_where_abs() {
     let model = pool_model(4);
     let one = batches(BATCH, 1, 9);
     let data: Vec<_> = (0..60).map(|_| one[0].clone()).collect();
@@ -150,6 +151,8 @@ fn comparisons_and_where_values() {
     }
     fetch.push(("w".into(), b.identity(w, "w").unwrap()));
     fetch.push(("r".into(), b.identity(r, "r").unwrap()));
+    let a = b.abs(x).unwrap();
+    fetch.push(("a".into(), b.identity(a, "a").unwrap()));
     assert_eq!(b.graph().node(outs[4].node).op.type_name(), "NotEqual");
     let graph = b.finish();
     let names: Vec<(String, String)> =
@@ -172,4 +175,5 @@ fn comparisons_and_where_values() {
     let want_w = [0.0, 0.0, 0.0, 0.5f32.ln(), 0.0, 0.0];
     assert!(w.iter().zip(&want_w).all(|(a, b)| (a - b).abs() < 1e-6), "{w:?}");
     assert_eq!(get("r"), [1.0, -2.0, 0.0, f32::INFINITY, f32::INFINITY, f32::INFINITY]);
+    assert_eq!(get("a"), [1.0, 2.0, 0.0, 0.5, 1.0, 1.0]);
 }

@@ -228,6 +228,15 @@ fn binary_f64(op: BinaryOp) -> fn(f64, f64) -> f64 {
         BinaryOp::Minimum => f64::min,
         BinaryOp::Pow => f64::powf,
         BinaryOp::GreaterEqualMask => |p, q| if p >= q { 1.0 } else { 0.0 },
+        BinaryOp::AbsGrad => |x, d| {
+            if x > 0.0 {
+                d
+            } else if x < 0.0 {
+                -d
+            } else {
+                0.0
+            }
+        },
         BinaryOp::PowGradY => |x, z| if x > 0.0 { z * x.ln() } else { 0.0 },
     }
 }
@@ -253,6 +262,7 @@ fn unary_f64(op: UnaryOp, v: f64) -> f64 {
         }
         UnaryOp::Relu6 => v.clamp(0.0, 6.0),
         UnaryOp::Softplus => v.exp().ln_1p(),
+        UnaryOp::Abs => v.abs(),
     }
 }
 
@@ -291,6 +301,8 @@ fn unary_grad_f64(op: UnaryOp, d: f64, y: f64) -> f64 {
         }
         // y = ln(1 + e^x): f'(x) = e^x / (1 + e^x) = (e^y - 1) / e^y.
         UnaryOp::Softplus => d * (y.exp() - 1.0) / y.exp(),
+        // Never built (autodiff uses AbsGrad from x), as the kernels' NaN.
+        UnaryOp::Abs => f64::NAN,
     }
 }
 
