@@ -223,7 +223,17 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
             // cond of x's shape (inner 1) or a vector selecting rows.
             let n: usize = ins[1].dims.iter().product();
             let c: usize = ins[0].dims.iter().product();
-            let inner = if c == 0 || c == n { 1 } else { n / c };
+            let rows = ins[1].dims.first().copied().unwrap_or(1);
+            let inner = if c == n {
+                1
+            } else if ins[0].dims.len() == 1 && c == rows {
+                n / rows
+            } else {
+                return Err(format!(
+                    "where's condition {:?} is neither x's shape {:?} nor one per row of it",
+                    ins[0].dims, ins[1].dims
+                ));
+            };
             launch(Kernel::Select { inner }, &[1, 2, 0])
         }
         Cast { dtype } => launch(Kernel::Cast { from: ins[0].dtype, to: *dtype }, &[0]),
