@@ -196,6 +196,8 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
         L2Loss => launch(Kernel::L2Loss, &[0]),
         ReduceSum { axes, .. } => launch(Kernel::ReduceSum { shape: ins[0].dims.clone(), axes: axes.clone() }, &[0]),
         ReduceMean { axes, .. } => launch(Kernel::ReduceMean { shape: ins[0].dims.clone(), axes: axes.clone() }, &[0]),
+        ReduceMax { axes, .. } => launch(Kernel::ReduceMax { shape: ins[0].dims.clone(), axes: axes.clone() }, &[0]),
+        ReduceMin { axes, .. } => launch(Kernel::ReduceMin { shape: ins[0].dims.clone(), axes: axes.clone() }, &[0]),
         ArgMax { axis } => launch(Kernel::ArgMax { shape: ins[0].dims.clone(), axis: *axis }, &[0]),
         Equal => {
             if ins[0].dims != ins[1].dims {
@@ -205,6 +207,34 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
                 ));
             }
             launch(Kernel::Equal { dtype: ins[0].dtype }, &[0, 1])
+        }
+        Compare(cmp) => {
+            if ins[0].dims != ins[1].dims {
+                return Err(format!(
+                    "{} without broadcasting needs one shape, got {:?} and {:?}",
+                    cmp.name(),
+                    ins[0].dims,
+                    ins[1].dims
+                ));
+            }
+            launch(Kernel::Compare { cmp: *cmp, dtype: ins[0].dtype }, &[0, 1])
+        }
+        Select => {
+            // cond of x's shape (inner 1) or a vector selecting rows.
+            let n: usize = ins[1].dims.iter().product();
+            let c: usize = ins[0].dims.iter().product();
+            let rows = ins[1].dims.first().copied().unwrap_or(1);
+            let inner = if c == n {
+                1
+            } else if ins[0].dims.len() == 1 && c == rows {
+                n / rows
+            } else {
+                return Err(format!(
+                    "where's condition {:?} is neither x's shape {:?} nor one per row of it",
+                    ins[0].dims, ins[1].dims
+                ));
+            };
+            launch(Kernel::Select { inner }, &[1, 2, 0])
         }
         Cast { dtype } => launch(Kernel::Cast { from: ins[0].dtype, to: *dtype }, &[0]),
         Dropout { rate, seed, first_row, row_elems } => match mode {

@@ -173,6 +173,13 @@ impl GraphBuilder {
         self.leaky_relu(x, 0.2)
     }
 
+    /// `|x|` (TF's `tf.abs`), f32. Gradient `dy * sign(x)`, 0 at 0, as TF
+    /// (autodiff's `BinaryOp::AbsGrad` from x: the unary table's gradients
+    /// see only y).
+    pub fn abs(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Abs, x)
+    }
+
     /// `min(max(x, 0), 6)` (TF's `tf.nn.relu6`); gradient 0 at both kinks, as TF.
     pub fn relu6(&mut self, x: Tensor) -> Result<Tensor> {
         self.unary(UnaryOp::Relu6, x)

@@ -10,7 +10,7 @@
 use crate::builder::GraphBuilder;
 use crate::error::{GraphError, Result};
 use crate::graph::{NodeId, Tensor};
-use crate::op::{BinaryOp, ConstValue, Op, UnaryOp};
+use crate::op::{BinaryOp, Comparison, ConstValue, Op, UnaryOp};
 use crate::types::{DType, Shape, F32};
 
 impl GraphBuilder {
@@ -182,6 +182,21 @@ impl GraphBuilder {
     pub fn reduce_mean(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
         self.op1("Mean", Op::ReduceMean { axes: distinct(axes), keep_dims }, &[x])
     }
+    /// Maximum over `axes` (TF's `tf.reduce_max`; an axis given twice counts
+    /// once). f32 only; a NaN among the reduced elements gives NaN. The
+    /// gradient is TF's `_MinOrMaxGrad`: dy goes to the elements equal to
+    /// the maximum, divided equally among tied ones.
+    ///
+    /// ```ignore
+    /// let pooled = b.reduce_max(h, &[1], false)?; // max over time: [N, T, C] -> [N, C]
+    /// ```
+    pub fn reduce_max(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
+        self.op1("Max", Op::ReduceMax { axes: distinct(axes), keep_dims }, &[x])
+    }
+    /// Minimum over `axes` (TF's `tf.reduce_min`), as [`GraphBuilder::reduce_max`].
+    pub fn reduce_min(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
+        self.op1("Min", Op::ReduceMin { axes: distinct(axes), keep_dims }, &[x])
+    }
     /// Mean over every axis.
     pub fn reduce_mean_all(&mut self, x: Tensor) -> Result<Tensor> {
         let r = self.graph.tensor_type(x)?.shape.rank();
@@ -199,15 +214,43 @@ impl GraphBuilder {
     /// one shape compare directly; otherwise both are brought to the
     /// broadcast shape first (as f32: exact for integers below 2^24).
     pub fn equal(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.comparison("Equal", Op::Equal, a, b)
+    }
+    /// `a > b` elementwise, bool (TF's `tf.greater`); f32 or i32 operands of
+    /// one dtype, broadcast as [`GraphBuilder::equal`]. No gradient.
+    pub fn greater(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.comparison("Greater", Op::Compare(Comparison::Greater), a, b)
+    }
+    /// `a >= b` elementwise, bool (TF's `tf.greater_equal`), as [`GraphBuilder::greater`].
+    pub fn greater_equal(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.comparison("GreaterEqual", Op::Compare(Comparison::GreaterEqual), a, b)
+    }
+    /// `a < b` elementwise, bool (TF's `tf.less`), as [`GraphBuilder::greater`].
+    pub fn less(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.comparison("Less", Op::Compare(Comparison::Less), a, b)
+    }
+    /// `a <= b` elementwise, bool (TF's `tf.less_equal`), as [`GraphBuilder::greater`].
+    pub fn less_equal(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.comparison("LessEqual", Op::Compare(Comparison::LessEqual), a, b)
+    }
+    /// `a != b` elementwise, bool (TF's `tf.not_equal`; NaN != NaN), as
+    /// [`GraphBuilder::greater`].
+    pub fn not_equal(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.comparison("NotEqual", Op::Compare(Comparison::NotEqual), a, b)
+    }
+    /// A comparison node `name` with broadcasting: operands of one shape
+    /// compare directly; otherwise both are brought to the broadcast shape
+    /// first (as f32: exact for integers below 2^24).
+    fn comparison(&mut self, name: &str, op: Op, a: Tensor, b: Tensor) -> Result<Tensor> {
         let (ta, tb) = (self.graph.tensor_type(a)?.clone(), self.graph.tensor_type(b)?.clone());
         if ta.shape == tb.shape || ta.dtype != tb.dtype {
             // Same shape, or an error the op's inference words.
-            return self.op1("Equal", Op::Equal, &[a, b]);
+            return self.op1(name, op, &[a, b]);
         }
         if crate::infer::broadcast_shapes(&ta.shape, &tb.shape).is_none() {
-            return self.op1("Equal", Op::Equal, &[a, b]);
+            return self.op1(name, op, &[a, b]);
         }
-        self.name_scope("Equal", |b_| {
+        self.name_scope(name, |b_| {
             let f32_of = |bl: &mut GraphBuilder, t: Tensor, dt: DType| {
                 if dt == DType::F32 {
                     Ok(t)
@@ -222,8 +265,21 @@ impl GraphBuilder {
             let like = b_.add(za, zb)?;
             let wa = b_.op1("BroadcastLike", Op::BroadcastLike, &[fa, like])?;
             let wb = b_.op1("BroadcastLike", Op::BroadcastLike, &[fb, like])?;
-            b_.op1("Equal", Op::Equal, &[wa, wb])
+            b_.op1(name, op, &[wa, wb])
         })
+    }
+    /// TF1's `tf.where(cond, x, y)` (op `Select`): `x` where `cond`, else
+    /// `y`. `cond` is bool, of x's shape or a vector of x's first dimension
+    /// (then it selects whole rows); `x` and `y` are f32 of one shape. The
+    /// unselected branch never reaches the result, so `where_(x > 0,
+    /// log(x), 0)` has no NaN. Gradients: dx = where(cond, dy, 0), dy =
+    /// where(cond, 0, dy). (`where` is a Rust keyword, hence the `_`.)
+    pub fn where_(&mut self, cond: Tensor, x: Tensor, y: Tensor) -> Result<Tensor> {
+        self.op1("Select", Op::Select, &[cond, x, y])
+    }
+    /// TF1's `tf.select`, the old name of [`GraphBuilder::where_`].
+    pub fn select(&mut self, cond: Tensor, x: Tensor, y: Tensor) -> Result<Tensor> {
+        self.where_(cond, x, y)
     }
     pub fn cast(&mut self, x: Tensor, dtype: DType) -> Result<Tensor> {
         self.op1("Cast", Op::Cast { dtype }, &[x])

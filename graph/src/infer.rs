@@ -354,9 +354,17 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             want_float(&inputs[0], "input")?;
             Ok(vec![TensorType::new(DType::F32, Shape::scalar())])
         }
-        ReduceSum { axes, keep_dims } | ReduceMean { axes, keep_dims } => {
+        ReduceSum { axes, keep_dims }
+        | ReduceMean { axes, keep_dims }
+        | ReduceMax { axes, keep_dims }
+        | ReduceMin { axes, keep_dims } => {
             arity(inputs, 1)?;
             let x = &inputs[0];
+            if matches!(op, ReduceMax { .. } | ReduceMin { .. }) && x.dtype != DType::F32 {
+                return detail(format!(
+                    "reduce_max/reduce_min take f32, got {x}; cast the input first (b.cast(x, DType::F32))"
+                ));
+            }
             normalize_axes(axes, x.shape.rank())?;
             let mut out = Vec::new();
             for (i, d) in x.shape.0.iter().enumerate() {
@@ -386,6 +394,43 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
                 return detail(format!("cannot compare {a} with {b}"));
             }
             Ok(vec![TensorType::new(DType::Bool, s)])
+        }
+        Compare(c) => {
+            arity(inputs, 2)?;
+            let (a, b) = (&inputs[0], &inputs[1]);
+            let s = broadcast_shapes(&a.shape, &b.shape)
+                .ok_or_else(|| InferError::Detail(format!("shapes {} and {} cannot be compared", a.shape, b.shape)))?;
+            if a.dtype != b.dtype {
+                return detail(format!("cannot compare {a} with {b}; cast one operand to the other's dtype first"));
+            }
+            if !matches!(a.dtype, DType::F32 | DType::I32) {
+                return detail(format!("{} compares f32 or i32, got {a}; cast the operands first", c.name()));
+            }
+            Ok(vec![TensorType::new(DType::Bool, s)])
+        }
+        Select => {
+            arity(inputs, 3)?;
+            let (c, x, y) = (&inputs[0], &inputs[1], &inputs[2]);
+            if c.dtype != DType::Bool {
+                return detail(format!("the condition must be bool, got {c}; build it with a comparison (b.greater(..)) or cast(c, DType::Bool)"));
+            }
+            if x.dtype != DType::F32 || y.dtype != DType::F32 {
+                return detail(format!("x and y must be f32, got {x} and {y}"));
+            }
+            if !x.shape.compatible(&y.shape) {
+                return detail(format!(
+                    "x {} and y {} must have one shape (TF1's tf.where does not broadcast; for a constant branch pass b.zeros_like(x) or a filled tensor of x's shape)",
+                    x.shape, y.shape
+                ));
+            }
+            let rows = c.shape.rank() == 1 && x.shape.rank() > 1 && merge_dim(c.shape.0[0], x.shape.0[0]).is_ok();
+            if !(c.shape.compatible(&x.shape) || rows) {
+                return detail(format!(
+                    "the condition {} must have the shape of x {} or be a vector of its first dimension (TF1's tf.where selects rows then); broadcast it with a comparison against x first",
+                    c.shape, x.shape
+                ));
+            }
+            Ok(vec![x.clone()])
         }
         Cast { dtype } => {
             arity(inputs, 1)?;

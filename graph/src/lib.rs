@@ -43,7 +43,8 @@ pub use device::{ps_task_name, Device, DeviceError, DeviceKind, DeviceSpec, PS_J
 pub use error::GraphError;
 pub use graph::{keys, Edge, Graph, NewNode, Node, NodeId, Tensor};
 pub use op::{
-    BinaryOp, ConstValue, Distribution, FanMode, FusedExpr, FusedStep, Initializer, Op, Optimizer, Padding, UnaryOp,
+    BinaryOp, Comparison, ConstValue, Distribution, FanMode, FusedExpr, FusedStep, Initializer, Op, Optimizer, Padding,
+    UnaryOp,
 };
 pub use program::{Program, PsSharding, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
 pub use towers_vocab::LEARNING_RATE;

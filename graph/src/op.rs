@@ -20,7 +20,9 @@ use crate::types::{DType, F32};
 /// Re-exports: the op vocabulary shared with the kernels and the plan, one
 /// definition each, in `towers_vocab` (the op tables, padding, fused
 /// expressions, initializers).
-pub use towers_vocab::{BinaryOp, Distribution, FanMode, FusedExpr, FusedStep, Initializer, Padding, UnaryOp};
+pub use towers_vocab::{
+    BinaryOp, Comparison, Distribution, FanMode, FusedExpr, FusedStep, Initializer, Padding, UnaryOp,
+};
 
 /// A small constant tensor (scalars, learning rates, shapes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -235,12 +237,32 @@ pub enum Op {
         axes: Vec<usize>,
         keep_dims: bool,
     },
+    /// in: x (f32). out: the maximum over `axes` (TF's `Max`); a NaN
+    /// propagates, an empty reduction gives -inf.
+    ReduceMax {
+        axes: Vec<usize>,
+        keep_dims: bool,
+    },
+    /// in: x (f32). out: the minimum over `axes` (TF's `Min`).
+    ReduceMin {
+        axes: Vec<usize>,
+        keep_dims: bool,
+    },
     /// in: x. out: i32 index of the maximum along `axis` (first on ties).
     ArgMax {
         axis: usize,
     },
     /// in: a, b. out: bool.
     Equal,
+    /// in: a, b (one dtype, f32 or i32; one shape once the builder has
+    /// broadcast them). out: bool, `a cmp b` (TF's `Greater`, `Less`, ...).
+    /// No gradient.
+    Compare(Comparison),
+    /// in: cond (bool), x, y (f32, one shape; cond of x's shape, or a vector
+    /// of x's first dimension selecting rows). out: x where cond, else y
+    /// (TF1's `tf.where(cond, x, y)`, op `Select`): the unselected value is
+    /// never read into the result, so a NaN or inf there does not leak.
+    Select,
     Cast {
         dtype: DType,
     },
@@ -420,8 +442,12 @@ impl Op {
             Op::L2Loss => "L2Loss",
             Op::ReduceSum { .. } => "Sum",
             Op::ReduceMean { .. } => "Mean",
+            Op::ReduceMax { .. } => "Max",
+            Op::ReduceMin { .. } => "Min",
             Op::ArgMax { .. } => "ArgMax",
             Op::Equal => "Equal",
+            Op::Compare(c) => c.tf_name(),
+            Op::Select => "Select",
             Op::Cast { .. } => "Cast",
             Op::Dropout { .. } => "Dropout",
             Op::BatchNorm { .. } => "FusedBatchNorm",

@@ -131,3 +131,35 @@ fn dense_cross_entropy_with_integer_labels_suggests_the_sparse_variant() {
     assert!(e.contains("SoftmaxCrossEntropyWithLogits"), "{e}");
     assert!(e.contains("use sparse_softmax_cross_entropy_with_logits for integer class labels"), "{e}");
 }
+
+/// reduce_max/reduce_min, the comparisons and where name the node and
+/// say what to write instead.
+#[test]
+fn reduce_max_compare_and_where_errors_name_the_node() {
+    let mut b = GraphBuilder::new();
+    let x = b.placeholder("x", DType::F32, [None, Some(3)]).unwrap();
+    let ids = b.placeholder("ids", DType::I32, [None, Some(3)]).unwrap();
+    let e = b.name_scope("pool", |b| b.reduce_max(ids, &[1], false)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Max 'pool/Max' (in scope 'pool'): reduce_max/reduce_min take f32, got i32[?,3]; cast the input first (b.cast(x, DType::F32))"
+    );
+    let e = b.reduce_min(x, &[2], false).unwrap_err().to_string();
+    assert!(e.starts_with("Min 'Min'"), "{e}");
+    let e = b.greater(x, ids).unwrap_err().to_string();
+    assert!(e.starts_with("Greater 'Greater'") && e.contains("cast one operand"), "{e}");
+    let row = b.placeholder("row", DType::F32, [Some(4)]).unwrap();
+    let e = b.less(x, row).unwrap_err().to_string();
+    assert!(e.starts_with("Less 'Less'") && e.contains("cannot be compared"), "{e}");
+    let c = b.greater(x, x).unwrap();
+    assert_eq!(b.graph().tensor_type(c).unwrap().dtype, DType::Bool);
+    let e = b.where_(x, x, x).unwrap_err().to_string();
+    assert!(e.starts_with("Select 'Select'") && e.contains("condition must be bool"), "{e}");
+    let col = b.placeholder("col", DType::Bool, [Some(3)]).unwrap();
+    let x2 = b.placeholder("x2", DType::F32, [Some(2), Some(3)]).unwrap();
+    let e = b.where_(col, x2, x2).unwrap_err().to_string();
+    assert!(e.contains("or be a vector of its first dimension"), "{e}");
+    let rows = b.placeholder("rows", DType::Bool, [None]).unwrap();
+    let w = b.where_(rows, x, x).unwrap();
+    assert_eq!(b.graph().tensor_type(w).unwrap().shape, towers_graph::Shape(vec![None, Some(3)]));
+}

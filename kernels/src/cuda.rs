@@ -89,12 +89,19 @@ impl Source {
 /// `kernels/src/prelude.cuh` (the integer types, `GRID_STRIDE`, the block
 /// reductions, `sigmoid`), then the op switches generated from the Rust
 /// tables, `unary_op`/`unary_grad_op` ([`UnaryOp::cuda_switches`]) and
-/// `binary_op` ([`BinaryOp::cuda_switch`]): an op's CUDA case is found by
+/// `binary_op` ([`BinaryOp::cuda_switch`]) and `compare_op`
+/// ([`towers_vocab::Comparison::cuda_switch`]): an op's CUDA case is found by
 /// its code, never by its position in a list. Made once per process.
 pub fn prelude() -> &'static str {
     static PRELUDE: OnceLock<String> = OnceLock::new();
     PRELUDE.get_or_init(|| {
-        format!("{}{}{}", include_str!("prelude.cuh"), UnaryOp::cuda_switches(), BinaryOp::cuda_switch())
+        format!(
+            "{}{}{}{}",
+            include_str!("prelude.cuh"),
+            UnaryOp::cuda_switches(),
+            BinaryOp::cuda_switch(),
+            towers_vocab::Comparison::cuda_switch()
+        )
     })
 }
 

@@ -249,6 +249,16 @@ pub enum Kernel {
         shape: Vec<usize>,
         axes: Vec<usize>,
     },
+    /// in: x. out: y, the maximum over `axes` (NaN wins; -inf when empty).
+    ReduceMax {
+        shape: Vec<usize>,
+        axes: Vec<usize>,
+    },
+    /// in: x. out: y, the minimum over `axes` (NaN wins; +inf when empty).
+    ReduceMin {
+        shape: Vec<usize>,
+        axes: Vec<usize>,
+    },
     /// in: x. out: indices (i32).
     ArgMax {
         shape: Vec<usize>,
@@ -257,6 +267,17 @@ pub enum Kernel {
     /// in: a, b (of `dtype`, one shape). out: equal (bool, i32 0/1).
     Equal {
         dtype: DType,
+    },
+    /// in: a, b (of `dtype`, f32 or i32, one shape). out: bool (i32 0/1), `a cmp b`.
+    Compare {
+        cmp: crate::Comparison,
+        dtype: DType,
+    },
+    /// in: x, y (f32, one shape), cond (bool, one per `inner` elements of
+    /// x: 1 elementwise, a row's length for a row-selecting vector). out:
+    /// x where cond, else y (TF1's `Select`).
+    Select {
+        inner: usize,
     },
     /// in: x. out: y, x converted.
     Cast {
@@ -445,8 +466,12 @@ impl Kernel {
             Kernel::L2Loss => "l2_loss",
             Kernel::ReduceSum { .. } => "reduce_sum",
             Kernel::ReduceMean { .. } => "reduce_mean",
+            Kernel::ReduceMax { .. } => "reduce_max",
+            Kernel::ReduceMin { .. } => "reduce_min",
             Kernel::ArgMax { .. } => "argmax",
             Kernel::Equal { .. } => "equal",
+            Kernel::Compare { .. } => "compare",
+            Kernel::Select { .. } => "select",
             Kernel::Cast { .. } => "cast",
             Kernel::Dropout { .. } => "dropout",
             Kernel::Fill { .. } => "fill",
@@ -532,7 +557,15 @@ impl Kernel {
             | UnaryGrad { .. }
             | BroadcastTo { .. }
             | SumTo { .. } => Family::Elementwise,
-            ReduceSum { .. } | ReduceMean { .. } | ArgMax { .. } | Equal { .. } | Cast { .. } => Family::Reduce,
+            ReduceSum { .. }
+            | ReduceMean { .. }
+            | ReduceMax { .. }
+            | ReduceMin { .. }
+            | ArgMax { .. }
+            | Equal { .. }
+            | Compare { .. }
+            | Select { .. }
+            | Cast { .. } => Family::Reduce,
             AddN { .. } | WeightedSum { .. } | L2Loss | Fill { .. } => Family::Misc,
             MaxPool { .. }
             | MaxPoolGrad { .. }

@@ -125,4 +125,5 @@ pub use kernel::{Family, Kernel};
 pub use operands::{ParamError, Signature};
 pub use pool::PoolGeom;
 pub use simd::SimdPath;
+pub use towers_vocab::Comparison;
 pub use window::Padding;

@@ -196,6 +196,8 @@ fn rule(op: &Op, ins: &[Kind]) -> Kind {
         | Op::OneHot { .. }
         | Op::ArgMax { .. }
         | Op::Equal
+        | Op::Compare(_)
+        | Op::Select
         | Op::Dropout { .. }
         | Op::BatchNorm { .. }
         // A free value broadcast to the rows' shape (`equal`'s broadcast,

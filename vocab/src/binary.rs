@@ -49,6 +49,17 @@ macro_rules! binary_table {
                 name: "pow_grad_y", tf: "PowGradY", code: 8, sym: " powgrad ",
                 f: |x: f32, z: f32| if x > 0.0 { z * x.ln() } else { 0.0 }, cuda: "(x > 0.0f ? __fmul_rn(y, logf(x)) : 0.0f)",
             }
+            /// `dy * sign(x)` from `x` and `dy`: the gradient of `abs` (TF's
+            /// `_AbsGrad`, `grad * sign(x)`): `dy` where `x > 0`, `-dy` where
+            /// `x < 0`, `0` at `x = 0` (either sign), NaN where x is NaN. A
+            /// binary op because the unary table's gradients see only `y = |x|`.
+            /// Named `abs_grad_x`: `abs_grad` is the simplifier's term for
+            /// `UnaryGrad(Abs)`. Made by autodiff only; it has no gradient.
+            AbsGrad {
+                name: "abs_grad_x", tf: "AbsGrad", code: 9, sym: " absgrad ",
+                f: |x: f32, d: f32| if x > 0.0 { d } else if x < 0.0 { -d } else if x == 0.0 { 0.0 } else { x },
+                cuda: "(x > 0.0f ? y : (x < 0.0f ? -y : (x == 0.0f ? 0.0f : x)))",
+            }
         }
     };
 }

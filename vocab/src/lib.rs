@@ -10,7 +10,7 @@
 //! scalar rules that define them:
 //! - [`DType`], the element types;
 //! - the op tables: [`UnaryOp`] ([`unary_table!`]) and [`BinaryOp`]
-//!   ([`binary_table!`]), each one table from which every crate expands
+//!   ([`binary_table!`]), and [`Comparison`] ([`compare_table!`]), each one table from which every crate expands
 //!   what it needs (names, codes, scalar forms and CUDA switches here; CPU
 //!   loops in `towers_kernels`);
 //! - [`Padding`] with TF's output-size rule;
@@ -38,6 +38,7 @@
 //!   (`towers_kernels::UnaryOp`, `towers_graph::DType`, ...).
 
 pub mod binary;
+pub mod compare;
 pub mod device;
 pub mod dtype;
 pub mod fused;
@@ -46,6 +47,7 @@ pub mod padding;
 pub mod unary;
 
 pub use binary::BinaryOp;
+pub use compare::Comparison;
 pub use device::{Device, DeviceError, DeviceKind, DeviceSpec, StreamKind};
 pub use dtype::DType;
 pub use fused::{FusedError, FusedExpr, FusedStep};

@@ -136,6 +136,16 @@ macro_rules! unary_table {
                 grad: |d: f32, y: f32| d * -(-y).exp_m1(),
                 cuda: "__fadd_rn(fmaxf(v, 0.0f), log1pf(expf(-fabsf(v))))", cuda_grad: "__fmul_rn(g, -expm1f(-v))",
             }
+            /// `|x|` (TF's `tf.abs`). Its gradient `dy * sign(x)` (0 at 0, as
+            /// TF) needs the sign of x, which y = |x| has lost: autodiff builds
+            /// `Binary(AbsGrad)(x, dy)` ([`crate::BinaryOp::AbsGrad`]) instead,
+            /// so `UnaryGrad(Abs)` is never built; its column writes NaN, never
+            /// a wrong finite value.
+            Abs {
+                name: "abs", tf: "Abs", tf_grad: "AbsGradFromY", code: 12,
+                f: |v: f32| v.abs(), grad: |_d: f32, _y: f32| f32::NAN,
+                cuda: "fabsf(v)", cuda_grad: "__int_as_float(0x7fc00000)",
+            }
         }
     };
 }

@@ -75,8 +75,12 @@ pub(super) fn samples() -> Vec<Kernel> {
         Kernel::L2Loss,
         Kernel::ReduceSum { shape: vec![2, 3], axes: vec![0] },
         Kernel::ReduceMean { shape: vec![2, 3], axes: vec![1] },
+        Kernel::ReduceMax { shape: vec![2, 3], axes: vec![1] },
+        Kernel::ReduceMin { shape: vec![2, 3], axes: vec![0] },
         Kernel::ArgMax { shape: vec![2, 3], axis: 1 },
         Kernel::Equal { dtype: DType::I32 },
+        Kernel::Compare { cmp: crate::Comparison::Greater, dtype: DType::F32 },
+        Kernel::Select { inner: 3 },
         Kernel::Cast { from: DType::Bool, to: DType::F32 },
         Kernel::Dropout { keep_prob: 0.5, seed: 7, elem_offset: 12 },
         Kernel::Fill { value: 1.0 },
@@ -146,8 +150,12 @@ fn covered(k: &Kernel) -> &'static str {
         | Kernel::L2Loss
         | Kernel::ReduceSum { .. }
         | Kernel::ReduceMean { .. }
+        | Kernel::ReduceMax { .. }
+        | Kernel::ReduceMin { .. }
         | Kernel::ArgMax { .. }
         | Kernel::Equal { .. }
+        | Kernel::Compare { .. }
+        | Kernel::Select { .. }
         | Kernel::Cast { .. }
         | Kernel::Dropout { .. }
         | Kernel::Fill { .. }
@@ -226,7 +234,7 @@ fn every_kernel_has_a_consistent_signature() {
     let mut names: Vec<&str> = all.iter().map(covered).collect();
     names.sort();
     names.dedup();
-    assert_eq!(names.len(), 63, "one sample per variant (MultiApply twice)");
+    assert_eq!(names.len(), 67, "one sample per variant (MultiApply twice)");
     for k in &all {
         let s = sig(k);
         assert_eq!(s.kernel, k.name());

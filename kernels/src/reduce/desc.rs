@@ -1,4 +1,4 @@
-//! The reduce family's descriptor (sums over axes, argmax, comparisons,
+//! The reduce family's descriptor (sums, maxima and minima over axes, argmax, comparisons,
 //! casts), and the reduce `.cu`'s shared launches (the activation and bias
 //! gradients in one or two stages, column sums) that other families call:
 //! operands, CUDA launches and plan text and CPU dispatch, in one place (see
@@ -13,10 +13,14 @@ entries! { "reduce";
     UNARY_GRAD_BIAS_PARTIAL = "towers_unary_grad_bias_partial_f32";
     SUM_PARTIALS = "towers_sum_partials_f32";
     REDUCE = "towers_reduce_f32";
+    REDUCE_EXTREME = "towers_reduce_extreme_f32";
     L2_LOSS = "towers_l2_loss_f32";
     ARGMAX = "towers_argmax_f32";
     EQUAL_F32 = "towers_equal_f32";
     EQUAL_I32 = "towers_equal_i32";
+    COMPARE_F32 = "towers_compare_f32";
+    COMPARE_I32 = "towers_compare_i32";
+    SELECT = "towers_select_f32";
     CAST_F32_I32 = "towers_cast_f32_i32";
     CAST_I32_F32 = "towers_cast_i32_f32";
     CAST_F32_BOOL = "towers_cast_f32_bool";
@@ -38,7 +42,10 @@ pub(crate) static DESC: Desc = Desc {
 
 fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
     match k {
-        Kernel::ReduceSum { shape, axes } | Kernel::ReduceMean { shape, axes } => {
+        Kernel::ReduceSum { shape, axes }
+        | Kernel::ReduceMean { shape, axes }
+        | Kernel::ReduceMax { shape, axes }
+        | Kernel::ReduceMin { shape, axes } => {
             let mut kept = shape.clone();
             for (i, &a) in axes.iter().enumerate() {
                 ensure(a < shape.len() && !axes[..i].contains(&a), || {
@@ -70,6 +77,27 @@ fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
             b.input("b", DTypeRule::Is(*dtype), Len::Like(IN0), "");
             b.output("equal", DTypeRule::Is(DType::Bool), Len::Like(IN0), "");
         }
+        Kernel::Compare { cmp, dtype } => {
+            ensure(matches!(dtype, DType::F32 | DType::I32), || format!("compare takes f32 or i32, not {dtype}"))?;
+            b.param("cmp", cmp.name());
+            b.param("dtype", dtype);
+            b.input("a", DTypeRule::Is(*dtype), Len::Any, "");
+            b.input("b", DTypeRule::Is(*dtype), Len::Like(IN0), "");
+            b.output("out", DTypeRule::Is(DType::Bool), Len::Like(IN0), "");
+        }
+        Kernel::Select { inner } => {
+            ensure(*inner >= 1, || "inner must be at least 1".to_string())?;
+            b.param("inner", inner);
+            b.input("x", F32, Len::Any, "");
+            b.input("y", F32, Len::Like(IN0), "x's shape");
+            b.input(
+                "cond",
+                DTypeRule::Is(DType::Bool),
+                Len::Rows { of: IN0, per_row: *inner },
+                "one per inner elements of x",
+            );
+            b.output("out", F32, Len::Like(IN0), "");
+        }
         Kernel::Cast { from, to } => {
             b.param("from", from);
             b.param("to", to);
@@ -92,6 +120,14 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             let args = vec![i64a(y), cx.inp(0)?, cx.out(0)?, d, Arg::I32(bits), Arg::F32(scale)];
             cx.launch(REDUCE, grid_rows(y), args);
         }
+        Kernel::ReduceMax { shape, axes } | Kernel::ReduceMin { shape, axes } => {
+            let y = cx.o(0)?;
+            let d = cx.d4(shape, 1)?;
+            let bits = axes.iter().fold(0, |b, &ax| b | 1 << (4 - shape.len() + ax));
+            let is_min = matches!(kernel, Kernel::ReduceMin { .. });
+            let args = vec![i64a(y), cx.inp(0)?, cx.out(0)?, d, Arg::I32(bits), Arg::I32(is_min as i32)];
+            cx.launch(REDUCE_EXTREME, grid_rows(y), args);
+        }
         Kernel::ArgMax { shape, axis } => {
             let n = |s: &[usize]| s.iter().product::<usize>();
             let (outer, len, inner) = (n(&shape[..*axis]), shape[*axis], n(&shape[axis + 1..]));
@@ -102,6 +138,17 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
             let y = cx.o(0)?;
             let entry = if *dtype == DType::F32 { EQUAL_F32 } else { EQUAL_I32 };
             cx.launch(entry, grid_1d(y), vec![i64a(y), cx.inp(0)?, cx.inp(1)?, cx.out(0)?]);
+        }
+        Kernel::Compare { cmp, dtype } => {
+            let y = cx.o(0)?;
+            let entry = if *dtype == DType::F32 { COMPARE_F32 } else { COMPARE_I32 };
+            let args = vec![Arg::I32(cmp.code()), i64a(y), cx.inp(0)?, cx.inp(1)?, cx.out(0)?];
+            cx.launch(entry, grid_1d(y), args);
+        }
+        Kernel::Select { inner } => {
+            let y = cx.o(0)?;
+            let args = vec![i64a(y), i64a(*inner), cx.inp(2)?, cx.inp(0)?, cx.inp(1)?, cx.out(0)?];
+            cx.launch(SELECT, grid_1d(y), args);
         }
         Kernel::Cast { from, to } => {
             let y = cx.o(0)?;
@@ -129,8 +176,12 @@ unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, _step: u64) -> Re
     match k {
         Kernel::ReduceSum { shape, axes } => reduce::reduce_sum(i(0), shape, axes, o(0))?,
         Kernel::ReduceMean { shape, axes } => reduce::reduce_mean(i(0), shape, axes, o(0))?,
+        Kernel::ReduceMax { shape, axes } => reduce::reduce_extreme(i(0), shape, axes, false, o(0))?,
+        Kernel::ReduceMin { shape, axes } => reduce::reduce_extreme(i(0), shape, axes, true, o(0))?,
         Kernel::ArgMax { shape, axis } => reduce::argmax(i(0), shape, *axis, io.out_i32(0))?,
         Kernel::Equal { .. } => reduce::equal(view(io, 0), view(io, 1), io.out_i32(0)),
+        Kernel::Compare { cmp, .. } => reduce::compare(*cmp, view(io, 0), view(io, 1), io.out_i32(0)),
+        Kernel::Select { inner } => reduce::select(io.i32(2), i(0), i(1), *inner, o(0)),
         Kernel::Cast { to, .. } => reduce::cast(view(io, 0), *to, view_mut(io, 0)),
         _ => return Err(Foreign::of(k, DESC.name).into()),
     }
@@ -139,11 +190,16 @@ unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, _step: u64) -> Re
 
 fn text(k: &Kernel) -> Result<String, Foreign> {
     Ok(match k {
-        Kernel::ReduceSum { shape, axes } | Kernel::ReduceMean { shape, axes } => {
+        Kernel::ReduceSum { shape, axes }
+        | Kernel::ReduceMean { shape, axes }
+        | Kernel::ReduceMax { shape, axes }
+        | Kernel::ReduceMin { shape, axes } => {
             format!("{} axes={}", dims(shape), list(axes))
         }
         Kernel::ArgMax { shape, axis } => format!("{} axis={axis}", dims(shape)),
         Kernel::Equal { dtype } => dtype.to_string(),
+        Kernel::Compare { cmp, dtype } => format!("{} {dtype}", cmp.name()),
+        Kernel::Select { inner } => format!("inner={inner}"),
         Kernel::Cast { from, to } => format!("{from} -> {to}"),
         _ => return Err(Foreign::of(k, DESC.name)),
     })

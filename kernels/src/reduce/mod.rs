@@ -119,6 +119,73 @@ pub fn reduce_mean(x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) 
     Ok(())
 }
 
+/// `out = max(x, axes)` (`min` when `min`), TF's `Max`/`Min`: a NaN among
+/// the reduced elements gives NaN (it propagates, as `tf.reduce_max` on
+/// GPU); `+0.0` beats `-0.0` for the maximum (`-0.0` for the minimum), so
+/// the result does not depend on the order of the elements and the CUDA
+/// twin's tree gives the same bits; an empty reduction gives `-inf`
+/// (`+inf` for the minimum), the identity, as TF. Errors as [`reduce_sum`].
+pub fn reduce_extreme(
+    x: &[f32],
+    shape: &[usize],
+    axes: &[usize],
+    min: bool,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let op = if min { "reduce_min" } else { "reduce_max" };
+    let (dims, flags, _) = axis_flags(op, shape, axes)?;
+    debug_assert_eq!(x.len(), dims.iter().product::<usize>());
+    // Strides of out over the padded axes: 0 along reduced ones.
+    let mut os = [0usize; 4];
+    let mut acc = 1;
+    for i in (0..4).rev() {
+        if !flags[i] {
+            os[i] = acc;
+            acc *= dims[i];
+        }
+    }
+    debug_assert_eq!(out.len(), acc);
+    out.fill(if min { f32::INFINITY } else { f32::NEG_INFINITY });
+    let mut xi = 0;
+    for i0 in 0..dims[0] {
+        for i1 in 0..dims[1] {
+            for i2 in 0..dims[2] {
+                for i3 in 0..dims[3] {
+                    let o = &mut out[i0 * os[0] + i1 * os[1] + i2 * os[2] + i3 * os[3]];
+                    *o = extreme(*o, x[xi], min);
+                    xi += 1;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The maximum (minimum when `min`) of `a` and `b` as [`reduce_extreme`]
+/// takes it: NaN wins, and a signed zero is ordered `-0.0 < +0.0`, so the
+/// fold is commutative and associative bit for bit (the CUDA twin's
+/// `extreme` in `reduce.cu` is the same expression).
+#[inline]
+pub(crate) fn extreme(a: f32, b: f32, min: bool) -> f32 {
+    if a.is_nan() {
+        return a;
+    }
+    if b.is_nan() {
+        return b;
+    }
+    let b_wins = if a == b {
+        // Only a pair of zeros of different signs tells apart.
+        a.is_sign_negative() != min && b.is_sign_negative() == min
+    } else {
+        (b > a) != min
+    };
+    if b_wins {
+        b
+    } else {
+        a
+    }
+}
+
 /// `out[o, i] = argmax_j x[o, j, i]` over `axis` of `x: shape`, as i32.
 /// Ties go to the first index; NaN is never chosen over a number.
 /// `out` holds the shape without `axis`. Errors: bad axis, or an axis
@@ -163,6 +230,32 @@ pub fn equal(a: Slice<'_>, b: Slice<'_>, out: &mut [i32]) {
             out.iter_mut().zip(a.iter().zip(b)).for_each(|(r, (x, y))| *r = (x == y) as i32)
         }
         _ => out.fill(0),
+    }
+}
+
+/// `out[i] = a[i] cmp b[i]` as a bool (`i32` 0 or 1), `Kernel::Compare`
+/// (f32 with IEEE rules: a NaN compares false, except `!=`); mixed storage
+/// types write 0 everywhere, as [`equal`].
+pub fn compare(cmp: crate::Comparison, a: Slice<'_>, b: Slice<'_>, out: &mut [i32]) {
+    debug_assert!(a.len() == b.len() && a.len() == out.len());
+    match (a, b) {
+        (Slice::F32(a), Slice::F32(b)) => {
+            out.iter_mut().zip(a.iter().zip(b)).for_each(|(r, (x, y))| *r = cmp.apply_f32(*x, *y) as i32)
+        }
+        (Slice::I32(a), Slice::I32(b)) => {
+            out.iter_mut().zip(a.iter().zip(b)).for_each(|(r, (x, y))| *r = cmp.apply_i32(*x, *y) as i32)
+        }
+        _ => out.fill(0),
+    }
+}
+
+/// `out[i] = x[i]` where `cond[i / inner]`, else `y[i]` (`Kernel::Select`,
+/// TF1's `tf.where`): only the selected value is copied, so a NaN or inf in
+/// the other operand never reaches `out`.
+pub fn select(cond: &[i32], x: &[f32], y: &[f32], inner: usize, out: &mut [f32]) {
+    debug_assert!(x.len() == y.len() && x.len() == out.len() && cond.len() * inner == x.len());
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = if cond[i / inner] != 0 { x[i] } else { y[i] };
     }
 }
 
@@ -251,6 +344,74 @@ mod tests {
         let mut out = vec![0.0; 4];
         assert!(reduce_sum(&[0.0; 12], &[3, 4], &[2], &mut out).is_err());
         assert!(reduce_sum(&[0.0; 12], &[3, 4], &[0, 0], &mut out).is_err());
+    }
+
+    #[test]
+    fn compare_and_select() {
+        use crate::Comparison::*;
+        let a = [1.0, 2.0, f32::NAN, -0.0];
+        let b = [2.0, 2.0, 1.0, 0.0];
+        let mut out = [9; 4];
+        for (cmp, want) in [
+            (Greater, [0, 0, 0, 0]),
+            (GreaterEqual, [0, 1, 0, 1]),
+            (Less, [1, 0, 0, 0]),
+            (LessEqual, [1, 1, 0, 1]),
+            (NotEqual, [1, 0, 1, 0]),
+        ] {
+            compare(cmp, Slice::F32(&a), Slice::F32(&b), &mut out);
+            assert_eq!(out, want, "{cmp:?}");
+        }
+        compare(Greater, Slice::I32(&[3, -1]), Slice::I32(&[2, 0]), &mut out[..2]);
+        assert_eq!(out[..2], [1, 0]);
+        // Elementwise, and rows of 2 selected by a vector; the NaN and inf
+        // of the unselected side never show.
+        let (x, y) = ([1.0, f32::NAN, 3.0, 4.0], [f32::INFINITY, 20.0, 30.0, 40.0]);
+        let mut o = [0.0; 4];
+        select(&[1, 0, 1, 1], &x, &y, 1, &mut o);
+        assert_eq!(o, [1.0, 20.0, 3.0, 4.0]);
+        select(&[0, 1], &x, &y, 2, &mut o);
+        assert_eq!(o, [f32::INFINITY, 20.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn reduce_max_and_min_over_axes() {
+        // [2, 3]: rows [1, 5, -2] and [0, -0.0, 3].
+        let x = [1.0, 5.0, -2.0, 0.0, -0.0, 3.0];
+        let mut out = [9.0; 2];
+        reduce_extreme(&x, &[2, 3], &[1], false, &mut out).unwrap();
+        assert_eq!(out, [5.0, 3.0]);
+        reduce_extreme(&x, &[2, 3], &[1], true, &mut out).unwrap();
+        assert_eq!(out, [-2.0, -0.0]);
+        let mut out = [9.0; 3];
+        reduce_extreme(&x, &[2, 3], &[0], false, &mut out).unwrap();
+        assert_eq!(out, [1.0, 5.0, 3.0]);
+        // Signed zeros: the max is +0 and the min -0 in either order.
+        for pair in [[0.0f32, -0.0], [-0.0, 0.0]] {
+            let mut o = [9.0];
+            reduce_extreme(&pair, &[2], &[0], false, &mut o).unwrap();
+            assert!(o[0] == 0.0 && o[0].is_sign_positive());
+            reduce_extreme(&pair, &[2], &[0], true, &mut o).unwrap();
+            assert!(o[0] == 0.0 && o[0].is_sign_negative());
+        }
+        // NaN propagates; an empty reduction is the identity.
+        let mut o = [0.0];
+        reduce_extreme(&[1.0, f32::NAN, 2.0], &[3], &[0], false, &mut o).unwrap();
+        assert!(o[0].is_nan());
+        reduce_extreme(&[], &[0], &[0], false, &mut o).unwrap();
+        assert_eq!(o[0], f32::NEG_INFINITY);
+        reduce_extreme(&[], &[0], &[0], true, &mut o).unwrap();
+        assert_eq!(o[0], f32::INFINITY);
+        // Random [3, 4, 5] over axes {0, 2} against a direct scan.
+        let mut r = Lcg::new(7);
+        let x = r.vec(60);
+        let mut out = vec![0.0; 4];
+        reduce_extreme(&x, &[3, 4, 5], &[2, 0], false, &mut out).unwrap();
+        for j in 0..4 {
+            let m = (0..3).flat_map(|a| (0..5).map(move |c| (a, c))).map(|(a, c)| x[a * 20 + j * 5 + c]);
+            assert_eq!(out[j], m.fold(f32::NEG_INFINITY, f32::max));
+        }
+        assert!(reduce_extreme(&x, &[3, 4, 5], &[1, 1], false, &mut out).is_err());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-// CUDA twins of kernels/src/reduce (reduce_sum, reduce_mean, argmax, equal,
+// CUDA twins of kernels/src/reduce (reduce_sum, reduce_mean, reduce_max/min, argmax, equal,
 // casts), of sum_to_shape (elementwise/broadcast.rs), bias_add_grad
 // (elementwise/bias.rs) and l2_loss (misc.rs): every sum over axes is one
 // kernel, `towers_reduce_f32`.
@@ -60,6 +60,73 @@ extern "C" __global__ void towers_reduce_f32(i64 n_out, const float* __restrict_
     }
 }
 
+// The maximum of a and b (the minimum when is_min), as the CPU twin's
+// `extreme` (reduce/mod.rs): NaN wins, and -0 < +0, so the fold is
+// commutative and associative bit for bit and any tree gives the CPU's bits.
+__device__ __forceinline__ float extreme(float a, float b, int is_min) {
+    if (isnan(a)) {
+        return a;
+    }
+    if (isnan(b)) {
+        return b;
+    }
+    bool b_wins = a == b ? ((signbit(a) != 0) != (is_min != 0) && (signbit(b) != 0) == (is_min != 0))
+                         : ((b > a) != (is_min != 0));
+    return b_wins ? b : a;
+}
+
+// ReduceMax / ReduceMin: as towers_reduce_f32 (one block per output, the
+// same addressing), folding with `extreme` from -inf (+inf for the minimum).
+extern "C" __global__ void towers_reduce_extreme_f32(i64 n_out, const float* __restrict__ x, float* __restrict__ out,
+                                                     Dims4 xd, int reduced, int is_min) {
+    __shared__ float sh[MAX_BLOCK];
+    i64 xs[4];
+    i64 acc = 1;
+    i64 count = 1;
+    for (int k = 3; k >= 0; --k) {
+        xs[k] = acc;
+        acc *= xd.d[k];
+        if (reduced & (1 << k)) {
+            count *= xd.d[k];
+        }
+    }
+    const float init = is_min ? __int_as_float(0x7f800000) : -__int_as_float(0x7f800000);
+    for (i64 o = blockIdx.x; o < n_out; o += gridDim.x) {
+        i64 base = 0;
+        i64 rem = o;
+        for (int k = 3; k >= 0; --k) {
+            if (!(reduced & (1 << k))) {
+                base += (rem % xd.d[k]) * xs[k];
+                rem /= xd.d[k];
+            }
+        }
+        float m = init;
+        for (i64 r = threadIdx.x; r < count; r += blockDim.x) {
+            i64 off = base;
+            i64 rr = r;
+            for (int k = 3; k >= 0; --k) {
+                if (reduced & (1 << k)) {
+                    off += (rr % xd.d[k]) * xs[k];
+                    rr /= xd.d[k];
+                }
+            }
+            m = extreme(m, x[off], is_min);
+        }
+        sh[threadIdx.x] = m;
+        __syncthreads();
+        for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s) {
+                sh[threadIdx.x] = extreme(sh[threadIdx.x], sh[threadIdx.x + s], is_min);
+            }
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            out[o] = sh[0];
+        }
+        __syncthreads();
+    }
+}
+
 // out[0] = sum(x^2) / 2, accumulated in double as the CPU twin.
 // Launch: grid = 1, blockDim a power of two <= 1024.
 extern "C" __global__ void towers_l2_loss_f32(i64 n, const float* __restrict__ x, float* __restrict__ out) {
@@ -111,6 +178,26 @@ extern "C" __global__ void towers_equal_f32(i64 n, const float* __restrict__ a, 
 extern "C" __global__ void towers_equal_i32(i64 n, const int* __restrict__ a, const int* __restrict__ b,
                                             int* __restrict__ out) {
     GRID_STRIDE(i, n) { out[i] = a[i] == b[i] ? 1 : 0; }
+}
+
+// out = a cmp b as i32 0/1, cmp a Comparison::code() (the generated
+// compare_op of the prelude; an unknown code writes -1).
+extern "C" __global__ void towers_compare_f32(int op, i64 n, const float* __restrict__ a, const float* __restrict__ b,
+                                              int* __restrict__ out) {
+    GRID_STRIDE(i, n) { out[i] = compare_op<float>(op, a[i], b[i]); }
+}
+
+extern "C" __global__ void towers_compare_i32(int op, i64 n, const int* __restrict__ a, const int* __restrict__ b,
+                                              int* __restrict__ out) {
+    GRID_STRIDE(i, n) { out[i] = compare_op<int>(op, a[i], b[i]); }
+}
+
+// Select (TF1's tf.where): out = cond[i / inner] ? x : y. Only the selected
+// value is read into out, so a NaN in the other operand never leaks.
+extern "C" __global__ void towers_select_f32(i64 n, i64 inner, const int* __restrict__ cond,
+                                             const float* __restrict__ x, const float* __restrict__ y,
+                                             float* __restrict__ out) {
+    GRID_STRIDE(i, n) { out[i] = cond[i / inner] ? x[i] : y[i]; }
 }
 
 // Casts. f32 -> i32 truncates toward zero and saturates, NaN -> 0 (Rust `as`).

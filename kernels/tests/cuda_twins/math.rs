@@ -221,6 +221,37 @@ pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
             r.f32(k.name(), format!("{shape:?} axes {axes:?}: run 2 = run 1"), &g.down(&out, kept), &first, None);
         }
     }
+    // reduce_max / reduce_min: exact (a max is one of its inputs), NaN and
+    // signed zeros included.
+    for (shape, axes) in [
+        (&[4usize, 5, 6, 7][..], &[1usize, 3][..]),
+        (&[4, 5, 6, 7], &[0]),
+        (&[256, 100], &[1]),
+        (&[1000, 3], &[0]),
+        (&[10, 20], &[0, 1]),
+    ] {
+        let mut x = rng.coarse(numel(shape));
+        if x.len() > 40 {
+            x[3] = f32::NAN;
+            x[17] = -0.0;
+            x[18] = 0.0;
+        }
+        let dx = g.up(&x);
+        let kept: usize = (0..shape.len()).filter(|a| !axes.contains(a)).map(|a| shape[a]).product();
+        let out = g.up(&vec![0f32; kept]);
+        for min in [false, true] {
+            let (shape_v, axes_v) = (shape.to_vec(), axes.to_vec());
+            let k = if min {
+                Kernel::ReduceMin { shape: shape_v, axes: axes_v }
+            } else {
+                Kernel::ReduceMax { shape: shape_v, axes: axes_v }
+            };
+            g.run(&k, &[dx.of(x.len())], &[out.of(kept)], None);
+            let mut want = vec![0f32; kept];
+            cpu::reduce::reduce_extreme(&x, shape, axes, min, &mut want).unwrap();
+            r.f32(k.name(), format!("{shape:?} axes {axes:?}"), &g.down(&out, kept), &want, None);
+        }
+    }
     // l2_loss
     for len in [1usize, 1000, 300_001] {
         let x = rng.vec(len, -1.0, 1.0);
@@ -255,6 +286,34 @@ pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     g.run(&Kernel::Equal { dtype: DType::I32 }, &[dai.of(len), dbi.of(len)], &[out.of(len)], None);
     let want: Vec<i32> = ai.iter().zip(&bi).map(|(x, y)| (x == y) as i32).collect();
     r.i32("equal", "i32", &g.down(&out, len), &want);
+    // compare: every comparison on f32 (coarse values tie often; a NaN
+    // compares false except !=) and on i32, against the CPU twin.
+    let mut an = a.clone();
+    an[..3].copy_from_slice(&[f32::NAN, -0.0, 0.0]);
+    let mut bn = b.clone();
+    bn[..3].copy_from_slice(&[1.0, 0.0, f32::NAN]);
+    let (dan, dbn) = (g.up(&an), g.up(&bn));
+    for &cmp in towers_kernels::Comparison::ALL {
+        g.run(&Kernel::Compare { cmp, dtype: DType::F32 }, &[dan.of(len), dbn.of(len)], &[out.of(len)], None);
+        let mut want = vec![0i32; len];
+        cpu::reduce::compare(cmp, Slice::F32(&an), Slice::F32(&bn), &mut want);
+        r.i32("compare", format!("{} f32", cmp.name()), &g.down(&out, len), &want);
+        g.run(&Kernel::Compare { cmp, dtype: DType::I32 }, &[dai.of(len), dbi.of(len)], &[out.of(len)], None);
+        cpu::reduce::compare(cmp, Slice::I32(&ai), Slice::I32(&bi), &mut want);
+        r.i32("compare", format!("{} i32", cmp.name()), &g.down(&out, len), &want);
+    }
+    // select: elementwise and by rows of 10, NaN in the unselected operand.
+    let mut y = rng.vec(len, -1.0, 1.0);
+    y[0] = f32::NAN;
+    let (dx, dy, sel) = (g.up(&a), g.up(&y), g.up(&vec![0f32; len]));
+    for inner in [1usize, 10] {
+        let cond: Vec<i32> = (0..len / inner).map(|i| (i % 3 != 0) as i32).collect();
+        let dc = g.up(&cond);
+        g.run(&Kernel::Select { inner }, &[dx.of(len), dy.of(len), dc.of(cond.len())], &[sel.of(len)], None);
+        let mut want = vec![0f32; len];
+        cpu::reduce::select(&cond, &a, &y, inner, &mut want);
+        r.f32("select", format!("inner {inner}"), &g.down(&sel, len), &want, None);
+    }
     let mut xf = rng.vec(len, -1e3, 1e3);
     xf[..6].copy_from_slice(&[f32::NAN, 3e9, -3e9, -0.0, 0.999, -2.5]);
     let xi: Vec<i32> = rng.ints(len, 2001).iter().map(|v| v - 1000).chain([i32::MAX, i32::MIN]).collect();

@@ -14,6 +14,14 @@
 //!   `ReduceSum(BroadcastLike(1, x), axes, keep_dims)`, so it follows the
 //!   batch size bound by `reinfer` and each tower's share after a split
 //!   (one extra reduction, no new op);
+//! - `ReduceMax`/`ReduceMin` (TF's `_MinOrMaxGrad`): with y the kept-dims
+//!   result, m = [x == y] (as f32) and n = Σ_axes m (the number of tied
+//!   extremes), dx = m · dy / n: the gradient is divided equally among the
+//!   elements equal to the extreme (built from `BroadcastLike`, `Equal`,
+//!   `Cast`, `ReduceSum` and two `Binary` ops; no new kernel);
+//! - `Select` (TF1's `tf.where`, `_SelectGrad`): dx = select(cond, dy, 0),
+//!   dy_y = select(cond, 0, dy), none for the bool condition (the same
+//!   `Select` kernel with a zeros tensor: no new op);
 //! - `Identity`: dy.
 //!
 //! Array ops of issue 22:
@@ -31,7 +39,7 @@
 //! - `Tile(m)`: y[c] = x[c mod shape], so dx[c] = Σ over the copies of c of
 //!   dy: `TileGrad`.
 //!
-//! `StopGradient`, `Cast`, `ArgMax` and `Equal` never get here: the forward
+//! `StopGradient`, `Cast`, `ArgMax`, `Equal` and `Compare` never get here: the forward
 //! sweep does not pass them (see `super::path_nodes`).
 
 use towers_graph::{BinaryOp, GraphError, Op, Shape, Tensor};
@@ -125,6 +133,36 @@ pub(super) fn rule(
                 dyk
             };
             vec![Some(cx.op(Op::BroadcastLike, vec![scaled, x])?)]
+        }
+        Op::ReduceMax { axes, keep_dims } | Op::ReduceMin { axes, keep_dims } => {
+            let dy = dy0(cx, dys)?;
+            let x = ins[0];
+            let y = Tensor::new(cx.fwd, 0);
+            let shape = cx.ty(x)?.shape;
+            let (yk, dyk) = if *keep_dims || cx.ty(dy)?.shape.rank() == shape.rank() {
+                (y, dy)
+            } else {
+                let kshape = Shape(
+                    shape.0.iter().enumerate().map(|(i, d)| if axes.contains(&i) { Some(1) } else { *d }).collect(),
+                );
+                let target = reshape_target(cx, &kshape)?;
+                let yk = cx.op(Op::Reshape { shape: target.clone() }, vec![y])?;
+                (yk, cx.op(Op::Reshape { shape: target }, vec![dy])?)
+            };
+            let wide = cx.op(Op::BroadcastLike, vec![yk, x])?;
+            let hit = cx.op(Op::Equal, vec![wide, x])?;
+            let m = cx.op(Op::Cast { dtype: towers_graph::DType::F32 }, vec![hit])?;
+            let n = cx.op(Op::ReduceSum { axes: axes.clone(), keep_dims: true }, vec![m])?;
+            let share = cx.op(Op::Binary(BinaryOp::Div), vec![dyk, n])?;
+            let share = cx.op(Op::BroadcastLike, vec![share, x])?;
+            vec![Some(cx.op(Op::Binary(BinaryOp::Mul), vec![m, share])?)]
+        }
+        Op::Select => {
+            let dy = dy0(cx, dys)?;
+            let zeros = cx.zeros_like(dy)?;
+            let dx = if want(1) { Some(cx.op(Op::Select, vec![ins[0], dy, zeros])?) } else { None };
+            let dyy = if want(2) { Some(cx.op(Op::Select, vec![ins[0], zeros, dy])?) } else { None };
+            vec![None, dx, dyy]
         }
         // array ops (issue 22)
         Op::OneHot { .. } => vec![None],

@@ -12,7 +12,9 @@
 //! - `z = a ^ b` (TF's `_PowGrad`): ∂z/∂a = b·a^(b-1), so da = sum_to(dy*(b*pow(a, b-1)), a);
 //!   ∂z/∂b = z·ln(a), taken as 0 where a <= 0 (TF's `where(x > 0, log(x), 0)`),
 //!   so db = sum_to(dy*PowGradY(a, z), b);
-//! - the gradient helpers `GreaterEqualMask` and `PowGradY` have no gradient;
+//! - `|x|` (TF's `_AbsGrad`): dx = dy·sign(x), 0 at 0: `AbsGrad(x, dy)`, a binary
+//!   helper, because the unary table's gradients see only y = |x|;
+//! - the gradient helpers `GreaterEqualMask`, `PowGradY` and `AbsGrad` have no gradient;
 //! - `AddN`: every input gets dy; `BiasAdd`: dx = dy, dbias = BiasAddGrad(dy);
 //! - every unary op (`Neg`, `Relu`, `Tanh`, ...): one rule, dx = UnaryGrad(op)(dy, y)
 //!   on the output y (each op's gradient from y is the kernels', written beside its forward);
@@ -56,7 +58,7 @@ pub(super) fn rule(
             let mask = match bop {
                 Maximum => Some(cx.op(Op::Binary(GreaterEqualMask), vec![a, b])?),
                 Minimum => Some(cx.op(Op::Binary(GreaterEqualMask), vec![b, a])?),
-                GreaterEqualMask | PowGradY => return Err(cx.no_rule()),
+                GreaterEqualMask | PowGradY | AbsGrad => return Err(cx.no_rule()),
                 _ => None,
             };
             // dy * mask, a's share (also the part of dy that b does not get).
@@ -77,7 +79,7 @@ pub(super) fn rule(
                         let f = cx.op(Op::Binary(Mul), vec![b, p])?;
                         cx.op(Op::Binary(Mul), vec![dy, f])?
                     }
-                    GreaterEqualMask | PowGradY => return Err(cx.no_rule()),
+                    GreaterEqualMask | PowGradY | AbsGrad => return Err(cx.no_rule()),
                 };
                 Some(cx.sum_to(d, a)?)
             } else {
@@ -110,7 +112,7 @@ pub(super) fn rule(
                         let t = cx.op(Op::Binary(Mul), vec![dy, f])?;
                         cx.sum_to(t, b)?
                     }
-                    GreaterEqualMask | PowGradY => return Err(cx.no_rule()),
+                    GreaterEqualMask | PowGradY | AbsGrad => return Err(cx.no_rule()),
                 })
             } else {
                 None
@@ -125,6 +127,12 @@ pub(super) fn rule(
             let dy = dy0(cx, dys)?;
             let db = if want(1) { Some(cx.op(Op::BiasAddGrad, vec![dy])?) } else { None };
             vec![Some(dy), db]
+        }
+        Op::Unary(UnaryOp::Abs) => {
+            // d|x| = dy * sign(x), 0 at 0 (TF's `_AbsGrad`): from x, which
+            // the unary table's y-only gradients cannot see.
+            let dy = dy0(cx, dys)?;
+            vec![Some(cx.op(Op::Binary(BinaryOp::AbsGrad), vec![ins[0], dy])?)]
         }
         Op::Unary(u) => {
             let dy = dy0(cx, dys)?;

@@ -4,7 +4,7 @@
 //! Invariants:
 //! - only nodes on a path from some variable to the loss get gradient nodes:
 //!   the forward sweep starts at the variables and stops at ops through which
-//!   no gradient flows (`StopGradient`, `Cast`, `ArgMax`, `Equal`), the
+//!   no gradient flows (`StopGradient`, `Cast`, `ArgMax`, `Equal`, `Compare`), the
 //!   backward sweep starts at the loss; their intersection is differentiated;
 //! - a gradient node is named `gradients/<forward node>_grad/<OpType>`
 //!   (uniquified), lives in that scope and inherits the forward node's
@@ -116,7 +116,7 @@ fn is_float(g: &Graph, t: Tensor) -> bool {
 
 /// Ops through which no gradient flows (TF returns `None` for their inputs).
 fn blocks_gradient(op: &Op) -> bool {
-    matches!(op, Op::StopGradient | Op::Cast { .. } | Op::ArgMax { .. } | Op::Equal)
+    matches!(op, Op::StopGradient | Op::Cast { .. } | Op::ArgMax { .. } | Op::Equal | Op::Compare(_))
 }
 
 /// Nodes reachable from some variable (over data edges, not through blocking

@@ -149,6 +149,24 @@ fn reduce(x: &V, axes: &[usize], keep: bool, mean: bool) -> V {
     out
 }
 
+/// The maximum (minimum when `min`) over `axes`, by a direct scan.
+fn extreme(x: &V, axes: &[usize], keep: bool, min: bool) -> V {
+    let kshape: Vec<usize> = x.shape.iter().enumerate().map(|(i, &d)| if axes.contains(&i) { 1 } else { d }).collect();
+    let mut out = V::new(&kshape, vec![if min { f64::INFINITY } else { f64::NEG_INFINITY }; kshape.iter().product()]);
+    for i in 0..x.data.len() {
+        let mut idx = unravel(i, &x.shape);
+        for &a in axes {
+            idx[a] = 0;
+        }
+        let o = &mut out.data[ravel(&idx, &kshape)];
+        *o = if min { o.min(x.data[i]) } else { o.max(x.data[i]) };
+    }
+    if !keep {
+        out.shape = x.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+    }
+    out
+}
+
 /// (outer, axis, inner) sizes for an axis.
 fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
@@ -210,6 +228,15 @@ fn binary_f64(op: BinaryOp) -> fn(f64, f64) -> f64 {
         BinaryOp::Minimum => f64::min,
         BinaryOp::Pow => f64::powf,
         BinaryOp::GreaterEqualMask => |p, q| if p >= q { 1.0 } else { 0.0 },
+        BinaryOp::AbsGrad => |x, d| {
+            if x > 0.0 {
+                d
+            } else if x < 0.0 {
+                -d
+            } else {
+                0.0
+            }
+        },
         BinaryOp::PowGradY => |x, z| if x > 0.0 { z * x.ln() } else { 0.0 },
     }
 }
@@ -235,6 +262,7 @@ fn unary_f64(op: UnaryOp, v: f64) -> f64 {
         }
         UnaryOp::Relu6 => v.clamp(0.0, 6.0),
         UnaryOp::Softplus => v.exp().ln_1p(),
+        UnaryOp::Abs => v.abs(),
     }
 }
 
@@ -273,6 +301,8 @@ fn unary_grad_f64(op: UnaryOp, d: f64, y: f64) -> f64 {
         }
         // y = ln(1 + e^x): f'(x) = e^x / (1 + e^x) = (e^y - 1) / e^y.
         UnaryOp::Softplus => d * (y.exp() - 1.0) / y.exp(),
+        // Never built (autodiff uses AbsGrad from x), as the kernels' NaN.
+        UnaryOp::Abs => f64::NAN,
     }
 }
 
@@ -427,6 +457,8 @@ fn eval(
         Op::L2Loss => one(V::scalar(x[0].data.iter().map(|v| v * v).sum::<f64>() / 2.0)),
         Op::ReduceSum { axes, keep_dims } => one(reduce(&x[0], axes, *keep_dims, false)),
         Op::ReduceMean { axes, keep_dims } => one(reduce(&x[0], axes, *keep_dims, true)),
+        Op::ReduceMax { axes, keep_dims } => one(extreme(&x[0], axes, *keep_dims, false)),
+        Op::ReduceMin { axes, keep_dims } => one(extreme(&x[0], axes, *keep_dims, true)),
         Op::ArgMax { axis } => {
             let (outer, a, inner) = around(&x[0].shape, *axis);
             let mut out = Vec::new();
@@ -440,6 +472,26 @@ fn eval(
             one(V::new(&shape, out))
         }
         Op::Equal => one(binary(&x[0], &x[1], |a, b| (a == b) as i32 as f64)),
+        Op::Compare(c) => {
+            let c = *c;
+            one(binary(&x[0], &x[1], move |a, b| {
+                let r = match c {
+                    towers_graph::Comparison::Greater => a > b,
+                    towers_graph::Comparison::GreaterEqual => a >= b,
+                    towers_graph::Comparison::Less => a < b,
+                    towers_graph::Comparison::LessEqual => a <= b,
+                    towers_graph::Comparison::NotEqual => a != b,
+                };
+                r as i32 as f64
+            }))
+        }
+        Op::Select => {
+            // cond of x's shape, or a vector selecting rows.
+            let inner = if x[0].data.len() == x[1].data.len() { 1 } else { x[1].data.len() / x[0].data.len().max(1) };
+            let data =
+                (0..x[1].data.len()).map(|i| if x[0].data[i / inner] != 0.0 { x[1].data[i] } else { x[2].data[i] });
+            one(V::new(&x[1].shape, data.collect()))
+        }
         Op::Cast { dtype } => one(if dtype.is_float() { x[0].clone() } else { x[0].map(f64::trunc) }),
         Op::Dropout { rate, seed, .. } => {
             let mask = dropout_mask(&x[0].shape, rate.0 as f64, *seed);

@@ -7,6 +7,7 @@ mod interp_nn;
 mod rules;
 mod rules_array;
 mod rules_math;
+mod rules_select;
 mod structure;
 
 use std::collections::BTreeMap;

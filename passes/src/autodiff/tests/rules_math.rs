@@ -125,7 +125,7 @@ fn pow_exponent_gradient_is_zero_at_bases_up_to_zero() {
 /// The gradient helpers have no gradient of their own: a typed error.
 #[test]
 fn gradient_helpers_have_no_gradient() {
-    for op in [BinaryOp::GreaterEqualMask, BinaryOp::PowGradY] {
+    for op in [BinaryOp::GreaterEqualMask, BinaryOp::PowGradY, BinaryOp::AbsGrad] {
         let mut b = GraphBuilder::new();
         let (x, y) = (var(&mut b, "a", &[2]), var(&mut b, "b", &[2]));
         let z = b.binary(op, x, y).unwrap();
@@ -150,4 +150,33 @@ fn local_response_normalization_over_channels() {
             (vec![x], vec![b.local_response_normalization(x, radius, bias, alpha, beta).unwrap()])
         });
     }
+}
+
+/// |x|: dx = dy·sign(x) (TF's `_AbsGrad`), built from x by `AbsGrad`
+/// since y = |x| has lost the sign. Random values in [-1, 1) sit away
+/// from the kink.
+#[test]
+fn abs_gradient_is_the_sign() {
+    case(|b| {
+        let x = var(b, "x", &[3, 5]);
+        (vec![x], vec![b.abs(x).unwrap()])
+    });
+}
+
+/// At the kink TF takes sign(0) = 0: `tf.gradients(tf.abs(x), x)` at
+/// `[-2, 0, 3]` is `[-1, 0, 1]`.
+#[test]
+fn abs_gradient_is_zero_at_zero_as_tf() {
+    let mut b = GraphBuilder::new();
+    let x = var(&mut b, "x", &[3]);
+    let y = b.abs(x).unwrap();
+    assert_eq!(b.graph().node(y.node).op.type_name(), "Abs");
+    let loss = b.reduce_sum_all(y).unwrap();
+    let mut g = b.finish();
+    let res = gradients(&mut g, loss, &[x.node]).unwrap();
+    let mut vars = BTreeMap::from([("x".to_string(), V::new(&[3], vec![-2.0, 0.0, 3.0]))]);
+    let out = interp::run(&g, &mut vars, &BTreeMap::new());
+    let d = res.grads[0].1;
+    assert_eq!(out[&d.node][d.slot].data, vec![-1.0, 0.0, 1.0]);
+    assert!(matches!(g.node(d.node).op, towers_graph::Op::Binary(BinaryOp::AbsGrad)), "{:?}", g.node(d.node).op);
 }
