@@ -48,9 +48,11 @@ pub mod prelude {
         Normalizer, Pool2dOptions, Regularizer,
     };
     pub use towers_graph::{
-        keys, BinaryOp, DType, Device, Graph, GraphBuilder, GraphError, Initializer, Op, Optimizer, Padding, Reuse,
-        Shape, Tensor, UnaryOp, F32,
+        keys, BinaryOp, DType, Device, Distribution, FanMode, Graph, GraphBuilder, GraphError, Initializer, Op,
+        Optimizer, PadMode, Padding, Reuse, Shape, Tensor, UnaryOp, F32,
     };
-    pub use towers_passes::{apply_gradients, average_gradients, gradients, BnUpdates, SplitPolicy, VarPlacement};
+    pub use towers_passes::{
+        apply_gradients, average_gradients, gradients, BnUpdates, ProcessGroup, PsStrategy, SplitPolicy, VarPlacement,
+    };
     pub use towers_runtime::{RuntimeError, Session};
 }

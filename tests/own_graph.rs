@@ -304,3 +304,16 @@ fn bad_node_names_in_a_model_file_are_refused() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// The README's Rust program is `examples/readme.rs` (which CI builds and
+/// the README says it is), line for line.
+#[test]
+fn the_readme_program_is_the_example_file() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let example = std::fs::read_to_string(root.join("examples/readme.rs")).expect("examples/readme.rs");
+    let start = readme.find("```rust\n").expect("a rust block in the README") + "```rust\n".len();
+    let block = &readme[start..start + readme[start..].find("```").expect("the block's end")];
+    let body: String = example.lines().skip_while(|l| l.starts_with("//!") || l.is_empty()).map(|l| format!("{l}\n")).collect();
+    assert_eq!(block, body, "paste examples/readme.rs into the README (or the other way round)");
+}

@@ -445,8 +445,8 @@ impl GraphBuilder {
     }
 
     /// Add a node's name to a collection.
-    pub fn add_to_collection(&mut self, key: &str, t: NodeId) {
-        let name = self.graph.node(t).name.clone();
+    pub fn add_to_collection(&mut self, key: &str, t: impl Into<NodeId>) {
+        let name = self.graph.node(t.into()).name.clone();
         self.graph.add_to_collection(key, &name);
     }
 }

@@ -73,3 +73,11 @@ pub(crate) static NEXT_IDENTITY: std::sync::atomic::AtomicU32 = std::sync::atomi
 pub(crate) fn fresh_identity() -> u32 {
     NEXT_IDENTITY.fetch_add(1, std::sync::atomic::Ordering::Relaxed).max(1)
 }
+
+/// A tensor's node, so that APIs taking a node (`add_to_collection`) take
+/// the tensor TF1 code passes (`tf.add_to_collection(key, t)`).
+impl From<Tensor> for NodeId {
+    fn from(t: Tensor) -> NodeId {
+        t.node
+    }
+}

@@ -71,3 +71,14 @@ fn control_dependencies_reach_nodes_created_inside() {
     assert_eq!(b.graph().control_inputs(grp), vec![u1.node, u2.node]);
     assert!(b.graph().inputs(grp).is_empty());
 }
+
+/// `tf.add_to_collection(key, t)` takes a tensor, as TF1 code passes it.
+#[test]
+fn a_tensor_goes_into_a_collection_by_its_node() {
+    let mut b = towers_graph::GraphBuilder::new();
+    let x = b.placeholder("x", towers_graph::DType::F32, [2]).unwrap();
+    let y = b.relu(x).unwrap();
+    b.add_to_collection("activations", y);
+    b.add_to_collection("activations", x.node);
+    assert_eq!(b.graph().collection("activations"), ["Relu", "x"]);
+}

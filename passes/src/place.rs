@@ -283,7 +283,17 @@ impl Pass for Place {
                     ),
                 });
             }
-            Some(asked.into_iter().next().unwrap_or(Device::CPU0))
+            let one = asked.into_iter().next().unwrap_or(Device::CPU0);
+            if one.kind == Device::CPU0.kind && one != Device::CPU0 {
+                let who = ids.iter().copied().find(|&i| g.node(i).requested_device.concrete() == Some(one));
+                return Err(PassError::Placement {
+                    node: who.map(|i| g.node(i).name.clone()).unwrap_or_default(),
+                    reason: format!(
+                        "device {one} was asked for, but a process has one host device, cpu:0: place what is on /{one} on /cpu:0, or on a tower device /gpu:N (CompileOptions::towers; the CPU backend runs /gpu:N as CPU devices of their own)"
+                    ),
+                });
+            }
+            Some(one)
         } else {
             None
         };

@@ -293,3 +293,15 @@ fn an_uneven_batch_is_refused_with_the_weights_that_split_it() {
     o.split = SplitPolicy::Weighted(vec![3, 3, 2, 2]);
     compile_train(&g, "loss", &o).expect("the offered split compiles");
 }
+
+/// A `/cpu:1` scope without towers is refused by the compile (as with
+/// towers), not first by `Session::load`.
+#[test]
+fn a_second_host_device_is_refused_at_compile_without_towers() {
+    let mut b = GraphBuilder::with_seed(1);
+    let x = b.placeholder("x", DType::F32, [None, Some(3)]).unwrap();
+    let loss = b.device("/cpu:1", |b| b.reduce_mean_all(x)).unwrap();
+    b.identity(loss, "loss").unwrap();
+    let e = error_of(compile_eval(&b.finish(), &[("loss", "loss")], 4));
+    assert!(e.contains("device cpu:1 was asked for") && e.contains("/cpu:0"), "{e}");
+}
