@@ -96,8 +96,11 @@ pub struct CompileOptions {
     /// tower's share, a sum over the batch (a count of correct examples)
     /// added up, so that it is the value one device computes on the whole
     /// batch (anything else is averaged by the shares, with a diagnostic).
-    /// A fetch that is not a scalar float inside the towers is an error
-    /// (reduce it, or fetch it from an evaluation program). Empty by default.
+    /// An f32 fetch whose axis 0 is the batch's rows (a final RNN state
+    /// fed back as the next initial state) is the towers' rows
+    /// concatenated in batch order; any other non-scalar fetch inside the
+    /// towers is an error (reduce it, or fetch it from an evaluation
+    /// program). Empty by default.
     pub fetches: Vec<(String, String)>,
     /// Clip the averaged gradients to this global L2 norm before the
     /// optimizer applies them (TF1's `tf.clip_by_global_norm(grads, clip)`

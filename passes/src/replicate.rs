@@ -237,17 +237,37 @@ impl Pass for Replicate {
             }
         }
 
-        // A fetch computed in the replicas: their share-weighted mean (the
-        // weights are set by `split`, as the loss's), for a scalar float.
+        // A fetch computed in the replicas: for a scalar float, their
+        // share-weighted mean (the weights are set by `split`, as the
+        // loss's; `grad_mean` adds them up for a sum over the batch); for
+        // per-row values (a final RNN state, predictions), the replicas'
+        // rows concatenated in batch order: one device's tensor.
+        let kinds = crate::loss_kind::kinds(g, &st.batch_inputs)?;
         let mut fetches = std::mem::take(&mut g.program_mut().fetches);
         for (user, f) in fetches.iter_mut() {
             if let Some(id) = g.get(&f.node) {
                 if set.contains(&id) {
                     let t = Tensor::new(id, f.slot);
                     let ty = g.tensor_type(t)?.clone();
+                    let rows = ty.shape.rank() > 0 && f.slot == 0 && kinds.get(&id) == Some(&crate::loss_kind::Kind::Rows);
+                    if rows && ty.dtype == towers_graph::DType::F32 {
+                        let name = g.unique_name(&format!("{}/tower_concat", f.node));
+                        let concat = g.add(NewNode::new(
+                            name,
+                            Op::Concat { axis: 0 },
+                            maps.iter().map(|m| mapped(m, t)).collect(),
+                        ))?;
+                        *f = TensorRef::of(g, Tensor::new(concat, 0));
+                        continue;
+                    }
                     if ty.shape.rank() != 0 || !ty.dtype.is_float() {
+                        let how = if rows {
+                            "per-row fetches are gathered across towers as f32: cast it (cast(x, DType::F32))"
+                        } else {
+                            "only scalar float fetches (combined like the loss) and f32 tensors whose axis 0 is the batch's rows (concatenated in batch order) are gathered across towers: reduce it, or fetch it from an evaluation program"
+                        };
                         return Err(PassError::Options(format!(
-                            "fetch '{user}' ('{}') is computed in every tower as {ty}; only scalar float fetches are combined across towers (by each tower's share, like the loss): reduce it to a scalar (reduce_mean), or fetch it from an evaluation program",
+                            "fetch '{user}' ('{}') is computed in every tower ({ty} on one device); {how}",
                             f.node
                         )));
                     }

@@ -186,3 +186,59 @@ fn extra_fetches_that_sum_or_average_the_batch_equal_one_device() {
         assert!((a - a0).abs() < 1e-6, "{towers} towers {split:?}, accumulate {acc}: accuracy {a}, one device {a0}");
     }
 }
+
+/// A per-row fetch of the training step (PTB's final LSTM state, fed back
+/// as the next batch's initial state) is the towers' rows concatenated in
+/// batch order: one device's tensor, at even and uneven splits and with
+/// micro-batches. A per-row i32 fetch is refused with the cast to write.
+#[test]
+fn a_per_row_fetch_is_the_towers_rows_in_batch_order() {
+    let graph = || {
+        let mut b = GraphBuilder::with_seed(3);
+        let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(3)])).unwrap();
+        let y = b.placeholder("y", DType::I32, Shape(vec![None])).unwrap();
+        let h0 = b.placeholder("h0", DType::F32, Shape(vec![None, Some(2)])).unwrap();
+        let wx = b.get_variable("wx", [3, 2], Initializer::GlorotUniform).unwrap();
+        let xw = b.matmul(x, wx).unwrap();
+        let pre = b.add(xw, h0).unwrap();
+        let h = b.tanh(pre).unwrap();
+        b.identity(h, "final_state").unwrap();
+        let pred = b.argmax(h, 1).unwrap();
+        b.identity(pred, "pred").unwrap();
+        let xent = b.sparse_softmax_cross_entropy_with_logits(h, y).unwrap();
+        let loss = b.reduce_mean(xent, &[0], false).unwrap();
+        b.identity(loss, "loss").unwrap();
+        b.finish()
+    };
+    let run = |towers: u32, split: SplitPolicy, accumulate: usize| {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
+        o.towers = (0..towers).map(Device::gpu).collect();
+        o.split = split;
+        o.accumulate = accumulate;
+        o.fetches = vec![("final_state".into(), "final_state".into())];
+        let mut s = Session::new(0);
+        s.load("train", compile_train(&graph(), "loss", &o).unwrap().plan).unwrap();
+        let xs: Vec<f32> = (0..BATCH * 3).map(|i| ((i * 5 % 9) as f32 - 4.0) / 4.0).collect();
+        let ys: Vec<i32> = (0..BATCH).map(|i| (i % 2) as i32).collect();
+        let mut state = vec![0.0f32; BATCH * 2];
+        for _ in 0..2 {
+            s.feed("train", "x", &xs).unwrap();
+            s.feed("train", "y", &ys).unwrap();
+            s.feed("train", "h0", &state).unwrap();
+            s.run("train").unwrap();
+            state = s.fetch::<f32>("train", "final_state").unwrap();
+        }
+        state
+    };
+    let one = run(0, SplitPolicy::Even, 1);
+    assert_eq!(one.len(), BATCH * 2);
+    for (towers, split, acc) in configs() {
+        let got = run(towers, split.clone(), acc);
+        assert!(rel(&got, &one) < 1e-5, "{towers} towers {split:?}, accumulate {acc}: {got:?} vs {one:?}");
+    }
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
+    o.towers = vec![Device::gpu(0), Device::gpu(1)];
+    o.fetches = vec![("pred".into(), "pred".into())];
+    let e = compile_train(&graph(), "loss", &o).unwrap_err().to_string();
+    assert!(e.contains("fetch 'pred'") && e.contains("cast"), "{e}");
+}

@@ -72,13 +72,18 @@ fn a_training_accuracy_is_combined_across_towers_by_share() {
 }
 
 #[test]
-fn a_fetch_that_is_not_a_scalar_in_the_towers_is_an_error_naming_it() {
+fn a_fetch_the_towers_cannot_gather_is_an_error_naming_it() {
     let (g, loss, _) = model().expect("builds");
     let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, BATCH);
     o.towers = vec![Device::gpu(0), Device::gpu(1)];
+    // f32 logits are rows: gathered in batch order (tests/tests/loss_reductions.rs).
     o.fetches = vec![("logits".into(), "MLP/logits/BiasAdd".into())];
+    compile_train(&g, &loss, &o).expect("per-row f32 logits are gathered");
+    // i32 predictions are rows too, but gathered as f32 only.
+    let pred = g.node(g.inputs(g.find("Equal").expect("the accuracy's equal"))[0].node).name.clone();
+    o.fetches = vec![("predictions".into(), pred)];
     let e = compile_train(&g, &loss, &o).unwrap_err().to_string();
-    assert!(e.contains("fetch 'logits'") && e.contains("scalar"), "{e}");
+    assert!(e.contains("fetch 'predictions'") && e.contains("cast"), "{e}");
     o.fetches = vec![("loss".into(), "accuracy".into())];
     let e = compile_train(&g, &loss, &o).unwrap_err().to_string();
     assert!(e.contains("'loss'") && e.contains("another name"), "{e}");
