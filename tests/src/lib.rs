@@ -9,7 +9,7 @@ use std::sync::Arc;
 use towers::compiler::{compile_train, CompileOptions};
 use towers::data::Dataset;
 use towers::models::{build, Model, ModelKind, ModelSpec};
-use towers_graph::{Device, Optimizer, F32};
+use towers_graph::{Device, GraphBuilder, Optimizer, Tensor, F32};
 use towers_passes::ProcessGroup;
 use towers_runtime::comm::{Comm, LocalComm};
 use towers_runtime::Session;
@@ -249,4 +249,22 @@ pub fn max_rel_diff_held(a: &RunResult, b: &RunResult) -> (f32, String) {
         }
     }
     worst
+}
+
+/// The model record of a hand-built graph on the 8x8x1 digits: placeholders
+/// `images` and `labels`, a node named `loss`, and `logits` (also the
+/// predictions); `seed` is the graph's.
+pub fn digits_model(b: GraphBuilder, logits: Tensor, seed: u64) -> Model {
+    let mut spec = ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10);
+    spec.seed = seed;
+    let logits = b.graph().node(logits.node).name.clone();
+    Model {
+        spec,
+        graph: b.finish(),
+        images: "images".into(),
+        labels: "labels".into(),
+        loss: "loss".into(),
+        predictions: logits.clone(),
+        logits,
+    }
 }

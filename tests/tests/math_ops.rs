@@ -6,7 +6,7 @@
 //! device for every optimizer, RMSProp and Adagrad included.
 
 use towers::compiler::{compile_train, CompileOptions};
-use towers::models::{Model, ModelKind, ModelSpec};
+use towers::models::Model;
 use towers_graph::{DType, GraphBuilder, Initializer, Optimizer, Reuse, Shape, F32};
 use towers_passes::SplitPolicy;
 use towers_tests::{batches, max_rel_diff, optimizers, run, towers, TOL};
@@ -45,19 +45,7 @@ fn math_model(seed: u64) -> Model {
     let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
     let mean = b.reduce_mean(xent, &[0], false).unwrap();
     b.identity(mean, "loss").unwrap();
-    let mut spec = ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10);
-    spec.seed = seed;
-    let node = |t: towers_graph::Tensor| b.graph().node(t.node).name.clone();
-    let logits = node(logits);
-    Model {
-        spec,
-        graph: b.finish(),
-        images: "images".into(),
-        labels: "labels".into(),
-        loss: "loss".into(),
-        predictions: logits.clone(),
-        logits,
-    }
+    towers_tests::digits_model(b, logits, seed)
 }
 
 const BATCH: usize = 24;

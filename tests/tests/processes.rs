@@ -295,7 +295,6 @@ fn a_device_of_another_process_is_refused_and_this_processes_own_is_fine() {
 /// sums, so W processes still compute one device's update and loss.
 #[test]
 fn a_summed_loss_is_exact_across_processes() {
-    use towers::models::{Model, ModelSpec};
     use towers_graph::layers::{self, Activation};
     use towers_graph::{DType, GraphBuilder, Shape};
     let mut b = GraphBuilder::with_seed(11);
@@ -307,16 +306,7 @@ fn a_summed_loss_is_exact_across_processes() {
     let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
     let sum = b.reduce_sum(xent, &[0], false).unwrap();
     b.identity(sum, "loss").unwrap();
-    let logits = b.graph().node(logits.node).name.clone();
-    let model = Model {
-        spec: ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10),
-        graph: b.finish(),
-        images: "images".into(),
-        labels: "labels".into(),
-        loss: "loss".into(),
-        predictions: logits.clone(),
-        logits,
-    };
+    let model = towers_tests::digits_model(b, logits, 11);
     let data = batches(BATCH, STEPS, 5);
     let opt = Optimizer::Sgd { lr: F32(0.002) };
     let single = run(&model, &CompileOptions::new(opt.clone(), BATCH), &data);

@@ -8,7 +8,7 @@
 //! NaN in the unselected branch) are checked through `compile_eval`.
 
 use towers::compiler::CompileOptions;
-use towers::models::{Model, ModelKind, ModelSpec};
+use towers::models::Model;
 use towers_graph::{DType, GraphBuilder, Initializer, Optimizer, Reuse, Shape, F32};
 use towers_tests::{batches, max_rel_diff, run, towers, TOL};
 
@@ -61,18 +61,7 @@ fn pool_model(seed: u64) -> Model {
     let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
     let mean = b.reduce_mean(xent, &[0], false).unwrap();
     b.identity(mean, "loss").unwrap();
-    let mut spec = ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10);
-    spec.seed = seed;
-    let logits = b.graph().node(logits.node).name.clone();
-    Model {
-        spec,
-        graph: b.finish(),
-        images: "images".into(),
-        labels: "labels".into(),
-        loss: "loss".into(),
-        predictions: logits.clone(),
-        logits,
-    }
+    towers_tests::digits_model(b, logits, seed)
 }
 
 const BATCH: usize = 24;
