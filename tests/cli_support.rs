@@ -1,5 +1,5 @@
 //! Helpers of the root package's command-line tests (`tests/cli.rs`,
-//! `tests/watch.rs`): run the built `towers` binary and read its output.
+//! `tests/cli_outputs.rs`, `tests/watch.rs`): run the built `towers` binary and read its output.
 
 use std::process::Command;
 
@@ -13,7 +13,23 @@ pub fn towers(args: &[&str]) -> (String, String) {
 }
 
 /// The `test accuracy: A` line's number.
+#[allow(dead_code)] // not every test crate reads the accuracy
 pub fn accuracy(stdout: &str) -> f64 {
     let line = stdout.lines().find(|l| l.starts_with("test accuracy: ")).expect("a test accuracy line");
     line["test accuracy: ".len()..].trim().parse().expect("a number")
+}
+
+/// The `step N loss L` lines' (N, L).
+#[allow(dead_code)] // not every test crate reads losses
+pub fn losses(stdout: &str) -> Vec<(usize, f64)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("step ")?;
+            let (step, rest) = rest.split_once(" loss ")?;
+            // `step N loss L` or `step N loss L train acc A`.
+            let loss = rest.split_whitespace().next()?;
+            Some((step.parse().ok()?, loss.parse().ok()?))
+        })
+        .collect()
 }
