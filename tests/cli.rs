@@ -9,7 +9,6 @@ use std::process::Command;
 mod cli_support;
 use cli_support::{accuracy, losses, towers};
 
-
 /// The accuracy bar of the tests below: the sweep (`bench/accuracy.sh`:
 /// seeds 0-4 x every SIMD path x fusion on and off) put the worst run of the
 /// default digits recipes at 0.9722 (10 of 360 test images wrong); the test

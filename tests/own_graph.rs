@@ -314,6 +314,7 @@ fn the_readme_program_is_the_example_file() {
     let example = std::fs::read_to_string(root.join("examples/readme.rs")).expect("examples/readme.rs");
     let start = readme.find("```rust\n").expect("a rust block in the README") + "```rust\n".len();
     let block = &readme[start..start + readme[start..].find("```").expect("the block's end")];
-    let body: String = example.lines().skip_while(|l| l.starts_with("//!") || l.is_empty()).map(|l| format!("{l}\n")).collect();
+    let body: String =
+        example.lines().skip_while(|l| l.starts_with("//!") || l.is_empty()).map(|l| format!("{l}\n")).collect();
     assert_eq!(block, body, "paste examples/readme.rs into the README (or the other way round)");
 }

@@ -286,10 +286,8 @@ impl<'g> Lowerer<'g> {
         // (0 towers, or variables on the tower's device) is split by the kernel.
         if let (Lowering::Views, Op::Split { axis, sizes }) = (&low, &node.op) {
             if !matches!(in_refs.first(), Some(BufRef::Arena { .. })) {
-                low = crate::select::split_launch(*axis, &ins[0], sizes).map_err(|reason| CodegenError::Unsupported {
-                    node: node.name.clone(),
-                    op: node.op.type_name().to_string(),
-                    reason,
+                low = crate::select::split_launch(*axis, &ins[0], sizes).map_err(|reason| {
+                    CodegenError::Unsupported { node: node.name.clone(), op: node.op.type_name().to_string(), reason }
                 })?;
             }
         }
@@ -590,7 +588,11 @@ pub fn lower(g: &Graph, opts: &LowerOptions) -> Result<Plan, CodegenError> {
         unread_feeds: program
             .unread_feeds
             .iter()
-            .map(|(name, ty)| crate::plan::UnreadFeed { name: name.clone(), dtype: ty.dtype, shape: ty.shape.0.clone() })
+            .map(|(name, ty)| crate::plan::UnreadFeed {
+                name: name.clone(),
+                dtype: ty.dtype,
+                shape: ty.shape.0.clone(),
+            })
             .collect(),
     };
     crate::verify::verify(&plan)?;

@@ -28,9 +28,8 @@ use crate::types::TensorType;
 /// A node handle, valid until the node is removed.
 pub type NodeId = NodeIndex<u32>;
 
-pub use crate::tensor::Tensor;
 use crate::tensor::fresh_identity;
-
+pub use crate::tensor::Tensor;
 
 /// An edge: data (with slots) or control (ordering only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

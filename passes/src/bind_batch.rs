@@ -133,9 +133,7 @@ pub fn rows_on_axis_0(g: &Graph, id: NodeId) -> bool {
             Op::Gather { .. } => dst != 0,
             Op::MatMul { transpose_a, transpose_b } => (dst == 0 && !transpose_a) || (dst == 1 && *transpose_b),
             Op::Conv2D { .. } => dst == 0,
-            Op::Binary(_) | Op::BiasAdd => {
-                ins.iter().enumerate().all(|(i, t)| i == dst || rank(t.node, t.slot) <= own)
-            }
+            Op::Binary(_) | Op::BiasAdd => ins.iter().enumerate().all(|(i, t)| i == dst || rank(t.node, t.slot) <= own),
             _ => true,
         }
     })

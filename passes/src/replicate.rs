@@ -249,7 +249,8 @@ impl Pass for Replicate {
                 if set.contains(&id) {
                     let t = Tensor::new(id, f.slot);
                     let ty = g.tensor_type(t)?.clone();
-                    let rows = ty.shape.rank() > 0 && f.slot == 0 && kinds.get(&id) == Some(&crate::loss_kind::Kind::Rows);
+                    let rows =
+                        ty.shape.rank() > 0 && f.slot == 0 && kinds.get(&id) == Some(&crate::loss_kind::Kind::Rows);
                     if rows && ty.dtype == towers_graph::DType::F32 {
                         let name = g.unique_name(&format!("{}/tower_concat", f.node));
                         let concat = g.add(NewNode::new(

@@ -194,4 +194,3 @@ impl Model {
         Ok(m)
     }
 }
-

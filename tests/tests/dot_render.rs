@@ -85,7 +85,11 @@ fn render(what: &str, text: &str, limit: Duration) -> Option<Duration> {
     // Graphviz's ranking and routing failures, which it sometimes reports
     // as warnings with exit status 0.
     for bad in ["trouble in init_rank", "lost ", "triangulation failed", "seriously wrong"] {
-        assert!(!err.contains(bad), "{what}: Graphviz said {bad:?}: {}", err.lines().take(5).collect::<Vec<_>>().join("\n"));
+        assert!(
+            !err.contains(bad),
+            "{what}: Graphviz said {bad:?}: {}",
+            err.lines().take(5).collect::<Vec<_>>().join("\n")
+        );
     }
     assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"), "{what}: no SVG");
     assert!(took < limit, "{what}: dot took {took:?}");

@@ -112,7 +112,9 @@ fn configs() -> Vec<(u32, SplitPolicy, usize)> {
 
 #[test]
 fn sums_and_means_over_the_batch_train_as_one_device_at_every_tower_count() {
-    for kind in ["mean", "sum", "sum_div_const", "l2_loss", "mse_all", "sum_plus_both", "masked_sum", "sum_with_zero_state"] {
+    for kind in
+        ["mean", "sum", "sum_div_const", "l2_loss", "mse_all", "sum_plus_both", "masked_sum", "sum_with_zero_state"]
+    {
         let (l0, w0, d0) = train(kind, 0, SplitPolicy::Even, 1);
         assert!(d0.is_empty(), "{kind}: {d0:?}");
         for (towers, split, acc) in configs() {

@@ -14,7 +14,8 @@ fn graph(rank: usize, reduce_mean: bool, f: &str) -> Graph {
     let x = b.placeholder("x", DType::F32, Shape(dims)).unwrap();
     let w = b.get_variable("w", [2], Initializer::Constant(F32(0.7))).unwrap();
     let h = b.mul(x, w).unwrap();
-    let s = if reduce_mean { b.reduce_mean(h, &[rank - 1], false) } else { b.reduce_sum(h, &[rank - 1], false) }.unwrap();
+    let s =
+        if reduce_mean { b.reduce_mean(h, &[rank - 1], false) } else { b.reduce_sum(h, &[rank - 1], false) }.unwrap();
     let p = match f {
         "softmax" => b.softmax(s).unwrap(),
         "log_softmax" => b.log_softmax(s).unwrap(),

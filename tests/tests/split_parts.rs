@@ -72,7 +72,9 @@ fn a_split_variable_is_split_by_the_kernel_at_every_placement() {
     b.identity(l, "loss").unwrap();
     let g = b.finish();
     let mut reference: Option<Vec<f32>> = None;
-    for (towers, variables) in [(0, VarPlacement::Cpu), (1, VarPlacement::Cpu), (2, VarPlacement::Cpu), (2, VarPlacement::Gpu0)] {
+    for (towers, variables) in
+        [(0, VarPlacement::Cpu), (1, VarPlacement::Cpu), (2, VarPlacement::Cpu), (2, VarPlacement::Gpu0)]
+    {
         let what = format!("{towers} towers, variables {variables:?}");
         let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 2);
         o.towers = (0..towers).map(Device::gpu).collect();
