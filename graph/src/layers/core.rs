@@ -146,17 +146,18 @@ pub fn dense_with(b: &mut GraphBuilder, x: Tensor, opts: &DenseOptions) -> Resul
     let shape = b.graph().tensor_type(x)?.shape.clone();
     let rank = shape.rank();
     let inner: Option<Vec<usize>> = (1..rank).map(|i| shape.dim(i)).collect();
-    let (in_dim, inner) =
-        match (rank, inner) {
-            (2, Some(inner)) => (inner[0], None),
-            (r, Some(inner)) if r > 2 => (inner[r - 2], Some(inner)),
-            _ => return Err(ls.err(
+    let (in_dim, inner) = match (rank, inner) {
+        (2, Some(inner)) => (inner[0], None),
+        (r, Some(inner)) if r > 2 => (inner[r - 2], Some(inner)),
+        _ => {
+            return Err(ls.err(
                 "input",
                 format!(
                     "must be [batch, n] (or [batch, d1, ..., n]) with every dimension but the batch known, got {shape}"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     if d.normalizer.as_ref().is_some_and(|n| !matches!(n, Normalizer::None)) && inner.is_some() {
         return Err(ls.err("normalizer_fn", format!("applies to a rank-2 input only, got {shape}")));
     }
