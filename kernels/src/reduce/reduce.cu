@@ -13,15 +13,9 @@ struct Dims4 {
     i64 d[4];
 };
 
-// x has dims `xd` (rank 4, right-aligned); bit k of `reduced` marks axis k as
-// summed. out holds the kept axes in order (n_out = their product), each
-// output multiplied by `scale` (1 for a sum, 1/count for a mean).
-// Serves ReduceSum, ReduceMean, SumTo (reduced = axes where the target is 1
-// and x is not) and BiasAddGrad (xd = [1, 1, rows, c], reduced = 0b0100).
-extern "C" __global__ void towers_reduce_f32(i64 n_out, const float* __restrict__ x, float* __restrict__ out, Dims4 xd,
-                                             int reduced, float scale) {
-    __shared__ float sh[MAX_BLOCK];
-    i64 xs[4];
+// The strides of `xd` into `xs`; returns how many elements the axes marked
+// in `reduced` hold (the count one output folds).
+__device__ __forceinline__ i64 reduce_strides(Dims4 xd, int reduced, i64 xs[4]) {
     i64 acc = 1;
     i64 count = 1;
     for (int k = 3; k >= 0; --k) {
@@ -31,26 +25,39 @@ extern "C" __global__ void towers_reduce_f32(i64 n_out, const float* __restrict_
             count *= xd.d[k];
         }
     }
+    return count;
+}
+
+// The offset in x of index `i` counted over the axes marked in `axes` only
+// (last axis fastest): an output's base over the kept axes, or a reduced
+// element's offset from that base.
+__device__ __forceinline__ i64 axes_offset(i64 i, Dims4 xd, int axes, const i64 xs[4]) {
+    i64 off = 0;
+    for (int k = 3; k >= 0; --k) {
+        if (axes & (1 << k)) {
+            off += (i % xd.d[k]) * xs[k];
+            i /= xd.d[k];
+        }
+    }
+    return off;
+}
+
+// x has dims `xd` (rank 4, right-aligned); bit k of `reduced` marks axis k as
+// summed. out holds the kept axes in order (n_out = their product), each
+// output multiplied by `scale` (1 for a sum, 1/count for a mean).
+// Serves ReduceSum, ReduceMean, SumTo (reduced = axes where the target is 1
+// and x is not) and BiasAddGrad (xd = [1, 1, rows, c], reduced = 0b0100).
+extern "C" __global__ void towers_reduce_f32(i64 n_out, const float* __restrict__ x, float* __restrict__ out, Dims4 xd,
+                                             int reduced, float scale) {
+    __shared__ float sh[MAX_BLOCK];
+    i64 xs[4];
+    const i64 count = reduce_strides(xd, reduced, xs);
     for (i64 o = blockIdx.x; o < n_out; o += gridDim.x) {
         // Base offset of this output: its kept coordinates.
-        i64 base = 0;
-        i64 rem = o;
-        for (int k = 3; k >= 0; --k) {
-            if (!(reduced & (1 << k))) {
-                base += (rem % xd.d[k]) * xs[k];
-                rem /= xd.d[k];
-            }
-        }
+        const i64 base = axes_offset(o, xd, ~reduced, xs);
         float s = 0.0f;
         for (i64 r = threadIdx.x; r < count; r += blockDim.x) {
-            i64 off = base;
-            i64 rr = r;
-            for (int k = 3; k >= 0; --k) {
-                if (reduced & (1 << k)) {
-                    off += (rr % xd.d[k]) * xs[k];
-                    rr /= xd.d[k];
-                }
-            }
+            const i64 off = base + axes_offset(r, xd, reduced, xs);
             s += x[off];
         }
         s = block_sum(s, sh);
@@ -81,35 +88,13 @@ extern "C" __global__ void towers_reduce_extreme_f32(i64 n_out, const float* __r
                                                      Dims4 xd, int reduced, int is_min) {
     __shared__ float sh[MAX_BLOCK];
     i64 xs[4];
-    i64 acc = 1;
-    i64 count = 1;
-    for (int k = 3; k >= 0; --k) {
-        xs[k] = acc;
-        acc *= xd.d[k];
-        if (reduced & (1 << k)) {
-            count *= xd.d[k];
-        }
-    }
+    const i64 count = reduce_strides(xd, reduced, xs);
     const float init = is_min ? __int_as_float(0x7f800000) : -__int_as_float(0x7f800000);
     for (i64 o = blockIdx.x; o < n_out; o += gridDim.x) {
-        i64 base = 0;
-        i64 rem = o;
-        for (int k = 3; k >= 0; --k) {
-            if (!(reduced & (1 << k))) {
-                base += (rem % xd.d[k]) * xs[k];
-                rem /= xd.d[k];
-            }
-        }
+        const i64 base = axes_offset(o, xd, ~reduced, xs);
         float m = init;
         for (i64 r = threadIdx.x; r < count; r += blockDim.x) {
-            i64 off = base;
-            i64 rr = r;
-            for (int k = 3; k >= 0; --k) {
-                if (reduced & (1 << k)) {
-                    off += (rr % xd.d[k]) * xs[k];
-                    rr /= xd.d[k];
-                }
-            }
+            const i64 off = base + axes_offset(r, xd, reduced, xs);
             m = extreme(m, x[off], is_min);
         }
         sh[threadIdx.x] = m;
