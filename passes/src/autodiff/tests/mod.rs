@@ -57,6 +57,25 @@ fn loss_at(g: &Graph, loss: Tensor, vals: &BTreeMap<String, V>, feeds: &BTreeMap
     interp::run(g, &mut vars, feeds)[&loss.node][loss.slot].data[0]
 }
 
+/// Build a case (the variables to check, the outputs a weighted loss sums)
+/// and check its gradients by central differences (see [`check_grads`]).
+pub(crate) fn case(build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>)) {
+    case_fed(BTreeMap::new(), build)
+}
+
+/// As [`case`], with placeholders fed `feeds`.
+pub(crate) fn case_fed(
+    feeds: BTreeMap<String, V>,
+    build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>),
+) {
+    let mut b = GraphBuilder::new();
+    let (vars, outs) = build(&mut b);
+    let loss = weighted_loss(&mut b, &outs);
+    let mut g = b.finish();
+    let ids: Vec<_> = vars.iter().map(|t| t.node).collect();
+    check_grads(&mut g, loss, &ids, &feeds);
+}
+
 /// Check `gradients` against central differences for every variable in `vars`.
 ///
 /// Step h = 1e-4 in f64: the truncation error is O(h²·f''') ≈ 1e-8 and the

@@ -6,22 +6,9 @@ use std::collections::BTreeMap;
 use towers_graph::{BinaryOp, DType, GraphBuilder, Op, Padding, Shape, Tensor, UnaryOp, F32};
 
 use super::interp::V;
-use super::{check_grads, var, weighted_loss};
+use super::{case, check_grads, var};
 
 /// Build vars and outputs, add the weighted loss, check every variable.
-fn case(build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>)) {
-    case_fed(BTreeMap::new(), build)
-}
-
-fn case_fed(feeds: BTreeMap<String, V>, build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>)) {
-    let mut b = GraphBuilder::new();
-    let (vars, outs) = build(&mut b);
-    let loss = weighted_loss(&mut b, &outs);
-    let mut g = b.finish();
-    let ids: Vec<_> = vars.iter().map(|t| t.node).collect();
-    check_grads(&mut g, loss, &ids, &feeds);
-}
-
 #[test]
 fn matmul_all_transposes() {
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {

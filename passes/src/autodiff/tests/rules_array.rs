@@ -5,23 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use towers_graph::{DType, GraphBuilder, Tensor};
+use towers_graph::DType;
 
 use super::interp::V;
-use super::{check_grads, var, weighted_loss};
-
-fn case_fed(feeds: BTreeMap<String, V>, build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>)) {
-    let mut b = GraphBuilder::new();
-    let (vars, outs) = build(&mut b);
-    let loss = weighted_loss(&mut b, &outs);
-    let mut g = b.finish();
-    let ids: Vec<_> = vars.iter().map(|t| t.node).collect();
-    check_grads(&mut g, loss, &ids, &feeds);
-}
-
-fn case(build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>)) {
-    case_fed(BTreeMap::new(), build)
-}
+use super::{case, case_fed, var};
 
 fn indices(name: &str, shape: &[usize], values: &[f64]) -> BTreeMap<String, V> {
     BTreeMap::from([(name.to_string(), V::new(shape, values.to_vec()))])

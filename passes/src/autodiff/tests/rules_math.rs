@@ -7,17 +7,8 @@ use std::collections::BTreeMap;
 use towers_graph::{BinaryOp, GraphBuilder, Tensor};
 
 use super::interp::{self, V};
-use super::{check_grads, var, weighted_loss};
+use super::{case, var};
 use crate::autodiff::gradients;
-
-fn case(build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>)) {
-    let mut b = GraphBuilder::new();
-    let (vars, outs) = build(&mut b);
-    let loss = weighted_loss(&mut b, &outs);
-    let mut g = b.finish();
-    let ids: Vec<_> = vars.iter().map(|t| t.node).collect();
-    check_grads(&mut g, loss, &ids, &BTreeMap::new());
-}
 
 /// z = max(a, b): dz/da = [a >= b], dz/db = [a < b]; min the other way
 /// round. With broadcasting (a row and a scalar) the gradients sum back.

@@ -4,20 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use towers_graph::{GraphBuilder, Tensor};
+use towers_graph::GraphBuilder;
 
 use super::interp::{self, V};
-use super::{check_grads, var, weighted_loss};
+use super::{case, var};
 use crate::autodiff::gradients;
-
-fn case(build: impl FnOnce(&mut GraphBuilder) -> (Vec<Tensor>, Vec<Tensor>)) {
-    let mut b = GraphBuilder::new();
-    let (vars, outs) = build(&mut b);
-    let loss = weighted_loss(&mut b, &outs);
-    let mut g = b.finish();
-    let ids: Vec<_> = vars.iter().map(|t| t.node).collect();
-    check_grads(&mut g, loss, &ids, &BTreeMap::new());
-}
 
 /// y = max over axes of x: away from ties, dy/dx is 1 at the (unique)
 /// maximum and 0 elsewhere, so dx = dy scattered to the argmax positions;
