@@ -7,6 +7,10 @@ use towers_kernels::{DType, Kernel};
 use crate::cpu;
 use crate::harness::{numel, Dev, Gpu, Report, Rng};
 
+/// The reductions' (shape, axes) cases: sums, means, maxima and minima.
+const REDUCE_CASES: &[(&[usize], &[usize])] =
+    &[(&[4, 5, 6, 7], &[1, 3]), (&[4, 5, 6, 7], &[0]), (&[256, 100], &[1]), (&[1000, 3], &[0]), (&[10, 20], &[0, 1])];
+
 pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     let cases: &[(&[usize], &[usize])] =
         &[(&[3, 4], &[3, 4]), (&[2, 3, 4, 5], &[3, 1, 5]), (&[64, 10], &[10]), (&[], &[7, 5]), (&[5, 1], &[1, 6])];
@@ -191,13 +195,7 @@ pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         r.f32("unary_grad_bias_grad", format!("{case}: dx"), &g.down(&gdx, len), &dx, None);
         r.f32("unary_grad_bias_grad", format!("{case}: db"), &g.down(&gdb, c), &db, Some(1e-4));
     }
-    for (shape, axes) in [
-        (&[4usize, 5, 6, 7][..], &[1usize, 3][..]),
-        (&[4, 5, 6, 7], &[0]),
-        (&[256, 100], &[1]),
-        (&[1000, 3], &[0]),
-        (&[10, 20], &[0, 1]),
-    ] {
+    for &(shape, axes) in REDUCE_CASES {
         let x = rng.vec(numel(shape), -1.0, 1.0);
         let dx = g.up(&x);
         let kept: usize = (0..shape.len()).filter(|a| !axes.contains(a)).map(|a| shape[a]).product();
@@ -223,13 +221,7 @@ pub(crate) fn reductions(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     }
     // reduce_max / reduce_min: exact (a max is one of its inputs), NaN and
     // signed zeros included.
-    for (shape, axes) in [
-        (&[4usize, 5, 6, 7][..], &[1usize, 3][..]),
-        (&[4, 5, 6, 7], &[0]),
-        (&[256, 100], &[1]),
-        (&[1000, 3], &[0]),
-        (&[10, 20], &[0, 1]),
-    ] {
+    for &(shape, axes) in REDUCE_CASES {
         let mut x = rng.coarse(numel(shape));
         if x.len() > 40 {
             x[3] = f32::NAN;
