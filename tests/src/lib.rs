@@ -268,3 +268,12 @@ pub fn digits_model(b: GraphBuilder, logits: Tensor, seed: u64) -> Model {
         logits,
     }
 }
+
+/// [`digits_model`] with TF's classification loss: `loss` = the batch mean of
+/// the sparse softmax cross entropy of `logits` against `labels`.
+pub fn mean_xent_model(mut b: GraphBuilder, logits: Tensor, labels: Tensor, seed: u64) -> Model {
+    let xent = b.sparse_softmax_cross_entropy_with_logits(logits, labels).expect("logits [N, 10], labels [N]");
+    let mean = b.reduce_mean(xent, &[0], false).expect("a mean over the batch");
+    b.identity(mean, "loss").expect("the loss");
+    digits_model(b, logits, seed)
+}

@@ -42,10 +42,7 @@ fn math_model(seed: u64) -> Model {
             b.bias_add(l, b2)
         })
         .unwrap();
-    let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
-    let mean = b.reduce_mean(xent, &[0], false).unwrap();
-    b.identity(mean, "loss").unwrap();
-    towers_tests::digits_model(b, logits, seed)
+    towers_tests::mean_xent_model(b, logits, y, seed)
 }
 
 const BATCH: usize = 24;

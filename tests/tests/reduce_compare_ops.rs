@@ -58,10 +58,7 @@ fn pool_model(seed: u64) -> Model {
         })
         .unwrap();
     assert_eq!(b.graph().node(logits.node).op.type_name(), "BiasAdd");
-    let xent = b.sparse_softmax_cross_entropy_with_logits(logits, y).unwrap();
-    let mean = b.reduce_mean(xent, &[0], false).unwrap();
-    b.identity(mean, "loss").unwrap();
-    towers_tests::digits_model(b, logits, seed)
+    towers_tests::mean_xent_model(b, logits, y, seed)
 }
 
 const BATCH: usize = 24;
