@@ -276,6 +276,10 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
         }
         UnaryGrad(_) | SoftmaxGrad | LogSoftmaxGrad => {
             arity(inputs, 2)?;
+            if matches!(op, UnaryGrad(crate::op::UnaryOp::Abs)) {
+                // |x|'s derivative needs x's sign, which y = |x| has lost.
+                return detail("abs has no gradient from its output; its gradient is Binary(AbsGrad)(x, dy)".into());
+            }
             if !inputs[0].shape.compatible(&inputs[1].shape) {
                 return detail(format!("dy {} and y {} must have one shape", inputs[0].shape, inputs[1].shape));
             }
