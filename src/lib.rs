@@ -48,7 +48,7 @@ pub mod prelude {
         Normalizer, Pool2dOptions, Regularizer,
     };
     pub use towers_graph::{
-        keys, BinaryOp, DType, Device, Distribution, FanMode, Graph, GraphBuilder, GraphError, Initializer, Op,
+        keys, AxisIndex, BinaryOp, DType, Device, Distribution, FanMode, Graph, GraphBuilder, GraphError, Initializer, Op,
         Optimizer, PadMode, Padding, Reuse, Shape, Tensor, UnaryOp, F32,
     };
     pub use towers_passes::{

@@ -1,5 +1,5 @@
 //! The builder methods of the array ops of issue 22, with TF1's names and
-//! arguments: `one_hot`, `transpose`, `stack`, `expand_dims`, `squeeze`,
+//! arguments: `one_hot`, `transpose`, `stack`, `unstack`, `expand_dims`, `squeeze`,
 //! `pad`, `gather`, `tile`.
 //!
 //! Invariants: negative axes are resolved here, against the input's rank
@@ -8,6 +8,7 @@
 //! at build time; an argument TF rejects is a [`GraphError::Shape`] naming
 //! the node that would have been built, in TF's words.
 
+use crate::axis::AxisIndex;
 use crate::builder::GraphBuilder;
 use crate::error::{GraphError, Result};
 use crate::graph::Tensor;
@@ -38,16 +39,6 @@ impl GraphBuilder {
         Ok(self.graph().tensor_type(x)?.shape.rank())
     }
 
-    /// `axis` in `[-n, n)` as TF resolves it (`axis + n` when negative).
-    fn resolve_axis(&self, name: &str, op: &str, axis: i64, n: usize) -> Result<usize> {
-        let n = n as i64;
-        if axis < -n || axis >= n {
-            let lo = -n;
-            return Err(self.array_error(name, op, format!("Expected axis in the range [{lo}, {n}), but got {axis}")));
-        }
-        Ok(if axis < 0 { (axis + n) as usize } else { axis as usize })
-    }
-
     /// TF `tf.one_hot(indices, depth, on_value, off_value)` with axis -1:
     /// i32 `indices` of shape S give f32 `S + [depth]`. An index outside
     /// `[0, depth)` gives a row of `off_value`, as in TF. No gradient flows
@@ -66,8 +57,8 @@ impl GraphBuilder {
 
     /// TF `tf.expand_dims(x, axis)`: a size-1 axis inserted at `axis`, which
     /// may be negative (`-1` appends), in `[-rank-1, rank]`. A view of x.
-    pub fn expand_dims(&mut self, x: Tensor, axis: i64) -> Result<Tensor> {
-        let r = self.rank_of(x)?;
+    pub fn expand_dims(&mut self, x: Tensor, axis: impl AxisIndex) -> Result<Tensor> {
+        let (axis, r) = (axis.as_i64(), self.rank_of(x)?);
         if axis < -(r as i64) - 1 || axis > r as i64 {
             let detail = format!("Tried to expand dim index {axis} for tensor with {r} dimensions.");
             return Err(self.array_error("ExpandDims", "ExpandDims", detail));
@@ -103,7 +94,8 @@ impl GraphBuilder {
     /// along a new axis `axis` in `[-rank-1, rank]`. Built as an
     /// `ExpandDims` of each (a view) and one concat, so its gradient is
     /// unstack: a slice of the incoming gradient per input.
-    pub fn stack(&mut self, xs: &[Tensor], axis: i64) -> Result<Tensor> {
+    pub fn stack(&mut self, xs: &[Tensor], axis: impl AxisIndex) -> Result<Tensor> {
+        let axis = axis.as_i64();
         let Some(&first) = xs.first() else {
             return Err(self.array_error("stack", "Pack", "stack needs at least one tensor".into()));
         };
@@ -128,6 +120,23 @@ impl GraphBuilder {
             parts.push(self.op1("stack/ExpandDims", Op::ExpandDims { axis: resolved }, &[x])?);
         }
         self.op1("stack", Op::Concat { axis: resolved }, &parts)
+    }
+
+    /// TF `tf.unstack(x, axis)` (`Unpack`): the slices of `x` along `axis`
+    /// (known size, negative allowed), each without that axis, in order.
+    /// Built as a `split` into size-1 parts and a `Squeeze` of each (views),
+    /// so its gradient is a stack.
+    pub fn unstack(&mut self, x: Tensor, axis: impl AxisIndex) -> Result<Vec<Tensor>> {
+        let axis = self.axis_of("unstack", "Unpack", x, axis)?;
+        let shape = self.graph().tensor_type(x)?.shape.clone();
+        let Some(n) = shape.dim(axis) else {
+            let detail = format!("Cannot infer num from shape {shape}: axis {axis} must have a known size");
+            return Err(self.array_error("unstack", "Unpack", detail));
+        };
+        self.name_scope("unstack", |b| {
+            let parts = b.split(x, axis, &vec![1; n])?;
+            parts.into_iter().map(|p| b.op1("Squeeze", Op::Squeeze { axes: vec![axis] }, &[p])).collect()
+        })
     }
 
     /// TF `tf.pad(x, paddings, constant_values=...)`, mode CONSTANT:
@@ -174,9 +183,8 @@ impl GraphBuilder {
     /// error on the CPU backend ("indices[3] = 12 is not in [0, 10)"); the
     /// CUDA backend writes zeros for it, as TF's GPU kernel does. The
     /// gradient with respect to `params` is an unsorted segment sum.
-    pub fn gather(&mut self, params: Tensor, indices: Tensor, axis: i64) -> Result<Tensor> {
-        let r = self.rank_of(params)?;
-        let axis = self.resolve_axis("GatherV2", "GatherV2", axis, r)?;
+    pub fn gather(&mut self, params: Tensor, indices: Tensor, axis: impl AxisIndex) -> Result<Tensor> {
+        let axis = self.axis_of("GatherV2", "GatherV2", params, axis)?;
         self.op1("GatherV2", Op::Gather { axis }, &[params, indices])
     }
 

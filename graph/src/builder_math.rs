@@ -18,6 +18,7 @@
 //!   have gradients and CUDA twins (square, pad, slices, `AddN`, `Pow`,
 //!   `Div`); see its docs.
 
+use crate::axis::AxisIndex;
 use crate::builder::GraphBuilder;
 use crate::error::GraphError;
 use crate::graph::Tensor;
@@ -110,8 +111,8 @@ impl GraphBuilder {
     }
 
     /// `x / sqrt(max(sum(x², axis), epsilon))` (TF's `tf.nn.l2_normalize`,
-    /// epsilon 1e-12), in an `l2_normalize` name scope.
-    pub fn l2_normalize(&mut self, x: Tensor, axis: usize) -> Result<Tensor> {
+    /// epsilon 1e-12), in an `l2_normalize` name scope; `axis` may be negative.
+    pub fn l2_normalize(&mut self, x: Tensor, axis: impl AxisIndex) -> Result<Tensor> {
         self.name_scope("l2_normalize", |b| {
             let sq = b.square(x)?;
             let sum = b.reduce_sum(sq, &[axis], true)?;
@@ -124,8 +125,9 @@ impl GraphBuilder {
 
     /// The mean and variance of `x` over `axes` (TF's `tf.nn.moments`): the
     /// variance is the mean of `(x - stop_gradient(mean))²`, as TF's, in a
-    /// `moments` name scope.
-    pub fn moments(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<(Tensor, Tensor)> {
+    /// `moments` name scope; `axes` may be negative.
+    pub fn moments<A: AxisIndex>(&mut self, x: Tensor, axes: &[A], keep_dims: bool) -> Result<(Tensor, Tensor)> {
+        let axes = &self.axes_of("moments", "Mean", x, axes)?[..];
         self.name_scope("moments", |b| {
             let mean = b.reduce_mean(x, axes, true)?;
             let fixed = b.stop_gradient(mean)?;

@@ -7,6 +7,7 @@
 //! `GraphBuilder::op` (`builder.rs`), and shapes in `infer.rs`, so an op
 //! added here is one method with no rule of its own.
 
+use crate::axis::{self, axis_error, AxisIndex};
 use crate::builder::GraphBuilder;
 use crate::error::{GraphError, Result};
 use crate::graph::{NodeId, Tensor};
@@ -110,10 +111,18 @@ impl GraphBuilder {
         })?;
         self.name_scope("Flatten", |b| b.op1("Reshape", Op::Reshape { shape: vec![-1, rest as i64] }, &[x]))
     }
-    pub fn concat(&mut self, xs: &[Tensor], axis: usize) -> Result<Tensor> {
+    /// TF `tf.concat(xs, axis)`; `axis` may be negative (`-1`: the last).
+    pub fn concat(&mut self, xs: &[Tensor], axis: impl AxisIndex) -> Result<Tensor> {
+        let axis = match xs.first() {
+            Some(&x) => self.axis_of("concat", "ConcatV2", x, axis)?,
+            None => axis.as_i64().max(0) as usize,
+        };
         self.op1("concat", Op::Concat { axis }, xs)
     }
-    pub fn split(&mut self, x: Tensor, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
+    /// TF `tf.split(x, sizes, axis)` (`SplitV`): one output per size, in
+    /// order; `axis` may be negative.
+    pub fn split(&mut self, x: Tensor, axis: impl AxisIndex, sizes: &[usize]) -> Result<Vec<Tensor>> {
+        let axis = self.axis_of("split", "SplitV", x, axis)?;
         let id = self.op("split", Op::Split { axis, sizes: sizes.to_vec() }, &[x])?;
         Ok((0..sizes.len()).map(|i| self.graph.tensor(id, i)).collect())
     }
@@ -175,12 +184,14 @@ impl GraphBuilder {
         }))
     }
     /// Sum over `axes` (TF's `tf.reduce_sum`; an axis given twice counts once, as in TF).
-    pub fn reduce_sum(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
-        self.op1("Sum", Op::ReduceSum { axes: distinct(axes), keep_dims }, &[x])
+    pub fn reduce_sum<A: AxisIndex>(&mut self, x: Tensor, axes: &[A], keep_dims: bool) -> Result<Tensor> {
+        let axes = self.axes_of("Sum", "Sum", x, axes)?;
+        self.op1("Sum", Op::ReduceSum { axes, keep_dims }, &[x])
     }
     /// Mean over `axes` (TF's `tf.reduce_mean`; an axis given twice counts once, as in TF).
-    pub fn reduce_mean(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
-        self.op1("Mean", Op::ReduceMean { axes: distinct(axes), keep_dims }, &[x])
+    pub fn reduce_mean<A: AxisIndex>(&mut self, x: Tensor, axes: &[A], keep_dims: bool) -> Result<Tensor> {
+        let axes = self.axes_of("Mean", "Mean", x, axes)?;
+        self.op1("Mean", Op::ReduceMean { axes, keep_dims }, &[x])
     }
     /// Maximum over `axes` (TF's `tf.reduce_max`; an axis given twice counts
     /// once). f32 only; a NaN among the reduced elements gives NaN. The
@@ -190,12 +201,14 @@ impl GraphBuilder {
     /// ```ignore
     /// let pooled = b.reduce_max(h, &[1], false)?; // max over time: [N, T, C] -> [N, C]
     /// ```
-    pub fn reduce_max(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
-        self.op1("Max", Op::ReduceMax { axes: distinct(axes), keep_dims }, &[x])
+    pub fn reduce_max<A: AxisIndex>(&mut self, x: Tensor, axes: &[A], keep_dims: bool) -> Result<Tensor> {
+        let axes = self.axes_of("Max", "Max", x, axes)?;
+        self.op1("Max", Op::ReduceMax { axes, keep_dims }, &[x])
     }
     /// Minimum over `axes` (TF's `tf.reduce_min`), as [`GraphBuilder::reduce_max`].
-    pub fn reduce_min(&mut self, x: Tensor, axes: &[usize], keep_dims: bool) -> Result<Tensor> {
-        self.op1("Min", Op::ReduceMin { axes: distinct(axes), keep_dims }, &[x])
+    pub fn reduce_min<A: AxisIndex>(&mut self, x: Tensor, axes: &[A], keep_dims: bool) -> Result<Tensor> {
+        let axes = self.axes_of("Min", "Min", x, axes)?;
+        self.op1("Min", Op::ReduceMin { axes, keep_dims }, &[x])
     }
     /// Mean over every axis.
     pub fn reduce_mean_all(&mut self, x: Tensor) -> Result<Tensor> {
@@ -206,7 +219,9 @@ impl GraphBuilder {
         let r = self.graph.tensor_type(x)?.shape.rank();
         self.reduce_sum(x, &(0..r).collect::<Vec<_>>(), false)
     }
-    pub fn argmax(&mut self, x: Tensor, axis: usize) -> Result<Tensor> {
+    /// TF `tf.argmax(x, axis)` (i32); `axis` may be negative.
+    pub fn argmax(&mut self, x: Tensor, axis: impl AxisIndex) -> Result<Tensor> {
+        let axis = self.axis_of("ArgMax", "ArgMax", x, axis)?;
         self.op1("ArgMax", Op::ArgMax { axis }, &[x])
     }
     /// `a == b` elementwise, bool (TF's `tf.equal`), with broadcasting:
@@ -337,12 +352,24 @@ impl GraphBuilder {
 }
 
 /// `axes` without repeats, in first-seen order.
-fn distinct(axes: &[usize]) -> Vec<usize> {
-    let mut out: Vec<usize> = Vec::with_capacity(axes.len());
-    for &a in axes {
-        if !out.contains(&a) {
-            out.push(a);
-        }
+impl GraphBuilder {
+    /// `axis` of the node `name` would be, resolved against `x`'s rank
+    /// (see [`crate::axis`]).
+    pub(crate) fn axis_of(&self, name: &str, op: &str, x: Tensor, axis: impl AxisIndex) -> Result<usize> {
+        let rank = self.graph.tensor_type(x)?.shape.rank();
+        axis::resolve(axis, rank)
+            .map_err(|detail| axis_error(Self::join(&self.name_scope, name), self.name_scope.clone(), op, detail))
     }
-    out
+    /// `axes` resolved as [`GraphBuilder::axis_of`]; an axis given twice
+    /// (also as `1` and `-1` of a rank-2 input) counts once, as in TF.
+    pub(crate) fn axes_of<A: AxisIndex>(&self, name: &str, op: &str, x: Tensor, axes: &[A]) -> Result<Vec<usize>> {
+        let mut out: Vec<usize> = Vec::with_capacity(axes.len());
+        for &a in axes {
+            let a = self.axis_of(name, op, x, a)?;
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+        Ok(out)
+    }
 }

@@ -12,9 +12,11 @@
 //! - [`graph`]: nodes, typed edges, collections, serde;
 //! - [`program`]: the program record a graph carries for lowering (fetches,
 //!   train op, stream schedule), by node name;
+//! - [`axis`]: axis arguments as TF takes them (negative from the end);
 //! - [`builder`] and [`layers`]: name/variable/device scopes, `get_variable`, layers;
 //! - [`text`], [`dot`]: readable and Graphviz forms; [`verify`]: the invariants.
 
+pub mod axis;
 pub mod builder;
 mod builder_array;
 pub mod builder_math;
@@ -37,6 +39,7 @@ pub mod text;
 pub mod types;
 pub mod verify;
 
+pub use axis::AxisIndex;
 pub use builder::{check_node_name, GraphBuilder, Reuse, VariableOptions};
 pub use builder_array::PadMode;
 pub use device::{ps_task_name, Device, DeviceError, DeviceKind, DeviceSpec, PS_JOB};

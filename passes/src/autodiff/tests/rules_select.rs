@@ -21,7 +21,7 @@ fn reduce_max_and_min_over_axes() {
         let a = b.reduce_max(x, &[1], false).unwrap();
         let m = b.reduce_min(x, &[0, 2], true).unwrap();
         let all = b.reduce_max(x, &[0, 1, 2], false).unwrap();
-        let none = b.reduce_min(x, &[], false).unwrap();
+        let none = b.reduce_min(x, &[0usize; 0], false).unwrap();
         (vec![x], vec![a, m, all, none])
     });
 }
