@@ -221,12 +221,8 @@ impl Pipeline {
         match &self.program {
             Program::Train { loss, fetches } => {
                 st.loss = Some(TensorRef::new(loss, 0));
+                check_fetch_names(&g, fetches, true)?;
                 for (user, node) in fetches {
-                    if user == "loss" {
-                        return Err(PassError::Options(format!(
-                            "the extra fetch 'loss' (node '{node}') would hide the training loss, which the program fetches as 'loss'; give it another name"
-                        )));
-                    }
                     g.find(node)?;
                     g.program_mut().fetches.insert(user.clone(), TensorRef::new(node, 0));
                 }
@@ -234,6 +230,7 @@ impl Pipeline {
                 st.var_list = g.collection(keys::TRAINABLE_VARIABLES).to_vec();
             }
             Program::Eval { fetches } => {
+                check_fetch_names(&g, fetches, false)?;
                 let record = &mut g.program_mut().fetches;
                 for (user, node) in fetches {
                     record.insert(user.clone(), TensorRef::new(node, 0));
@@ -258,6 +255,7 @@ impl Pipeline {
                         )))
                     }
                 };
+                check_fetch_names(&g, fetches, true)?;
                 crate::manual::merge_tower_updates(&mut g, *bn_updates)?;
                 st.loss = Some(TensorRef::new(loss, 0));
                 let program = g.program_mut();
@@ -374,12 +372,37 @@ pub fn eval(model: &Graph, fetches: &[(&str, &str)], batch: usize) -> Result<Pip
             "an evaluation program needs at least one fetch, e.g. &[(\"logits\", \"model/logits/BiasAdd\")]".into(),
         ));
     }
+    Pipeline::eval(fetches, batch).run(model)
+}
+
+/// The user names of a program's fetches must each mean one tensor: not
+/// empty, not given twice, not `loss` beside a training program's loss,
+/// and not the name of another node of the graph or of the variables the
+/// optimizer creates (`global_step`, `learning_rate`): a session looks a
+/// name up among the fetches first, so such a fetch would hide that
+/// tensor (`fetch("x")` returning an accuracy instead of the fed `x`).
+/// A fetch named as its own node (`("logits", "logits")`) is fine.
+fn check_fetch_names(g: &Graph, fetches: &[(String, String)], training: bool) -> Result<(), PassError> {
     for (i, (user, node)) in fetches.iter().enumerate() {
+        let bad = |why: String| Err(PassError::Options(format!("the fetch name '{user}' (node '{node}') {why}")));
+        if user.trim().is_empty() {
+            return bad("is empty: name each fetch, e.g. (\"accuracy\", node)".into());
+        }
         if let Some((_, other)) = fetches[..i].iter().find(|(u, _)| u == user) {
-            return Err(PassError::Options(format!(
-                "the fetch name '{user}' is given twice (nodes '{other}' and '{node}'): give each fetch its own name"
-            )));
+            return bad(format!("is given twice (also for node '{other}'): give each fetch its own name"));
+        }
+        if training && user == "loss" {
+            return bad("would hide the training loss, which the program fetches as 'loss'; give it another name".into());
+        }
+        // `x:0` is output 0 of node `x`: fetching it as "x" hides nothing.
+        let own = user == node.strip_suffix(":0").unwrap_or(node);
+        let reserved = [towers_graph::LEARNING_RATE, towers_graph::GLOBAL_STEP].contains(&user.as_str());
+        let shadowed = !own && (g.get(user).is_some() || reserved);
+        if shadowed {
+            return bad(format!(
+                "is the name of another tensor of the program ('{user}'), which fetching it would then no longer return; give the fetch another name"
+            ));
         }
     }
-    Pipeline::eval(fetches, batch).run(model)
+    Ok(())
 }

@@ -88,3 +88,34 @@ fn a_fetch_the_towers_cannot_gather_is_an_error_naming_it() {
     let e = compile_train(&g, &loss, &o).unwrap_err().to_string();
     assert!(e.contains("'loss'") && e.contains("another name"), "{e}");
 }
+
+/// A fetch name means one tensor: an empty name, a name given twice, and a
+/// name of another tensor of the program (a feed, a variable, the
+/// optimizer's `global_step`) are refused, naming the fetch, in training
+/// and evaluation programs; a fetch named as its own node is fine.
+#[test]
+fn a_fetch_name_that_would_hide_another_tensor_is_refused() {
+    let (g, loss, acc) = model().expect("builds");
+    let cases: [(&[(&str, &str)], &str); 6] = [
+        (&[("", "accuracy")], "is empty"),
+        (&[("a", "accuracy"), ("a", "MLP/fc1/Relu")], "given twice"),
+        (&[("images", "accuracy")], "another tensor"),
+        (&[("MLP/fc1/weights", "accuracy")], "another tensor"),
+        (&[("global_step", "accuracy")], "another tensor"),
+        (&[("loss", "accuracy")], "hide the training loss"),
+    ];
+    for (fetches, words) in cases {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, BATCH);
+        o.towers = vec![Device::gpu(0), Device::gpu(1)];
+        o.fetches = fetches.iter().map(|(u, n)| (u.to_string(), n.to_string())).collect();
+        let e = compile_train(&g, &loss, &o).err().unwrap_or_else(|| panic!("{fetches:?} is refused")).to_string();
+        assert!(e.contains(words) && e.contains(&format!("'{}'", fetches[fetches.len() - 1].0)), "{fetches:?}: {e}");
+        if words != "hide the training loss" {
+            let e = compile_eval(&g, fetches, BATCH).err().unwrap_or_else(|| panic!("eval {fetches:?}")).to_string();
+            assert!(e.contains(words), "eval {fetches:?}: {e}");
+        }
+    }
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, BATCH);
+    o.fetches = vec![("accuracy".into(), acc.clone()), ("images".into(), "images".into())];
+    compile_train(&g, &loss, &o).expect("a fetch named as its own node");
+}
