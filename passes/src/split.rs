@@ -89,6 +89,12 @@ pub fn split_sizes(policy: &SplitPolicy, batch: usize, towers: usize, k: usize) 
     let micro = if k > 1 { format!(" x {k} micro-batches") } else { String::new() };
     match policy {
         SplitPolicy::Even => {
+            if r > 0 && batch < r {
+                let fewer = if k == 1 { format!("{batch} tower(s)") } else { "fewer towers or micro-batches".to_string() };
+                return Err(bad(format!(
+                    "{micro}: each replica needs at least one example, and {batch} < {r}; use a global batch of at least {r}, or, for a short last batch of an epoch, compile that batch with {fewer} (or none) and load it into the same Session beside the training program (it shares the variables, optimizer slots and global_step)"
+                )));
+            }
             if r == 0 || !batch.is_multiple_of(r) {
                 let lo = batch / r.max(1) * r;
                 let hint = if lo > 0 { format!("{lo} or {}", lo + r) } else { format!("{r}") };

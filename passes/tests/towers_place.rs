@@ -148,6 +148,11 @@ fn errors_name_the_problem() {
     assert!(e.contains("250") && e.contains("[3, 1]") && e.contains("multiple of 4"), "{e}");
     let e = run(gpus(2), 256, SplitPolicy::Weighted(vec![3]));
     assert!(e.contains("one weight per tower"), "{e}");
+    // Fewer examples than towers: no weights can help; the way out is a
+    // program with fewer towers for that batch, in the same session.
+    let e = run(gpus(4), 3, SplitPolicy::Even);
+    assert!(e.contains("3 < 4") && e.contains("3 tower(s)") && e.contains("same Session"), "{e}");
+    assert!(!e.contains("Weighted"), "{e}");
 }
 
 #[test]

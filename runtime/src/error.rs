@@ -43,6 +43,10 @@ pub enum RuntimeError {
     #[error("program '{program}' has no fetch or tensor named '{fetch}' (fetches: {fetches}); a tensor simplification removed (an identity) or fused into another kernel is not kept: name it as a fetch when compiling (CompileOptions::fetches, or compile_eval's fetches); `towers compile --emit plan` lists the tensors a plan keeps")]
     UnknownFetch { program: String, fetch: String, fetches: String },
 
+    /// A model tensor of a towers program, which exists once per tower.
+    #[error("program '{program}' computes '{fetch}' in every tower ({replicas}), each on its tower's rows: to get it for the whole batch, in batch order, name it as a fetch when compiling (CompileOptions::fetches: a per-row f32 tensor is gathered across the towers, a scalar combined as the loss); or fetch one tower's part by its tower name")]
+    ReplicatedFetch { program: String, fetch: String, replicas: String },
+
     #[error("tensor '{tensor}' of program '{program}' cannot be read after a step: its arena bytes are reused by later steps (memory planning by liveness); fetch it through the program's fetches (CompileOptions::fetches), or compile with memory reuse off (CompileOptions::reuse_memory = false; CLI: --no-memory-reuse)")]
     TensorReused { program: String, tensor: String },
 

@@ -334,10 +334,25 @@ impl Session {
     /// The buffer a fetch names, its length, after checking the dtype.
     fn fetch_ref(&self, program: &str, name: &str, dtype: DType) -> Result<(&Program, &BufRef, usize), RuntimeError> {
         let p = self.program(program)?;
-        let r = p.plan.lookup(name).ok_or_else(|| RuntimeError::UnknownFetch {
-            program: program.into(),
-            fetch: name.into(),
-            fetches: list(p.plan.fetches.iter().map(|(n, _)| n.as_str())),
+        let r = p.plan.lookup(name).ok_or_else(|| {
+            // With towers, the model's tensors are replicated as `tower_i/<name>`.
+            let base = name.strip_suffix(":0").unwrap_or(name);
+            let replicas: Vec<&str> = p
+                .plan
+                .tensors
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .filter(|n| n.starts_with("tower_") && n.split_once('/').is_some_and(|(_, rest)| rest == base))
+                .collect();
+            if replicas.is_empty() {
+                RuntimeError::UnknownFetch {
+                    program: program.into(),
+                    fetch: name.into(),
+                    fetches: list(p.plan.fetches.iter().map(|(n, _)| n.as_str())),
+                }
+            } else {
+                RuntimeError::ReplicatedFetch { program: program.into(), fetch: name.into(), replicas: list(replicas.into_iter()) }
+            }
         })?;
         // A step's tensor holds nothing before the first step (a variable
         // holds its value from the load on).

@@ -119,3 +119,21 @@ fn a_fetch_name_that_would_hide_another_tensor_is_refused() {
     o.fetches = vec![("accuracy".into(), acc.clone()), ("images".into(), "images".into())];
     compile_train(&g, &loss, &o).expect("a fetch named as its own node");
 }
+
+/// With towers, a model tensor exists once per tower: fetching it by its
+/// model name says so and names the way to the whole batch's rows.
+#[test]
+fn fetching_a_replicated_tensor_by_its_model_name_names_the_replicas() {
+    let (g, loss, _) = model().expect("builds");
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, BATCH);
+    o.towers = vec![Device::gpu(0), Device::gpu(1)];
+    let c = compile_train(&g, &loss, &o).expect("compiles");
+    let mut s = Session::new(0);
+    s.load("train", c.plan).expect("loads");
+    let (x, y) = &batches(BATCH, 1, 3)[0];
+    s.feed("train", "images", x).expect("feed");
+    s.feed("train", "labels", y).expect("feed");
+    s.run("train").expect("runs");
+    let e = s.fetch::<f32>("train", "MLP/logits/BiasAdd").expect_err("replicated").to_string();
+    assert!(e.contains("tower_0/MLP/logits/BiasAdd") && e.contains("CompileOptions::fetches"), "{e}");
+}
