@@ -96,8 +96,8 @@ pub struct CompileOptions {
     /// tower's share, a sum over the batch (a count of correct examples)
     /// added up, so that it is the value one device computes on the whole
     /// batch (anything else is averaged by the shares, with a diagnostic).
-    /// An f32 fetch whose axis 0 is the batch's rows (a final RNN state
-    /// fed back as the next initial state) is the towers' rows
+    /// A fetch whose axis 0 is the batch's rows (a final RNN state fed
+    /// back as the next initial state, i32 predictions) is the towers' rows
     /// concatenated in batch order; any other non-scalar fetch inside the
     /// towers is an error (reduce it, or fetch it from an evaluation
     /// program). Empty by default.

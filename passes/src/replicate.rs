@@ -251,7 +251,8 @@ impl Pass for Replicate {
                     let ty = g.tensor_type(t)?.clone();
                     let rows =
                         ty.shape.rank() > 0 && f.slot == 0 && kinds.get(&id) == Some(&crate::loss_kind::Kind::Rows);
-                    if rows && ty.dtype == towers_graph::DType::F32 {
+                    // Any dtype: the layout kernels move 4-byte elements as bits.
+                    if rows {
                         let name = g.unique_name(&format!("{}/tower_concat", f.node));
                         let concat = g.add(NewNode::new(
                             name,
@@ -262,11 +263,7 @@ impl Pass for Replicate {
                         continue;
                     }
                     if ty.shape.rank() != 0 || !ty.dtype.is_float() {
-                        let how = if rows {
-                            "per-row fetches are gathered across towers as f32: cast it (cast(x, DType::F32))"
-                        } else {
-                            "only scalar float fetches (combined like the loss) and f32 tensors whose axis 0 is the batch's rows (concatenated in batch order) are gathered across towers: reduce it, or fetch it from an evaluation program"
-                        };
+                        let how = "only scalar float fetches (combined like the loss) and tensors whose axis 0 is the batch's rows (concatenated in batch order) are gathered across towers: reduce it, or fetch it from an evaluation program";
                         return Err(PassError::Options(format!(
                             "fetch '{user}' ('{}') is computed in every tower ({ty} on one device); {how}",
                             f.node

@@ -26,6 +26,9 @@ fn model() -> Result<(Graph, String, String), GraphError> {
     let hit = b.cast(hit, DType::F32)?;
     let acc = b.reduce_mean_all(hit)?;
     let acc = b.identity(acc, "accuracy")?;
+    // A sum over the batch per class: neither a scalar nor rows.
+    let sums = b.reduce_sum(logits, &[0], false)?;
+    b.identity(sums, "logit_sums")?;
     let g = b.finish();
     let (l, a) = (g.node(loss.node).name.clone(), g.node(acc.node).name.clone());
     Ok((g, l, a))
@@ -79,11 +82,10 @@ fn a_fetch_the_towers_cannot_gather_is_an_error_naming_it() {
     // f32 logits are rows: gathered in batch order (tests/tests/loss_reductions.rs).
     o.fetches = vec![("logits".into(), "MLP/logits/BiasAdd".into())];
     compile_train(&g, &loss, &o).expect("per-row f32 logits are gathered");
-    // i32 predictions are rows too, but gathered as f32 only.
-    let pred = g.node(g.inputs(g.find("Equal").expect("the accuracy's equal"))[0].node).name.clone();
-    o.fetches = vec![("predictions".into(), pred)];
+    // Per-class sums over each tower's rows are neither rows nor a scalar.
+    o.fetches = vec![("sums".into(), "logit_sums".into())];
     let e = compile_train(&g, &loss, &o).unwrap_err().to_string();
-    assert!(e.contains("fetch 'predictions'") && e.contains("cast"), "{e}");
+    assert!(e.contains("fetch 'sums'") && e.contains("evaluation program"), "{e}");
     o.fetches = vec![("loss".into(), "accuracy".into())];
     let e = compile_train(&g, &loss, &o).unwrap_err().to_string();
     assert!(e.contains("'loss'") && e.contains("another name"), "{e}");
@@ -136,4 +138,36 @@ fn fetching_a_replicated_tensor_by_its_model_name_names_the_replicas() {
     s.run("train").expect("runs");
     let e = s.fetch::<f32>("train", "MLP/logits/BiasAdd").expect_err("replicated").to_string();
     assert!(e.contains("tower_0/MLP/logits/BiasAdd") && e.contains("CompileOptions::fetches"), "{e}");
+}
+
+/// Per-row i32 predictions (`argmax`) fetched in a training step are the
+/// towers' rows in batch order: one device's predictions, also with
+/// uneven towers.
+#[test]
+fn per_row_i32_predictions_are_gathered_across_towers() {
+    let (g, loss, _) = model().expect("builds");
+    let data = batches(BATCH, 2, 5);
+    let preds = |towers: usize, split: SplitPolicy| -> Vec<Vec<i32>> {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, BATCH);
+        o.towers = (0..towers as u32).map(Device::gpu).collect();
+        o.split = split;
+        o.fetches = vec![("pred".into(), "ArgMax".into())];
+        let c = compile_train(&g, &loss, &o).expect("compiles");
+        let mut s = Session::new(0);
+        s.load("train", c.plan).expect("loads");
+        data.iter()
+            .map(|(x, y)| {
+                s.feed("train", "images", x).expect("feed");
+                s.feed("train", "labels", y).expect("feed");
+                s.run("train").expect("runs");
+                s.fetch::<i32>("train", "pred").expect("pred")
+            })
+            .collect()
+    };
+    let one = preds(0, SplitPolicy::Even);
+    assert_eq!(one[0].len(), BATCH);
+    // Not one class everywhere, so a shuffled order would show.
+    assert!(one.iter().flatten().any(|&p| p != one[0][0]), "{one:?}");
+    assert_eq!(preds(2, SplitPolicy::Even), one);
+    assert_eq!(preds(3, SplitPolicy::Weighted(vec![1, 2, 1])), one);
 }
