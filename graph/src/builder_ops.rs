@@ -296,7 +296,14 @@ impl GraphBuilder {
     pub fn select(&mut self, cond: Tensor, x: Tensor, y: Tensor) -> Result<Tensor> {
         self.where_(cond, x, y)
     }
+    /// TF's `tf.cast(x, dtype)`. A cast to the dtype `x` already has is an
+    /// `Identity` named `Cast` (TF returns `x` itself), so the gradient
+    /// flows through it; any other cast blocks the gradient (towers has one
+    /// float type, and TF's `_CastGrad` passes nothing to or from integers).
     pub fn cast(&mut self, x: Tensor, dtype: DType) -> Result<Tensor> {
+        if self.graph.tensor_type(x)?.dtype == dtype {
+            return self.op1("Cast", Op::Identity, &[x]);
+        }
         self.op1("Cast", Op::Cast { dtype }, &[x])
     }
     /// TF's `tf.nn.dropout(x, rate=rate)`: drop probability `rate`,

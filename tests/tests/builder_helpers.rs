@@ -304,3 +304,32 @@ fn l2_normalize_and_moments_compute_tfs_formulas() {
     assert_eq!(s.fetch::<f32>("eval", "mean").unwrap(), [2.0, 2.0]);
     assert_eq!(s.fetch::<f32>("eval", "var").unwrap(), [1.0, 4.0]);
 }
+
+/// `cast(x, F32)` of an f32 tensor, as TF1 code writes defensively
+/// (`tf.cast(images, tf.float32)`), is the identity: the gradient flows
+/// through it. loss = mean(c * (x + w)²) with and without the cast give
+/// the same update of w (before, the cast stopped the gradient: w froze).
+#[test]
+fn a_cast_to_the_same_dtype_passes_the_gradient() {
+    let train = |cast: bool| -> Vec<f32> {
+        let mut b = GraphBuilder::with_seed(1);
+        let x = b.placeholder("x", DType::F32, [None, Some(3)]).unwrap();
+        let w = b.get_variable("w", [3], Initializer::Constant(F32(0.1))).unwrap();
+        let z = b.add(x, w).unwrap();
+        let z = if cast { b.cast(z, DType::F32).unwrap() } else { z };
+        let q = b.square(z).unwrap();
+        let loss = b.reduce_mean_all(q).unwrap();
+        let g = b.finish();
+        let name = g.node(loss.node).name.clone();
+        let c = compile_train(&g, &name, &CompileOptions::new(Optimizer::Sgd { lr: F32(1.0) }, 2)).unwrap();
+        let mut s = Session::new(0);
+        s.load("train", c.plan).unwrap();
+        s.feed("train", "x", &[0.5, -1.0, 2.0, 1.5, 0.0, -0.5]).unwrap();
+        s.run("train").unwrap();
+        s.variable::<f32>("w").unwrap()
+    };
+    let (with, without) = (train(true), train(false));
+    // d/dw mean((x+w)²) over 6 elements = (2/6)·Σ_rows (x+w): w moves.
+    assert!((without[0] - 0.1).abs() > 0.1, "{without:?}");
+    assert_eq!(with, without);
+}
