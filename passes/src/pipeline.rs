@@ -44,6 +44,7 @@
 //! assert!(front.graph.program().schedule.is_none());
 //! ```
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use towers_graph::{keys, Device, Graph};
@@ -372,7 +373,30 @@ pub fn eval(model: &Graph, fetches: &[(&str, &str)], batch: usize) -> Result<Pip
             "an evaluation program needs at least one fetch, e.g. &[(\"logits\", \"model/logits/BiasAdd\")]".into(),
         ));
     }
-    Pipeline::eval(fetches, batch).run(model)
+    let mut pipeline = Pipeline::eval(fetches, batch);
+    // TF1's evaluation graph is the training tower's model again, its ops
+    // under `/gpu:0` and its variables under `/cpu:0` (cifar10_eval.py):
+    // run it where its scopes say, as compile_manual runs the devices its
+    // scopes name, rather than refusing the second device.
+    let asked: BTreeSet<Device> =
+        model.node_ids().into_iter().filter_map(|i| model.node(i).requested_device.concrete()).collect();
+    if asked.len() > 1 {
+        let gpus: Vec<Device> = asked.into_iter().filter(|d| d.kind != Device::CPU0.kind).collect();
+        if !gpus.is_empty() {
+            pipeline.passes = pipeline
+                .passes
+                .into_iter()
+                .map(|p| -> Box<dyn Pass> {
+                    if p.name() == "place" {
+                        Box::new(Place { strategy: VarPlacement::Cpu, devices: gpus.clone() })
+                    } else {
+                        p
+                    }
+                })
+                .collect();
+        }
+    }
+    pipeline.run(model)
 }
 
 /// The user names of a program's fetches must each mean one tensor: not
