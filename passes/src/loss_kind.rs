@@ -208,6 +208,44 @@ fn rule(op: &Op, ins: &[Kind]) -> Kind {
     }
 }
 
+/// Why node `id` reads other examples' rows of a per-row input along the
+/// batch's axis 0, if it does: a slice or gather of some of the batch's
+/// rows, a max/min over the batch, a tile, pad or split of axis 0. With
+/// several replicas each holds only its own rows, so such a node cannot
+/// compute what one device computes; `replicate` refuses it (`kinds` from
+/// [`kinds`] of the graph before replication). A reshape or transpose that
+/// moves the batch off axis 0 (a time-major RNN) ends the analysis there
+/// (`Opaque`), so nothing after it is refused.
+pub fn cross_row_read(g: &Graph, id: NodeId, kinds: &BTreeMap<NodeId, Kind>) -> Option<String> {
+    let ins = g.inputs(id);
+    let rows = |i: usize| ins.get(i).is_some_and(|t| kinds.get(&t.node) == Some(&Rows));
+    if !rows(0) {
+        return None;
+    }
+    let batch = ins.first().and_then(|&t| g.tensor_type(t).ok()).and_then(|ty| ty.shape.dim(0));
+    match &g.node(id).op {
+        Op::Slice { begin, size } => {
+            let (b0, s0) = (begin.first().copied().unwrap_or(0), size.first().copied().unwrap_or(-1));
+            if b0 == 0 && s0 >= 0 && Some(s0 as usize) == batch {
+                return Some(format!("it slices {s0} rows, the whole global batch, by number: write the size -1 (all rows)"));
+            }
+            (b0 != 0 || s0 != -1).then(|| format!("it slices rows from {b0} ({s0} of them) of the batch"))
+        }
+        Op::Gather { axis: 0 } => Some("it gathers rows of the batch by index".into()),
+        Op::ReduceMax { axes, .. } | Op::ReduceMin { axes, .. } if axes.contains(&0) => {
+            Some("it takes a max or min over the batch's rows".into())
+        }
+        Op::Tile { multiples } if multiples.first().is_some_and(|&m| m != 1) => {
+            Some("it tiles the batch's rows".into())
+        }
+        Op::Pad { paddings, .. } if paddings.first().is_some_and(|p| *p != [0, 0]) => {
+            Some("it pads the batch's axis 0 with rows".into())
+        }
+        Op::Split { axis: 0, sizes } => Some(format!("it splits the batch's rows into parts of {sizes:?} rows")),
+        _ => None,
+    }
+}
+
 /// `Rows` when every input is rows or free, else `Opaque`.
 fn rows_only(ins: &[Kind]) -> Kind {
     if ins.iter().all(|&k| k == Rows || k == Free) {

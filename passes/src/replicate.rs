@@ -122,6 +122,20 @@ impl Pass for Replicate {
         }
         let set = tower_set(g, &seeds);
         let order: Vec<NodeId> = g.topo_order()?.into_iter().filter(|n| set.contains(n)).collect();
+        let replicas = self.towers.len() * self.accumulate;
+        if replicas > 1 || st.global_batch.is_some() {
+            let kinds = crate::loss_kind::kinds(g, &st.batch_inputs)?;
+            for &n in &order {
+                if let Some(why) = crate::loss_kind::cross_row_read(g, n, &kinds) {
+                    let node = g.node(n);
+                    return Err(PassError::Options(format!(
+                        "node '{}' ({}) reads across the examples of the batch: {why}; split over {replicas} replica(s) (towers x micro-batches) and the processes, each holds only its own rows of the batch, so it cannot compute what one device computes on the whole batch. Compute it per example (on an axis other than 0), or compile without towers, accumulation and processes",
+                        node.name,
+                        node.op.type_name()
+                    )));
+                }
+            }
+        }
 
         // Edges leaving the subgraph, recorded before any copy exists.
         let mut out_data: Vec<(NodeId, usize, Tensor)> = Vec::new();
