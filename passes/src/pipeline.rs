@@ -330,6 +330,15 @@ fn check_no_hand_towers(model: &Graph) -> Result<(), PassError> {
 /// Refuse what only the compiler's towers honour when no tower is asked
 /// for (one process): it would be ignored, not done.
 fn check_replication(opts: &CompileOptions) -> Result<(), PassError> {
+    // `ProcessGroup`'s fields are public: a literal gets the checks of
+    // `ProcessGroup::new` and `with_ps_ranks`, in the API's words.
+    let p = opts.process;
+    if p.world == 0 || p.rank >= p.world || (p.ps_ranks > 0 && p.ps_ranks >= p.world) {
+        return Err(PassError::Options(format!(
+            "CompileOptions::process = ProcessGroup {{ rank: {}, world: {}, ps_ranks: {} }}: the rank must be in 0..world, the world at least 1, and ps_ranks below the world (at least one worker); build it with ProcessGroup::new(rank, world) and .with_ps_ranks(k)",
+            p.rank, p.world, p.ps_ranks
+        )));
+    }
     if opts.accumulate == 0 {
         return Err(PassError::Options(
             "CompileOptions::accumulate is 0: accumulate at least 1 micro-batch per tower (1: none)".into(),

@@ -191,7 +191,7 @@ fn an_eval_program_without_fetches_or_with_a_name_twice_is_refused() {
     let g = model(None);
     assert!(error_of(compile_eval(&g, &[], 4)).contains("at least one fetch"));
     let e = error_of(compile_eval(&g, &[("out", "loss"), ("out", "fc/BiasAdd")], 4));
-    assert!(e.contains("'out' is given twice"), "{e}");
+    assert!(e.contains("fetch name 'out'") && e.contains("given twice"), "{e}");
 }
 
 /// Names a fetch or a dump could not address are refused at build time.
@@ -304,4 +304,17 @@ fn a_second_host_device_is_refused_at_compile_without_towers() {
     b.identity(loss, "loss").unwrap();
     let e = error_of(compile_eval(&b.finish(), &[("loss", "loss")], 4));
     assert!(e.contains("device cpu:1 was asked for") && e.contains("/cpu:0"), "{e}");
+}
+
+/// A `ProcessGroup` written as a literal (its fields are public) gets the
+/// checks of `ProcessGroup::new`: rank 5 of 2, world 0, no worker left.
+#[test]
+fn a_process_group_literal_that_cannot_be_is_refused_first() {
+    let g = model(None);
+    for (rank, world, ps_ranks) in [(5, 2, 0), (0, 0, 0), (0, 2, 2)] {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
+        o.process = ProcessGroup { rank, world, ps_ranks };
+        let e = error_of(compile_train(&g, "loss", &o));
+        assert!(e.contains("ProcessGroup::new") && e.contains(&format!("rank: {rank}, world: {world}")), "{e}");
+    }
 }

@@ -241,6 +241,6 @@ fn a_per_row_fetch_is_the_towers_rows_in_batch_order() {
     let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
     o.towers = vec![Device::gpu(0), Device::gpu(1)];
     o.fetches = vec![("pred".into(), "pred".into())];
-    let e = compile_train(&graph(), "loss", &o).unwrap_err().to_string();
-    assert!(e.contains("fetch 'pred'") && e.contains("cast"), "{e}");
+    // i32 rows are gathered too (checked against one device in train_fetches.rs).
+    compile_train(&graph(), "loss", &o).expect("i32 per-row fetches are gathered");
 }
