@@ -117,6 +117,15 @@ pub struct CompileOptions {
     /// non-trainable one is allowed, as in TF); one the loss does not reach
     /// is a diagnostic, none reached is [`crate::PassError::NoGradients`].
     pub var_list: Vec<String>,
+    /// The optimizer's name (TF1's `AdamOptimizer(lr, name="d_adam")`);
+    /// `None` (the default) is the optimizer's type name, reading the
+    /// session's one `learning_rate` variable. Named, the program's updates
+    /// read their own rate, `<name>/learning_rate` (write it between steps
+    /// for a schedule), its slots are `<var>/<name>`, `<var>/<name>_1`, and
+    /// Adam's bias correction counts this optimizer's own steps
+    /// (`<name>/step`). What lets two training programs of one session
+    /// (a GAN's D and G) train at different rates with Adam.
+    pub optimizer_name: Option<String>,
 }
 
 /// The default gradient bucket capacity: 25 MiB, as PyTorch DDP's `bucket_cap_mb=25`.
@@ -220,6 +229,7 @@ impl CompileOptions {
             fetches: Vec::new(),
             clip_global_norm: None,
             var_list: Vec::new(),
+            optimizer_name: None,
         }
     }
 }

@@ -127,6 +127,7 @@ impl Pipeline {
         passes.push(Box::new(ApplyOptimizer {
             optimizer: opts.optimizer.clone(),
             clip_global_norm: opts.clip_global_norm,
+            name: opts.optimizer_name.clone(),
         }));
         passes.push(Box::new(Place { strategy: opts.variables, devices: towers }));
         if several {

@@ -244,3 +244,198 @@ fn a_wrong_var_list_is_an_error_naming_it() {
     assert!(c.plan.variables.iter().any(|v| v.name == "D/fc1/weights/Momentum"));
     assert!(!c.plan.variables.iter().any(|v| v.name == "D/fc1/biases/Momentum"));
 }
+
+fn adam(lr: f32) -> Optimizer {
+    Optimizer::Adam { lr: F32(lr), beta1: F32(0.5), beta2: F32(0.999), epsilon: F32(1e-8) }
+}
+
+/// D at Adam 4e-4 as "d_adam", G at Adam 1e-4 as "g_adam" (TTUR), 2 towers.
+fn ttur(g: &Graph) -> (Compiled, Compiled) {
+    let named = |lr: f32, name: &str, scope: &str| {
+        let mut o = opts(adam(lr), 2, g.trainable_variables_in_scope(scope));
+        o.optimizer_name = Some(name.into());
+        o
+    };
+    let d = compile_train(g, "d_loss", &named(4e-4, "d_adam", "D/")).unwrap();
+    let gp = compile_train(g, "g_loss", &named(1e-4, "g_adam", "G/")).unwrap();
+    (d, gp)
+}
+
+fn feed_d(s: &mut Session, step: usize) {
+    s.feed("d", "z", &z_data(step)).unwrap();
+    s.feed("d", "real", &real_data(step)).unwrap();
+}
+
+/// Two programs with their own optimizers in one session: each reads its
+/// own rate and counts its own Adam steps. Checked two ways: the first
+/// step of each moves every element by its own rate (Adam's first update
+/// is lr * g / (|g| + eps), i.e. lr * sign(g)), and every alternating step
+/// equals, bit for bit, the same program run in a session of its own (its
+/// own slots and step; the other program's variables copied in first), as
+/// two TF1 optimizers with their own beta powers.
+#[test]
+fn two_named_optimizers_train_at_their_own_rates_and_steps() {
+    let g = gan();
+    let (d, gp) = ttur(&g);
+    assert!(d.plan.variables.iter().any(|v| v.name == "D/fc1/weights/d_adam_1"), "TF1's slot names");
+    let mut s = Session::new(1);
+    s.load("d", d.plan.clone()).unwrap();
+    s.load("g", gp.plan.clone()).unwrap();
+    assert_eq!(s.variable::<f32>("d_adam/learning_rate").unwrap(), [4e-4]);
+    assert_eq!(s.variable::<f32>("g_adam/learning_rate").unwrap(), [1e-4]);
+    let (mut d_ref, mut g_ref) = (Session::new(1), Session::new(1));
+    d_ref.load("d", d.plan).unwrap();
+    g_ref.load("g", gp.plan).unwrap();
+    for step in 0..3 {
+        // D: the reference takes G/ (read, not trained) from the shared session.
+        for (n, v) in snapshot(&s, "G/").into_iter().filter(|(n, _)| !n.ends_with("g_adam") && !n.ends_with("g_adam_1"))
+        {
+            d_ref.set_variable(&n, &v).unwrap();
+        }
+        let before = snapshot(&s, "D/");
+        feed_d(&mut s, step);
+        feed_d(&mut d_ref, step);
+        s.run("d").unwrap();
+        d_ref.run("d").unwrap();
+        assert_eq!(bits(&snapshot(&s, "D/")), bits(&snapshot(&d_ref, "D/")), "D step {step}");
+        if step == 0 {
+            first_adam_step_moves_by(&before, &snapshot(&s, "D/"), 4e-4);
+        }
+        for (n, v) in snapshot(&s, "D/").into_iter().filter(|(n, _)| !n.ends_with("d_adam") && !n.ends_with("d_adam_1"))
+        {
+            g_ref.set_variable(&n, &v).unwrap();
+        }
+        let before = snapshot(&s, "G/");
+        s.feed("g", "z", &z_data(step + 7)).unwrap();
+        g_ref.feed("g", "z", &z_data(step + 7)).unwrap();
+        s.run("g").unwrap();
+        g_ref.run("g").unwrap();
+        assert_eq!(bits(&snapshot(&s, "G/")), bits(&snapshot(&g_ref, "G/")), "G step {step}");
+        if step == 0 {
+            first_adam_step_moves_by(&before, &snapshot(&s, "G/"), 1e-4);
+        }
+    }
+    let step = |name: &str| s.variable::<i32>(name).unwrap()[0];
+    assert_eq!((step("d_adam/step"), step("g_adam/step"), step("global_step")), (3, 3, 6));
+}
+
+/// Adam's first update of a model variable: |Δ| = lr |g| / (|g| + eps), lr up
+/// to eps / |g| (elements with no gradient do not move).
+fn first_adam_step_moves_by(before: &[(String, Vec<f32>)], after: &[(String, Vec<f32>)], lr: f32) {
+    let mut moved = 0;
+    for ((n, a), (_, b)) in before.iter().zip(after).filter(|(p, _)| !p.0.contains("_adam")) {
+        for (x, y) in a.iter().zip(b) {
+            let d = (y - x).abs();
+            if d > 0.0 {
+                // f32 rounding of x - lr at |x| ~ 1 is ~6e-8, 1.5e-3 of a 4e-5 step.
+                assert!((d - lr).abs() <= 2e-3 * lr + 2.0 * f32::EPSILON * x.abs(), "{n}: moved {d}, lr {lr}");
+                moved += 1;
+            }
+        }
+    }
+    assert!(moved > 10, "only {moved} elements moved");
+}
+
+/// Unnamed optimizers share `learning_rate`: a second rate is refused, and
+/// the error names the way out; so is one name compiled with two rates.
+#[test]
+fn a_shared_rate_with_two_values_is_refused_naming_optimizer_name() {
+    let g = gan();
+    let d = compile_train(&g, "d_loss", &opts(adam(4e-4), 0, g.trainable_variables_in_scope("D/"))).unwrap();
+    let gp = compile_train(&g, "g_loss", &opts(adam(1e-4), 0, g.trainable_variables_in_scope("G/"))).unwrap();
+    let mut s = Session::new(1);
+    s.load("d", d.plan).unwrap();
+    let e = s.load("g", gp.plan).unwrap_err().to_string();
+    assert!(e.contains("'learning_rate'") && e.contains("CompileOptions::optimizer_name"), "{e}");
+    let (d, _) = ttur(&g);
+    let mut o = opts(adam(1e-3), 2, g.trainable_variables_in_scope("D/"));
+    o.optimizer_name = Some("d_adam".into());
+    let d2 = compile_train(&g, "d_loss", &o).unwrap();
+    let mut s = Session::new(1);
+    s.load("d", d.plan).unwrap();
+    let e = s.load("d2", d2.plan).unwrap_err().to_string();
+    assert!(e.contains("'d_adam/learning_rate'") && e.contains("0.0004"), "{e}");
+    o.optimizer_name = Some("bad/".into());
+    let e = compile_train(&g, "d_loss", &o).err().expect("a bad name").to_string();
+    assert!(e.contains("optimizer_name 'bad/'"), "{e}");
+}
+
+/// Pretrain D (momentum, lr 0.1) for 2 steps, save; a fine-tuning program
+/// compiled at lr 0.01 restores it.
+fn pretrained(dir: &std::path::Path) -> (std::path::PathBuf, Session, Compiled) {
+    let g = gan();
+    let d = compile_train(&g, "d_loss", &opts(momentum(), 2, g.trainable_variables_in_scope("D/"))).unwrap();
+    let mut s = Session::new(1);
+    s.load("d", d.plan).unwrap();
+    for step in 0..2 {
+        feed_d(&mut s, step);
+        s.run("d").unwrap();
+    }
+    let path = dir.join("pre.safetensors");
+    s.save(&path).unwrap();
+    let slow = Optimizer::Momentum { lr: F32(0.01), momentum: F32(0.9), nesterov: false };
+    let ft = compile_train(&g, "d_loss", &opts(slow, 2, g.trainable_variables_in_scope("D/"))).unwrap();
+    (path, s, ft)
+}
+
+/// A partial restore (fine tuning) takes the model's variables and leaves
+/// the training state: the learning rate stays the program's 0.01 (as
+/// `restore`), global_step 0, the momentum slots zeros; all listed.
+#[test]
+fn restore_partial_takes_the_model_and_leaves_rate_step_and_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, pre, ft) = pretrained(dir.path());
+    let mut s = Session::new(2);
+    s.load("ft", ft.plan).unwrap();
+    let skipped = s.restore_partial(&path).unwrap();
+    assert_eq!(s.variable::<f32>("learning_rate").unwrap(), [0.01]);
+    assert_eq!(s.variable::<i32>("global_step").unwrap(), [0]);
+    let model: Vec<_> = snapshot(&pre, "").into_iter().filter(|(n, _)| !n.ends_with("/Momentum")).collect();
+    let mine: Vec<_> = snapshot(&s, "").into_iter().filter(|(n, _)| !n.ends_with("/Momentum")).collect();
+    let rate = |v: &[(String, Vec<f32>)]| v.iter().filter(|(n, _)| n != "learning_rate").cloned().collect::<Vec<_>>();
+    assert_eq!(bits(&rate(&mine)), bits(&rate(&model)));
+    for (n, v) in snapshot(&s, "D/").into_iter().filter(|(n, _)| n.ends_with("/Momentum")) {
+        assert!(v.iter().all(|x| *x == 0.0), "{n} came from the file");
+    }
+    let mut left = skipped.left_out.clone();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "D/fc1/biases/Momentum",
+            "D/fc1/weights/Momentum",
+            "D/logit/biases/Momentum",
+            "D/logit/weights/Momentum",
+            "global_step",
+            "learning_rate"
+        ]
+    );
+    assert!(skipped.missing.is_empty() && skipped.mismatched.is_empty() && skipped.unknown.is_empty(), "{skipped:?}");
+}
+
+/// `restore_partial_with` restores what the selection accepts: D/fc1/ (its
+/// slots included, since selected) from the file, D/logit/ as initialized;
+/// the learning rate never, even when selected.
+#[test]
+fn restore_partial_with_restores_the_selection_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, pre, ft) = pretrained(dir.path());
+    let mut s = Session::new(2);
+    s.load("ft", ft.plan).unwrap();
+    let init = snapshot(&s, "D/logit/");
+    let skipped = s.restore_partial_with(&path, |n| n.starts_with("D/fc1/") || n == "learning_rate").unwrap();
+    assert_eq!(bits(&snapshot(&s, "D/fc1/")), bits(&snapshot(&pre, "D/fc1/")));
+    assert!(snapshot(&s, "D/fc1/weights/Momentum")[0].1.iter().any(|x| *x != 0.0));
+    assert_eq!(bits(&snapshot(&s, "D/logit/")), bits(&init));
+    assert_eq!(s.variable::<f32>("learning_rate").unwrap(), [0.01]);
+    assert!(
+        skipped.left_out.iter().any(|n| n == "learning_rate")
+            && skipped.left_out.iter().any(|n| n == "D/logit/weights")
+    );
+    // A selected global_step continues every program's step.
+    let mut s = Session::new(2);
+    let (_, _, ft) = pretrained(dir.path());
+    s.load("ft", ft.plan).unwrap();
+    s.restore_partial_with(&path, |n| n == "global_step").unwrap();
+    assert_eq!(s.variable::<i32>("global_step").unwrap(), [2]);
+}
