@@ -220,7 +220,7 @@ fn a_wrong_var_list_is_an_error_naming_it() {
     let g = gan();
     let err = |loss: &str, list: &[&str]| {
         let list = list.iter().map(|s| s.to_string()).collect();
-        compile_train(&g, loss, &opts(momentum(), 2, list)).err().expect("an error").to_string()
+        compile_train(&g, loss, &opts(momentum(), 2, list)).expect_err("an error").to_string()
     };
     let e = err("d_loss", &["D/fc1/weight"]);
     assert!(e.contains("'D/fc1/weight'") && e.contains("did you mean 'D/fc1/weights'"), "{e}");
@@ -356,7 +356,7 @@ fn a_shared_rate_with_two_values_is_refused_naming_optimizer_name() {
     let e = s.load("d2", d2.plan).unwrap_err().to_string();
     assert!(e.contains("'d_adam/learning_rate'") && e.contains("0.0004"), "{e}");
     o.optimizer_name = Some("bad/".into());
-    let e = compile_train(&g, "d_loss", &o).err().expect("a bad name").to_string();
+    let e = compile_train(&g, "d_loss", &o).expect_err("a bad name").to_string();
     assert!(e.contains("optimizer_name 'bad/'"), "{e}");
 }
 
