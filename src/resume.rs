@@ -18,7 +18,8 @@
 //!   first step. Non-finite values are refused even then. It restores the
 //!   model's variables only, as TF1's fine-tuning recipes (slim's
 //!   `assign_from_checkpoint_fn` over the model variables): `global_step`,
-//!   `learning_rate` and the optimizer slots start fresh ([`is_training_state`]),
+//!   `learning_rate` and the optimizer slots start fresh
+//!   (`Session::restore_partial`, which leaves `Session::training_state` out),
 //!   so `--steps 100` trains 100 steps.
 
 use std::collections::BTreeMap;
@@ -124,40 +125,13 @@ pub fn restore(
         for m in model {
             notes.push(format!("--restore-partial: {m}"));
         }
-        // The training state keeps its initial values: read before, written back after.
-        let names = sess.variable_names();
-        let fresh: Vec<(String, Fresh)> = names
-            .iter()
-            .filter(|n| is_training_state(n, &names))
-            .cloned()
-            .filter_map(|n| {
-                let v = match sess.variable::<f32>(&n) {
-                    Ok(v) => Fresh::F32(v),
-                    Err(_) => Fresh::I32(sess.variable::<i32>(&n).ok()?),
-                };
-                Some((n, v))
-            })
-            .collect();
+        // The runtime's fine-tuning restore leaves the training state
+        // (steps, rates, slots) at its initial values and lists it.
+        let fresh = sess.training_state();
         let s = sess.restore_partial(path)?;
-        for (n, v) in &fresh {
-            match v {
-                Fresh::F32(v) => sess.write_variable(n, v)?,
-                Fresh::I32(v) => sess.write_variable_i32(n, v)?,
-            }
-        }
-        let is_fresh = |n: &String| fresh.iter().any(|(f, _)| f == n);
-        let s = towers_runtime::checkpoint::Skipped {
-            missing: s.missing.iter().filter(|n| !is_fresh(n)).cloned().collect(),
-            mismatched: s
-                .mismatched
-                .iter()
-                .filter(|m| !is_fresh(&m.split_once(": ").map_or(m.as_str(), |(n, _)| n).to_string()))
-                .cloned()
-                .collect(),
-            unknown: s.unknown.clone(),
-        };
         if !fresh.is_empty() {
-            let slots = fresh.iter().filter(|(n, _)| n != "global_step" && n != "learning_rate").count();
+            let counter = |n: &str| n == "global_step" || n.ends_with("/step");
+            let slots = fresh.iter().filter(|n| !counter(n) && !towers_graph::is_learning_rate(n)).count();
             notes.push(format!(
                 "--restore-partial: restored the model's variables only (fine tuning, as TF1's init_from_checkpoint): global_step, the learning rate and {slots} optimizer slot(s) start fresh, so the run trains from step 0"
             ));
@@ -171,7 +145,7 @@ pub fn restore(
         for n in s.unknown.iter().filter(|n| !elsewhere.contains(*n)) {
             notes.push(format!("--restore-partial: skipped '{n}': this model has no such variable (dropped)"));
         }
-        if s.is_empty() {
+        if s.missing.is_empty() && s.mismatched.is_empty() && s.unknown.is_empty() {
             notes.push("--restore-partial: every tensor matched; nothing was skipped".into());
         }
         return Ok(notes);
@@ -185,46 +159,9 @@ pub fn restore(
     Ok(notes)
 }
 
-/// The initial value of a training-state variable, kept through a partial restore.
-enum Fresh {
-    F32(Vec<f32>),
-    I32(Vec<i32>),
-}
-
-/// TF's optimizer slot suffixes (`Optimizer::slot_names` of every optimizer).
-const SLOT_SUFFIXES: [&str; 6] = ["Momentum", "Adam", "Adam_1", "RMSProp", "RMSProp_1", "Adagrad"];
-
-/// Whether the variable `name` is training state rather than the model's:
-/// `global_step`, `learning_rate`, or an optimizer slot `<var>/<Slot>` of a
-/// variable `<var>` of `names`.
-pub fn is_training_state(name: &str, names: &[String]) -> bool {
-    if name == "global_step" || name == "learning_rate" {
-        return true;
-    }
-    match name.rsplit_once('/') {
-        Some((var, slot)) => SLOT_SUFFIXES.contains(&slot) && names.iter().any(|n| n == var),
-        None => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn training_state_is_the_step_the_rate_and_the_slots_of_variables() {
-        let names: Vec<String> =
-            ["fc1/weights", "fc1/weights/Momentum", "fc1/weights/Adam_1", "global_step", "learning_rate", "Momentum"]
-                .map(String::from)
-                .to_vec();
-        for n in ["global_step", "learning_rate", "fc1/weights/Momentum", "fc1/weights/Adam_1"] {
-            assert!(is_training_state(n, &names), "{n}");
-        }
-        // A model variable, even one whose scope is named like a slot.
-        for n in ["fc1/weights", "Momentum", "other/Momentum"] {
-            assert!(!is_training_state(n, &names), "{n}");
-        }
-    }
 
     #[test]
     fn differences_name_each_field_and_keep_the_batch_apart() {

@@ -464,6 +464,14 @@ impl Graph {
     pub fn trainable_variables(&self) -> Vec<NodeId> {
         self.collection(keys::TRAINABLE_VARIABLES).iter().filter_map(|n| self.get(n)).collect()
     }
+    /// The names of the trainable variables whose names start with `scope`,
+    /// in creation order: TF1's `tf.trainable_variables(scope)` (a prefix
+    /// match, as TF's `re.match`), what `CompileOptions::var_list` takes to
+    /// train one part of a model (a GAN's `"G/"`). As in TF, `"G"` also
+    /// matches `"Gen/.."`: end the scope with `/` to mean that scope only.
+    pub fn trainable_variables_in_scope(&self, scope: &str) -> Vec<String> {
+        self.collection_in_scope(keys::TRAINABLE_VARIABLES, scope)
+    }
     /// All variables, in creation order.
     pub fn global_variables(&self) -> Vec<NodeId> {
         self.collection(keys::GLOBAL_VARIABLES).iter().filter_map(|n| self.get(n)).collect()

@@ -50,5 +50,5 @@ pub use op::{
     UnaryOp,
 };
 pub use program::{Program, PsSharding, Schedule, ScheduleItem, ScheduledStream, StreamKind, TensorRef};
-pub use towers_vocab::{GLOBAL_STEP, LEARNING_RATE};
+pub use towers_vocab::{is_learning_rate, learning_rate_name, optimizer_step_name, GLOBAL_STEP, LEARNING_RATE};
 pub use types::{DType, Shape, TensorType, F32};

@@ -45,6 +45,7 @@ pub mod split;
 pub mod state;
 pub mod tower_cse;
 pub mod tower_matmul;
+pub mod var_list;
 
 pub use all_reduce::AllReduceBuckets;
 pub use autodiff::{gradients, Autodiff, GradientResult};

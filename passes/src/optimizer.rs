@@ -4,26 +4,37 @@
 //! Invariants of the graph this builds:
 //! - one `ApplyGradient` node per variable, named
 //!   `<Optimizer>/update_<var>/Apply<...>` (`Adam/update_fc1/weights/ApplyAdam`),
-//!   with inputs (variable, slots..., grad, global_step, learning_rate) and
+//!   with inputs (variable, slots..., grad, step, learning_rate) and
 //!   the variable's requested device;
 //! - `learning_rate` (f32 scalar, not trainable, initialized to the
 //!   optimizer's `lr`) is reused if present: the one learning rate every
-//!   update reads each step, so a schedule writes it on the host between
-//!   steps (`Session::write_variable`) without recompiling;
+//!   unnamed optimizer's update reads each step, so a schedule writes it on
+//!   the host between steps (`Session::write_variable`) without recompiling;
 //! - slot variables are created here, named as TF names them (`<var>/Momentum`,
 //!   `<var>/Adam`, `<var>/Adam_1`, `<var>/RMSProp`, `<var>/RMSProp_1`,
 //!   `<var>/Adagrad`): initialized as TF1 does (`Optimizer::slot_initializers`:
 //!   zeros, RMSProp's ms ones, Adagrad's accumulator 0.1), not trainable, in the global
 //!   variables collection, on their variable's requested device;
 //! - `global_step` (i32 scalar, zeros, not trainable) is reused if present;
-//!   exactly one `IncrementStep` node (`<Optimizer>/IncrementStep`) increments
+//!   one `IncrementStep` node (`<Optimizer>/IncrementStep`) increments
 //!   it, with a control edge from every apply (TF's `_finish`), so every apply
-//!   reads the step before the increment (Adam uses t = global_step + 1);
-//! - one `train_op` NoOp has control inputs on every apply, the increment and
+//!   reads the step before the increment (Adam uses t = step + 1);
+//! - an optimizer given a name ([`apply_gradients_named`],
+//!   `CompileOptions::optimizer_name`, TF1's `AdamOptimizer(name=..)`) puts
+//!   `<name>` where the optimizer's type name stands above (nodes
+//!   `<name>/update_..`, slots `<var>/<name>`, `<var>/<name>_1`), reads its
+//!   own rate `<name>/learning_rate`, and Adam's step is its own
+//!   `<name>/step`, incremented beside `global_step` by a second
+//!   `IncrementStep`: two programs of one session, each with its optimizer,
+//!   share neither rate nor bias correction;
+//! - one `train_op` NoOp has control inputs on every apply, the increments and
 //!   every node of the `update_ops` collection, and is in the `train_op`
 //!   collection.
 
-use towers_graph::{keys, DType, Graph, Initializer, NewNode, NodeId, Op, Optimizer, Tensor, F32};
+use towers_graph::{
+    keys, learning_rate_name, optimizer_step_name, DType, Graph, Initializer, NewNode, NodeId, Op, Optimizer, Tensor,
+    F32, GLOBAL_STEP,
+};
 
 use crate::manager::Pass;
 use crate::state::{CompileState, PassError};
@@ -41,12 +52,38 @@ pub struct ApplyResult {
 
 /// Add the optimizer's update of every variable, the step increment and the train op.
 pub fn apply_gradients(g: &mut Graph, grads: &[(String, Tensor)], opt: &Optimizer) -> Result<ApplyResult, PassError> {
+    apply_gradients_named(g, grads, opt, None)
+}
+
+/// [`apply_gradients`] by an optimizer named `name` (TF1's
+/// `AdamOptimizer(lr, name=name)`; `None`: the default, as
+/// [`apply_gradients`]). A named optimizer reads its own rate,
+/// `<name>/learning_rate`, names its slots `<var>/<name>`, `<var>/<name>_1`
+/// and its nodes `<name>/update_<var>/..` as TF1 does, and, where its
+/// update reads the step (Adam), counts its own updates in `<name>/step`
+/// (TF1's per-optimizer beta powers); `global_step` is still incremented.
+pub fn apply_gradients_named(
+    g: &mut Graph,
+    grads: &[(String, Tensor)],
+    opt: &Optimizer,
+    name: Option<&str>,
+) -> Result<ApplyResult, PassError> {
     if grads.is_empty() {
         return Err(PassError::NoVariables);
     }
-    let global_step = global_step(g)?;
-    let learning_rate = learning_rate(g, opt)?;
-    let opt_name = opt.name();
+    if let Some(n) = name {
+        check_optimizer_name(n)?;
+    }
+    let global_step = counter(g, GLOBAL_STEP)?;
+    // The step the updates read: the optimizer's own where it has a name
+    // and reads it (Adam's t), else global_step.
+    let own_step = match (name, opt) {
+        (Some(n), Optimizer::Adam { .. }) => Some(counter(g, &optimizer_step_name(n))?),
+        _ => None,
+    };
+    let step = own_step.unwrap_or(global_step);
+    let learning_rate = learning_rate(g, opt, &learning_rate_name(name))?;
+    let opt_name = name.unwrap_or(opt.name());
     let mut applies = Vec::with_capacity(grads.len());
     let mut slots = Vec::new();
     for (var_name, grad) in grads {
@@ -62,6 +99,8 @@ pub fn apply_gradients(g: &mut Graph, grads: &[(String, Tensor)], opt: &Optimize
         };
         let mut inputs = vec![Tensor::new(var, 0)];
         for (slot, init) in opt.slot_names().iter().zip(opt.slot_initializers()) {
+            // TF1 names a slot after its optimizer: `Adam`, `Adam_1`, or `<name>`, `<name>_1`.
+            let slot = slot.replacen(opt.name(), opt_name, 1);
             let name = format!("{var_name}/{slot}");
             let op = Op::Variable { dtype: DType::F32, shape: shape.clone(), init, trainable: false };
             let mut n = NewNode::new(name.clone(), op, vec![]);
@@ -72,7 +111,7 @@ pub fn apply_gradients(g: &mut Graph, grads: &[(String, Tensor)], opt: &Optimize
             slots.push(name);
         }
         inputs.push(*grad);
-        inputs.push(Tensor::new(global_step, 0));
+        inputs.push(Tensor::new(step, 0));
         inputs.push(Tensor::new(learning_rate, 0));
         let op = Op::ApplyGradient { optimizer: opt.clone() };
         let name = g.unique_name(&format!("{opt_name}/update_{var_name}/{}", op.type_name()));
@@ -80,17 +119,18 @@ pub fn apply_gradients(g: &mut Graph, grads: &[(String, Tensor)], opt: &Optimize
         n.requested_device = dev;
         applies.push(g.add(n)?);
     }
-    let mut inc = NewNode::new(
-        g.unique_name(&format!("{opt_name}/IncrementStep")),
-        Op::IncrementStep,
-        vec![Tensor::new(global_step, 0)],
-    );
-    inc.control_inputs = applies.clone();
-    inc.requested_device = g.node(global_step).requested_device.clone();
-    let inc = g.add(inc)?;
-
     let mut deps = applies.clone();
-    deps.push(inc);
+    for counter in [Some(global_step), own_step].into_iter().flatten() {
+        let base = if counter == global_step {
+            format!("{opt_name}/IncrementStep")
+        } else {
+            format!("{opt_name}/IncrementOwnStep")
+        };
+        let mut inc = NewNode::new(g.unique_name(&base), Op::IncrementStep, vec![Tensor::new(counter, 0)]);
+        inc.control_inputs = applies.clone();
+        inc.requested_device = g.node(counter).requested_device.clone();
+        deps.push(g.add(inc)?);
+    }
     for name in g.collection(keys::UPDATE_OPS).to_vec() {
         deps.push(g.find(&name)?);
     }
@@ -102,19 +142,29 @@ pub fn apply_gradients(g: &mut Graph, grads: &[(String, Tensor)], opt: &Optimize
     Ok(ApplyResult { train_op, global_step, applies, slots })
 }
 
-/// The `global_step` variable, created (i32 scalar, zeros, not trainable) if missing.
-fn global_step(g: &mut Graph) -> Result<NodeId, PassError> {
-    if let Some(id) = g.get("global_step") {
+/// Refuse an optimizer name that cannot prefix its variables' names.
+fn check_optimizer_name(name: &str) -> Result<(), PassError> {
+    towers_graph::check_node_name(name).map_err(|e| {
+        PassError::Options(format!(
+            "CompileOptions::optimizer_name '{name}': {e}; name the optimizer as TF1's AdamOptimizer(name=\"d_adam\")"
+        ))
+    })
+}
+
+/// An i32 scalar step counter named `name` (`global_step`, `<optimizer>/step`),
+/// created (zeros, not trainable) if missing.
+fn counter(g: &mut Graph, name: &str) -> Result<NodeId, PassError> {
+    if let Some(id) = g.get(name) {
         return match &g.node(id).op {
             Op::Variable { dtype: DType::I32, shape, .. } if shape.is_empty() => Ok(id),
-            _ => Err(PassError::Options(
-                "a node named 'global_step' exists but is not an i32 scalar variable; rename it".into(),
-            )),
+            _ => Err(PassError::Options(format!(
+                "a node named '{name}' exists but is not an i32 scalar variable; rename it"
+            ))),
         };
     }
     let op = Op::Variable { dtype: DType::I32, shape: vec![], init: Initializer::Zeros, trainable: false };
-    let id = g.add(NewNode::new("global_step", op, vec![]))?;
-    g.add_to_collection(keys::GLOBAL_VARIABLES, "global_step");
+    let id = g.add(NewNode::new(name, op, vec![]))?;
+    g.add_to_collection(keys::GLOBAL_VARIABLES, name);
     Ok(id)
 }
 
@@ -129,21 +179,22 @@ fn rate_of(opt: &Optimizer) -> F32 {
     }
 }
 
-/// The `learning_rate` variable, created (f32 scalar, the optimizer's `lr`,
+/// The learning-rate variable `name` (`learning_rate` or
+/// `<optimizer>/learning_rate`), created (f32 scalar, the optimizer's `lr`,
 /// not trainable) if missing.
-fn learning_rate(g: &mut Graph, opt: &Optimizer) -> Result<NodeId, PassError> {
-    if let Some(id) = g.get(LEARNING_RATE) {
+fn learning_rate(g: &mut Graph, opt: &Optimizer, name: &str) -> Result<NodeId, PassError> {
+    if let Some(id) = g.get(name) {
         return match &g.node(id).op {
             Op::Variable { dtype: DType::F32, shape, .. } if shape.is_empty() => Ok(id),
             _ => Err(PassError::Options(format!(
-                "a node named '{LEARNING_RATE}' exists but is not an f32 scalar variable; rename it"
+                "a node named '{name}' exists but is not an f32 scalar variable; rename it"
             ))),
         };
     }
     let lr = rate_of(opt);
     let op = Op::Variable { dtype: DType::F32, shape: vec![], init: Initializer::Constant(lr), trainable: false };
-    let id = g.add(NewNode::new(LEARNING_RATE, op, vec![]))?;
-    g.add_to_collection(keys::GLOBAL_VARIABLES, LEARNING_RATE);
+    let id = g.add(NewNode::new(name, op, vec![]))?;
+    g.add_to_collection(keys::GLOBAL_VARIABLES, name);
     Ok(id)
 }
 
@@ -209,6 +260,8 @@ pub struct ApplyOptimizer {
     pub optimizer: Optimizer,
     /// Clip the gradients to this global norm first ([`crate::clip`]).
     pub clip_global_norm: Option<f32>,
+    /// The optimizer's name (`CompileOptions::optimizer_name`), see [`apply_gradients_named`].
+    pub name: Option<String>,
 }
 
 impl Pass for ApplyOptimizer {
@@ -236,7 +289,7 @@ impl Pass for ApplyOptimizer {
             Some(clip) => crate::clip::clip_by_global_norm(g, &grads, clip)?,
             None => grads,
         };
-        let res = apply_gradients(g, &grads, &self.optimizer)?;
+        let res = apply_gradients_named(g, &grads, &self.optimizer, self.name.as_deref())?;
         let train_op = g.node(res.train_op).name.clone();
         let program = g.program_mut();
         program.train_op = Some(train_op);

@@ -107,6 +107,25 @@ pub struct CompileOptions {
     /// on `average_gradients(tower_grads)`; see [`crate::clip`]). `None`
     /// (the default) clips nothing. One process only.
     pub clip_global_norm: Option<f32>,
+    /// The variables this training program differentiates and updates, by
+    /// name (TF1's `optimizer.minimize(loss, var_list=...)`); empty (the
+    /// default) trains every trainable variable the loss reaches. A GAN
+    /// compiles its discriminator's program with
+    /// `g.trainable_variables_in_scope("D/")` and its generator's with
+    /// `"G/"`: each program then reads the other's variables and leaves them
+    /// untouched. Every name must be an f32 variable of the graph (a
+    /// non-trainable one is allowed, as in TF); one the loss does not reach
+    /// is a diagnostic, none reached is [`crate::PassError::NoGradients`].
+    pub var_list: Vec<String>,
+    /// The optimizer's name (TF1's `AdamOptimizer(lr, name="d_adam")`);
+    /// `None` (the default) is the optimizer's type name, reading the
+    /// session's one `learning_rate` variable. Named, the program's updates
+    /// read their own rate, `<name>/learning_rate` (write it between steps
+    /// for a schedule), its slots are `<var>/<name>`, `<var>/<name>_1`, and
+    /// Adam's bias correction counts this optimizer's own steps
+    /// (`<name>/step`). What lets two training programs of one session
+    /// (a GAN's D and G) train at different rates with Adam.
+    pub optimizer_name: Option<String>,
 }
 
 /// The default gradient bucket capacity: 25 MiB, as PyTorch DDP's `bucket_cap_mb=25`.
@@ -209,6 +228,8 @@ impl CompileOptions {
             merge_tower_duplicates: true,
             fetches: Vec::new(),
             clip_global_norm: None,
+            var_list: Vec::new(),
+            optimizer_name: None,
         }
     }
 }

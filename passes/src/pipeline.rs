@@ -17,7 +17,8 @@
 //! several processes (`opts.process`), which also always replicate (one
 //! tower on `/gpu:0` when none are given). A run starts from a clone
 //! of the model graph: the train pipeline seeds the compile state with the
-//! loss and the trainable variables, the eval pipeline seeds the program
+//! loss and the trainable variables (or `opts.var_list`, checked by
+//! [`crate::var_list::check`]), the eval pipeline seeds the program
 //! record with the fetches and empties `update_ops` (evaluation updates
 //! nothing). It returns the placed, scheduled graph, whose program record
 //! (`g.program()`) is all lowering needs, plus the compile state and the
@@ -61,7 +62,7 @@ use crate::{
 #[derive(Debug, Clone)]
 enum Program {
     /// A training step minimizing the scalar loss (a node name, output 0).
-    Train { loss: String, fetches: Vec<(String, String)> },
+    Train { loss: String, fetches: Vec<(String, String)>, var_list: Vec<String> },
     /// A forward-only program fetching (user name, node name) pairs, output 0 each.
     Eval { fetches: Vec<(String, String)> },
     /// A hand-built training graph (its `apply_gradients` already ran),
@@ -127,6 +128,7 @@ impl Pipeline {
         passes.push(Box::new(ApplyOptimizer {
             optimizer: opts.optimizer.clone(),
             clip_global_norm: opts.clip_global_norm,
+            name: opts.optimizer_name.clone(),
         }));
         passes.push(Box::new(Place { strategy: opts.variables, devices: towers }));
         if several {
@@ -143,7 +145,11 @@ impl Pipeline {
         passes.push(Box::new(ScheduleStreams));
         let dump = opts.dump_dir.clone().map(|d| (d, opts.dump_after.clone()));
         Pipeline {
-            program: Program::Train { loss: loss.to_string(), fetches: opts.fetches.clone() },
+            program: Program::Train {
+                loss: loss.to_string(),
+                fetches: opts.fetches.clone(),
+                var_list: opts.var_list.clone(),
+            },
             passes,
             dump,
             verify: None,
@@ -220,7 +226,7 @@ impl Pipeline {
         let mut g = model.clone();
         let mut st = CompileState::default();
         match &self.program {
-            Program::Train { loss, fetches } => {
+            Program::Train { loss, fetches, var_list } => {
                 st.loss = Some(TensorRef::new(loss, 0));
                 check_fetch_names(&g, fetches, true)?;
                 for (user, node) in fetches {
@@ -228,7 +234,13 @@ impl Pipeline {
                     g.program_mut().fetches.insert(user.clone(), TensorRef::new(node, 0));
                 }
                 // Prune drops the variables the loss does not reach.
-                st.var_list = g.collection(keys::TRAINABLE_VARIABLES).to_vec();
+                st.var_list = if var_list.is_empty() {
+                    g.collection(keys::TRAINABLE_VARIABLES).to_vec()
+                } else {
+                    crate::var_list::check(&g, var_list)?;
+                    var_list.clone()
+                };
+                st.requested_vars = var_list.clone();
             }
             Program::Eval { fetches } => {
                 check_fetch_names(&g, fetches, false)?;
@@ -371,6 +383,12 @@ fn check_replication(opts: &CompileOptions) -> Result<(), PassError> {
 /// graph, on `opts.towers`, or where none are given on the GPUs its nodes
 /// ask for ([`crate::manual::requested_gpus`]).
 pub fn manual(model: &Graph, loss: &str, opts: &CompileOptions) -> Result<PipelineOutput, PassError> {
+    if !opts.var_list.is_empty() {
+        return Err(PassError::Options(format!(
+            "CompileOptions::var_list ({} variables) with compile_manual: a hand-built graph already chose its variables; pass them to gradients(..) and apply_gradients, and leave var_list empty",
+            opts.var_list.len()
+        )));
+    }
     let devices = if opts.towers.is_empty() { crate::manual::requested_gpus(model) } else { opts.towers.clone() };
     Pipeline::manual(loss, opts, devices).run(model)
 }
@@ -429,7 +447,7 @@ fn check_fetch_names(g: &Graph, fetches: &[(String, String)], training: bool) ->
         }
         // `x:0` is output 0 of node `x`: fetching it as "x" hides nothing.
         let own = user == node.strip_suffix(":0").unwrap_or(node);
-        let reserved = [towers_graph::LEARNING_RATE, towers_graph::GLOBAL_STEP].contains(&user.as_str());
+        let reserved = towers_graph::is_learning_rate(user) || user == towers_graph::GLOBAL_STEP;
         let shadowed = !own && (g.get(user).is_some() || reserved);
         if shadowed {
             return bad(format!(

@@ -346,10 +346,20 @@ impl Pass for Place {
         if let Some(step) = g.get("global_step") {
             steps.insert(step);
         }
-        // The learning rate lives with global_step on the host: the training
-        // loop writes it between steps.
+        // The learning rates live with global_step on the host: the training
+        // loop writes them between steps. An update's last input is its rate
+        // (`learning_rate`, or a named optimizer's `<name>/learning_rate`).
         if let Some(lr) = g.get(crate::optimizer::LEARNING_RATE) {
             steps.insert(lr);
+        }
+        for &id in &ids {
+            if matches!(g.node(id).op, Op::ApplyGradient { .. }) {
+                if let Some(lr) = g.inputs(id).last() {
+                    if matches!(g.node(lr.node).op, Op::Variable { .. }) {
+                        steps.insert(lr.node);
+                    }
+                }
+            }
         }
 
         let mut vars = Vec::new();
@@ -402,7 +412,7 @@ impl Pass for Place {
                 p.clone()
             } else if let Some(d) = ctx.request(g, id)? {
                 (d, format!("requested {}", d.spec()))
-            } else if steps.contains(&id) && n.name == crate::optimizer::LEARNING_RATE {
+            } else if steps.contains(&id) && towers_graph::is_learning_rate(&n.name) {
                 host("learning rate, set between steps")
             } else if steps.contains(&id) {
                 host("global step")

@@ -26,8 +26,14 @@ pub struct Diagnostic {
 pub struct CompileState {
     /// The scalar loss of the model (before replication: the single tower's).
     pub loss: Option<TensorRef>,
-    /// Variables to train, by name, in creation order.
+    /// Variables to train, by name: the trainable variables in creation
+    /// order, or the user's `CompileOptions::var_list` in its order (`prune`
+    /// then drops those the loss does not reach).
     pub var_list: Vec<String>,
+    /// The user's `CompileOptions::var_list` as given (empty: every
+    /// trainable variable). Kept apart from `var_list` so that a list whose
+    /// every variable `prune` removed is an error, never "all of them".
+    pub requested_vars: Vec<String>,
     /// Gradient of the loss per variable (after `grad_mean`: the reduced one).
     pub grads: BTreeMap<String, TensorRef>,
     /// Per tower (index = tower), per variable: that tower's gradient (set by `replicate`).

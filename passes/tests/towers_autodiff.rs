@@ -22,7 +22,7 @@ fn real(n: u32, bn: bool, vars: VarPlacement) -> (towers_graph::Graph, CompileSt
         .add(Replicate { towers: gpus(n), accumulate: 1, bn_updates: BnUpdates::Mean })
         .add(SplitBatch::new(SplitPolicy::Even))
         .add(GradMean)
-        .add(ApplyOptimizer { optimizer: opt, clip_global_norm: None })
+        .add(ApplyOptimizer { optimizer: opt, clip_global_norm: None, name: None })
         .add(Place { strategy: vars, devices: gpus(n) })
         .add(ScheduleStreams)
         .run(&mut g, &mut st)

@@ -176,7 +176,7 @@ fn single_device_mode_puts_everything_on_one_device_without_copies() {
     PassManager::new()
         .verify(true)
         .add(BindBatch::new(8))
-        .add(ApplyOptimizer { optimizer: sgd(), clip_global_norm: None })
+        .add(ApplyOptimizer { optimizer: sgd(), clip_global_norm: None, name: None })
         .add(Place { strategy: VarPlacement::Gpu0, devices: vec![] })
         .add(ScheduleStreams)
         .run(&mut g, &mut st)

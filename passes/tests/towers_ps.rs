@@ -33,7 +33,7 @@ fn compile_ps(n: u32, vars: VarPlacement, requests: &[(&str, &str)]) -> Result<G
         .add(Replicate { towers: towers.clone(), accumulate: 1, bn_updates: BnUpdates::Mean })
         .add(SplitBatch::new(SplitPolicy::Even))
         .add(GradMean)
-        .add(ApplyOptimizer { optimizer: adam(), clip_global_norm: None })
+        .add(ApplyOptimizer { optimizer: adam(), clip_global_norm: None, name: None })
         .add(Place { strategy: vars, devices: towers })
         .add(ScheduleStreams)
         .run(&mut g, &mut st)?;
@@ -152,7 +152,7 @@ fn ps_requests_are_checked_with_tf_words() {
     g.node_mut(id).requested_device = DeviceSpec::parse("/job:ps/task:0").unwrap();
     let e = PassManager::new()
         .add(BindBatch::new(8))
-        .add(ApplyOptimizer { optimizer: sgd(), clip_global_norm: None })
+        .add(ApplyOptimizer { optimizer: sgd(), clip_global_norm: None, name: None })
         .add(Place { strategy: ps(2, PsStrategy::RoundRobin), devices: vec![] })
         .run(&mut g, &mut st)
         .unwrap_err()
@@ -178,7 +178,7 @@ fn one_device_without_towers_still_records_the_owners() {
     PassManager::new()
         .verify(true)
         .add(BindBatch::new(8))
-        .add(ApplyOptimizer { optimizer: sgd(), clip_global_norm: None })
+        .add(ApplyOptimizer { optimizer: sgd(), clip_global_norm: None, name: None })
         .add(Place { strategy: ps(2, PsStrategy::RoundRobin), devices: vec![] })
         .run(&mut g, &mut st)
         .unwrap();

@@ -24,17 +24,22 @@
 //!   is a checkpoint of another model). Tensors the session has no variable
 //!   for are kept for a program loaded later (an evaluation session
 //!   restores a training checkpoint, optimizer slots and all, as
-//!   `cifar10_eval.py` did). Two things are not taken from the file: the
-//!   learning rate ([`towers_vocab::LEARNING_RATE`]), which stays what the
-//!   program was compiled with (in TF1 a graph constant the `Saver` never
-//!   saw: fine-tuning compiles a smaller one), and nothing else.
+//!   `cifar10_eval.py` did). One thing is not taken from the file: the
+//!   learning rates (`learning_rate` and every named optimizer's
+//!   `<name>/learning_rate`, [`towers_vocab::is_learning_rate`]), which stay
+//!   what the programs were compiled with (in TF1 a graph constant the
+//!   `Saver` never saw: fine-tuning compiles a smaller one).
 //!   A restored `global_step` becomes every loaded program's step, so
 //!   dropout continues the masks of an uninterrupted run.
 //! - **Exact resume is stricter.** [`Session::restore_ignoring`] (the
 //!   CLI's `--resume`) also refuses a tensor the session does not have: a
 //!   resumed run must continue the optimizer it saved.
-//!   [`Session::restore_partial`] is the explicit opt-in for fine tuning:
-//!   it loads what matches and reports what it skipped.
+//!   [`Session::restore_partial`] is the explicit opt-in for fine tuning
+//!   (TF1's `Saver(var_list=model variables)`): it loads the model's
+//!   variables that match, never the learning rates, and by default none
+//!   of the training state ([`Session::training_state`]: steps, slots),
+//!   and reports what it skipped; [`Session::restore_partial_with`]
+//!   chooses the tensors by name.
 //! - Nothing is written to the session unless the whole file checked.
 
 use std::collections::HashMap;
@@ -43,7 +48,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
-use towers_vocab::{DType, GLOBAL_STEP, LEARNING_RATE};
+use towers_vocab::{is_learning_rate, DType, GLOBAL_STEP};
 
 use crate::error::RuntimeError;
 use crate::session::Session;
@@ -155,11 +160,18 @@ pub struct Skipped {
     pub mismatched: Vec<String>,
     /// Tensors of the file the session does not have (not loaded, not carried on).
     pub unknown: Vec<String>,
+    /// Tensors of the file that match a variable of the session but were
+    /// not restored: the learning rates (always the program's, as
+    /// [`Session::restore`]) and what the selection left out (by default
+    /// the training state: `global_step`, optimizer steps and slots, which
+    /// start fresh).
+    pub left_out: Vec<String>,
 }
 
 impl Skipped {
+    /// Whether every tensor of the file was restored and every variable found.
     pub fn is_empty(&self) -> bool {
-        self.missing.is_empty() && self.mismatched.is_empty() && self.unknown.is_empty()
+        self.missing.is_empty() && self.mismatched.is_empty() && self.unknown.is_empty() && self.left_out.is_empty()
     }
 }
 
@@ -287,7 +299,7 @@ impl Session {
     /// [`Session::set_variable`]); a restored `global_step` becomes every
     /// loaded program's step. Nothing is written unless everything checks.
     pub fn restore(&mut self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
-        self.restore_with(path.as_ref(), |n| n == LEARNING_RATE, false)
+        self.restore_with(path.as_ref(), is_learning_rate, false)
     }
 
     /// The strict restore of an exact resume (the CLI's `--resume`): as
@@ -354,11 +366,35 @@ impl Session {
         Ok(())
     }
 
-    /// Read the variables of `path` that match the session's by name, dtype
-    /// and shape, and say which were skipped (the opt-in for fine tuning:
-    /// missing variables keep their initial values, unknown tensors are
-    /// dropped). Every tensor must still be finite and well formed.
+    /// Fine tuning (TF1's `Saver(var_list=model variables).restore`, slim's
+    /// `assign_from_checkpoint_fn`): read the model's variables of `path`
+    /// that match the session's by name, dtype and shape, and say what was
+    /// skipped. The training state ([`Session::training_state`]) is not
+    /// taken from the file: the learning rates stay the programs', and
+    /// `global_step`, the optimizers' steps and slots keep their values, so
+    /// the run starts at step 0 with fresh moments ([`Skipped::left_out`]
+    /// lists them). Missing variables keep their values, unknown tensors
+    /// are dropped; every tensor must still be finite and well formed.
+    /// [`Session::restore_partial_with`] chooses the tensors.
     pub fn restore_partial(&mut self, path: impl AsRef<Path>) -> Result<Skipped, RuntimeError> {
+        let state = self.training_state();
+        self.restore_partial_with(path, |n| !state.contains(n))
+    }
+
+    /// [`Session::restore_partial`] of the file's tensors `select` accepts
+    /// (TF1's `Saver(var_list=..)`, `init_from_checkpoint`): e.g.
+    /// `|n| n.starts_with("body/")` restores a pretrained body under a new
+    /// head. A slot or step `select` accepts is restored (continuing an
+    /// optimizer); a restored `global_step` becomes every program's step;
+    /// the learning rates are never taken from the file. The tensors
+    /// refused are listed in [`Skipped::left_out`] when the session has
+    /// them, in [`Skipped::unknown`] otherwise; [`Skipped::missing`] lists
+    /// only the session's selected variables absent from the file.
+    pub fn restore_partial_with(
+        &mut self,
+        path: impl AsRef<Path>,
+        select: impl Fn(&str) -> bool,
+    ) -> Result<Skipped, RuntimeError> {
         let path = path.as_ref();
         let data = read_regular(path)?;
         let st = parse(path, &data)?;
@@ -367,6 +403,7 @@ impl Session {
         for (name, shape, v) in decode(path, &st)? {
             match self.variable_type(&name) {
                 Err(_) => skipped.unknown.push(name),
+                Ok(_) if is_learning_rate(&name) || !select(&name) => skipped.left_out.push(name),
                 Ok((dtype, want)) => {
                     let file_dtype = match v {
                         HostVec::F32(_) => Dtype::F32,
@@ -384,12 +421,21 @@ impl Session {
             }
         }
         for name in self.variable_names() {
-            if st.tensor(&name).is_err() {
+            if select(&name) && !is_learning_rate(&name) && st.tensor(&name).is_err() {
                 skipped.missing.push(name);
             }
         }
+        let mut step = None;
         for (name, shape, v) in load {
+            if let (GLOBAL_STEP, HostVec::I32(v)) = (name.as_str(), &v) {
+                step = v.first().map(|s| (*s).max(0) as u64);
+            }
             self.write_host(&name, &shape, v)?;
+        }
+        if let Some(step) = step {
+            for program in self.program_names() {
+                self.set_step(&program, step)?;
+            }
         }
         Ok(skipped)
     }

@@ -54,9 +54,9 @@ pub enum RuntimeError {
     FetchBeforeRun { program: String, fetch: String },
 
     /// A program compiled with another learning rate than the program whose
-    /// rate the session's one `learning_rate` variable holds.
-    #[error("program '{program}' is compiled with learning rate {declared}, but this session's learning_rate variable holds program '{owner}''s {owned}, and every training program reads that one variable: compile both with one rate and write each step's rate with Session::set_variable(\"learning_rate\", ..), or load them in separate sessions")]
-    LearningRateConflict { program: String, declared: f32, owner: String, owned: f32 },
+    /// rate the session's learning-rate variable of that name holds.
+    #[error("program '{program}' is compiled with learning rate {declared}, but this session's '{variable}' variable holds program '{owner}''s {owned}, and both programs' optimizers read that one variable: give each program's optimizer its own rate with CompileOptions::optimizer_name (TF1's AdamOptimizer(name=\"d_adam\"): it reads '<name>/learning_rate'), or compile both with one rate and write each step's with Session::set_variable(\"{variable}\", ..)")]
+    LearningRateConflict { program: String, variable: String, declared: f32, owner: String, owned: f32 },
 
     #[error("fetch '{fetch}' of program '{program}' has {expected} elements, the output slice {got}")]
     FetchLength { program: String, fetch: String, expected: usize, got: usize },

@@ -510,6 +510,32 @@ impl Session {
     }
 
     /// Names of the loaded programs, sorted.
+    /// The variables the loaded programs declare that are training state
+    /// rather than the model: the learning rates, the step counters
+    /// (`global_step`, a named optimizer's `<name>/step`: i32 scalars) and
+    /// the optimizer slots (a non-trainable `<var>/<slot>` of a trainable
+    /// variable `<var>`'s dtype and shape). What a fine-tuning restore
+    /// ([`Session::restore_partial`]) leaves out by default.
+    pub fn training_state(&self) -> std::collections::BTreeSet<String> {
+        let decls: BTreeMap<&str, &towers_codegen::VariableDecl> =
+            self.programs.values().flat_map(|p| p.plan.variables.iter()).map(|v| (v.name.as_str(), v)).collect();
+        let state = |v: &towers_codegen::VariableDecl| {
+            if v.trainable {
+                return false;
+            }
+            if towers_vocab::is_learning_rate(&v.name) {
+                return true;
+            }
+            let counter = v.dtype == DType::I32 && v.shape.is_empty();
+            if counter && (v.name == GLOBAL_STEP || v.name.ends_with("/step")) {
+                return true;
+            }
+            let Some((of, _)) = v.name.rsplit_once('/') else { return false };
+            decls.get(of).is_some_and(|w| w.trainable && w.dtype == v.dtype && w.shape == v.shape)
+        };
+        decls.values().filter(|v| state(v)).map(|v| v.name.clone()).collect()
+    }
+
     pub fn program_names(&self) -> Vec<String> {
         self.programs.keys().cloned().collect()
     }

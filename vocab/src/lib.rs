@@ -20,7 +20,9 @@
 //! - [`Initializer`] with [`Distribution`]/[`FanMode`], and [`F32`];
 //! - [`LEARNING_RATE`] and [`GLOBAL_STEP`], the variables the optimizer
 //!   creates and the runtime treats apart (a restore leaves the learning
-//!   rate as the program compiled it, and continues the step).
+//!   rate as the program compiled it, and continues the step), and the
+//!   names of a named optimizer's own rate and step
+//!   ([`learning_rate_name`], [`optimizer_step_name`]).
 //!
 //! ## What does not
 //! Math kernels and SIMD (`towers_kernels`), graph structure and shape
@@ -59,6 +61,31 @@ pub use unary::UnaryOp;
 /// (f32 scalar, created by the `apply` pass with the optimizer's `lr`;
 /// schedules write it before each step).
 pub const LEARNING_RATE: &str = "learning_rate";
+
+/// The learning-rate variable of an optimizer: [`LEARNING_RATE`] without a
+/// name (every unnamed optimizer of a session reads that one), or
+/// `<name>/learning_rate` for an optimizer given a name (TF1's
+/// `AdamOptimizer(lr, name=...)`: each optimizer its own rate).
+pub fn learning_rate_name(optimizer: Option<&str>) -> String {
+    match optimizer {
+        Some(name) => format!("{name}/{LEARNING_RATE}"),
+        None => LEARNING_RATE.to_string(),
+    }
+}
+
+/// Whether `name` is a learning-rate variable ([`learning_rate_name`]):
+/// `learning_rate` or `<optimizer>/learning_rate`, a name the optimizers
+/// reserve (a restore keeps the program's value of each).
+pub fn is_learning_rate(name: &str) -> bool {
+    name == LEARNING_RATE || name.strip_suffix(LEARNING_RATE).is_some_and(|s| s.ends_with('/'))
+}
+
+/// The step counter of an optimizer given a name whose update reads the
+/// step (Adam's bias correction): `<name>/step`, counting that optimizer's
+/// updates alone, as TF1's per-optimizer `beta1_power`/`beta2_power`.
+pub fn optimizer_step_name(optimizer: &str) -> String {
+    format!("{optimizer}/step")
+}
 
 /// The name of the step counter the optimizer creates (i32 scalar, one
 /// more after each training step; a restore makes it the programs' step).

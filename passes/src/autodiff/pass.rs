@@ -1,7 +1,10 @@
 //! The `autodiff` pass: [`super::gradients`] over the compile state.
 //!
 //! Reads `st.loss` and `st.var_list` (empty: the trainable variables), writes
-//! `st.grads` and warns about every variable with no path to the loss.
+//! `st.grads` and warns about every variable with no path to the loss. With
+//! a user's `var_list` (`st.requested_vars`) only those variables are
+//! differentiated, and none reached is `NoGradients` naming the whole list
+//! ([`crate::var_list::check_reached`]).
 
 use towers_graph::Graph;
 
@@ -18,11 +21,13 @@ impl Pass for Autodiff {
     }
 
     fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
-        let loss = st.loss.as_ref().ok_or_else(|| PassError::MissingState {
+        let loss = st.loss.clone().ok_or_else(|| PassError::MissingState {
             pass: "autodiff".into(),
             what: "a loss (CompileState::loss)".into(),
             after: "building the model and setting its loss".into(),
         })?;
+        let loss_name = loss.node.clone();
+        crate::var_list::check_reached(st, &loss_name)?;
         let loss = loss.resolve(g)?;
         let vars = if st.var_list.is_empty() {
             g.trainable_variables()
@@ -32,7 +37,13 @@ impl Pass for Autodiff {
         if vars.is_empty() {
             return Err(PassError::NoVariables);
         }
-        let res = super::gradients(g, loss, &vars)?;
+        let res = super::gradients(g, loss, &vars).map_err(|e| match e {
+            // Name the list the user gave, not only what prune left of it.
+            PassError::NoGradients { loss, .. } if !st.requested_vars.is_empty() => {
+                PassError::NoGradients { loss, vars: st.requested_vars.join(", ") }
+            }
+            e => e,
+        })?;
         for (v, t) in &res.grads {
             st.grads.insert(v.clone(), TensorRef::of(g, *t));
         }

@@ -62,7 +62,7 @@ pub fn towers_pm(
         .add(Replicate { towers: towers.clone(), accumulate: k, bn_updates: bn })
         .add(SplitBatch::new(split))
         .add(GradMean)
-        .add(ApplyOptimizer { optimizer: sgd(), clip_global_norm: None })
+        .add(ApplyOptimizer { optimizer: sgd(), clip_global_norm: None, name: None })
         .add(Place { strategy: vars, devices: towers })
         .add(ScheduleStreams)
 }

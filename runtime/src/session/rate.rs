@@ -1,28 +1,35 @@
-//! The learning rate two programs of one session would share.
+//! The learning rates two programs of one session would share.
 //!
-//! Every training program reads the one `learning_rate` variable
-//! ([`towers_vocab::LEARNING_RATE`]), created by the first program that
-//! declares it with that program's compiled rate. A later program compiled
-//! with another rate would silently train at the first one's (as if TF1's
+//! Every training program reads a learning-rate variable: the one
+//! `learning_rate` ([`towers_vocab::LEARNING_RATE`]) of every unnamed
+//! optimizer, or its own optimizer's `<name>/learning_rate`
+//! (`CompileOptions::optimizer_name`, [`towers_vocab::learning_rate_name`]).
+//! Each is created by the first program that declares it, with that
+//! program's compiled rate. A later program compiled with another rate for
+//! the same variable would silently train at the first one's (as if TF1's
 //! `GradientDescentOptimizer(0.01)` ran at 0.5): [`RateOwner::check`]
-//! refuses it at load, naming both rates and both ways out.
+//! refuses it at load, naming both rates and the ways out (one rate
+//! written each step, or an optimizer name per program).
 //!
-//! Invariant: the owner is the first loaded program declaring the learning
-//! rate with a constant initializer; it changes only by that load.
+//! Invariant: each rate variable's owner is the first loaded program
+//! declaring it with a constant initializer; it changes only by that load.
+
+use std::collections::BTreeMap;
 
 use towers_codegen::Plan;
-use towers_vocab::{Initializer, LEARNING_RATE};
+use towers_vocab::{is_learning_rate, Initializer};
 
 use crate::error::RuntimeError;
 
-/// Which program's compiled rate the session's `learning_rate` holds.
+/// Per learning-rate variable: which program's compiled rate it holds.
 #[derive(Debug, Default)]
-pub(super) struct RateOwner(Option<(String, f32)>);
+pub(super) struct RateOwner(BTreeMap<String, (String, f32)>);
 
-/// The rate `plan` was compiled with, where it declares one.
-fn compiled_rate(plan: &Plan) -> Option<f32> {
-    plan.variables.iter().find(|v| v.name == LEARNING_RATE).and_then(|v| match v.init {
-        Initializer::Constant(lr) => Some(lr.0),
+/// The rates `plan` was compiled with: (variable, rate) for each
+/// non-trainable learning-rate variable it declares with a constant.
+fn compiled_rates(plan: &Plan) -> impl Iterator<Item = (&str, f32)> {
+    plan.variables.iter().filter(|v| is_learning_rate(&v.name) && !v.trainable).filter_map(|v| match v.init {
+        Initializer::Constant(lr) => Some((v.name.as_str(), lr.0)),
         _ => None,
     })
 }
@@ -31,23 +38,26 @@ impl RateOwner {
     /// Refuse `plan` (loading as `program`) when it was compiled with
     /// another learning rate than the program that owns the variable.
     pub(super) fn check(&self, program: &str, plan: &Plan) -> Result<(), RuntimeError> {
-        match (&self.0, compiled_rate(plan)) {
-            (Some((owner, lr)), Some(declared)) if lr.to_bits() != declared.to_bits() => {
-                Err(RuntimeError::LearningRateConflict {
-                    program: program.into(),
-                    declared,
-                    owner: owner.clone(),
-                    owned: *lr,
-                })
+        for (name, declared) in compiled_rates(plan) {
+            if let Some((owner, lr)) = self.0.get(name) {
+                if lr.to_bits() != declared.to_bits() {
+                    return Err(RuntimeError::LearningRateConflict {
+                        program: program.into(),
+                        variable: name.into(),
+                        declared,
+                        owner: owner.clone(),
+                        owned: *lr,
+                    });
+                }
             }
-            _ => Ok(()),
         }
+        Ok(())
     }
 
-    /// Record `program` as the owner if it is the first to declare a rate.
+    /// Record `program` as the owner of each rate it is the first to declare.
     pub(super) fn loaded(&mut self, program: &str, plan: &Plan) {
-        if self.0.is_none() {
-            self.0 = compiled_rate(plan).map(|lr| (program.to_string(), lr));
+        for (name, lr) in compiled_rates(plan) {
+            self.0.entry(name.to_string()).or_insert_with(|| (program.to_string(), lr));
         }
     }
 }

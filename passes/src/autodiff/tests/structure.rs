@@ -137,7 +137,7 @@ fn autodiff_and_apply_passes_fill_the_state() {
     assert_eq!(st.grads.keys().collect::<Vec<_>>(), ["x"]);
     assert!(st.diagnostics[0].message.contains("[unused]"), "{:?}", st.diagnostics);
     let opt = towers_graph::Optimizer::Sgd { lr: towers_graph::F32(0.1) };
-    ApplyOptimizer { optimizer: opt, clip_global_norm: None }.run(&mut g, &mut st).unwrap();
+    ApplyOptimizer { optimizer: opt, clip_global_norm: None, name: None }.run(&mut g, &mut st).unwrap();
     assert_eq!(g.program().train_op.as_deref(), Some("train_op"));
     assert_eq!(g.program().fetches["loss"], TensorRef::of(&g, loss));
 }
