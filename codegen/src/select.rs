@@ -125,7 +125,9 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
             let n = if *transpose_b { b[0] } else { b[1] };
             launch(Kernel::MatMul { m, n, k, trans_a: *transpose_a, trans_b: *transpose_b }, &[0, 1])
         }
-        BatchMatMul { transpose_a, transpose_b } => batch_matmul(&ins[0], &ins[1], &outs[0], *transpose_a, *transpose_b),
+        BatchMatMul { transpose_a, transpose_b } => {
+            batch_matmul(&ins[0], &ins[1], &outs[0], *transpose_a, *transpose_b)
+        }
         TowerMatMul { weights, transpose_a, transpose_b } => {
             let pairs: Vec<(&Ty, &Ty)> = ins.chunks(2).filter_map(|p| Some((p.first()?, p.get(1)?))).collect();
             let (m, n) = (outs[0].dims.first().copied().unwrap_or(1), last(&outs[0]));

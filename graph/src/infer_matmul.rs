@@ -49,7 +49,9 @@ fn ones(s: &Shape) -> bool {
 pub fn batch_of(a: &Shape, b: &Shape) -> Result<BatchPlan, String> {
     let (ba, bb) = (batch_dims(a), batch_dims(b));
     let Some(batch) = broadcast_shapes(&ba, &bb) else {
-        return Err(format!("In[0] and In[1] must have compatible batch dimensions: {ba} vs. {bb} (shapes {a} and {b})"));
+        return Err(format!(
+            "In[0] and In[1] must have compatible batch dimensions: {ba} vs. {bb} (shapes {a} and {b})"
+        ));
     };
     let equal = ba.rank() == bb.rank() && ba.0.iter().zip(&bb.0).all(|(x, y)| merge_dim(*x, *y).is_ok());
     let (shared_a, shared_b) = (ones(&ba), ones(&bb));

@@ -562,9 +562,11 @@ impl Kernel {
     pub fn family(&self) -> Family {
         use Kernel::*;
         match self {
-            MatMul { .. } | BatchMatMul { .. } | TowerMatMul { .. } | TowerMatMulApply { .. } | MatMulBiasAct { .. } => {
-                Family::Gemm
-            }
+            MatMul { .. }
+            | BatchMatMul { .. }
+            | TowerMatMul { .. }
+            | TowerMatMulApply { .. }
+            | MatMulBiasAct { .. } => Family::Gemm,
             Binary { .. }
             | Fused { .. }
             | BiasAdd { .. }

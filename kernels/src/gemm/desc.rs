@@ -230,7 +230,8 @@ fn batch_gemm(k: &Kernel) -> Option<gemm::BatchGemm> {
 /// `count` matrices of `r*c` elements: the length and its reason, checked.
 fn batched(count: usize, r: usize, c: usize, rn: &str, cn: &str) -> Result<(usize, String), ParamError> {
     let (one, why) = mn(r, c, rn, cn, "")?;
-    let len = one.checked_mul(count).ok_or_else(|| ParamError { reason: format!("{count} matrices of {why} overflow") })?;
+    let len =
+        one.checked_mul(count).ok_or_else(|| ParamError { reason: format!("{count} matrices of {why} overflow") })?;
     Ok((len, format!("{count} matrices of {why}")))
 }
 

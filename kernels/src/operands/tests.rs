@@ -30,7 +30,16 @@ pub(super) fn samples() -> Vec<Kernel> {
     let pool_after = PoolGeom { n: 2, h: 5, w: 5, c: 4, ..p };
     vec![
         Kernel::MatMul { m: 2, n: 3, k: 4, trans_a: false, trans_b: true },
-        Kernel::BatchMatMul { batch: 3, m: 2, n: 3, k: 4, trans_a: false, trans_b: true, shared_a: false, shared_b: true },
+        Kernel::BatchMatMul {
+            batch: 3,
+            m: 2,
+            n: 3,
+            k: 4,
+            trans_a: false,
+            trans_b: true,
+            shared_a: false,
+            shared_b: true,
+        },
         Kernel::TowerMatMul { m: 2, n: 3, ks: vec![4, 5], trans_a: true, trans_b: false, weights: vec![0.5, 0.5] },
         Kernel::TowerMatMulApply {
             m: 2,

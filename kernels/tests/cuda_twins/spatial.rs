@@ -190,7 +190,8 @@ pub(crate) fn convs(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     let (dq, dk) = (g.up(&q), g.up(&kk));
     for (shared_b, b_len) in [(false, batch * n * k), (true, k * n)] {
         let y = g.up(&vec![f32::NAN; batch * m * n]);
-        let kern = Kernel::BatchMatMul { batch, m, n, k, trans_a: false, trans_b: !shared_b, shared_a: false, shared_b };
+        let kern =
+            Kernel::BatchMatMul { batch, m, n, k, trans_a: false, trans_b: !shared_b, shared_a: false, shared_b };
         let rhs = if shared_b { (dw.of(b_len), &w) } else { (dk.of(b_len), &kk) };
         g.run(&kern, &[dq.of(batch * m * k), rhs.0], &[y.of(batch * m * n)], None);
         let mut want = vec![0f32; batch * m * n];

@@ -124,7 +124,8 @@ pub(super) fn eval(op: &Op, x: &[V]) -> Vec<V> {
             // The matrix of `v` (batch axes `lead`) at the output's batch index `idx`.
             let mat = |v: &V, lead: &[usize], idx: &[usize]| {
                 let off = idx.len() - lead.len();
-                let c: Vec<usize> = lead.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { idx[off + i] }).collect();
+                let c: Vec<usize> =
+                    lead.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { idx[off + i] }).collect();
                 let (rows, cols) = (v.shape[v.shape.len() - 2], v.shape[v.shape.len() - 1]);
                 let at = ravel(&c, lead) * rows * cols;
                 V::new(&[rows, cols], v.data[at..at + rows * cols].to_vec())
