@@ -84,6 +84,27 @@ fn pool(x: &Ty, ksize: [usize; 2], strides: [usize; 2], padding: Padding) -> Res
     Ok(PoolGeom { n, h, w, c, kh: ksize[0], kw: ksize[1], stride_h: strides[0], stride_w: strides[1], padding })
 }
 
+/// `BatchMatMul` as one batched GEMM: the output's leading axes are the
+/// batch (their product the count); an operand whose batch axes hold one
+/// matrix is shared by every product (the broadcast `shape inference`
+/// allowed), any other holds exactly `batch` of them.
+fn batch_matmul(a: &Ty, b: &Ty, out: &Ty, trans_a: bool, trans_b: bool) -> Result<Lowering, String> {
+    let (a, b, out) = (&a.dims, &b.dims, &out.dims);
+    if a.len() < 2 || b.len() < 2 || out.len() < 2 {
+        return Err(format!("a batched matmul needs operands of rank >= 2, got {a:?} and {b:?}"));
+    }
+    let count = |d: &[usize]| d[..d.len() - 2].iter().product::<usize>();
+    let (ra, ca) = (a[a.len() - 2], a[a.len() - 1]);
+    let (m, k) = if trans_a { (ca, ra) } else { (ra, ca) };
+    let n = if trans_b { b[b.len() - 2] } else { b[b.len() - 1] };
+    let batch = count(out);
+    let (shared_a, shared_b) = (count(a) == 1, count(b) == 1);
+    if (!shared_a && count(a) != batch) || (!shared_b && count(b) != batch) {
+        return Err(format!("batched matmul operands {a:?} and {b:?} do not give {batch} products of {out:?}"));
+    }
+    launch(Kernel::BatchMatMul { batch, m, n, k, trans_a, trans_b, shared_a, shared_b }, &[0, 1])
+}
+
 /// Select the lowering of `op` given its input and output types.
 /// The error string is the reason, wrapped by the caller with the node name.
 pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Lowering, String> {
@@ -103,6 +124,9 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
             let (m, k) = if *transpose_a { (a[1], a[0]) } else { (a[0], a[1]) };
             let n = if *transpose_b { b[0] } else { b[1] };
             launch(Kernel::MatMul { m, n, k, trans_a: *transpose_a, trans_b: *transpose_b }, &[0, 1])
+        }
+        BatchMatMul { transpose_a, transpose_b } => {
+            batch_matmul(&ins[0], &ins[1], &outs[0], *transpose_a, *transpose_b)
         }
         TowerMatMul { weights, transpose_a, transpose_b } => {
             let pairs: Vec<(&Ty, &Ty)> = ins.chunks(2).filter_map(|p| Some((p.first()?, p.get(1)?))).collect();

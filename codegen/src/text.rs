@@ -130,12 +130,17 @@ impl Plan {
                         LaunchOp::Launch(l) => writeln!(o, "    cuda {} {}", l.entry, l.geometry()),
                         LaunchOp::Gemm(g) => writeln!(
                             o,
-                            "    cuda sgemm m={} n={} k={}{}{}",
+                            "    cuda sgemm m={} n={} k={}{}{}{}",
                             g.m,
                             g.n,
                             g.k,
                             if g.trans_a { " ta" } else { "" },
-                            if g.trans_b { " tb" } else { "" }
+                            if g.trans_b { " tb" } else { "" },
+                            if g.batch != 1 {
+                                format!(" batch={} strides={}/{}/{}", g.batch, g.stride_a, g.stride_b, g.stride_c)
+                            } else {
+                                String::new()
+                            }
                         ),
                     };
                 }

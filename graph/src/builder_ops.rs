@@ -25,11 +25,26 @@ impl GraphBuilder {
     pub fn scalar(&mut self, v: f32) -> Result<Tensor> {
         self.op1("Const", Op::Const { value: ConstValue::scalar(v) }, &[])
     }
+    /// `tf.matmul(a, b)`: `MatMul` for two matrices; `BatchMatMulV2` (one
+    /// product per batch index, `[B,T,D]·[B,D,S] -> [B,T,S]`) when either
+    /// operand has rank 3 or more, its batch dimensions equal to the other's
+    /// or absent (`[B,T,D]·[D,E]`) or all ones (see `Op::BatchMatMul`).
     pub fn matmul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        self.op1("MatMul", Op::MatMul { transpose_a: false, transpose_b: false }, &[a, b])
+        self.matmul_t(a, b, false, false)
     }
+    /// `tf.matmul(a, b, transpose_a, transpose_b)`: as [`GraphBuilder::matmul`],
+    /// each flag swapping the last two axes of its operand (TF's `adj_x`,
+    /// `adj_y` on a batch): attention's `q·kᵀ` is `matmul_t(q, k, false, true)`.
     pub fn matmul_t(&mut self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Result<Tensor> {
-        self.op1("MatMul", Op::MatMul { transpose_a, transpose_b }, &[a, b])
+        // A tensor this graph does not hold reads as rank 0 here, so that
+        // `op1` refuses it with its own error (ForeignTensor naming the node).
+        let rank = |t: Tensor| self.graph().tensor_type(t).map_or(0, |t| t.shape.rank());
+        let op = if rank(a) > 2 || rank(b) > 2 {
+            Op::BatchMatMul { transpose_a, transpose_b }
+        } else {
+            Op::MatMul { transpose_a, transpose_b }
+        };
+        self.op1("MatMul", op, &[a, b])
     }
     pub fn add(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
         self.op1("add", Op::Binary(BinaryOp::Add), &[a, b])

@@ -180,6 +180,7 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
             }
             Ok(vec![TensorType::new(DType::F32, Shape(vec![m, n]))])
         }
+        BatchMatMul { transpose_a, transpose_b } => crate::infer_matmul::infer(*transpose_a, *transpose_b, inputs),
         Binary(_) => {
             arity(inputs, 2)?;
             let (a, b) = (&inputs[0], &inputs[1]);

@@ -8,7 +8,7 @@
 //! - [`types`]: shapes (with an unknown batch dimension), tensor types;
 //! - [`device`]: TF device strings (re-exported from the vocabulary);
 //! - [`op`]: the closed op enum;
-//! - [`infer`]: shape inference, one rule per op;
+//! - [`infer`]: shape inference, one rule per op ([`infer_matmul`]: the batched product's);
 //! - [`graph`]: nodes, typed edges, collections, serde;
 //! - [`program`]: the program record a graph carries for lowering (fetches,
 //!   train op, stream schedule), by node name;
@@ -29,6 +29,7 @@ pub mod graph;
 pub mod infer;
 mod infer_array;
 mod infer_layout;
+pub mod infer_matmul;
 pub mod layers;
 pub mod op;
 pub mod program;

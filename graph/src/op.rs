@@ -125,6 +125,19 @@ pub enum Op {
         transpose_a: bool,
         transpose_b: bool,
     },
+    /// in: a `[..., m, k]`, b `[..., k, n]` (rank >= 2, at least one >= 3;
+    /// the transposes swap the last two axes of their operand). out:
+    /// `[..., m, n]`, one product per batch index (TF's `BatchMatMulV2`,
+    /// `adj_x`/`adj_y` as `transpose_a`/`transpose_b`; made by
+    /// `GraphBuilder::matmul` when an operand has rank 3 or more). The batch
+    /// dimensions (all but the last two) are equal, or one operand has none
+    /// (rank 2) or only size-1 ones and is shared by every product: the
+    /// broadcasting a strided batched GEMM (stride 0) computes. Mixed
+    /// broadcasting (`[B,1,..]` against `[1,H,..]`) is refused.
+    BatchMatMul {
+        transpose_a: bool,
+        transpose_b: bool,
+    },
     /// in: a, b (broadcasting, one dtype). out: a op b.
     Binary(BinaryOp),
     /// in: n tensors of one type. out: their sum.
@@ -412,6 +425,7 @@ impl Op {
             Op::Const { .. } => "Const",
             Op::Variable { .. } => "VariableV2",
             Op::MatMul { .. } => "MatMul",
+            Op::BatchMatMul { .. } => "BatchMatMulV2",
             Op::Binary(op) => op.tf_name(),
             Op::AddN => "AddN",
             Op::BiasAdd => "BiasAdd",

@@ -28,6 +28,21 @@ pub enum Kernel {
         trans_a: bool,
         trans_b: bool,
     },
+    /// in: a, b. out: c = one product per batch index, `c_i = op(a_i)·op(b_i)`,
+    /// `c: [batch, m, n]` (`Op::BatchMatMul`). `a` holds `batch` matrices
+    /// of `m*k`, or one read by every product when `shared_a` (a broadcast
+    /// operand: stride 0); `b` likewise with `k*n` and `shared_b`. CPU: the
+    /// `gemm` crate once per index; CUDA: one strided batched cuBLAS GEMM.
+    BatchMatMul {
+        batch: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        trans_a: bool,
+        trans_b: bool,
+        shared_a: bool,
+        shared_b: bool,
+    },
     /// in: a_0, b_0, a_1, b_1, ... (one pair per replica). out:
     /// c = Σ weights[i]·op(a_i)·op(b_i), `c: [m, n]`, pair i with k =
     /// `ks[i]` (`Op::TowerMatMul`: the replicas' weight gradients and their
@@ -429,6 +444,7 @@ impl Kernel {
     pub fn name(&self) -> &'static str {
         match self {
             Kernel::MatMul { .. } => "gemm",
+            Kernel::BatchMatMul { .. } => "gemm_batched",
             Kernel::MatMulBiasAct { .. } => "gemm_bias_act",
             Kernel::TowerMatMul { .. } => "gemm_tower_mean",
             Kernel::TowerMatMulApply { .. } => "gemm_tower_apply",
@@ -546,7 +562,11 @@ impl Kernel {
     pub fn family(&self) -> Family {
         use Kernel::*;
         match self {
-            MatMul { .. } | TowerMatMul { .. } | TowerMatMulApply { .. } | MatMulBiasAct { .. } => Family::Gemm,
+            MatMul { .. }
+            | BatchMatMul { .. }
+            | TowerMatMul { .. }
+            | TowerMatMulApply { .. }
+            | MatMulBiasAct { .. } => Family::Gemm,
             Binary { .. }
             | Fused { .. }
             | BiasAdd { .. }

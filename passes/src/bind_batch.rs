@@ -121,9 +121,11 @@ impl Pass for BindBatch {
 
 /// Whether the placeholder `id`'s axis 0 can be the batch's rows, judged by
 /// its consumers: not when it is a gather's table, a matmul's right operand
-/// (or its left one transposed), a convolution's filter, or the lower-rank
+/// (or its left one transposed), a convolution's filter, the lower-rank
 /// operand of an elementwise op (broadcasting aligns its axis 0 with a
-/// later axis of the other operand).
+/// later axis of the other operand), or a batched matmul's operand of
+/// lower rank than its output (a shared `[D,E]`, or a batch aligned with a
+/// later output axis).
 pub fn rows_on_axis_0(g: &Graph, id: NodeId) -> bool {
     let rank = |n: NodeId, slot: usize| g.tensor_type(g.tensor(n, slot)).map(|t| t.shape.rank()).unwrap_or(0);
     let own = rank(id, 0);
@@ -133,6 +135,7 @@ pub fn rows_on_axis_0(g: &Graph, id: NodeId) -> bool {
             Op::Gather { .. } => dst != 0,
             Op::MatMul { transpose_a, transpose_b } => (dst == 0 && !transpose_a) || (dst == 1 && *transpose_b),
             Op::Conv2D { .. } => dst == 0,
+            Op::BatchMatMul { .. } => own >= 3 && own == rank(c, 0),
             Op::Binary(_) | Op::BiasAdd => ins.iter().enumerate().all(|(i, t)| i == dst || rank(t.node, t.slot) <= own),
             _ => true,
         }

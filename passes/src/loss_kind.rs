@@ -19,15 +19,16 @@
 //! reduced that way, then transformed linearly), or `Opaque`. Batch inputs
 //! are the placeholders `bind_batch` bound and `split`'s axis-0 splits of
 //! them. Ops that keep axis 0 as the rows (elementwise, convolutions,
-//! pooling, softmax, cross entropies, gathers by per-row indices) keep
-//! `Rows`; batch norm couples the rows, but as towers normalize per tower
+//! pooling, softmax, cross entropies, gathers by per-row indices, a
+//! batched matmul whose row operands keep their axis 0 as the output's)
+//! keep `Rows`; batch norm couples the rows, but as towers normalize per tower
 //! it is taken as per-row here (its exactness is documented apart). Every
 //! rule is conservative: when in doubt the result is `Opaque`, which only
 //! costs a diagnostic.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use towers_graph::{BinaryOp, Graph, NodeId, Op, UnaryOp};
+use towers_graph::{BinaryOp, Graph, NodeId, Op, Tensor, UnaryOp};
 
 /// How a tensor depends on the batch's rows (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,11 +68,32 @@ pub fn kinds(g: &Graph, batch_inputs: &[String]) -> Result<BTreeMap<NodeId, Kind
             Op::Split { axis: 0, .. } if ins == [Rows] && g.inputs(id).iter().all(|t| is_batch(g, t.node, &batch)) => {
                 Rows
             }
+            Op::BatchMatMul { .. } => batch_matmul(g, id, &ins),
             op => rule(op, &ins),
         };
         kind.insert(id, k);
     }
     Ok(kind)
+}
+
+/// A batched product keeps the rows on axis 0 when every input is free or
+/// rows whose axis 0 is the output's (its rank the output's: a rank-2
+/// operand's axis 0 is a matrix row, and a lower-rank batch aligns with a
+/// later output axis); each example's product then reads only its own
+/// matrices and shared free ones (attention's `q·kᵀ`, a projection by a
+/// shared `[D,E]`). Anything else (a reduction through it) is `Opaque`.
+fn batch_matmul(g: &Graph, id: NodeId, ins: &[Kind]) -> Kind {
+    if free(ins) {
+        return Free;
+    }
+    let rank = |t: Tensor| g.tensor_type(t).map_or(usize::MAX, |t| t.shape.rank());
+    let out = rank(Tensor::new(id, 0));
+    let aligned = g.inputs(id).iter().zip(ins).all(|(&t, &k)| k == Free || (k == Rows && rank(t) == out));
+    if aligned {
+        Rows
+    } else {
+        Opaque
+    }
 }
 
 fn is_batch(g: &Graph, id: NodeId, batch: &BTreeSet<&str>) -> bool {
@@ -324,5 +346,27 @@ mod tests {
         let sq = b.square(centred).unwrap();
         let loss = b.reduce_mean_all(sq).unwrap();
         assert_eq!(kind_of(b, loss), Opaque);
+    }
+
+    /// Attention's products keep the rows (`q·kᵀ` of two row tensors, a
+    /// projection by a shared weight); a row tensor of lower rank than the
+    /// product (its axis 0 lands on a later output axis) does not.
+    #[test]
+    fn batched_products_of_rows_are_rows_when_axis_0_stays_the_examples() {
+        let mut b = GraphBuilder::new();
+        let x = b.placeholder("x", DType::F32, [None, Some(4), Some(3)]).unwrap();
+        let r = b.placeholder("r", DType::F32, [None, Some(3)]).unwrap();
+        let w = b.get_variable("w", [3, 3], Initializer::Zeros).unwrap();
+        let heads = b.get_variable("heads", [2, 3, 5], Initializer::Zeros).unwrap();
+        let q = b.matmul(x, w).unwrap();
+        let scores = b.matmul_t(q, x, false, true).unwrap();
+        let mean = b.reduce_mean_all(scores).unwrap();
+        let moved = b.matmul(r, heads).unwrap();
+        let g = b.finish();
+        let k = |t: Tensor| loss_kind(&g, t.node, &["x".into(), "r".into()]).unwrap();
+        assert_eq!(k(q), Rows);
+        assert_eq!(k(scores), Rows);
+        assert_eq!(k(mean), Mean);
+        assert_eq!(k(moved), Opaque, "[N,3]·[2,3,5] is [2,N,5]: the rows on axis 1");
     }
 }

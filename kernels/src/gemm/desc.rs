@@ -1,7 +1,9 @@
-//! The GEMM family's descriptor (`gemm`, `gemm_bias_act`, the tower
-//! products and the tower product fused into its update): operands, CUDA
-//! lowering (cuBLAS GEMMs; the fused bias and activation run in place on
-//! the product) and plan text and CPU dispatch, in one place (see [`crate::family`]).
+//! The GEMM family's descriptor (`gemm`, `gemm_batched`, `gemm_bias_act`,
+//! the tower products and the tower product fused into its update):
+//! operands, CUDA lowering (cuBLAS GEMMs; the batched product one strided
+//! batched GEMM, a shared operand at stride 0; the fused bias and
+//! activation run in place on the product) and plan text and CPU dispatch,
+//! in one place (see [`crate::family`]).
 
 use crate::elementwise as ew;
 use crate::elementwise::desc::BIAS_ACT_IN_PLACE;
@@ -26,6 +28,20 @@ fn declare(k: &Kernel, b: &mut Builder) -> Result<(), ParamError> {
             b.input("a", F32, Len::Exact(mk), w1);
             b.input("b", F32, Len::Exact(kn), w2);
             b.output("c", F32, Len::Exact(mn_), w3);
+        }
+        Kernel::BatchMatMul { batch, m, n, k, trans_a, trans_b, shared_a, shared_b } => {
+            b.param("batch", batch);
+            gemm_params(b, *m, *n, *trans_a, *trans_b);
+            b.param("k", k);
+            b.param("shared_a", shared_a);
+            b.param("shared_b", shared_b);
+            let count = |shared: bool| if shared { 1 } else { *batch };
+            let (a, wa) = batched(count(*shared_a), *m, *k, "m", "k")?;
+            let (bb, wb) = batched(count(*shared_b), *k, *n, "k", "n")?;
+            let (c, wc) = batched(*batch, *m, *n, "m", "n")?;
+            b.input("a", F32, Len::Exact(a), wa);
+            b.input("b", F32, Len::Exact(bb), wb);
+            b.output("c", F32, Len::Exact(c), wc);
         }
         Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
             tower_pairs(b, *m, *n, ks, weights, *trans_a, *trans_b)?;
@@ -85,6 +101,12 @@ fn lower(kernel: &Kernel, cx: &mut Cx<'_>) -> Result<(), LaunchError> {
                 cx.launch(BIAS_ACT_IN_PLACE, grid_1d(y), args);
             }
         }
+        Kernel::BatchMatMul { batch, m, n, k, trans_a, trans_b, .. } => {
+            let (a, b, c) = (cx.operand(Which::In(0), 0)?, cx.operand(Which::In(1), 0)?, cx.operand(Which::Out(0), 0)?);
+            let (stride_a, stride_b, stride_c) = batch_gemm(kernel).map_or((0, 0, 0), |p| p.strides());
+            let g = sgemm(*m, *n, *k, (*trans_a, *trans_b), a, b, c, 0.0);
+            cx.gemm(Gemm { batch: *batch, stride_a, stride_b, stride_c, ..g });
+        }
         Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
             let c = cx.operand(Which::Out(0), 0)?;
             tower_gemms(cx, *m, *n, ks, weights, (*trans_a, *trans_b), c)?;
@@ -129,6 +151,11 @@ unsafe fn run(k: &Kernel, io: &dyn Io, _lists: &mut Lists<'_>, _step: u64) -> Re
             let p = gemm::MatMul::new(*m, *k, *n).trans_a(*trans_a).trans_b(*trans_b);
             gemm::matmul(&p, i(0), i(1), o(0));
         }
+        Kernel::BatchMatMul { .. } => {
+            if let Some(p) = batch_gemm(k) {
+                gemm::batch_matmul(&p, i(0), i(1), o(0));
+            }
+        }
         Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
             let p = gemm::TowerGemm { m: *m, n: *n, ks, trans_a: *trans_a, trans_b: *trans_b, weights };
             gemm::tower_matmul(&p, |k| io.f32(k), o(0));
@@ -157,6 +184,13 @@ fn text(k: &Kernel) -> Result<String, Foreign> {
             let tb = if *trans_b { " trans_b" } else { "" };
             format!("m={m} n={n} k={k}{ta}{tb}")
         }
+        Kernel::BatchMatMul { batch, m, n, k, trans_a, trans_b, shared_a, shared_b } => {
+            let ta = if *trans_a { " trans_a" } else { "" };
+            let tb = if *trans_b { " trans_b" } else { "" };
+            let sa = if *shared_a { " shared_a" } else { "" };
+            let sb = if *shared_b { " shared_b" } else { "" };
+            format!("batch={batch} m={m} n={n} k={k}{ta}{tb}{sa}{sb}")
+        }
         Kernel::TowerMatMul { m, n, ks, trans_a, trans_b, weights } => {
             let ta = if *trans_a { " trans_a" } else { "" };
             let tb = if *trans_b { " trans_b" } else { "" };
@@ -179,6 +213,26 @@ fn text(k: &Kernel) -> Result<String, Foreign> {
         }
         _ => return Err(Foreign::of(k, DESC.name)),
     })
+}
+
+/// A batched kernel's product shape (None for any other kernel): the one
+/// place the CPU body and the CUDA lowering read its strides from.
+fn batch_gemm(k: &Kernel) -> Option<gemm::BatchGemm> {
+    match *k {
+        Kernel::BatchMatMul { batch, m, n, k, trans_a, trans_b, shared_a, shared_b } => {
+            let mm = gemm::MatMul::new(m, k, n).trans_a(trans_a).trans_b(trans_b);
+            Some(gemm::BatchGemm { batch, mm, shared_a, shared_b })
+        }
+        _ => None,
+    }
+}
+
+/// `count` matrices of `r*c` elements: the length and its reason, checked.
+fn batched(count: usize, r: usize, c: usize, rn: &str, cn: &str) -> Result<(usize, String), ParamError> {
+    let (one, why) = mn(r, c, rn, cn, "")?;
+    let len =
+        one.checked_mul(count).ok_or_else(|| ParamError { reason: format!("{count} matrices of {why} overflow") })?;
+    Ok((len, format!("{count} matrices of {why}")))
 }
 
 fn gemm_params(b: &mut Builder, m: usize, n: usize, trans_a: bool, trans_b: bool) {

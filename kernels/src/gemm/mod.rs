@@ -120,6 +120,40 @@ pub fn matmul_rows(p: &MatMul, a: &[f32], b: &[f32], c_rows: &mut [f32], lo: usi
     }
 }
 
+/// Shape of one [`batch_matmul`]: `batch` products of `mm`'s shape and
+/// transposes; a `shared` operand is one matrix every product reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchGemm {
+    pub batch: usize,
+    pub mm: MatMul,
+    pub shared_a: bool,
+    pub shared_b: bool,
+}
+
+impl BatchGemm {
+    /// The elements between consecutive matrices of a, b and c (0 for a
+    /// shared operand): what a strided batched GEMM takes.
+    pub fn strides(&self) -> (usize, usize, usize) {
+        let MatMul { m, n, k, .. } = self.mm;
+        (if self.shared_a { 0 } else { m * k }, if self.shared_b { 0 } else { k * n }, m * n)
+    }
+}
+
+/// `c_i = alpha·op(a_i)·op(b_i) + beta·c_i` for every batch index `i`
+/// (`Kernel::BatchMatMul`): one [`matmul`] per index, each the `gemm`
+/// crate's blocked product on that index's matrices (read in place at
+/// its stride, never copied), so an index's bits are the rank-2
+/// product's of the same matrices.
+pub fn batch_matmul(p: &BatchGemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let (sa, sb, sc) = p.strides();
+    if sc == 0 {
+        return;
+    }
+    for (i, ci) in c.chunks_exact_mut(sc).take(p.batch).enumerate() {
+        matmul(&p.mm, &a[i * sa..], &b[i * sb..], ci);
+    }
+}
+
 /// Shape and weights of one [`tower_matmul`]: pair `i` is `op(a_i)` `[m,
 /// ks[i]]` times `op(b_i)` `[ks[i], n]`, weighted by `weights[i]`.
 #[derive(Debug, Clone, Copy)]
@@ -287,6 +321,41 @@ mod tests {
                         matmul(&p, &a, &b, &mut c1);
                         naive(&p, &a, &b, &mut c2);
                         assert_close(&c1, &c2, 1e-4, "matmul");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A batch of two 2x2 products by hand, then every transpose and
+    /// shared operand against the naive product of each index's matrices
+    /// (a shared operand is the same matrix at every index).
+    #[test]
+    fn batched_products_by_hand_and_per_index() {
+        // c_0 = [1 2; 3 4]·[1 0; 0 1] = [1 2; 3 4]; c_1 = [1 1; 0 1]·[2 0; 1 3] = [3 3; 1 3].
+        let a = [1.0, 2.0, 3.0, 4.0, 1.0, 1.0, 0.0, 1.0];
+        let b = [1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 1.0, 3.0];
+        let mut c = [0.0; 8];
+        let p = BatchGemm { batch: 2, mm: MatMul::new(2, 2, 2), shared_a: false, shared_b: false };
+        batch_matmul(&p, &a, &b, &mut c);
+        assert_eq!(c, [1.0, 2.0, 3.0, 4.0, 3.0, 3.0, 1.0, 3.0]);
+        let mut r = Lcg::new(11);
+        let (batch, m, k, n) = (3, 5, 4, 6);
+        for ta in [false, true] {
+            for tb in [false, true] {
+                for (sa, sb) in [(false, false), (false, true), (true, false)] {
+                    let mm = MatMul::new(m, k, n).trans_a(ta).trans_b(tb);
+                    let p = BatchGemm { batch, mm, shared_a: sa, shared_b: sb };
+                    let a = r.vec(if sa { 1 } else { batch } * m * k);
+                    let b = r.vec(if sb { 1 } else { batch } * k * n);
+                    let mut c = vec![f32::NAN; batch * m * n];
+                    batch_matmul(&p, &a, &b, &mut c);
+                    for i in 0..batch {
+                        let ai = if sa { &a[..] } else { &a[i * m * k..] };
+                        let bi = if sb { &b[..] } else { &b[i * k * n..] };
+                        let mut want = vec![0.0; m * n];
+                        naive(&mm, ai, bi, &mut want);
+                        assert_close(&c[i * m * n..(i + 1) * m * n], &want, 1e-5, "batch_matmul");
                     }
                 }
             }

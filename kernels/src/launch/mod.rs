@@ -98,7 +98,10 @@ pub struct Launch {
     pub args: Vec<Arg>,
 }
 
-/// A row-major GEMM `c[m, n] = alpha op(a) op(b) + beta c` (cuBLAS).
+/// A row-major GEMM `c[m, n] = alpha op(a) op(b) + beta c` (cuBLAS), or
+/// `batch` of them: product `i` reads `a + i*stride_a`, `b + i*stride_b`
+/// and writes `c + i*stride_c` (elements; a stride 0 shares that operand),
+/// one strided batched cuBLAS call. `batch == 1`: one GEMM, strides unused.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gemm {
     pub m: usize,
@@ -111,6 +114,10 @@ pub struct Gemm {
     pub c: Operand,
     pub alpha: f32,
     pub beta: f32,
+    pub batch: usize,
+    pub stride_a: usize,
+    pub stride_b: usize,
+    pub stride_c: usize,
 }
 
 /// One GPU operation of a lowered kernel.
@@ -212,7 +219,7 @@ pub(crate) fn sgemm(
     c: Operand,
     beta: f32,
 ) -> Gemm {
-    Gemm { m, n, k, trans_a, trans_b, a, b, c, alpha: 1.0, beta }
+    Gemm { m, n, k, trans_a, trans_b, a, b, c, alpha: 1.0, beta, batch: 1, stride_a: 0, stride_b: 0, stride_c: 0 }
 }
 
 /// Operand `which`, `offset` elements in.

@@ -97,7 +97,11 @@ impl fmt::Display for Gemm {
             self.c,
             self.alpha,
             self.beta
-        )
+        )?;
+        if self.batch != 1 {
+            write!(f, " batch={} strides={}/{}/{}", self.batch, self.stride_a, self.stride_b, self.stride_c)?;
+        }
+        Ok(())
     }
 }
 

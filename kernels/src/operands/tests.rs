@@ -30,6 +30,16 @@ pub(super) fn samples() -> Vec<Kernel> {
     let pool_after = PoolGeom { n: 2, h: 5, w: 5, c: 4, ..p };
     vec![
         Kernel::MatMul { m: 2, n: 3, k: 4, trans_a: false, trans_b: true },
+        Kernel::BatchMatMul {
+            batch: 3,
+            m: 2,
+            n: 3,
+            k: 4,
+            trans_a: false,
+            trans_b: true,
+            shared_a: false,
+            shared_b: true,
+        },
         Kernel::TowerMatMul { m: 2, n: 3, ks: vec![4, 5], trans_a: true, trans_b: false, weights: vec![0.5, 0.5] },
         Kernel::TowerMatMulApply {
             m: 2,
@@ -113,6 +123,7 @@ pub(super) fn samples() -> Vec<Kernel> {
 fn covered(k: &Kernel) -> &'static str {
     match k {
         Kernel::MatMul { .. }
+        | Kernel::BatchMatMul { .. }
         | Kernel::TowerMatMul { .. }
         | Kernel::TowerMatMulApply { .. }
         | Kernel::MatMulBiasAct { .. }
@@ -234,7 +245,7 @@ fn every_kernel_has_a_consistent_signature() {
     let mut names: Vec<&str> = all.iter().map(covered).collect();
     names.sort();
     names.dedup();
-    assert_eq!(names.len(), 67, "one sample per variant (MultiApply twice)");
+    assert_eq!(names.len(), 68, "one sample per variant (MultiApply twice)");
     for k in &all {
         let s = sig(k);
         assert_eq!(s.kernel, k.name());

@@ -243,10 +243,16 @@ impl Gpu {
             unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut v, addr(o)) }.unwrap();
             v
         };
-        let (a, b) = (read(g.a, g.m * g.k), read(g.b, g.k * g.n));
-        let mut c = vec![0f32; g.m * g.n];
-        cpu::matmul(g.m, g.k, g.n, g.trans_a, g.trans_b, &a, &b, &mut c);
-        let old = if g.beta != 0.0 { read(g.c, g.m * g.n) } else { vec![0f32; g.m * g.n] };
+        // A batch reads each product's matrices at its strides (0: shared).
+        let at = |o: launch::Operand, i: usize, stride: usize| launch::Operand { offset: o.offset + i * stride, ..o };
+        let mut c = Vec::with_capacity(g.batch * g.m * g.n);
+        for i in 0..g.batch {
+            let (a, b) = (read(at(g.a, i, g.stride_a), g.m * g.k), read(at(g.b, i, g.stride_b), g.k * g.n));
+            let mut ci = vec![0f32; g.m * g.n];
+            cpu::matmul(g.m, g.k, g.n, g.trans_a, g.trans_b, &a, &b, &mut ci);
+            c.extend(ci);
+        }
+        let old = if g.beta != 0.0 { read(g.c, c.len()) } else { vec![0f32; c.len()] };
         for (c, o) in c.iter_mut().zip(&old) {
             *c = g.alpha * *c + if g.beta != 0.0 { g.beta * o } else { 0.0 };
         }

@@ -181,6 +181,27 @@ pub(crate) fn convs(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         let name = act.map_or("bias alone", |a| a.name());
         r.f32("gemm_bias_act", format!("[{m}, {k}] x [{k}, {n}]: {name}"), &g.down(&y, m * n), &want, Some(1e-6));
     }
+    // gemm_batched: attention's q·kᵀ ([batch, m, k]·[batch, n, k]ᵀ), then a
+    // shared right operand ([batch, m, k]·[k, n], one strided batched GEMM
+    // with stride 0): each index against the rank-2 product of its matrices.
+    let batch = 3usize;
+    let q = rng.vec(batch * m * k, -1.0, 1.0);
+    let kk = rng.vec(batch * n * k, -1.0, 1.0);
+    let (dq, dk) = (g.up(&q), g.up(&kk));
+    for (shared_b, b_len) in [(false, batch * n * k), (true, k * n)] {
+        let y = g.up(&vec![f32::NAN; batch * m * n]);
+        let kern =
+            Kernel::BatchMatMul { batch, m, n, k, trans_a: false, trans_b: !shared_b, shared_a: false, shared_b };
+        let rhs = if shared_b { (dw.of(b_len), &w) } else { (dk.of(b_len), &kk) };
+        g.run(&kern, &[dq.of(batch * m * k), rhs.0], &[y.of(batch * m * n)], None);
+        let mut want = vec![0f32; batch * m * n];
+        for i in 0..batch {
+            let bi = if shared_b { &rhs.1[..] } else { &rhs.1[i * n * k..] };
+            cpu::matmul(m, k, n, false, !shared_b, &q[i * m * k..], bi, &mut want[i * m * n..(i + 1) * m * n]);
+        }
+        let what = if shared_b { "shared [k, n]" } else { "q·kᵀ" };
+        r.f32("gemm_batched", format!("{batch} x [{m}, {k}] x {what}"), &g.down(&y, batch * m * n), &want, Some(1e-6));
+    }
 }
 
 pub(crate) fn layout(g: &Gpu, r: &mut Report, rng: &mut Rng) {

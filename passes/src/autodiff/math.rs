@@ -2,6 +2,10 @@
 //!
 //! Math of each rule (dy = gradient of the output y):
 //! - `C = op(A)·op(B)`: TF's four MatMul cases, each dA and dB one MatMul;
+//!   the batched product (`BatchMatMul`) takes the same four cases, one
+//!   batched product each (per batch index the rank-2 rule), then sums a
+//!   shared operand's gradient over the batch it was broadcast along
+//!   (`sum_to`: `[B,T,D]·[D,E]` gives dB = Σ_b A_bᵀ·dC_b);
 //! - `a ± b`: da = sum_to(dy, a), db = ±sum_to(dy, b) (sum_to undoes broadcasting);
 //! - `a * b`: da = sum_to(dy*b, a), db = sum_to(a*dy, b);
 //! - `y = a / b`: da = sum_to(dy/b, a), db = sum_to(-(dy*y)/b, b);
@@ -35,10 +39,17 @@ pub(super) fn rule(
     let y = Tensor::new(cx.fwd, 0);
     let want = |i: usize| need.get(i).copied().unwrap_or(false);
     let grads = match op {
-        Op::MatMul { transpose_a, transpose_b } => {
+        Op::MatMul { transpose_a, transpose_b } | Op::BatchMatMul { transpose_a, transpose_b } => {
             let dy = dy0(cx, dys)?;
             let (a, b) = (ins[0], ins[1]);
-            let mm = |ta, tb| Op::MatMul { transpose_a: ta, transpose_b: tb };
+            let batched = matches!(op, Op::BatchMatMul { .. });
+            let mm = |ta, tb| {
+                if batched {
+                    Op::BatchMatMul { transpose_a: ta, transpose_b: tb }
+                } else {
+                    Op::MatMul { transpose_a: ta, transpose_b: tb }
+                }
+            };
             // (op for dA, its inputs), (op for dB, its inputs)
             let ((oa, ia), (ob, ib)) = match (*transpose_a, *transpose_b) {
                 (false, false) => ((mm(false, true), [dy, b]), (mm(true, false), [a, dy])),
@@ -46,8 +57,18 @@ pub(super) fn rule(
                 (false, true) => ((mm(false, false), [dy, b]), (mm(true, false), [dy, a])),
                 (true, true) => ((mm(true, true), [b, dy]), (mm(true, true), [dy, a])),
             };
+            // A batched product's operand shared by every batch index gets
+            // the sum of its per-index gradients (no-op at equal shapes).
             let da = if want(0) { Some(cx.op(oa, ia.to_vec())?) } else { None };
+            let da = match da {
+                Some(d) if batched => Some(cx.sum_to(d, a)?),
+                d => d,
+            };
             let db = if want(1) { Some(cx.op(ob, ib.to_vec())?) } else { None };
+            let db = match db {
+                Some(d) if batched => Some(cx.sum_to(d, b)?),
+                d => d,
+            };
             vec![da, db]
         }
         Op::Binary(bop) => {

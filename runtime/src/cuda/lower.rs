@@ -29,7 +29,9 @@ pub(crate) struct KLaunch {
     pub args: ArgPack,
 }
 
-/// One row-major GEMM, `c = alpha op(a) op(b) + beta c`.
+/// One row-major GEMM, `c = alpha op(a) op(b) + beta c`, or `batch` of
+/// them at the element strides (0: a shared operand), one strided batched
+/// cuBLAS call.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Gemm {
     pub m: usize,
@@ -42,6 +44,8 @@ pub(crate) struct Gemm {
     pub c: u64,
     pub alpha: f32,
     pub beta: f32,
+    pub batch: usize,
+    pub strides: [usize; 3],
 }
 
 /// What one plan step becomes on its stream.
@@ -183,6 +187,8 @@ pub(crate) fn lower_launch(
                 c: addr(g.c)?,
                 alpha: g.alpha,
                 beta: g.beta,
+                batch: g.batch,
+                strides: [g.stride_a, g.stride_b, g.stride_c],
             })),
             LaunchOp::Launch(l) => {
                 let mut a = ArgPack::new();

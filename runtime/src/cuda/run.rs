@@ -130,7 +130,9 @@ impl CudaBackend {
     }
 }
 
-/// A row-major GEMM as cuBLAS's column-major `c^T = op(b)^T op(a)^T`.
+/// A row-major GEMM as cuBLAS's column-major `c^T = op(b)^T op(a)^T`; a
+/// batch of them (`batch > 1`) as one `cublasSgemmStridedBatched`, the
+/// strides swapping places with the operands.
 ///
 /// # Safety
 /// The handle and every pointer are live; the sizes match the buffers.
@@ -138,6 +140,30 @@ unsafe fn gemm(h: blas_sys::cublasHandle_t, g: &Gemm) -> Result<(), String> {
     use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
     let (op_a, lda) = if g.ta { (CUBLAS_OP_T, g.m) } else { (CUBLAS_OP_N, g.k) };
     let (op_b, ldb) = if g.tb { (CUBLAS_OP_T, g.k) } else { (CUBLAS_OP_N, g.n) };
+    if g.batch != 1 {
+        let [sa, sb, sc] = g.strides;
+        return blas::sgemm_strided_batched(
+            h,
+            op_b,
+            op_a,
+            g.n as i32,
+            g.m as i32,
+            g.k as i32,
+            &g.alpha,
+            g.b as *const f32,
+            ldb.max(1) as i32,
+            sb as i64,
+            g.a as *const f32,
+            lda.max(1) as i32,
+            sa as i64,
+            &g.beta,
+            g.c as *mut f32,
+            g.n.max(1) as i32,
+            sc as i64,
+            g.batch as i32,
+        )
+        .map_err(|e| derr("cublasSgemmStridedBatched", e));
+    }
     blas::sgemm(
         h,
         op_b,

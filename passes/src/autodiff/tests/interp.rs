@@ -90,7 +90,7 @@ fn sum_to(x: &V, shape: &[usize]) -> V {
     out
 }
 
-fn matmul(a: &V, b: &V, ta: bool, tb: bool) -> V {
+pub(super) fn matmul(a: &V, b: &V, ta: bool, tb: bool) -> V {
     let at = |i: usize, k: usize| {
         if ta {
             a.data[k * a.shape[1] + i]
@@ -580,6 +580,7 @@ fn eval(
         | Op::Gather { .. }
         | Op::GatherGrad { .. }
         | Op::Tile { .. }
-        | Op::TileGrad { .. } => super::interp_array::eval(op, x),
+        | Op::TileGrad { .. }
+        | Op::BatchMatMul { .. } => super::interp_array::eval(op, x),
     }
 }

@@ -1,6 +1,8 @@
-//! The reference interpreter's array ops of issue 22, written from their
-//! definitions with coordinates (naive loops, f64), independently of the
-//! kernels' strided loops.
+//! The reference interpreter's array ops of issue 22, and the batched
+//! matrix product, written from their definitions with coordinates (naive
+//! loops, f64), independently of the kernels' strided loops. The batched
+//! product broadcasts its batch axes by NumPy's rules in full (a size-1
+//! or missing axis repeats), wider than what the graph accepts.
 
 use towers_graph::Op;
 
@@ -112,6 +114,33 @@ pub(super) fn eval(op: &Op, x: &[V]) -> Vec<V> {
                 out.data[ravel(&c, &xv.shape)] += dy.data[i];
             }
             out
+        }
+        Op::BatchMatMul { transpose_a, transpose_b } => {
+            let (a, b) = (&x[0], &x[1]);
+            let (ba, bb) = (&a.shape[..a.shape.len() - 2], &b.shape[..b.shape.len() - 2]);
+            let r = ba.len().max(bb.len());
+            let dim = |s: &[usize], i: usize| if i < r - s.len() { 1 } else { s[i - (r - s.len())] };
+            let batch: Vec<usize> = (0..r).map(|i| dim(ba, i).max(dim(bb, i))).collect();
+            // The matrix of `v` (batch axes `lead`) at the output's batch index `idx`.
+            let mat = |v: &V, lead: &[usize], idx: &[usize]| {
+                let off = idx.len() - lead.len();
+                let c: Vec<usize> =
+                    lead.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { idx[off + i] }).collect();
+                let (rows, cols) = (v.shape[v.shape.len() - 2], v.shape[v.shape.len() - 1]);
+                let at = ravel(&c, lead) * rows * cols;
+                V::new(&[rows, cols], v.data[at..at + rows * cols].to_vec())
+            };
+            let mut data = Vec::new();
+            let mut mn = [0, 0];
+            for i in 0..batch.iter().product() {
+                let idx = unravel(i, &batch);
+                let p = super::interp::matmul(&mat(a, ba, &idx), &mat(b, bb, &idx), *transpose_a, *transpose_b);
+                mn = [p.shape[0], p.shape[1]];
+                data.extend(p.data);
+            }
+            let mut shape = batch;
+            shape.extend(mn);
+            V::new(&shape, data)
         }
         other => panic!("the reference interpreter has no rule for {other:?}"),
     };

@@ -171,3 +171,30 @@ fn abs_gradient_is_zero_at_zero_as_tf() {
     assert_eq!(out[&d.node][d.slot].data, vec![-1.0, 0.0, 1.0]);
     assert!(matches!(g.node(d.node).op, towers_graph::Op::Binary(BinaryOp::AbsGrad)), "{:?}", g.node(d.node).op);
 }
+
+/// C = op(A)·op(B) per batch index (`BatchMatMul`): dA = dC·op(B)ᵀ and
+/// dB = op(A)ᵀ·dC per index, with the transposes undone, for all four
+/// transpose pairs at equal batches `[2,3,..]` (rank 4); a shared right
+/// operand `[D,E]` (rank 2: `[B,T,D]·[D,E]`) and a shared left one with
+/// size-1 batch axes (`[1,T,D]·[B,D,E]`) get the sum of their gradients
+/// over the batch they were broadcast along.
+#[test]
+fn batched_matmul_every_transpose_and_shared_operands() {
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        case(|b| {
+            let sa: &[usize] = if ta { &[2, 3, 4, 5] } else { &[2, 3, 5, 4] };
+            let sb: &[usize] = if tb { &[2, 3, 6, 4] } else { &[2, 3, 4, 6] };
+            let (x, y) = (var(b, "x", sa), var(b, "y", sb));
+            let c = b.matmul_t(x, y, ta, tb).unwrap();
+            assert_eq!(b.graph().tensor_type(c).unwrap().shape.dims(), Some(vec![2, 3, 5, 6]));
+            (vec![x, y], vec![c])
+        });
+    }
+    case(|b| {
+        let (x, w) = (var(b, "x", &[3, 5, 4]), var(b, "w", &[4, 2]));
+        let (l, r) = (var(b, "l", &[1, 5, 4]), var(b, "r", &[3, 2, 4]));
+        let right = b.matmul(x, w).unwrap();
+        let left = b.matmul_t(l, r, false, true).unwrap();
+        (vec![x, w, l, r], vec![right, left])
+    });
+}
