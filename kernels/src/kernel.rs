@@ -406,13 +406,25 @@ pub enum Kernel {
     /// in: x (`[rows, cols]`). out: values (f32 `[rows, k]`), indices (i32
     /// `[rows, k]`): each row's k first columns, larger first, ties by lower
     /// column (TF's `TopKV2`; NaN above every number).
-    TopK { rows: usize, cols: usize, k: usize },
+    TopK {
+        rows: usize,
+        cols: usize,
+        k: usize,
+    },
     /// in: predictions (`[rows, cols]`), targets (i32, rows). out: in_top_k
     /// (bool, rows), TF's `InTopK`: fewer than k strictly larger, a finite row.
-    InTopK { rows: usize, cols: usize, k: usize },
+    InTopK {
+        rows: usize,
+        cols: usize,
+        k: usize,
+    },
     /// in: dvalues (`[rows, k]`), indices (i32 `[rows, k]`). out: dx
     /// (`[rows, cols]`), zeros plus each dvalue added at its column.
-    TopKGrad { rows: usize, cols: usize, k: usize },
+    TopKGrad {
+        rows: usize,
+        cols: usize,
+        k: usize,
+    },
     // optimizers of issue 22
     /// TF1's `ApplyRMSProp` (not centered): in: grad, lr (f32[1]).
     /// out: var, ms, mom (in place).

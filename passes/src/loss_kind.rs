@@ -67,6 +67,16 @@ pub fn kinds(g: &Graph, batch_inputs: &[String]) -> Result<BTreeMap<NodeId, Kind
             Op::Split { axis: 0, .. } if ins == [Rows] && g.inputs(id).iter().all(|t| is_batch(g, t.node, &batch)) => {
                 Rows
             }
+            // top_k of a vector selects among the rows themselves.
+            Op::TopK { .. }
+                if g.inputs(id).first().map(|&t| g.tensor_type(t)).transpose()?.is_none_or(|t| t.shape.rank() < 2) =>
+            {
+                if free(&ins) {
+                    Free
+                } else {
+                    Opaque
+                }
+            }
             op => rule(op, &ins),
         };
         kind.insert(id, k);
@@ -195,6 +205,10 @@ fn rule(op: &Op, ins: &[Kind]) -> Kind {
         | Op::SoftmaxCrossEntropy
         | Op::OneHot { .. }
         | Op::ArgMax { .. }
+        // Top-k along the last axis of a rank >= 2 tensor (see `kinds`).
+        | Op::TopK { .. }
+        | Op::TopKGrad
+        | Op::InTopK { .. }
         | Op::Equal
         | Op::Compare(_)
         | Op::Select
@@ -286,5 +300,28 @@ mod tests {
         let sq = b.square(centred).unwrap();
         let loss = b.reduce_mean_all(sq).unwrap();
         assert_eq!(kind_of(b, loss), Opaque);
+    }
+
+    /// cifar10_eval.py's precision: in_top_k of per-row logits and labels is
+    /// rows, so its count is a sum and its mean a mean; top_k along the
+    /// classes keeps the rows, top_k of a vector of the rows selects among
+    /// them (opaque).
+    #[test]
+    fn top_k_selections_along_the_classes_keep_the_rows() {
+        let mut b = GraphBuilder::new();
+        let (logits, y) = model(&mut b);
+        let hit = b.in_top_k(logits, y, 1).unwrap();
+        let hit = b.cast(hit, DType::F32).unwrap();
+        let count = b.reduce_sum_all(hit).unwrap();
+        let precision = b.reduce_mean_all(hit).unwrap();
+        let (values, _) = b.top_k(logits, 2).unwrap();
+        let best = b.reduce_sum(values, &[1], false).unwrap();
+        let (of_rows, _) = b.top_k(best, 3).unwrap();
+        let picked = b.reduce_sum_all(of_rows).unwrap();
+        let g = b.finish();
+        let k = |t: Tensor| loss_kind(&g, t.node, &["x".into(), "y".into()]).unwrap();
+        assert_eq!((k(hit), k(count), k(precision)), (Rows, Sum, Mean));
+        assert_eq!((k(values), k(best)), (Rows, Rows));
+        assert_eq!((k(of_rows), k(picked)), (Opaque, Opaque));
     }
 }

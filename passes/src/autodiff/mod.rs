@@ -4,7 +4,8 @@
 //! Invariants:
 //! - only nodes on a path from some variable to the loss get gradient nodes:
 //!   the forward sweep starts at the variables and stops at ops through which
-//!   no gradient flows (`StopGradient`, `Cast`, `ArgMax`, `Equal`, `Compare`), the
+//!   no gradient flows (`StopGradient`, `Cast`, `ArgMax`, `Equal`, `Compare`,
+//!   `InTopK`: TF's non-differentiable selections and casts), the
 //!   backward sweep starts at the loss; their intersection is differentiated;
 //! - a gradient node is named `gradients/<forward node>_grad/<OpType>`
 //!   (uniquified), lives in that scope and inherits the forward node's
@@ -116,7 +117,10 @@ fn is_float(g: &Graph, t: Tensor) -> bool {
 
 /// Ops through which no gradient flows (TF returns `None` for their inputs).
 fn blocks_gradient(op: &Op) -> bool {
-    matches!(op, Op::StopGradient | Op::Cast { .. } | Op::ArgMax { .. } | Op::Equal | Op::Compare(_))
+    matches!(
+        op,
+        Op::StopGradient | Op::Cast { .. } | Op::ArgMax { .. } | Op::Equal | Op::Compare(_) | Op::InTopK { .. }
+    )
 }
 
 /// Nodes reachable from some variable (over data edges, not through blocking

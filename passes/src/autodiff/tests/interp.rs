@@ -581,5 +581,6 @@ fn eval(
         | Op::GatherGrad { .. }
         | Op::Tile { .. }
         | Op::TileGrad { .. } => super::interp_array::eval(op, x),
+        Op::TopK { .. } | Op::TopKGrad | Op::InTopK { .. } => super::interp_array::eval_topk(op, x),
     }
 }
