@@ -75,6 +75,7 @@ fn in_top_k_has_no_gradient() {
     let mut g = b.finish();
     let e = gradients(&mut g, loss, &[x.node]).unwrap_err();
     assert!(matches!(&e, PassError::NoGradients { vars, .. } if vars == "x"), "{e}");
+    assert!(e.to_string().ends_with("Every path stops at an op that has no gradient: 'InTopK' (InTopK)."), "{e}");
 
     let feeds = BTreeMap::from([("labels".to_string(), V::new(&[3], vec![0.0, 3.0, 9.0]))]);
     case_fed(feeds, |b| {
