@@ -48,8 +48,8 @@ pub mod prelude {
         Normalizer, Pool2dOptions, Regularizer,
     };
     pub use towers_graph::{
-        keys, AxisIndex, BinaryOp, DType, Device, Distribution, FanMode, Graph, GraphBuilder, GraphError, Initializer, Op,
-        Optimizer, PadMode, Padding, Reuse, Shape, Tensor, UnaryOp, F32,
+        keys, AxisIndex, BinaryOp, DType, Device, Distribution, FanMode, Graph, GraphBuilder, GraphError, Initializer,
+        Op, Optimizer, PadMode, Padding, Reuse, Shape, Tensor, UnaryOp, F32,
     };
     pub use towers_passes::{
         apply_gradients, average_gradients, gradients, BnUpdates, ProcessGroup, PsStrategy, SplitPolicy, VarPlacement,

@@ -309,6 +309,18 @@ pub(crate) fn select(op: &Op, ins: &[Ty], outs: &[Ty], mode: Mode) -> Result<Low
         // array ops (issue 22)
         OneHot { .. } | Transpose { .. } | ExpandDims { .. } | Squeeze { .. } => select_array(op, ins, outs),
         Pad { .. } | Gather { .. } | GatherGrad { .. } | Tile { .. } | TileGrad { .. } => select_array(op, ins, outs),
+        // top-k selection along the last axis, the leading axes as rows.
+        TopK { k } => {
+            let cols = last(&ins[0]);
+            launch(Kernel::TopK { rows: ins[0].dims.iter().product::<usize>() / cols.max(1), cols, k: *k }, &[0])
+        }
+        TopKGrad => {
+            let (cols, k) = (last(&ins[0]), last(&ins[1]));
+            launch(Kernel::TopKGrad { rows: ins[0].dims.iter().product::<usize>() / cols.max(1), cols, k }, &[1, 2])
+        }
+        InTopK { k } => {
+            launch(Kernel::InTopK { rows: ins[1].dims.iter().product(), cols: last(&ins[0]), k: *k }, &[0, 1])
+        }
     }
 }
 

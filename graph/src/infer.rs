@@ -529,6 +529,7 @@ pub fn infer(op: &Op, inputs: &[TensorType]) -> R {
         | GatherGrad { .. }
         | Tile { .. }
         | TileGrad { .. } => crate::infer_array::infer(op, inputs),
+        TopK { .. } | TopKGrad | InTopK { .. } => crate::infer_topk::infer(op, inputs),
     }
 }
 

@@ -415,6 +415,25 @@ pub enum Op {
     TileGrad {
         multiples: Vec<usize>,
     },
+
+    // top-k selection (towers_kernels::topk)
+    /// in: x (f32 `[..., C]`, `k <= C`). out: values (f32 `[..., k]`),
+    /// indices (i32 `[..., k]`): each row's k largest, sorted descending,
+    /// equal values by lower index (TF's `TopKV2`, sorted=True; a NaN ranks
+    /// above every number).
+    TopK {
+        k: usize,
+    },
+    /// in: x (for its shape only), dvalues, indices (TopK's outputs). out:
+    /// dx, zeros with each dvalue added at its index (TF's `_TopKGrad`).
+    TopKGrad,
+    /// in: predictions (f32 `[N, C]`), targets (i32 `[N]`). out: bool `[N]`,
+    /// TF's `InTopK`: true iff fewer than k predictions of the row are
+    /// strictly larger than the target's, the target is in `[0, C)` and the
+    /// row is finite. No gradient.
+    InTopK {
+        k: usize,
+    },
 }
 
 impl Op {
@@ -493,6 +512,9 @@ impl Op {
             Op::GatherGrad { .. } => "GatherGrad",
             Op::Tile { .. } => "Tile",
             Op::TileGrad { .. } => "TileGrad",
+            Op::TopK { .. } => "TopKV2",
+            Op::TopKGrad => "TopKGrad",
+            Op::InTopK { .. } => "InTopK",
         }
     }
 

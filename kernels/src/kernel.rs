@@ -418,6 +418,28 @@ pub enum Kernel {
         shape: Vec<usize>,
         multiples: Vec<usize>,
     },
+    /// in: x (`[rows, cols]`). out: values (f32 `[rows, k]`), indices (i32
+    /// `[rows, k]`): each row's k first columns, larger first, ties by lower
+    /// column (TF's `TopKV2`; NaN above every number).
+    TopK {
+        rows: usize,
+        cols: usize,
+        k: usize,
+    },
+    /// in: predictions (`[rows, cols]`), targets (i32, rows). out: in_top_k
+    /// (bool, rows), TF's `InTopK`: fewer than k strictly larger, a finite row.
+    InTopK {
+        rows: usize,
+        cols: usize,
+        k: usize,
+    },
+    /// in: dvalues (`[rows, k]`), indices (i32 `[rows, k]`). out: dx
+    /// (`[rows, cols]`), zeros plus each dvalue added at its column.
+    TopKGrad {
+        rows: usize,
+        cols: usize,
+        k: usize,
+    },
     // optimizers of issue 22
     /// TF1's `ApplyRMSProp` (not centered): in: grad, lr (f32[1]).
     /// out: var, ms, mom (in place).
@@ -510,6 +532,9 @@ impl Kernel {
             Kernel::GatherGrad { .. } => "gather_grad",
             Kernel::Tile { .. } => "tile",
             Kernel::TileGrad { .. } => "tile_grad",
+            Kernel::TopK { .. } => "top_k",
+            Kernel::InTopK { .. } => "in_top_k",
+            Kernel::TopKGrad { .. } => "top_k_grad",
             Kernel::ApplyRmsProp { .. } => "apply_rmsprop",
             Kernel::ApplyAdagrad { .. } => "apply_adagrad",
         }
@@ -554,6 +579,7 @@ families! {
     Dropout => dropout,
     Optim => optim,
     Array => array,
+    TopK => topk,
 }
 
 impl Kernel {
@@ -621,6 +647,7 @@ impl Kernel {
             | GatherGrad { .. }
             | Tile { .. }
             | TileGrad { .. } => Family::Array,
+            TopK { .. } | InTopK { .. } | TopKGrad { .. } => Family::TopK,
         }
     }
 }

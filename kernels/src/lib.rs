@@ -84,6 +84,8 @@
 //! - [`random`]: `philox4x32_10(counter, key)`, `philox_block(seed, step, block)`, `u32_to_unit(u)`.
 //! - [`cuda`]: the CUDA C twin of every kernel (sources embedded, entry points,
 //!   arguments, launch geometry, content hashes); data only, no CUDA dependency.
+//! - [`topk`] (last axis, `[rows, cols]`): `top_k` (larger first, ties by
+//!   lower column), `in_top_k` (TF's `InTopK`), `top_k_grad` (scatter-add).
 //! - [`shape`]: `broadcast_shapes(op, a, b)`, `numel(shape)`, `MAX_RANK`.
 
 pub mod array;
@@ -112,6 +114,7 @@ pub mod require_gpu;
 pub mod shape;
 pub mod simd;
 pub mod softmax;
+pub mod topk;
 pub mod window;
 
 #[cfg(test)]

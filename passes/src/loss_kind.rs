@@ -69,6 +69,16 @@ pub fn kinds(g: &Graph, batch_inputs: &[String]) -> Result<BTreeMap<NodeId, Kind
                 Rows
             }
             Op::BatchMatMul { .. } => batch_matmul(g, id, &ins),
+            // top_k of a vector selects among the rows themselves.
+            Op::TopK { .. }
+                if g.inputs(id).first().map(|&t| g.tensor_type(t)).transpose()?.is_none_or(|t| t.shape.rank() < 2) =>
+            {
+                if free(&ins) {
+                    Free
+                } else {
+                    Opaque
+                }
+            }
             op => rule(op, &ins),
         };
         kind.insert(id, k);
@@ -217,6 +227,10 @@ fn rule(op: &Op, ins: &[Kind]) -> Kind {
         | Op::SoftmaxCrossEntropy
         | Op::OneHot { .. }
         | Op::ArgMax { .. }
+        // Top-k along the last axis of a rank >= 2 tensor (see `kinds`).
+        | Op::TopK { .. }
+        | Op::TopKGrad
+        | Op::InTopK { .. }
         | Op::Equal
         | Op::Compare(_)
         | Op::Select
@@ -249,7 +263,9 @@ pub fn cross_row_read(g: &Graph, id: NodeId, kinds: &BTreeMap<NodeId, Kind>) -> 
         Op::Slice { begin, size } => {
             let (b0, s0) = (begin.first().copied().unwrap_or(0), size.first().copied().unwrap_or(-1));
             if b0 == 0 && s0 >= 0 && Some(s0 as usize) == batch {
-                return Some(format!("it slices {s0} rows, the whole global batch, by number: write the size -1 (all rows)"));
+                return Some(format!(
+                    "it slices {s0} rows, the whole global batch, by number: write the size -1 (all rows)"
+                ));
             }
             (b0 != 0 || s0 != -1).then(|| format!("it slices rows from {b0} ({s0} of them) of the batch"))
         }
@@ -368,5 +384,28 @@ mod tests {
         assert_eq!(k(scores), Rows);
         assert_eq!(k(mean), Mean);
         assert_eq!(k(moved), Opaque, "[N,3]·[2,3,5] is [2,N,5]: the rows on axis 1");
+    }
+
+    /// cifar10_eval.py's precision: in_top_k of per-row logits and labels is
+    /// rows, so its count is a sum and its mean a mean; top_k along the
+    /// classes keeps the rows, top_k of a vector of the rows selects among
+    /// them (opaque).
+    #[test]
+    fn top_k_selections_along_the_classes_keep_the_rows() {
+        let mut b = GraphBuilder::new();
+        let (logits, y) = model(&mut b);
+        let hit = b.in_top_k(logits, y, 1).unwrap();
+        let hit = b.cast(hit, DType::F32).unwrap();
+        let count = b.reduce_sum_all(hit).unwrap();
+        let precision = b.reduce_mean_all(hit).unwrap();
+        let (values, _) = b.top_k(logits, 2).unwrap();
+        let best = b.reduce_sum(values, &[1], false).unwrap();
+        let (of_rows, _) = b.top_k(best, 3).unwrap();
+        let picked = b.reduce_sum_all(of_rows).unwrap();
+        let g = b.finish();
+        let k = |t: Tensor| loss_kind(&g, t.node, &["x".into(), "y".into()]).unwrap();
+        assert_eq!((k(hit), k(count), k(precision)), (Rows, Sum, Mean));
+        assert_eq!((k(values), k(best)), (Rows, Rows));
+        assert_eq!((k(of_rows), k(picked)), (Opaque, Opaque));
     }
 }

@@ -443,7 +443,9 @@ fn check_fetch_names(g: &Graph, fetches: &[(String, String)], training: bool) ->
             return bad(format!("is given twice (also for node '{other}'): give each fetch its own name"));
         }
         if training && user == "loss" {
-            return bad("would hide the training loss, which the program fetches as 'loss'; give it another name".into());
+            return bad(
+                "would hide the training loss, which the program fetches as 'loss'; give it another name".into()
+            );
         }
         // `x:0` is output 0 of node `x`: fetching it as "x" hides nothing.
         let own = user == node.strip_suffix(":0").unwrap_or(node);

@@ -90,7 +90,8 @@ pub fn split_sizes(policy: &SplitPolicy, batch: usize, towers: usize, k: usize) 
     match policy {
         SplitPolicy::Even => {
             if r > 0 && batch < r {
-                let fewer = if k == 1 { format!("{batch} tower(s)") } else { "fewer towers or micro-batches".to_string() };
+                let fewer =
+                    if k == 1 { format!("{batch} tower(s)") } else { "fewer towers or micro-batches".to_string() };
                 return Err(bad(format!(
                     "{micro}: each replica needs at least one example, and {batch} < {r}; use a global batch of at least {r}, or, for a short last batch of an epoch, compile that batch with {fewer} (or none) and load it into the same Session beside the training program (it shares the variables, optimizer slots and global_step)"
                 )));

@@ -108,9 +108,16 @@ pub enum PassError {
     Graph(#[from] GraphError),
 
     #[error(
-        "No gradients provided for any variable: the loss '{loss}' does not depend on any of the variables [{vars}]. Check that the loss is computed from the model's variables and that no StopGradient cuts every path."
+        "No gradients provided for any variable: the loss '{loss}' does not depend on any of the variables [{vars}]. Check that the loss is computed from the model's variables and that no StopGradient cuts every path.{cut}"
     )]
-    NoGradients { loss: String, vars: String },
+    NoGradients {
+        loss: String,
+        vars: String,
+        /// Empty, or a sentence naming the non-differentiable nodes
+        /// (`in_top_k`, `argmax`, a cast, a comparison) where the paths from
+        /// the variables to the loss stop.
+        cut: String,
+    },
 
     #[error("No gradient defined for operation '{node}' (op type: {op}); wrap its input in stop_gradient if no gradient should flow through it")]
     NoGradientDefined { node: String, op: String },

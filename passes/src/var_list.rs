@@ -67,7 +67,11 @@ pub fn check_reached(st: &mut CompileState, loss: &str) -> Result<(), PassError>
         return Ok(());
     }
     if st.var_list.is_empty() {
-        return Err(PassError::NoGradients { loss: loss.to_string(), vars: st.requested_vars.join(", ") });
+        return Err(PassError::NoGradients {
+            loss: loss.to_string(),
+            vars: st.requested_vars.join(", "),
+            cut: String::new(),
+        });
     }
     let gone: Vec<&str> = st.requested_vars.iter().filter(|v| !st.var_list.contains(v)).map(|s| s.as_str()).collect();
     if !gone.is_empty() {

@@ -351,7 +351,11 @@ impl Session {
                     fetches: list(p.plan.fetches.iter().map(|(n, _)| n.as_str())),
                 }
             } else {
-                RuntimeError::ReplicatedFetch { program: program.into(), fetch: name.into(), replicas: list(replicas.into_iter()) }
+                RuntimeError::ReplicatedFetch {
+                    program: program.into(),
+                    fetch: name.into(),
+                    replicas: list(replicas.into_iter()),
+                }
             }
         })?;
         // A step's tensor holds nothing before the first step (a variable

@@ -112,6 +112,9 @@ fn samples() -> Vec<(&'static str, Kernel, Vec<usize>, Vec<usize>, Option<usize>
         ("one_hot", Kernel::OneHot { depth: 10, on: 1.0, off: 0.0 }, vec![32], vec![320], None),
         ("gather", Kernel::Gather { outer: 1, limit: 50, inner: 8, count: 4 }, vec![400, 4], vec![32], None),
         ("increment_step", Kernel::IncrementStep, vec![], vec![1], None),
+        ("top_k", Kernel::TopK { rows: 32, cols: 10, k: 5 }, vec![320], vec![160, 160], None),
+        ("in_top_k", Kernel::InTopK { rows: 32, cols: 10, k: 5 }, vec![320, 32], vec![32], None),
+        ("top_k_grad", Kernel::TopKGrad { rows: 32, cols: 10, k: 5 }, vec![160, 160], vec![320], None),
     ]
 }
 
@@ -138,7 +141,7 @@ fn every_entry_is_defined_in_its_family_source() {
         assert!(src.code.contains(&format!("void {}(", e.name)), "{} is not defined in {}", e.name, src.path);
     }
     let mut names: Vec<_> = entries::all().map(|e| e.name).collect();
-    assert_eq!(names.len(), 73, "every family's entries");
+    assert_eq!(names.len(), 76, "every family's entries");
     names.sort_unstable();
     names.dedup();
     assert_eq!(names.len(), entries::all().count(), "an entry is named twice");

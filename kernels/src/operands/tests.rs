@@ -115,6 +115,9 @@ pub(super) fn samples() -> Vec<Kernel> {
         Kernel::ApplyRmsProp { decay: 0.9, momentum: 0.0, epsilon: 1e-10 },
         Kernel::ApplyAdagrad {},
         Kernel::MultiApply { apply: sgd, count: 2 },
+        Kernel::TopK { rows: 3, cols: 5, k: 2 },
+        Kernel::InTopK { rows: 3, cols: 5, k: 2 },
+        Kernel::TopKGrad { rows: 3, cols: 5, k: 2 },
     ]
 }
 
@@ -189,7 +192,10 @@ fn covered(k: &Kernel) -> &'static str {
         | Kernel::Tile { .. }
         | Kernel::TileGrad { .. }
         | Kernel::ApplyRmsProp { .. }
-        | Kernel::ApplyAdagrad { .. } => k.name(),
+        | Kernel::ApplyAdagrad { .. }
+        | Kernel::TopK { .. }
+        | Kernel::InTopK { .. }
+        | Kernel::TopKGrad { .. } => k.name(),
     }
 }
 
@@ -245,7 +251,7 @@ fn every_kernel_has_a_consistent_signature() {
     let mut names: Vec<&str> = all.iter().map(covered).collect();
     names.sort();
     names.dedup();
-    assert_eq!(names.len(), 68, "one sample per variant (MultiApply twice)");
+    assert_eq!(names.len(), 71, "one sample per variant (MultiApply twice)");
     for k in &all {
         let s = sig(k);
         assert_eq!(s.kernel, k.name());

@@ -30,7 +30,7 @@
 //! (`towers_kernels::require_gpu`). The CPU bodies are called through the
 //! small adapters in `cpu.rs`, the one place to fix when their signatures
 //! move. Files: `harness.rs` (lowering, launch, buffers, report),
-//! `math.rs`, `spatial.rs`, `training.rs`, `array.rs` (the cases by family).
+//! `math.rs`, `spatial.rs`, `training.rs`, `array.rs`, `topk.rs` (the cases by family).
 #[path = "../common/mod.rs"]
 mod common;
 // array ops (issue 22)
@@ -39,6 +39,7 @@ mod cpu;
 mod harness;
 mod math;
 mod spatial;
+mod topk;
 mod training;
 
 use std::cell::RefCell;
@@ -85,6 +86,7 @@ const SECTIONS: &[(&str, Section)] = &[
     ("batchnorm", batchnorm),
     ("optim", optim),
     ("arrays", array::arrays),
+    ("topk", topk::topk),
 ];
 
 #[test]
@@ -230,4 +232,7 @@ const WITH_SOURCE: &[&str] = &[
     "tile_grad",
     "apply_rmsprop",
     "apply_adagrad",
+    "top_k",
+    "in_top_k",
+    "top_k_grad",
 ];

@@ -39,7 +39,14 @@
 //! - `Tile(m)`: y[c] = x[c mod shape], so dx[c] = Σ over the copies of c of
 //!   dy: `TileGrad`.
 //!
-//! `StopGradient`, `Cast`, `ArgMax`, `Equal` and `Compare` never get here: the forward
+//! Top-k selection:
+//! - `TopK(k)` (TF's `_TopKGrad`): values[r, j] = x[r, idx[r, j]], so
+//!   dx[r, c] = Σ_{j: idx[r, j] = c} dvalues[r, j] (each column at most once
+//!   per row): `TopKGrad(x, dvalues, indices)`, a scatter into zeros; the
+//!   indices (i32) get none. Away from ties the selection is locally
+//!   constant, so this is the derivative; at a tie it is TF's choice.
+//!
+//! `StopGradient`, `Cast`, `ArgMax`, `Equal`, `Compare` and `InTopK` never get here: the forward
 //! sweep does not pass them (see `super::path_nodes`).
 
 use towers_graph::{BinaryOp, GraphError, Op, Shape, Tensor};
@@ -206,6 +213,14 @@ pub(super) fn rule(
             let dy = dy0(cx, dys)?;
             vec![Some(cx.op(Op::TileGrad { multiples: multiples.clone() }, vec![ins[0], dy])?)]
         }
+        Op::TopK { .. } => match dys.first().copied().flatten() {
+            Some(dvalues) => {
+                let indices = Tensor::new(cx.fwd, 1);
+                vec![Some(cx.op(Op::TopKGrad, vec![ins[0], dvalues, indices])?)]
+            }
+            // Only the indices reach the loss (through an integer path): none.
+            None => vec![None],
+        },
         _ => return Ok(None),
     };
     Ok(Some(grads))

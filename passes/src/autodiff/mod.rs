@@ -4,7 +4,8 @@
 //! Invariants:
 //! - only nodes on a path from some variable to the loss get gradient nodes:
 //!   the forward sweep starts at the variables and stops at ops through which
-//!   no gradient flows (`StopGradient`, `Cast`, `ArgMax`, `Equal`, `Compare`), the
+//!   no gradient flows (`StopGradient`, `Cast`, `ArgMax`, `Equal`, `Compare`,
+//!   `InTopK`: TF's non-differentiable selections and casts), the
 //!   backward sweep starts at the loss; their intersection is differentiated;
 //! - a gradient node is named `gradients/<forward node>_grad/<OpType>`
 //!   (uniquified), lives in that scope and inherits the forward node's
@@ -58,7 +59,8 @@ pub fn gradients(g: &mut Graph, loss: Tensor, vars: &[NodeId]) -> Result<Gradien
     let on_path = path_nodes(g, loss.node, vars);
     let var_names: Vec<String> = vars.iter().map(|&v| g.node(v).name.clone()).collect();
     if !vars.iter().any(|v| on_path.contains(v)) {
-        return Err(PassError::NoGradients { loss: loss_name, vars: var_names.join(", ") });
+        let cut = cut_at(g, loss.node, vars);
+        return Err(PassError::NoGradients { loss: loss_name, vars: var_names.join(", "), cut });
     }
 
     // Incoming gradient contributions per tensor.
@@ -105,7 +107,7 @@ pub fn gradients(g: &mut Graph, loss: Tensor, vars: &[NodeId]) -> Result<Gradien
     }
     if res.grads.is_empty() {
         let vars = res.unreachable.join(", ");
-        return Err(PassError::NoGradients { loss: g.node(loss.node).name.clone(), vars });
+        return Err(PassError::NoGradients { loss: g.node(loss.node).name.clone(), vars, cut: String::new() });
     }
     Ok(res)
 }
@@ -116,7 +118,44 @@ fn is_float(g: &Graph, t: Tensor) -> bool {
 
 /// Ops through which no gradient flows (TF returns `None` for their inputs).
 fn blocks_gradient(op: &Op) -> bool {
-    matches!(op, Op::StopGradient | Op::Cast { .. } | Op::ArgMax { .. } | Op::Equal | Op::Compare(_))
+    matches!(
+        op,
+        Op::StopGradient | Op::Cast { .. } | Op::ArgMax { .. } | Op::Equal | Op::Compare(_) | Op::InTopK { .. }
+    )
+}
+
+/// The sentence of `NoGradients` naming the blocking nodes where the paths
+/// from `vars` to the loss stop (read by a node reachable from a variable,
+/// and reaching the loss), or empty when no such node exists.
+fn cut_at(g: &Graph, loss: NodeId, vars: &[NodeId]) -> String {
+    let mut reaches = BTreeSet::new();
+    let mut stack = vec![loss];
+    while let Some(n) = stack.pop() {
+        if g.contains(n) && reaches.insert(n) {
+            stack.extend(g.inputs(n).into_iter().map(|t| t.node));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    let mut cut = BTreeSet::new();
+    let mut stack: Vec<NodeId> = vars.to_vec();
+    while let Some(n) = stack.pop() {
+        if !g.contains(n) || !seen.insert(n) {
+            continue;
+        }
+        if blocks_gradient(&g.node(n).op) {
+            if reaches.contains(&n) {
+                cut.insert(n);
+            }
+            continue;
+        }
+        stack.extend(g.consumers(n).into_iter().map(|(c, _, _)| c));
+    }
+    if cut.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> =
+        cut.iter().map(|&n| format!("'{}' ({})", g.node(n).name, g.node(n).op.type_name())).collect();
+    format!(" Every path stops at an op that has no gradient: {}.", names.join(", "))
 }
 
 /// Nodes reachable from some variable (over data edges, not through blocking

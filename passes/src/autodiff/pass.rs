@@ -40,7 +40,7 @@ impl Pass for Autodiff {
         let res = super::gradients(g, loss, &vars).map_err(|e| match e {
             // Name the list the user gave, not only what prune left of it.
             PassError::NoGradients { loss, .. } if !st.requested_vars.is_empty() => {
-                PassError::NoGradients { loss, vars: st.requested_vars.join(", ") }
+                PassError::NoGradients { loss, vars: st.requested_vars.join(", "), cut: String::new() }
             }
             e => e,
         })?;

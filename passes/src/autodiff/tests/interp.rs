@@ -582,5 +582,6 @@ fn eval(
         | Op::Tile { .. }
         | Op::TileGrad { .. }
         | Op::BatchMatMul { .. } => super::interp_array::eval(op, x),
+        Op::TopK { .. } | Op::TopKGrad | Op::InTopK { .. } => super::interp_array::eval_topk(op, x),
     }
 }

@@ -146,3 +146,44 @@ pub(super) fn eval(op: &Op, x: &[V]) -> Vec<V> {
     };
     vec![out]
 }
+
+/// The top-k ops from their definitions (a full sort of each row by value,
+/// descending, equal values by lower column; no NaN in the tests' values).
+pub(super) fn eval_topk(op: &Op, x: &[V]) -> Vec<V> {
+    let cols = |v: &V| *v.shape.last().expect("rank >= 1");
+    match op {
+        Op::TopK { k } => {
+            let c = cols(&x[0]);
+            let mut shape = x[0].shape.clone();
+            *shape.last_mut().expect("rank >= 1") = *k;
+            let (mut values, mut indices) = (Vec::new(), Vec::new());
+            for row in x[0].data.chunks(c) {
+                let mut order: Vec<usize> = (0..c).collect();
+                order.sort_by(|&a, &b| row[b].partial_cmp(&row[a]).expect("no NaN").then(a.cmp(&b)));
+                values.extend(order[..*k].iter().map(|&j| row[j]));
+                indices.extend(order[..*k].iter().map(|&j| j as f64));
+            }
+            vec![V::new(&shape, values), V::new(&shape, indices)]
+        }
+        Op::TopKGrad => {
+            let (xv, dv, ix) = (&x[0], &x[1], &x[2]);
+            let (c, k) = (cols(xv), cols(dv));
+            let mut out = V::zeros(&xv.shape);
+            for (r, (d, i)) in dv.data.chunks(k).zip(ix.data.chunks(k)).enumerate() {
+                for (g, j) in d.iter().zip(i) {
+                    out.data[r * c + *j as usize] += g;
+                }
+            }
+            vec![out]
+        }
+        Op::InTopK { k } => {
+            let c = cols(&x[0]);
+            let data = x[0].data.chunks(c).zip(&x[1].data).map(|(row, &t)| {
+                let inside = t >= 0.0 && (t as usize) < c && row.iter().all(|v| v.is_finite());
+                (inside && row.iter().filter(|&&v| v > row[t as usize]).count() < *k) as i32 as f64
+            });
+            vec![V::new(&x[1].shape, data.collect())]
+        }
+        other => panic!("the reference interpreter has no top-k rule for {other:?}"),
+    }
+}

@@ -8,6 +8,7 @@ mod rules;
 mod rules_array;
 mod rules_math;
 mod rules_select;
+mod rules_topk;
 mod structure;
 
 use std::collections::BTreeMap;
