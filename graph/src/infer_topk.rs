@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn shapes_follow_tf() {
         let x = t(DType::F32, &[None, Some(4), Some(10)]);
-        let out = infer(&Op::TopK { k: 3 }, &[x.clone()]).unwrap();
+        let out = infer(&Op::TopK { k: 3 }, std::slice::from_ref(&x)).unwrap();
         assert_eq!(out, vec![t(DType::F32, &[None, Some(4), Some(3)]), t(DType::I32, &[None, Some(4), Some(3)])]);
         let g = infer(&Op::TopKGrad, &[x.clone(), out[0].clone(), out[1].clone()]).unwrap();
         assert_eq!(g, vec![x]);
@@ -123,8 +123,11 @@ mod tests {
     #[test]
     fn errors_speak_tf() {
         let x = t(DType::F32, &[Some(2), Some(5)]);
-        assert_eq!(err(Op::TopK { k: 6 }, &[x.clone()]), "input must have at least k columns. Had 5, needed 6");
-        assert!(err(Op::TopK { k: 0 }, &[x.clone()]).starts_with("k must be at least 1"));
+        assert_eq!(
+            err(Op::TopK { k: 6 }, std::slice::from_ref(&x)),
+            "input must have at least k columns. Had 5, needed 6"
+        );
+        assert!(err(Op::TopK { k: 0 }, std::slice::from_ref(&x)).starts_with("k must be at least 1"));
         assert_eq!(err(Op::TopK { k: 1 }, &[t(DType::F32, &[])]), "input must be >= 1-D, got shape []");
         assert!(err(Op::TopK { k: 1 }, &[t(DType::I32, &[Some(3)])]).starts_with("top_k's input must be f32"));
         let ids = t(DType::I32, &[Some(2)]);
