@@ -164,7 +164,7 @@ part() {
 part probe=cuda_probe 60 "^test |^PROBE " --nocapture --test-threads 1
 part cuda_twins 130 "^device 0|kernels checked on the GPU|lowerings of|FAILED$" --nocapture --test-threads 1
 part cuda_backend 230 "^test |STEP TIME|MAX REL|max rel|graph run|eager run|CUDA backend on" --nocapture --test-threads 1
-part cuda_mixed 150 "^test |MIXED STEP|max rel diff" --nocapture --test-threads 1
+part cuda_mixed 150 "^test |MIXED STEP|^CTX|max rel diff" --nocapture --test-threads 1
 part cubin_cache 30 "^test |cubin" --nocapture
 if [ -x "$bin/nccl" ]; then
   TOWERS_REQUIRE_NCCL=1 part nccl 40 "^test |all-reduce|NCCL" --nocapture --test-threads 1

@@ -288,6 +288,29 @@ impl Plan {
         format!("{}/{}", self.device_name(s.device), s.kind.name())
     }
 
+    /// Move a plan of one device onto `to`: its device, every stream, and
+    /// the declarations of variables it would create there. Launches,
+    /// buffers and events are unchanged (every kernel runs on every
+    /// device kind), so the moved plan computes the same values; it is
+    /// how a session runs an evaluation program where the variables it
+    /// reads live. Err, naming the devices, for a plan of several.
+    pub fn move_to(&mut self, to: Device) -> Result<(), String> {
+        let [only] = self.devices.as_mut_slice() else {
+            let names: Vec<String> = self.devices.iter().map(|d| d.device.to_string()).collect();
+            return Err(format!("program '{}' runs on {}, not one device", self.program, names.join(", ")));
+        };
+        let from = std::mem::replace(&mut only.device, to);
+        for s in &mut self.streams {
+            s.device = to;
+        }
+        for v in &mut self.variables {
+            if v.device == from {
+                v.device = to;
+            }
+        }
+        Ok(())
+    }
+
     /// The buffer a reference names (None for variables).
     pub fn buffer(&self, r: &BufRef) -> Option<&Buffer> {
         match r {

@@ -39,6 +39,7 @@ use crate::variables::{initial_host, unknown_variable, HostVec, VarInfo, VarTabl
 
 pub use crate::backend::Profiled;
 
+mod colocate;
 mod element;
 mod feeds;
 mod rate;
@@ -166,11 +167,16 @@ impl Session {
         self.backend.name()
     }
 
-    /// Load a plan under `name`.
-    pub fn load(&mut self, name: &str, plan: Plan) -> Result<(), RuntimeError> {
+    /// Load a plan under `name`. A plan of one device whose variables
+    /// already live on another device (an eval program after a training
+    /// program that put them on `gpu:0`) runs there instead, as TF1
+    /// colocates reads with variables.
+    pub fn load(&mut self, name: &str, mut plan: Plan) -> Result<(), RuntimeError> {
         if self.programs.contains_key(name) {
             return Err(RuntimeError::DuplicateProgram { program: name.into() });
         }
+        // A one-device program (an eval) runs where its variables live.
+        colocate::colocate(&mut plan, &self.vars);
         // The CPU kernels' SIMD path (TOWERS_SIMD): refused here, before any
         // kernel runs, when it names a path this CPU lacks.
         towers_kernels::simd::selected().map_err(RuntimeError::SimdPath)?;
@@ -204,7 +210,10 @@ impl Session {
                 self.backend
                     .create_variable(v, initial_host(v, v.seed.unwrap_or(self.seed)).as_slice())
                     .map_err(backend)?;
-                self.vars.insert(v.name.clone(), VarInfo { dtype: v.dtype, shape: v.shape.clone(), pending: None });
+                self.vars.insert(
+                    v.name.clone(),
+                    VarInfo { dtype: v.dtype, shape: v.shape.clone(), pending: None, device: Some(v.device) },
+                );
                 continue;
             };
             // Restored from a checkpoint before any plan declared it: the
@@ -218,6 +227,7 @@ impl Session {
                     return Err(backend(e));
                 }
                 known.dtype = v.dtype;
+                known.device = Some(v.device);
             }
         }
         let id = self.backend.load(name, &plan, Arc::clone(&self.comm)).map_err(backend)?;
@@ -504,7 +514,7 @@ impl Session {
             HostVec::F32(_) => DType::F32,
             HostVec::I32(_) => DType::I32,
         };
-        self.vars.insert(name.into(), VarInfo { dtype, shape: shape.to_vec(), pending: Some(values) });
+        self.vars.insert(name.into(), VarInfo { dtype, shape: shape.to_vec(), pending: Some(values), device: None });
         Ok(())
     }
 

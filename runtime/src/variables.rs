@@ -82,6 +82,9 @@ pub struct VarInfo {
     pub shape: Vec<usize>,
     /// Restored before any plan declared it: the value, not yet in the backend.
     pub pending: Option<HostVec>,
+    /// The device whose memory holds it: the first declaration's (None
+    /// while pending).
+    pub device: Option<towers_vocab::Device>,
 }
 
 impl VarInfo {

@@ -465,6 +465,11 @@ fn feeding_in_place_on_the_gpu_equals_feeding_a_copy_bit_for_bit() {
     s.load("train", c.plan).unwrap();
     let batches = data(m, 64, 3);
     let (a, b, x) = (&batches[0].0, &batches[1].0, &batches[2].0);
+    // A step first: a step's tensor (the fed images) is fetched only after
+    // one (`RuntimeError::FetchBeforeRun`).
+    s.feed("train", &m.images, a).unwrap();
+    s.feed_with("train", &m.labels, |v| v.copy_from_slice(&batches[0].1)).unwrap();
+    s.run("train").unwrap();
     s.feed_with("train", &m.images, |v| v.copy_from_slice(a)).unwrap();
     s.feed_with("train", &m.images, |v| v.copy_from_slice(b)).unwrap();
     assert!(s.fetch::<f32>("train", &m.images).unwrap() == *b, "the second in-place feed wins");

@@ -379,3 +379,66 @@ fn launches_name_only_their_own_devices_memory() {
     }
     assert!(crossing.is_empty(), "launches reading another device's memory:\n{}", crossing.join("\n"));
 }
+
+/// Not an assertion: where a context per logical GPU spends its time (the
+/// first GPU run measured it 3-4x slower than one context at one tower).
+/// The seed MLP at batch 256, variables on the host, 1 and 2 towers: one
+/// context against a context per GPU, CUDA graphs on and off (CTX lines),
+/// then one profiled step of each (every item synchronized and host-timed;
+/// the 8 costliest kernels and copies, CTX PROFILE lines).
+#[test]
+fn where_a_context_per_gpu_spends_its_time() {
+    let test = "where_a_context_per_gpu_spends_its_time";
+    let Some(probe) = cuda(test) else { return };
+    let gpu = probe.device();
+    drop(probe);
+    let m = model(ModelKind::Mlp, [28, 28, 1], vec![256, 256], false);
+    for towers in [1u32, 2] {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.05) }, 256);
+        o.towers = (0..towers).map(Device::gpu).collect();
+        o.variables = VarPlacement::Cpu;
+        for per_gpu in [false, true] {
+            for graphs in [true, false] {
+                let Some(c) = cuda(test) else { return };
+                let c = c.with_context_per_gpu(per_gpu).with_graphs(graphs);
+                let (full, run, _) = time_steps(Box::new(mixed(c, false)), &m, &o, 3, 30);
+                eprintln!(
+                    "CTX [{gpu}] mlp batch 256 x{towers} variables Cpu, mixed, context per GPU {per_gpu}, graphs {graphs}: median {full:.3} ms per step, run alone {run:.3} ms"
+                );
+            }
+            let Some(c) = cuda(test) else { return };
+            let c = c.with_context_per_gpu(per_gpu);
+            let plan = compile_train(&m.graph, &m.loss, &o).expect("compiles").plan;
+            let mut s = Session::with_backend(1, Box::new(mixed(c, false)));
+            s.load("train", plan).expect("loads");
+            let (x, y) = &data(&m, 256, 1)[0];
+            s.feed("train", &m.images, x).expect("feed");
+            s.feed("train", &m.labels, y).expect("feed");
+            s.run("train").expect("runs");
+            s.set_profiling("train", true).expect("profiling");
+            let steps = 5;
+            for _ in 0..steps {
+                s.run("train").expect("runs");
+            }
+            let mut by: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+            for p in s.profile("train").expect("a profile") {
+                let e = by.entry(format!("{} {}", p.stream, p.kernel)).or_default();
+                e.0 += p.nanos;
+                e.1 += 1;
+            }
+            let total: u64 = by.values().map(|e| e.0).sum();
+            let mut v: Vec<_> = by.into_iter().collect();
+            v.sort_by_key(|e| std::cmp::Reverse(e.1 .0));
+            let top: Vec<String> = v
+                .iter()
+                .take(8)
+                .map(|(k, (ns, n))| format!("{k} x{}: {:.1} us", n / steps, *ns as f64 / steps as f64 / 1e3))
+                .collect();
+            eprintln!(
+                "CTX PROFILE [{gpu}] mlp batch 256 x{towers} variables Cpu, context per GPU {per_gpu}: {:.1} us of items per step: {}",
+                total as f64 / steps as f64 / 1e3,
+                top.join(", ")
+            );
+        }
+    }
+}

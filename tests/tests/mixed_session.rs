@@ -16,11 +16,13 @@
 //!   backend the copy is elided and would show the write at once);
 //! - a plan whose launch names another part's memory is refused at load,
 //!   naming the node;
+//! - an eval program of one device runs where the training program put
+//!   the variables it reads, and predicts as on one backend;
 //! - ranks of a process group, each a mixed session, all-reduce through
 //!   the host part and agree bit for bit; a launch failing in one part
 //!   ends the step with its error, and the next step runs.
 
-use towers::compiler::{compile_train, CompileOptions};
+use towers::compiler::{compile_eval, compile_train, CompileOptions};
 use towers::models::ModelKind;
 use towers_graph::{Optimizer, F32};
 use towers_passes::{SplitPolicy, VarPlacement};
@@ -181,6 +183,47 @@ fn a_launch_naming_another_parts_memory_is_refused_at_load() {
             && msg.contains("only copies cross parts"),
         "{msg}"
     );
+}
+
+/// An eval program (`compile_eval` puts a model without device scopes on
+/// `cpu:0`) loaded after a training program that holds the variables on
+/// the GPUs runs where they live: on one CPU backend that is a label, in a
+/// mixed session a launch on `cpu:0` could not read the GPU part's memory
+/// (the first GPU run refused it at load). Its predictions equal the same
+/// programs' on one CPU backend bit for bit, for every placement; an eval
+/// whose variables are on its own device stays there.
+#[test]
+fn an_eval_program_runs_where_the_training_program_put_the_variables() {
+    let model = small_model(ModelKind::Mlp, false, 3);
+    let data = batches(BATCH, 2, 9);
+    for (vars, n, runs_on) in [
+        (VarPlacement::Cpu, 2, "cpu:0"),
+        (VarPlacement::Gpu0, 1, "gpu:0"),
+        (VarPlacement::Gpu0, 2, "gpu:0"),
+        (VarPlacement::RoundRobin, 2, "gpu:0"),
+    ] {
+        let o = tower_options(&momentum(), n, vars);
+        let train = compile_train(&model.graph, &model.loss, &o).expect("compiles").plan;
+        let eval = compile_eval(&model.graph, &[("predictions", &model.predictions)], BATCH).expect("eval").plan;
+        assert_eq!(eval.devices.len(), 1, "a one-device eval program");
+        let mut got = Vec::new();
+        for backend in [mixed(), Box::new(towers_runtime::CpuBackend::new()) as Box<dyn Backend>] {
+            let mut s = Session::with_backend(1, backend);
+            s.load("train", train.clone()).expect("train loads");
+            s.load("eval", eval.clone()).unwrap_or_else(|e| panic!("{vars:?}, {n} towers: eval loads: {e}"));
+            let moved = s.plan("eval").expect("loaded").devices[0].device.to_string();
+            assert_eq!(moved, runs_on, "{vars:?}, {n} towers: the eval runs where its variables live");
+            for (x, y) in &data {
+                s.feed("train", &model.images, x).expect("feed");
+                s.feed("train", &model.labels, y).expect("feed");
+                s.run("train").expect("train runs");
+            }
+            s.feed("eval", &model.images, &data[0].0).expect("feed eval");
+            s.run("eval").expect("eval runs");
+            got.push(s.fetch::<i32>("eval", "predictions").expect("predictions"));
+        }
+        assert_eq!(got[0], got[1], "{vars:?}, {n} towers: mixed and one CPU backend predict alike");
+    }
 }
 
 /// Traces, profiles, the step counter and the backend's notes work across parts.

@@ -95,7 +95,9 @@ pub const CHILD_MARK: &str = "CHILD foreign_read:";
 /// line: `read right`, `read wrong` or `fault <text>`), or Silent with the
 /// child's exit `status` when it printed none.
 pub fn child_outcome(log: &str, status: &str) -> ChildOutcome {
-    let Some(rest) = log.lines().find_map(|l| l.trim().strip_prefix(CHILD_MARK)) else {
+    // libtest prints the child's first line after "test NAME ... ", so the
+    // mark is looked for anywhere in a line.
+    let Some(rest) = log.lines().find_map(|l| l.find(CHILD_MARK).map(|i| &l[i + CHILD_MARK.len()..])) else {
         return ChildOutcome::Silent { status: status.to_string() };
     };
     match rest.trim() {
@@ -111,7 +113,8 @@ pub fn child_outcome(log: &str, status: &str) -> ChildOutcome {
 /// The first line of the child's output mentioning "after the fault", for
 /// the detail of the foreign-pointer finding.
 pub fn child_after(log: &str) -> Option<String> {
-    log.lines().find_map(|l| l.trim().strip_prefix("CHILD after:").map(|s| s.trim().to_string()))
+    const AFTER: &str = "CHILD after:";
+    log.lines().find_map(|l| l.find(AFTER).map(|i| l[i + AFTER.len()..].trim().to_string()))
 }
 
 /// Gigabytes (1e9 bytes) per second moved by `bytes` in `secs`.
@@ -170,6 +173,11 @@ mod tests {
         );
         assert_eq!(child_outcome("thread panicked", "signal 11"), ChildOutcome::Silent { status: "signal 11".into() });
         assert!(matches!(child_outcome("CHILD foreign_read: maybe", "exit 0"), ChildOutcome::Silent { .. }));
+        // As libtest prints it under --nocapture (seen on an H200): the
+        // report follows the test's name on its line.
+        let log = "running 1 test\ntest child_foreign_pointer ... CHILD foreign_read: read right\nCHILD after: context 1 (the owner) still usable\nok\n";
+        assert_eq!(child_outcome(log, "exit status: 0"), ChildOutcome::Read { right_values: true });
+        assert_eq!(child_after(log).as_deref(), Some("context 1 (the owner) still usable"));
     }
 
     #[test]
