@@ -311,6 +311,63 @@ impl Plan {
         Ok(())
     }
 
+    /// Read variable `name` through a copy of it in this one-device
+    /// plan's own arena: a buffer `<name>/colocated` after the arena's
+    /// end, filled by a copy at the start of the device's first compute
+    /// stream, and every launch that read the variable reads the copy
+    /// (stream order puts the copy first). For a program reading a
+    /// variable another device holds (a kernel reads only its own
+    /// device's memory; the copy crosses). Err when the plan has several
+    /// devices, does not declare the variable, or writes it (a copy would
+    /// lose the write).
+    pub fn copy_variable_in(&mut self, name: &str) -> Result<(), String> {
+        let decl =
+            self.variable(name).ok_or_else(|| format!("program '{}' declares no variable '{name}'", self.program))?;
+        let (dtype, shape) = (decl.dtype, decl.shape.clone());
+        let var = BufRef::Variable(name.to_string());
+        let writes = self.streams.iter().flat_map(|s| &s.steps).any(|st| match st {
+            Step::Launch { outputs, workspace, .. } => outputs.iter().chain(workspace).any(|r| *r == var),
+            Step::Copy { to, .. } => *to == var,
+            _ => false,
+        });
+        if writes {
+            return Err(format!("program '{}' writes variable '{name}'", self.program));
+        }
+        // The copy goes first on the first compute stream: every reader must be there.
+        let reads = |st: &Step| matches!(st, Step::Launch { inputs, .. } if inputs.contains(&var));
+        let home = self.streams.iter().position(|s| s.kind == StreamKind::Compute);
+        if let Some(other) =
+            self.streams.iter().enumerate().find(|(i, s)| Some(*i) != home && s.steps.iter().any(reads)).map(|(_, s)| s)
+        {
+            return Err(format!(
+                "program '{}' reads variable '{name}' on stream {} too (a copy orders before one stream only)",
+                self.program,
+                other.name()
+            ));
+        }
+        let Some(home) = home else { return Err(format!("program '{}' has no compute stream", self.program)) };
+        let [dev] = self.devices.as_mut_slice() else {
+            return Err(format!("program '{}' runs on {} devices, not one", self.program, self.devices.len()));
+        };
+        let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
+        let offset = dev.arena_bytes.div_ceil(crate::arena::ALIGN) * crate::arena::ALIGN;
+        let buffer = dev.buffers.len();
+        let copy_name = format!("{name}/colocated");
+        dev.buffers.push(Buffer { name: copy_name.clone(), dtype, shape, kind: BufferKind::Tensor, offset, bytes });
+        dev.arena_bytes = offset + bytes;
+        let local = BufRef::Arena { device: 0, buffer };
+        let stream = &mut self.streams[home];
+        for st in &mut stream.steps {
+            if let Step::Launch { inputs, .. } = st {
+                for r in inputs.iter_mut().filter(|r| **r == var) {
+                    *r = local.clone();
+                }
+            }
+        }
+        stream.steps.insert(0, Step::Copy { from: var, to: local, bytes, node: copy_name });
+        Ok(())
+    }
+
     /// The buffer a reference names (None for variables).
     pub fn buffer(&self, r: &BufRef) -> Option<&Buffer> {
         match r {

@@ -11,7 +11,9 @@
 //! its device moves, whole, to the device holding most of their bytes
 //! (ties to the first device in order). The moved plan computes the same
 //! values (every kernel runs on every device kind); the session's device
-//! notes show where it runs.
+//! notes show where it runs. Variables it reads on yet other devices
+//! (round-robin) come in through copies into its own arena at the start of
+//! each run, as TF1's Send/Recv pairs would carry them.
 //!
 //! Invariant: a plan of several devices is never moved (its placement is
 //! the compiler's, reported and snapshot), nor one that reads a variable
@@ -47,10 +49,25 @@ pub(super) fn target(plan: &Plan, vars: &VarTable) -> Option<Device> {
     best.map(|(d, _)| d)
 }
 
-/// Move `plan` where [`target`] says; Some((from, to)) when it moved.
-pub(super) fn colocate(plan: &mut Plan, vars: &VarTable) -> Option<(Device, Device)> {
-    let to = target(plan, vars)?;
+/// Move `plan` where [`target`] says, then read each variable it does not
+/// write that lives on yet another device (round-robin placements) through
+/// a copy into its own arena ([`Plan::copy_variable_in`]). Returns the
+/// move, if any, and the variables copied in.
+pub(super) fn colocate(plan: &mut Plan, vars: &VarTable) -> (Option<(Device, Device)>, Vec<String>) {
+    if plan.devices.len() != 1 {
+        return (None, Vec::new());
+    }
     let from = plan.devices[0].device;
-    plan.move_to(to).ok()?;
-    Some((from, to))
+    let moved = target(plan, vars).and_then(|to| plan.move_to(to).ok().map(|()| (from, to)));
+    let here = plan.devices[0].device;
+    let elsewhere: Vec<String> = plan
+        .variables
+        .iter()
+        .filter(|v| vars.get(&v.name).and_then(|k| k.device).is_some_and(|d| d != here))
+        .map(|v| v.name.clone())
+        .collect();
+    // A variable the program writes keeps its reference (the backend
+    // decides whether it can serve it).
+    let copied = elsewhere.into_iter().filter(|n| plan.copy_variable_in(n).is_ok()).collect();
+    (moved, copied)
 }
