@@ -11,7 +11,7 @@
 //!   machine's GPUs), variables on `cpu:0`, `gpu:0` or round-robin, CUDA
 //!   graphs on: losses, eval predictions and every variable equal the CPU
 //!   backend's within 1e-4 relative (`cuda_backend.rs`'s tolerance and
-//!   reasons);
+//!   reasons), 2.5e-4 for Adam's cases (`TOL_ADAM`);
 //! - a host part in pageable memory beside a CUDA part is refused at load,
 //!   naming the pageable memory;
 //! - the same with one CUDA context per logical GPU
@@ -41,6 +41,14 @@ use towers_runtime::{Backend, CpuBackend, Session};
 use towers_vocab::DeviceKind;
 
 const TOL: f32 = 1e-4;
+/// Adam's cases: its update divides by sqrt(v) + eps, so on a near-zero
+/// gradient element a different rounding of the GEMM's sums (cuBLAS's
+/// order against the CPU's) moves the weight by up to a few lr-scaled
+/// ulps of m/sqrt(v). Measured on an H200: 1.25e-4 at fc2/weights of the
+/// seed MLP with 4 towers after 4 steps, the same in one context, a
+/// context per GPU and standalone (so the GEMMs, not the session); this
+/// holds twice that.
+const TOL_ADAM: f32 = 2.5e-4;
 
 /// Without a GPU: a loud skip, or a failure under `TOWERS_REQUIRE_GPU`.
 fn skip(test: &str, why: &CudaUnavailable) {
@@ -168,7 +176,8 @@ fn a_cuda_part_beside_a_pinned_host_part_matches_the_cpu_backend() {
                         t.elapsed().as_secs_f64(),
                         got.note.replace('\n', "\n  ")
                     );
-                    if d.is_nan() || d > TOL {
+                    let tol = if matches!(opt, Optimizer::Adam { .. }) { TOL_ADAM } else { TOL };
+                    if d.is_nan() || d > tol {
                         failures.push(format!("{name}, {towers} towers, {vars:?}, {how}: {at} differs by {d:e}"));
                     }
                 }

@@ -160,7 +160,15 @@ fn run_train_in(a: TrainArgs, comm: Arc<dyn Comm>) -> Result<(), String> {
     let (input, classes) = towers::cost::placements::geometry(&cfg.data);
     auto_variables(&a.common, user.as_ref(), &mut cfg, input, classes, comm.world_size(), a.backend)?;
     ps_tasks(&a.common, &mut cfg, comm.world_size())?;
-    cuda_contexts(&a.common, &mut cfg, comm.world_size());
+    // The machine's GPUs decide `--cuda-contexts` left out (none probed for --backend cpu).
+    let gpus = match a.backend {
+        towers::train::BackendChoice::Cpu => 0,
+        _ => match Machine::probe().cuda {
+            towers::runtime::devices::Cuda::Gpus(n) => n,
+            towers::runtime::devices::Cuda::Absent(_) => 0,
+        },
+    };
+    cuda_contexts(&a.common, &mut cfg, comm.world_size(), gpus);
     cfg.steps = a.steps;
     cfg.epochs = a.epochs.unwrap_or(match a.common.model {
         _ if user.is_some() => 20,
