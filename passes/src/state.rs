@@ -128,6 +128,12 @@ pub enum PassError {
     #[error("No variables to optimize.")]
     NoVariables,
 
+    /// TF1's "No variables to optimize.", naming the loss: nothing it
+    /// depends on is a trainable variable (a placeholder or constant given
+    /// as the loss, or a model whose variables are all non-trainable).
+    #[error("No variables to optimize: the loss '{loss}' depends on no trainable variable; give the loss of the model (a reduce_mean over its per-example losses), or make its variables trainable")]
+    LossReachesNoVariable { loss: String },
+
     #[error("pass '{pass}' needs {what}, which no earlier pass provided; run it after {after}")]
     MissingState { pass: String, what: String, after: String },
 

@@ -108,6 +108,27 @@ fn refuse_non_regular(path: &Path) -> Result<(), RuntimeError> {
     }
 }
 
+/// A checkpoint to write into a folder that does not exist (or is not a
+/// folder): refused before anything is gathered, naming the folder, where
+/// the OS would only say "No such file or directory".
+fn refuse_missing_folder(path: &Path) -> Result<(), RuntimeError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => return Ok(()),
+    };
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(ck(path, format!("{} is not a folder; save into a folder", dir.display()))),
+        Err(_) => Err(ck(
+            path,
+            format!(
+                "the folder {} does not exist; create it first (std::fs::create_dir_all) or save elsewhere",
+                dir.display()
+            ),
+        )),
+    }
+}
+
 /// Write `data` to `path` atomically (see the module docs): temporary file,
 /// fsync, rename, directory fsync; the temporary file is removed on every
 /// error.
@@ -239,6 +260,7 @@ impl Session {
     ) -> Result<(), RuntimeError> {
         let path = path.as_ref();
         refuse_non_regular(path)?;
+        refuse_missing_folder(path)?;
         let mut tensors = Vec::new();
         for (name, shape, v) in extra {
             if self.variable_type(name).is_ok() {

@@ -467,6 +467,17 @@ impl Session {
     /// an i32 or bool one (the element type comes from `data`).
     pub fn set_variable<T: Element>(&mut self, name: &str, data: &[T]) -> Result<(), RuntimeError> {
         self.var(name, T::DTYPE, Some(data.len()))?;
+        // `global_step` counts the steps taken (TF1 increments it from 0);
+        // a negative count would feed dropout's masks and Adam's bias
+        // correction a step that never was.
+        if let (GLOBAL_STEP, crate::backend::HostSlice::I32(v)) = (name, T::host(data)) {
+            if let Some(&bad) = v.iter().find(|&&x| x < 0) {
+                return Err(RuntimeError::VariableAccess {
+                    name: name.into(),
+                    detail: format!("it counts the steps taken and cannot be {bad}; write 0 to start counting again"),
+                });
+            }
+        }
         // `var` above named an unknown variable, with its hint.
         let v = self
             .vars

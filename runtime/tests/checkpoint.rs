@@ -78,6 +78,9 @@ fn restoring_before_loading_keeps_the_values_until_a_plan_declares_them() {
     let path = dir.path().join("model.safetensors");
     let mut a = session();
     a.write_variable("fc/biases", &[0.5, -0.5]).unwrap();
+    // A negative step count is refused, naming the variable; nothing is written.
+    let e = a.set_variable("global_step", &[-3]).unwrap_err().to_string();
+    assert!(e.contains("global_step") && e.contains("cannot be -3"), "{e}");
     a.set_variable("global_step", &[7]).unwrap();
     a.save(&path).unwrap();
     let mut b = Session::new(99);
@@ -226,6 +229,14 @@ fn non_regular_targets_are_refused_and_failed_saves_leave_no_temporary() {
     std::fs::write(folder.join("x"), b"x").unwrap();
     assert!(s.save(&folder).is_err());
     assert!(!temp_path(&folder).exists(), "the temporary file is removed on error");
+    // Into a folder that does not exist, or through a file: the folder named, nothing written.
+    let missing = dir.path().join("runs/1/model.safetensors");
+    let e = s.save(&missing).unwrap_err().to_string();
+    assert!(e.contains("runs/1 does not exist") && e.contains("create_dir_all"), "{e}");
+    assert!(!dir.path().join("runs").exists());
+    let through = folder.join("x").join("model.safetensors");
+    let e = s.save(&through).unwrap_err().to_string();
+    assert!(e.contains("full/x is not a folder"), "{e}");
 }
 
 trait CharDevice {

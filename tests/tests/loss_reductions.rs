@@ -244,3 +244,25 @@ fn a_per_row_fetch_is_the_towers_rows_in_batch_order() {
     // i32 rows are gathered too (checked against one device in train_fetches.rs).
     compile_train(&graph(), "loss", &o).expect("i32 per-row fetches are gathered");
 }
+
+/// A loss the optimizer cannot minimize is named: a per-example tensor is
+/// not a loss (its shape, before anything about variables), and a scalar
+/// that no trainable variable reaches gets TF1's "No variables to
+/// optimize." with the loss's name and what to give instead.
+#[test]
+fn a_loss_no_variable_reaches_is_named() {
+    let mut b = GraphBuilder::with_seed(2);
+    let x = b.placeholder("x", DType::F32, Shape(vec![None, Some(3)])).unwrap();
+    let _ = layers::dense(&mut b, "fc", x, 2, Activation::None).unwrap();
+    let mean = b.reduce_mean_all(x).unwrap();
+    let g = b.finish();
+    let o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
+    let e = compile_train(&g, "x", &o).err().expect("a placeholder is no loss").to_string();
+    assert!(e.contains("the loss 'x' must be a scalar f32"), "{e}");
+    let name = g.node(mean.node).name.clone();
+    let e = compile_train(&g, &name, &o).err().expect("no variable reaches it").to_string();
+    assert!(
+        e.contains(&format!("No variables to optimize: the loss '{name}' depends on no trainable variable")),
+        "{e}"
+    );
+}

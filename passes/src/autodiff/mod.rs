@@ -45,17 +45,25 @@ pub struct GradientResult {
     pub unreachable: Vec<String>,
 }
 
+/// `LossNotScalar` unless `loss` is a scalar f32 (checked first: a loss of
+/// the wrong shape is the mistake to name, before any about variables).
+pub fn check_loss(g: &Graph, loss: Tensor) -> Result<(), PassError> {
+    let loss_ty = g.tensor_type(loss)?;
+    if loss_ty.dtype != DType::F32 || loss_ty.shape.rank() != 0 {
+        let loss_name = g.node(loss.node).name.clone();
+        return Err(PassError::LossNotScalar { loss: loss_name, ty: loss_ty.to_string() });
+    }
+    Ok(())
+}
+
 /// The gradients of the scalar f32 `loss` with respect to `vars`.
 ///
 /// Errors: `LossNotScalar` for a non-scalar or non-f32 loss, `NoGradients`
 /// when no variable reaches the loss, `NoGradientDefined` for an op on the
 /// path without a gradient rule.
 pub fn gradients(g: &mut Graph, loss: Tensor, vars: &[NodeId]) -> Result<GradientResult, PassError> {
-    let loss_ty = g.tensor_type(loss)?.clone();
+    check_loss(g, loss)?;
     let loss_name = g.node(loss.node).name.clone();
-    if loss_ty.dtype != DType::F32 || loss_ty.shape.rank() != 0 {
-        return Err(PassError::LossNotScalar { loss: loss_name, ty: loss_ty.to_string() });
-    }
     let on_path = path_nodes(g, loss.node, vars);
     let var_names: Vec<String> = vars.iter().map(|&v| g.node(v).name.clone()).collect();
     if !vars.iter().any(|v| on_path.contains(v)) {

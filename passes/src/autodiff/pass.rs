@@ -34,8 +34,9 @@ impl Pass for Autodiff {
         } else {
             st.var_list.iter().map(|v| g.find(v)).collect::<Result<Vec<_>, _>>()?
         };
+        super::check_loss(g, loss)?;
         if vars.is_empty() {
-            return Err(PassError::NoVariables);
+            return Err(PassError::LossReachesNoVariable { loss: loss_name });
         }
         let res = super::gradients(g, loss, &vars).map_err(|e| match e {
             // Name the list the user gave, not only what prune left of it.
