@@ -308,6 +308,9 @@ impl Pipeline {
 /// Run the training pipeline (see [`Pipeline::train`]) over `model`.
 pub fn train(model: &Graph, loss: &str, opts: &CompileOptions) -> Result<PipelineOutput, PassError> {
     check_replication(opts)?;
+    if opts.process.world <= 1 {
+        check_one_process_devices(model)?;
+    }
     if !opts.towers.is_empty() {
         check_no_hand_towers(model)?;
     }
@@ -337,6 +340,40 @@ fn check_no_hand_towers(model: &Graph) -> Result<(), PassError> {
         towers.len(),
         scopes.join(", ")
     )))
+}
+
+/// In one process every device is of task 0 of the worker job (TF1's
+/// `/job:localhost/replica:0/task:0`): a device scope naming another task
+/// or a job towers does not run would be placed on this process's device
+/// with its job and task dropped, silently. Refused, naming the node (TF1:
+/// "Could not satisfy explicit device specification"). `/job:ps` is
+/// `place`'s to check (parameter-server tasks exist with `VarPlacement::Ps`).
+/// With several processes `all_reduce` checks the tasks against the rank.
+fn check_one_process_devices(model: &Graph) -> Result<(), PassError> {
+    for id in model.node_ids() {
+        let n = model.node(id);
+        let spec = &n.requested_device;
+        if spec.is_ps() {
+            continue;
+        }
+        let job_ok = spec.job.as_deref().is_none_or(|j| j == "worker" || j == "localhost");
+        if job_ok && spec.task.is_none_or(|t| t == 0) {
+            continue;
+        }
+        let why = if job_ok {
+            format!("a one-process program has task 0 only (task {} is another process)", spec.task.unwrap_or(0))
+        } else {
+            format!("job '{}' is not one towers runs (worker, localhost, ps)", spec.job.as_deref().unwrap_or(""))
+        };
+        return Err(PassError::Placement {
+            node: n.name.clone(),
+            reason: format!(
+                "'{}' (scope '{}') was explicitly assigned to {spec}, but {why}: leave the job and task out of the device string (/gpu:0), or run it as that task of a process group (CompileOptions::process, under mpirun)",
+                n.name, n.scope
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Refuse what only the compiler's towers honour when no tower is asked

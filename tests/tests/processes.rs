@@ -288,6 +288,13 @@ fn a_device_of_another_process_is_refused_and_this_processes_own_is_fine() {
     assert!(e.contains("/job:worker/task:0") && e.contains("not a device of this process"), "{e}");
     let (g, loss) = build(1);
     compile_train(&g, &loss, &o).expect("rank 1 may name its own task");
+    // In one process only task 0 exists: task 1 was placed here with its task
+    // dropped, silently; now refused, naming the node (TF1 cannot satisfy it).
+    let one = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+    let e = compile_train(&g, &loss, &one).unwrap_err().to_string();
+    assert!(e.contains("/job:worker/task:1") && e.contains("task 0 only") && e.contains("fc/"), "{e}");
+    let (g0, loss0) = build(0);
+    compile_train(&g0, &loss0, &one).expect("task 0 is this process");
 }
 
 /// A loss that sums over the batch (`reduce_sum(xent)`): the replicas'
