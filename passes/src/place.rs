@@ -273,13 +273,21 @@ impl Pass for Place {
                     .filter(|(d, _)| *d != Device::CPU0)
                     .map(|(d, _)| format!("Device::{}", d.to_string().replace(':', "(") + ")"))
                     .collect();
+                // The CLI's `--towers N` is /gpu:0 to /gpu:N-1: say it only when that is what was asked.
+                let mut indices: Vec<u32> =
+                    first.iter().filter(|(d, _)| *d != Device::CPU0).map(|(d, _)| d.index).collect();
+                indices.sort_unstable();
+                let cli = if indices.iter().enumerate().all(|(i, &d)| d as usize == i) {
+                    format!("CLI: --towers {}", indices.len().max(1))
+                } else {
+                    "the CLI's --towers N runs /gpu:0 to /gpu:N-1, so name these devices through the API".to_string()
+                };
                 return Err(PassError::Placement {
                     node: first.get(1).map(|(_, n)| n.clone()).unwrap_or_default(),
                     reason: format!(
-                        "{}, but the program is compiled for one device (no towers); to run on those devices set CompileOptions::towers = vec![{}] (CLI: --towers {}), or remove the device scopes",
+                        "{}, but the program is compiled for one device (no towers); to run on those devices set CompileOptions::towers = vec![{}] ({cli}), or remove the device scopes",
                         said.join(" and "),
                         gpus.join(", "),
-                        gpus.len().max(1)
                     ),
                 });
             }

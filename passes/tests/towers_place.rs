@@ -170,6 +170,31 @@ fn unknown_device_is_reported_in_tf_words() {
     );
 }
 
+/// Two devices asked for in a program of one device: the advice names the
+/// towers to set, and the CLI's `--towers N` only where it means the same
+/// devices (it runs /gpu:0 to /gpu:N-1).
+#[test]
+fn the_one_device_advice_gives_the_cli_flag_only_where_it_fits() {
+    let advice = |gpu: &str| {
+        let mut b = towers_graph::GraphBuilder::new();
+        let x = b.placeholder("x", towers_graph::DType::F32, [None, Some(4)]).unwrap();
+        let y = b.device("/cpu:0", |b| b.relu(x)).unwrap();
+        b.device(gpu, |b| b.sigmoid(y)).unwrap();
+        let mut g = b.finish();
+        let mut st = CompileState::default();
+        let mut pm =
+            PassManager::new().add(BindBatch::new(8)).add(Place { strategy: VarPlacement::Cpu, devices: vec![] });
+        pm.run(&mut g, &mut st).unwrap_err().to_string()
+    };
+    let e = advice("/gpu:0");
+    assert!(e.contains("CompileOptions::towers = vec![Device::gpu(0)] (CLI: --towers 1)"), "{e}");
+    let e = advice("/gpu:1");
+    assert!(
+        e.contains("vec![Device::gpu(1)]") && !e.contains("CLI: --towers") && e.contains("/gpu:0 to /gpu:N-1"),
+        "{e}"
+    );
+}
+
 #[test]
 fn single_device_mode_puts_everything_on_one_device_without_copies() {
     let (mut g, mut st) = mlp(false, false);
