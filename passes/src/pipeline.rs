@@ -398,6 +398,13 @@ fn check_replication(opts: &CompileOptions) -> Result<(), PassError> {
             "CompileOptions::clip_global_norm with several processes: the gradients are all-reduced after the optimizer's clipping point, so each process would clip its own share; clip in one process (towers), or leave it unset".into(),
         ));
     }
+    // A process has one host device: a tower on /cpu:1 would compile, then
+    // be refused by every session at load (the runtime's words, said here).
+    if let Some(d) = opts.towers.iter().find(|d| d.kind == towers_graph::DeviceKind::Cpu && d.index != 0) {
+        return Err(PassError::Options(format!(
+            "CompileOptions::towers names {d}, but a process has one host device, cpu:0: put the towers on /gpu:N (the CPU backend runs each /gpu:N as a CPU device of its own), or on cpu:0"
+        )));
+    }
     if !opts.towers.is_empty() || !opts.process.is_single() {
         return Ok(());
     }

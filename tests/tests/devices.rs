@@ -33,6 +33,17 @@ fn a_second_host_device_is_refused_at_load_naming_it() {
     );
 }
 
+/// Towers on a second host device are refused when compiling, not first
+/// by the session that loads the plan.
+#[test]
+fn towers_on_a_second_host_device_are_refused_at_compile() {
+    let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
+    let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+    o.towers = vec![Device::cpu(1), Device::cpu(2)];
+    let e = compile_train(&model.graph, &model.loss, &o).err().expect("cpu:1 refused").to_string();
+    assert!(e.contains("CompileOptions::towers names cpu:1") && e.contains("one host device"), "{e}");
+}
+
 /// The device map of compiled plans at 1, 2 and 4 towers on fake machines
 /// (no CUDA, 1, 2 and 8 GPUs): a line per plan device, the CPU backend's
 /// threads as `thread_plans` deals them, one context per logical GPU on a
