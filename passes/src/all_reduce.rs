@@ -202,7 +202,7 @@ impl Pass for AllReduceBuckets {
     fn run(&mut self, g: &mut Graph, st: &mut CompileState) -> Result<(), PassError> {
         if self.group.ps_ranks > 0 && !self.to_owners {
             return Err(PassError::Options(format!(
-                "--ps-ranks {} needs --variables ps: parameter-server ranks hold sharded variables, and the all-reduce layout has none (add --variables ps, or drop --ps-ranks)",
+                "ProcessGroup::ps_ranks = {} needs CompileOptions::variables = VarPlacement::Ps: parameter-server ranks hold sharded variables, and the all-reduce layout has none (set VarPlacement::Ps, or build the group without with_ps_ranks; CLI: --variables ps, or drop --ps-ranks)",
                 self.group.ps_ranks
             )));
         }

@@ -230,7 +230,11 @@ impl Pipeline {
                 st.loss = Some(TensorRef::new(loss, 0));
                 check_fetch_names(&g, fetches, true)?;
                 for (user, node) in fetches {
-                    g.find(node)?;
+                    g.find(node).map_err(|e| {
+                        PassError::Options(format!(
+                            "fetch '{user}' of CompileOptions::fetches names a node the graph lacks: {e}"
+                        ))
+                    })?;
                     g.program_mut().fetches.insert(user.clone(), TensorRef::new(node, 0));
                 }
                 // Prune drops the variables the loss does not reach.
@@ -277,7 +281,11 @@ impl Pipeline {
                 // The user's towers are theirs: a metric is fetched as built
                 // (combine per-tower values with average_gradients, as the loss).
                 for (user, node) in fetches {
-                    g.find(node)?;
+                    g.find(node).map_err(|e| {
+                        PassError::Options(format!(
+                            "fetch '{user}' of CompileOptions::fetches names a node the graph lacks: {e}"
+                        ))
+                    })?;
                     g.program_mut().fetches.insert(user.clone(), TensorRef::new(node, 0));
                 }
             }

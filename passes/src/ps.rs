@@ -46,7 +46,7 @@ pub struct PsCandidate {
 pub fn assign_owners(vars: &[PsCandidate], tasks: u32, strategy: PsStrategy) -> Result<Vec<u32>, PassError> {
     if tasks == 0 {
         return Err(PassError::Options(
-            "--variables ps needs at least one parameter-server task: give --ps-tasks 1 or more".into(),
+            "VarPlacement::Ps { tasks: 0, .. } shards the variables over no parameter-server task: give tasks 1 or more (CLI: --ps-tasks)".into(),
         ));
     }
     let mut loads = vec![0usize; tasks as usize];
@@ -153,6 +153,6 @@ mod tests {
         assert!(e.contains("'fc2/weights' was explicitly assigned to /job:ps/task:2 but available devices are [ /job:ps/task:0, /job:ps/task:1 ]"), "{e}");
         assert!(e.contains("--ps-tasks"), "{e}");
         let e = assign_owners(&mlp(), 0, PsStrategy::Greedy).unwrap_err().to_string();
-        assert!(e.contains("--ps-tasks 1 or more"), "{e}");
+        assert!(e.contains("VarPlacement::Ps { tasks: 0, .. }") && e.contains("CLI: --ps-tasks"), "{e}");
     }
 }

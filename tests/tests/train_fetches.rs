@@ -120,6 +120,10 @@ fn a_fetch_name_that_would_hide_another_tensor_is_refused() {
     let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.5) }, BATCH);
     o.fetches = vec![("accuracy".into(), acc.clone()), ("images".into(), "images".into())];
     compile_train(&g, &loss, &o).expect("a fetch named as its own node");
+    // A fetch of a node the graph lacks names the fetch, not only the node.
+    o.fetches = vec![("acc".into(), "nope".into())];
+    let e = compile_train(&g, &loss, &o).err().expect("no node 'nope'").to_string();
+    assert!(e.contains("fetch 'acc' of CompileOptions::fetches") && e.contains("'nope'"), "{e}");
 }
 
 /// With towers, a model tensor exists once per tower: fetching it by its
