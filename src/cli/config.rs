@@ -127,6 +127,11 @@ pub fn ps_tasks(c: &Common, cfg: &mut TrainConfig, processes: usize) -> Result<(
     }
     match (&mut cfg.variables, c.ps_tasks) {
         (VarPlacement::Ps { tasks, .. }, None) => *tasks = c.ps_ranks.map_or(processes.max(1) as u32, |k| k),
+        (VarPlacement::Ps { .. }, Some(0)) => {
+            return Err(
+                "--ps-tasks 0 shards the variables over no parameter-server task: give --ps-tasks 1 or more".into()
+            )
+        }
         (VarPlacement::Ps { .. }, Some(_)) => {}
         (_, Some(k)) => {
             return Err(format!(
