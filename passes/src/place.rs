@@ -370,13 +370,24 @@ impl Pass for Place {
             }
         }
 
+        // With parameter servers, a variable pinned to a job-less host device
+        // (cifar10's `_variable_on_cpu`: `/cpu:0`) is sharded too, as TF1's
+        // replica_device_setter merges `/job:ps/task:k` under its spec; its
+        // value lives on the host either way.
+        let ps_merges = |spec: &towers_graph::DeviceSpec| {
+            matches!(self.strategy, VarPlacement::Ps { .. })
+                && spec.job.is_none()
+                && spec.task.is_none()
+                && spec.kind == Some(DeviceKind::Cpu)
+                && spec.index.is_none_or(|i| i == 0)
+        };
         let mut vars = Vec::new();
         for &id in &ids {
             let n = g.node(id);
             if matches!(n.op, Op::Variable { .. })
                 && !colocate.contains_key(&id)
                 && !steps.contains(&id)
-                && (n.requested_device.is_ps() || ctx.request(g, id)?.is_none())
+                && (n.requested_device.is_ps() || ps_merges(&n.requested_device) || ctx.request(g, id)?.is_none())
             {
                 vars.push(id);
             }

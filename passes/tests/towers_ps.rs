@@ -169,7 +169,29 @@ fn ps_requests_are_checked_with_tf_words() {
     assert!(e.contains("keeps its variables in host memory; use /job:ps/task:1"), "{e}");
     // No task at all.
     let e = compile_ps(2, ps(0, PsStrategy::Greedy), &[]).unwrap_err().to_string();
-    assert!(e.contains("--ps-tasks 1 or more"), "{e}");
+    assert!(e.contains("VarPlacement::Ps { tasks: 0, .. }") && e.contains("CLI: --ps-tasks"), "{e}");
+}
+
+/// cifar10's `_variable_on_cpu` pins every variable to `/cpu:0`; TF1's
+/// replica_device_setter merges `/job:ps/task:k` under such a job-less spec,
+/// so the variables are sharded all the same (before, they kept cpu:0 with
+/// no owner, unsharded, with no word said). A task the user names still wins.
+#[test]
+fn variables_pinned_to_the_host_are_sharded_as_replica_device_setter_does() {
+    let pinned: Vec<(&str, &str)> = PRIMARIES.iter().map(|n| (*n, "/cpu:0")).collect();
+    let plain = compile_ps(2, ps(2, PsStrategy::RoundRobin), &[]).unwrap();
+    let g = compile_ps(2, ps(2, PsStrategy::RoundRobin), &pinned).unwrap();
+    assert_eq!(owners(&g), owners(&plain), "the same owners as unpinned variables");
+    for (i, name) in PRIMARIES.iter().enumerate() {
+        let n = g.node(g.get(name).unwrap());
+        assert_eq!(n.device, Some(Device::CPU0), "{name}");
+        let want = format!("variables=ps round_robin: /job:ps/task:{}", i % 2);
+        assert_eq!(n.placement_reason.as_deref(), Some(want.as_str()), "{name}");
+    }
+    let mut with_task = pinned.clone();
+    with_task[0] = ("fc1/weights", "/job:ps/task:1");
+    let g = compile_ps(2, ps(2, PsStrategy::RoundRobin), &with_task).unwrap();
+    assert_eq!(g.program().ps.as_ref().unwrap().owner("fc1/weights"), Some(1));
 }
 
 #[test]
