@@ -86,5 +86,6 @@ fn ps_ranks_refuse_a_group_without_workers_or_without_sharded_variables() {
     o.towers = vec![Device::gpu(0)];
     o.process = ProcessGroup::new(0, 3).unwrap().with_ps_ranks(1).unwrap();
     let e = compile_train(&model.graph, &model.loss, &o).expect_err("refused").to_string();
-    assert!(e.contains("--ps-ranks 1") && e.contains("--variables ps"), "{e}");
+    assert!(e.contains("ProcessGroup::ps_ranks = 1 needs CompileOptions::variables = VarPlacement::Ps"), "{e}");
+    assert!(e.contains("CLI: --variables ps"), "{e}");
 }
