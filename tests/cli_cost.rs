@@ -54,15 +54,21 @@ fn variables_auto_picks_a_placement_and_says_why() {
     let args = ["--variables", "auto", "--towers", "2", "--cost-cache", cache];
     let (report, err) = towers(&[&["compile", "--emit", "placement"][..], &args].concat());
     let reason = err.lines().find_map(|l| l.strip_prefix("--variables auto: variables=")).expect(&err);
-    let chosen =
-        PLACEMENTS.iter().find(|v| reason.starts_with(&format!("{v} has the lowest predicted step"))).expect(reason);
+    // The lowest prediction, or one within the tie margin that comes first.
+    let chosen = PLACEMENTS
+        .iter()
+        .find(|v| {
+            reason.starts_with(&format!("{v} has the lowest predicted step"))
+                || reason.starts_with(&format!("{v} is within 5% of the lowest predicted step"))
+        })
+        .expect(reason);
     for other in PLACEMENTS.iter().filter(|v| *v != chosen) {
         assert!(reason.contains(&format!("{other} ")), "{reason}");
     }
     assert!(report.contains(&format!("variables={chosen}")), "{report}");
     // Same options, same plans, same cached calibrations: the same choice.
     let (_, err) = towers(&[&["train", "--steps", "3"][..], &args].concat());
-    assert!(err.contains(&format!("--variables auto: variables={chosen} has the lowest")), "{err}");
+    assert!(err.contains(&format!("--variables auto: variables={chosen} ")), "{err}");
 }
 
 /// With several processes each would time its own machine: refused, naming the flag.
