@@ -36,13 +36,24 @@ fn group_of(name: &str) -> String {
 pub fn placement_report(g: &Graph, plan: &Plan) -> String {
     let mut s = String::new();
     let mut var_bytes: BTreeMap<Device, usize> = BTreeMap::new();
+    // The device column fits the longest name (`/job:worker/task:1/device:CPU:0`
+    // in a multi-process plan), so the columns after it stay aligned.
+    let w = plan
+        .devices
+        .iter()
+        .map(|d| d.device)
+        .chain(plan.variables.iter().map(|v| v.device))
+        .map(|d| plan.device_name(d).len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     let _ = writeln!(s, "variables ({}):", plan.variables.len());
-    let _ = writeln!(s, "  {:<48} {:<8} {:>12}  reason", "name", "device", "bytes");
+    let _ = writeln!(s, "  {:<48} {:<w$} {:>12}  reason", "name", "device", "bytes");
     for v in &plan.variables {
         let bytes = v.shape.iter().product::<usize>() * v.dtype.size_bytes();
         *var_bytes.entry(v.device).or_default() += bytes;
         let reason = g.get(&v.name).and_then(|id| g.node(id).placement_reason.clone()).unwrap_or_default();
-        let _ = writeln!(s, "  {:<48} {:<8} {:>12}  {}", v.name, plan.device_name(v.device), bytes, reason);
+        let _ = writeln!(s, "  {:<48} {:<w$} {:>12}  {}", v.name, plan.device_name(v.device), bytes, reason);
     }
     let mut groups: BTreeMap<(String, Device, String), (usize, usize)> = BTreeMap::new();
     for id in g.node_ids() {
@@ -57,9 +68,9 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
         e.1 += n.outputs.iter().filter_map(|t| t.byte_size()).sum::<usize>();
     }
     let _ = writeln!(s, "\nop groups ({}):", groups.len());
-    let _ = writeln!(s, "  {:<40} {:<8} {:>6} {:>12}  reason", "group", "device", "ops", "out bytes");
+    let _ = writeln!(s, "  {:<40} {:<w$} {:>6} {:>12}  reason", "group", "device", "ops", "out bytes");
     for ((grp, dev, reason), (count, bytes)) in &groups {
-        let _ = writeln!(s, "  {:<40} {:<8} {:>6} {:>12}  {}", grp, plan.device_name(*dev), count, bytes, reason);
+        let _ = writeln!(s, "  {:<40} {:<w$} {:>6} {:>12}  {}", grp, plan.device_name(*dev), count, bytes, reason);
     }
     let _ = writeln!(
         s,
@@ -67,7 +78,7 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
     );
     let _ = writeln!(
         s,
-        "  {:<8} {:>14} {:>14} {:>14} {:>7} {:>14}",
+        "  {:<w$} {:>14} {:>14} {:>14} {:>7} {:>14}",
         "device", "variables", "no reuse", "arena", "ratio", "total"
     );
     let mut devices: Vec<Device> = plan.devices.iter().map(|d| d.device).chain(var_bytes.keys().copied()).collect();
@@ -78,7 +89,7 @@ pub fn placement_report(g: &Graph, plan: &Plan) -> String {
         let a: usize = plan.devices.iter().filter(|p| p.device == d).map(|p| p.arena_bytes).sum();
         let all: usize = plan.devices.iter().filter(|p| p.device == d).map(|p| p.bytes_without_reuse()).sum();
         let ratio = if all == 0 { "-".to_string() } else { format!("{:.2}", a as f64 / all as f64) };
-        let _ = writeln!(s, "  {:<8} {:>14} {:>14} {:>14} {:>7} {:>14}", plan.device_name(d), v, all, a, ratio, v + a);
+        let _ = writeln!(s, "  {:<w$} {:>14} {:>14} {:>14} {:>7} {:>14}", plan.device_name(d), v, all, a, ratio, v + a);
     }
     if let Some(ps) = &g.program().ps {
         ps_section(&mut s, g, plan, ps);
