@@ -430,7 +430,13 @@ impl Pass for Place {
                 // Before the request: a /job:ps variable's request names its owner, not a local device.
                 p.clone()
             } else if let Some(d) = ctx.request(g, id)? {
-                (d, format!("requested {}", d.spec()))
+                // `/gpu:*` (no index) asks for any GPU: say which one it got.
+                let why = if n.requested_device.index.is_none() {
+                    format!("requested {}, placed on {}", n.requested_device, d.spec())
+                } else {
+                    format!("requested {}", d.spec())
+                };
+                (d, why)
             } else if steps.contains(&id) && towers_graph::is_learning_rate(&n.name) {
                 host("learning rate, set between steps")
             } else if steps.contains(&id) {

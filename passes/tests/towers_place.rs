@@ -231,3 +231,23 @@ fn explicit_device_on_a_non_tower_node_wins() {
     assert_eq!(r.placement_reason.as_deref(), Some("requested /device:GPU:1"));
     assert!(g.get("x/read_gpu_1").is_some());
 }
+
+/// `/gpu:*` asks for any GPU: the reason says what was asked and where it
+/// went, not an index the user never wrote.
+#[test]
+fn a_request_without_an_index_says_where_it_was_placed() {
+    let mut b = towers_graph::GraphBuilder::new();
+    let x = b.placeholder("x", towers_graph::DType::F32, [None, Some(4)]).unwrap();
+    b.device("/gpu:*", |b| b.relu(x)).unwrap();
+    let mut g = b.finish();
+    let mut st = CompileState::default();
+    PassManager::new()
+        .add(BindBatch::new(8))
+        .add(Place { strategy: VarPlacement::Cpu, devices: gpus(2) })
+        .run(&mut g, &mut st)
+        .unwrap();
+    let r = g.node(g.get("Relu").unwrap());
+    assert_eq!(r.device, Some(Device::gpu(0)));
+    let why = r.placement_reason.as_deref().unwrap_or_default();
+    assert!(why.starts_with("requested ") && why.contains('*') && why.ends_with("placed on /device:GPU:0"), "{why}");
+}
