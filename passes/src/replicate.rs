@@ -137,6 +137,25 @@ impl Pass for Replicate {
             }
         }
 
+        // Batch norm in training normalizes by the batch's statistics: each
+        // replica's own rows (TF1's towers did the same), so unlike the rest of
+        // the step it is not the update one device computes on the whole
+        // batch. Allowed, and said.
+        if replicas > 1 || st.global_batch.is_some() {
+            let bn: Vec<&str> = order
+                .iter()
+                .filter(|&&n| matches!(g.node(n).op, Op::BatchNorm { .. }))
+                .map(|&n| g.node(n).name.as_str())
+                .collect();
+            if let Some(first) = bn.first() {
+                let more = if bn.len() > 1 { format!(" and {} more", bn.len() - 1) } else { String::new() };
+                let msg = format!(
+                    "batch norm '{first}'{more} normalizes each replica's rows by that replica's own batch statistics, as TF1's towers did: with {replicas} replica(s) (towers x micro-batches, per process) the step is not the one device computes on the whole batch; for that, compile without towers, accumulation and processes"
+                );
+                st.warn("replicate", msg);
+            }
+        }
+
         // Edges leaving the subgraph, recorded before any copy exists.
         let mut out_data: Vec<(NodeId, usize, Tensor)> = Vec::new();
         let mut out_ctrl: Vec<(NodeId, NodeId)> = Vec::new();

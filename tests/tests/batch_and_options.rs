@@ -318,3 +318,26 @@ fn a_process_group_literal_that_cannot_be_is_refused_first() {
         assert!(e.contains("ProcessGroup::new") && e.contains(&format!("rank: {rank}, world: {world}")), "{e}");
     }
 }
+
+/// Batch norm with several towers normalizes each tower's rows by that
+/// tower's statistics (TF1's towers did too): allowed, and said in a
+/// diagnostic naming the node; one tower (the whole batch) says nothing.
+#[test]
+fn batch_norm_over_several_towers_is_said() {
+    let model = towers_tests::small_model(towers::models::ModelKind::Convnet, true, 4);
+    let bn_warnings = |n: u32| {
+        let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
+        o.towers = (0..n).map(Device::gpu).collect();
+        let c = compile_train(&model.graph, &model.loss, &o).expect("compiles");
+        c.state
+            .diagnostics
+            .iter()
+            .filter(|d| d.message.contains("batch norm"))
+            .map(|d| d.message.clone())
+            .collect::<Vec<_>>()
+    };
+    assert!(bn_warnings(1).is_empty(), "{:?}", bn_warnings(1));
+    let w = bn_warnings(2);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("own batch statistics") && w[0].contains("2 replica(s)"), "{w:?}");
+}
