@@ -392,6 +392,25 @@ impl Pass for Place {
                 vars.push(id);
             }
         }
+        // A placement asked for, and every variable pinned by a device scope:
+        // explicit devices win (as in TF1), so the placement does nothing. Said.
+        if vars.is_empty() && self.strategy != VarPlacement::Cpu {
+            let pinned: Vec<&str> = ids
+                .iter()
+                .filter(|&&i| {
+                    matches!(g.node(i).op, Op::Variable { .. }) && !colocate.contains_key(&i) && !steps.contains(&i)
+                })
+                .map(|&i| g.node(i).name.as_str())
+                .collect();
+            if let Some(first) = pinned.first() {
+                let msg = format!(
+                    "variables={} places no variable: all {} ('{first}', ...) are pinned by their device scopes, and an explicit device wins; create the variables outside the device scope to let the placement choose",
+                    self.strategy.name(),
+                    pinned.len()
+                );
+                st.warn("place", msg);
+            }
+        }
         let ps = shard_ps(g, self.strategy, &vars, &colocate)?;
         let mut var_dev: BTreeMap<NodeId, (Device, String)> = if let Some(d) = single {
             vars.iter().map(|&v| (v, (d, "single device".to_string()))).collect()

@@ -251,3 +251,35 @@ fn a_request_without_an_index_says_where_it_was_placed() {
     let why = r.placement_reason.as_deref().unwrap_or_default();
     assert!(why.starts_with("requested ") && why.contains('*') && why.ends_with("placed on /device:GPU:0"), "{why}");
 }
+
+/// A placement asked for where every variable is pinned by its device scope
+/// (the porting guide's hand-built tower loop) does nothing, as in TF1
+/// (explicit devices win), and a diagnostic says so; with the variables
+/// unpinned it places them and says nothing.
+#[test]
+fn a_placement_that_places_nothing_is_said() {
+    let warnings = |pinned: bool| {
+        let mut b = towers_graph::GraphBuilder::new();
+        let x = b.placeholder("x", towers_graph::DType::F32, [None, Some(4)]).unwrap();
+        let make = |b: &mut towers_graph::GraphBuilder| {
+            let w = b.get_variable("w", [4, 2], towers_graph::Initializer::GlorotUniform)?;
+            b.matmul(x, w)
+        };
+        if pinned {
+            b.device("/gpu:0", make).unwrap();
+        } else {
+            make(&mut b).unwrap();
+        }
+        let mut g = b.finish();
+        let mut st = CompileState::default();
+        PassManager::new()
+            .add(BindBatch::new(8))
+            .add(Place { strategy: VarPlacement::RoundRobin, devices: gpus(2) })
+            .run(&mut g, &mut st)
+            .unwrap();
+        st.diagnostics.iter().map(|d| d.message.clone()).collect::<Vec<_>>()
+    };
+    let w = warnings(true);
+    assert!(w.iter().any(|m| m.contains("variables=round_robin places no variable") && m.contains("'w'")), "{w:?}");
+    assert!(warnings(false).is_empty(), "{:?}", warnings(false));
+}
