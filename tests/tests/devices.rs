@@ -40,7 +40,7 @@ fn towers_on_a_second_host_device_are_refused_at_compile() {
     let model = build(&ModelSpec::new(ModelKind::Mlp, [8, 8, 1], 10)).expect("model");
     let mut o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, 8);
     o.towers = vec![Device::cpu(1), Device::cpu(2)];
-    let e = compile_train(&model.graph, &model.loss, &o).err().expect("cpu:1 refused").to_string();
+    let e = compile_train(&model.graph, &model.loss, &o).expect_err("cpu:1 refused").to_string();
     assert!(e.contains("CompileOptions::towers names cpu:1") && e.contains("one host device"), "{e}");
 }
 

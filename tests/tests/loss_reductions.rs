@@ -257,10 +257,10 @@ fn a_loss_no_variable_reaches_is_named() {
     let mean = b.reduce_mean_all(x).unwrap();
     let g = b.finish();
     let o = CompileOptions::new(Optimizer::Sgd { lr: F32(0.1) }, BATCH);
-    let e = compile_train(&g, "x", &o).err().expect("a placeholder is no loss").to_string();
+    let e = compile_train(&g, "x", &o).expect_err("a placeholder is no loss").to_string();
     assert!(e.contains("the loss 'x' must be a scalar f32"), "{e}");
     let name = g.node(mean.node).name.clone();
-    let e = compile_train(&g, &name, &o).err().expect("no variable reaches it").to_string();
+    let e = compile_train(&g, &name, &o).expect_err("no variable reaches it").to_string();
     assert!(
         e.contains(&format!("No variables to optimize: the loss '{name}' depends on no trainable variable")),
         "{e}"

@@ -122,7 +122,7 @@ fn a_fetch_name_that_would_hide_another_tensor_is_refused() {
     compile_train(&g, &loss, &o).expect("a fetch named as its own node");
     // A fetch of a node the graph lacks names the fetch, not only the node.
     o.fetches = vec![("acc".into(), "nope".into())];
-    let e = compile_train(&g, &loss, &o).err().expect("no node 'nope'").to_string();
+    let e = compile_train(&g, &loss, &o).expect_err("no node 'nope'").to_string();
     assert!(e.contains("fetch 'acc' of CompileOptions::fetches") && e.contains("'nope'"), "{e}");
 }
 
