@@ -162,6 +162,15 @@ impl GraphBuilder {
     /// Built as `maximum(alpha·x, x)` (`minimum` for `alpha > 1`) in a
     /// `LeakyRelu` name scope; see the module docs.
     pub fn leaky_relu(&mut self, x: Tensor, alpha: f32) -> Result<Tensor> {
+        // A NaN or infinite slope would make every negative input NaN or
+        // infinite (as clip_by_value and dropout refuse such parameters).
+        if !alpha.is_finite() {
+            return Err(GraphError::LayerOption {
+                layer: Self::join(&self.name_scope, "LeakyRelu"),
+                option: "alpha".into(),
+                detail: format!("must be finite, got {alpha}"),
+            });
+        }
         self.name_scope("LeakyRelu", |b| {
             let a = b.constant("alpha", DType::F32, &[], &[alpha])?;
             let ax = b.op1("mul", Op::Binary(BinaryOp::Mul), &[a, x])?;

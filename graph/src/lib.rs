@@ -19,6 +19,7 @@
 pub mod axis;
 pub mod builder;
 mod builder_array;
+mod builder_compose;
 pub mod builder_math;
 mod builder_ops;
 mod builder_topk;

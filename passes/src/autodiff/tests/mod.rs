@@ -6,6 +6,7 @@ mod interp_array;
 mod interp_nn;
 mod rules;
 mod rules_array;
+mod rules_compose;
 mod rules_math;
 mod rules_select;
 mod rules_topk;
