@@ -124,6 +124,27 @@ impl GraphBuilder {
         self.split(x, axis, &fixed)
     }
 
+    /// GELU as BERT's TF1 `modeling.py` writes it (and TF's
+    /// `tf.nn.gelu(x, approximate=True)`): `0.5·x·(1 + tanh(√(2/π)·(x +
+    /// 0.044715·x³)))`, composed in a `Gelu` scope; gradient by autodiff.
+    pub fn gelu_tanh(&mut self, x: Tensor) -> Result<Tensor> {
+        self.name_scope("Gelu", |b| {
+            let x2 = b.square(x)?;
+            let x3 = b.mul(x2, x)?;
+            let c = b.scalar(0.044715)?;
+            let cx3 = b.mul(x3, c)?;
+            let inner = b.add(x, cx3)?;
+            let k = b.scalar((2.0f64 / std::f64::consts::PI).sqrt() as f32)?;
+            let scaled = b.mul(inner, k)?;
+            let t = b.tanh(scaled)?;
+            let one = b.scalar(1.0)?;
+            let onep = b.add(t, one)?;
+            let half = b.scalar(0.5)?;
+            let hx = b.mul(x, half)?;
+            b.mul(hx, onep)
+        })
+    }
+
     /// TF's `tf.nn.softmax(x, axis)`: over any axis (may be negative); the
     /// last is [`GraphBuilder::softmax`] itself, another is moved last,
     /// normalized and moved back (the shape must have a known rank).

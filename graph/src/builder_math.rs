@@ -201,6 +201,36 @@ impl GraphBuilder {
         self.unary(UnaryOp::Softplus, x)
     }
 
+    /// `floor(x)` (TF's `tf.floor`); zero gradient.
+    pub fn floor(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Floor, x)
+    }
+
+    /// `ceil(x)` (TF's `tf.ceil`); zero gradient.
+    pub fn ceil(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Ceil, x)
+    }
+
+    /// The nearest integer, halves to even (TF's `tf.round`); zero gradient.
+    pub fn round(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Round, x)
+    }
+
+    /// `-1`, `0` or `1` (TF's `tf.sign`); zero gradient.
+    pub fn sign(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Sign, x)
+    }
+
+    /// `log(1 + x)`, accurate near 0 (TF's `tf.log1p`).
+    pub fn log1p(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Log1p, x)
+    }
+
+    /// `exp(x) - 1`, accurate near 0 (TF's `tf.expm1`).
+    pub fn expm1(&mut self, x: Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Expm1, x)
+    }
+
     /// TF's `tf.nn.sigmoid_cross_entropy_with_logits(labels=z, logits=x)`:
     /// the per-element loss `softplus(x) - x·z` of an independent sigmoid
     /// per element (multi-label), shaped as `logits`; `labels` are f32 in

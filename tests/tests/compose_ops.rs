@@ -1,8 +1,9 @@
 //! TF ops a port reaches for, composed by the builder from existing ops
 //! (`graph/src/builder_compose.rs`): `squared_difference`, `argmin`,
 //! `reduce_logsumexp`, `split_n` / `split_sizes` (TF's `tf.split` by a
-//! count or with a `-1` size), softmax and log-softmax over any axis, and
-//! `leaky_relu`'s refusal of a non-finite slope. Values on the CPU backend
+//! count or with a `-1` size), softmax and log-softmax over any axis,
+//! BERT's tanh GELU, the rounding ops and `log1p`/`expm1` (unary kernels),
+//! and `leaky_relu`'s refusal of a non-finite slope. Values on the CPU backend
 //! against their formulas (the edge cases TF defines included), errors in
 //! TF's words naming the node, and a model using them training at 2 towers
 //! as on one device. Their gradients are checked by central differences in
@@ -96,6 +97,39 @@ fn the_compositions_compute_tfs_values() {
     assert_eq!(v[10], [-2.0, -2.0, 0.5, ninf, ninf, ninf]);
 }
 
+/// The rounding ops and the stable logs (unary kernels of their own, CPU
+/// and CUDA), and BERT's tanh GELU, against their formulas: TF's
+/// half-to-even rounding, `sign(-0) = 0`, NaN kept, `log1p`/`expm1` exact
+/// near 0 where `log(1 + x)` loses every digit.
+#[test]
+fn rounding_ops_stable_logs_and_gelu_compute_tfs_values() {
+    let mut b = GraphBuilder::new();
+    let x = b.placeholder("x", DType::F32, [None, Some(4)]).unwrap();
+    let outs = [
+        ("floor", b.floor(x).unwrap()),
+        ("ceil", b.ceil(x).unwrap()),
+        ("round", b.round(x).unwrap()),
+        ("sign", b.sign(x).unwrap()),
+        ("log1p", b.log1p(x).unwrap()),
+        ("expm1", b.expm1(x).unwrap()),
+        ("gelu", b.gelu_tanh(x).unwrap()),
+    ];
+    let xs = [0.5f32, 1.5, -2.5, -0.0, 1e-7, -1.7, 2.0, f32::NAN];
+    let v = eval(b, &outs, &xs, 2);
+    let same = |a: &[f32], w: &[f32]| a.iter().zip(w).all(|(p, q)| p == q || (p.is_nan() && q.is_nan()));
+    assert!(same(&v[0], &[0.0, 1.0, -3.0, -0.0, 0.0, -2.0, 2.0, f32::NAN]), "{:?}", v[0]);
+    assert!(same(&v[1], &[1.0, 2.0, -2.0, -0.0, 1.0, -1.0, 2.0, f32::NAN]), "{:?}", v[1]);
+    assert!(same(&v[2], &[0.0, 2.0, -2.0, -0.0, 0.0, -2.0, 2.0, f32::NAN]), "half to even: {:?}", v[2]);
+    assert!(same(&v[3], &[1.0, 1.0, -1.0, 0.0, 1.0, -1.0, 1.0, f32::NAN]), "{:?}", v[3]);
+    assert!(v[3][3].to_bits() == 0.0f32.to_bits(), "sign(-0) is +0, as TF");
+    // Near 0: log1p(1e-7) = 1e-7 - 5e-15, expm1(1e-7) = 1e-7 + 5e-15.
+    assert!((v[4][4] - 1e-7).abs() <= 1e-13 && (v[5][4] - 1e-7).abs() <= 1e-13, "{} {}", v[4][4], v[5][4]);
+    assert!(close(&v[4][..2], &[1.5f32.ln(), 2.5f32.ln()]) && v[4][2].is_nan(), "log1p(-2.5) is NaN: {:?}", v[4]);
+    let gelu = |t: f64| 0.5 * t * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (t + 0.044715 * t * t * t)).tanh());
+    let want: Vec<f32> = xs.iter().map(|&t| gelu(t as f64) as f32).collect();
+    assert!(close(&v[6], &want), "{:?} vs {want:?}", v[6]);
+}
+
 #[test]
 fn what_tf_refuses_is_refused_naming_the_node() {
     let mut b = GraphBuilder::new();
@@ -136,6 +170,7 @@ fn a_model_of_compositions_trains_at_towers_as_one_device() {
             let f = b.reshape(x, &[-1, 8, 8])?;
             let w = b.get_variable("w", [8, 8], Initializer::GlorotUniform)?;
             let h = b.matmul(f, w)?;
+            let h = b.gelu_tanh(h)?;
             // Attention weights over the rows (axis 1 of [N, 8, 8]).
             let a = b.softmax_axis(h, 1)?;
             let pooled = b.mul(a, h)?;

@@ -146,6 +146,50 @@ macro_rules! unary_table {
                 f: |v: f32| v.abs(), grad: |_d: f32, _y: f32| f32::NAN,
                 cuda: "fabsf(v)", cuda_grad: "__int_as_float(0x7fc00000)",
             }
+            // rounding and stable logs (stop 27)
+            /// `floor(x)` (TF's `tf.floor`); piecewise constant: `dx = 0`
+            /// (TF's `_FloorGrad` passes none).
+            Floor {
+                name: "floor", tf: "Floor", tf_grad: "FloorGrad", code: 13,
+                f: |v: f32| v.floor(), grad: |_d: f32, _y: f32| 0.0,
+                cuda: "floorf(v)", cuda_grad: "0.0f",
+            }
+            /// `ceil(x)` (TF's `tf.ceil`); `dx = 0`.
+            Ceil {
+                name: "ceil", tf: "Ceil", tf_grad: "CeilGrad", code: 14,
+                f: |v: f32| v.ceil(), grad: |_d: f32, _y: f32| 0.0,
+                cuda: "ceilf(v)", cuda_grad: "0.0f",
+            }
+            /// The nearest integer, halves to even (TF's `tf.round`: banker's
+            /// rounding, `round(0.5) = 0`, `round(1.5) = 2`, `round(-2.5) = -2`);
+            /// `dx = 0` (TF's `_RoundGrad`).
+            Round {
+                name: "round", tf: "Round", tf_grad: "RoundGrad", code: 15,
+                f: |v: f32| v.round_ties_even(), grad: |_d: f32, _y: f32| 0.0,
+                cuda: "rintf(v)", cuda_grad: "0.0f",
+            }
+            /// `-1`, `0` or `1` (TF's `tf.sign`; `sign(-0) = 0`, NaN stays
+            /// NaN); `dx = 0` (TF's `_SignGrad`).
+            Sign {
+                name: "sign", tf: "Sign", tf_grad: "SignGrad", code: 16,
+                f: |v: f32| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else if v.is_nan() { v } else { 0.0 },
+                grad: |_d: f32, _y: f32| 0.0,
+                cuda: "v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : (v != v ? v : 0.0f))", cuda_grad: "0.0f",
+            }
+            /// `log(1 + x)`, accurate near 0 (TF's `tf.log1p`); `dx = dy / (1 + x)
+            /// = dy * exp(-y)`.
+            Log1p {
+                name: "log1p", tf: "Log1p", tf_grad: "Log1pGrad", code: 17,
+                f: |v: f32| v.ln_1p(), grad: |d: f32, y: f32| d * (-y).exp(),
+                cuda: "log1pf(v)", cuda_grad: "__fmul_rn(g, expf(-v))",
+            }
+            /// `exp(x) - 1`, accurate near 0 (TF's `tf.expm1`); `dx = dy * exp(x)
+            /// = dy * (y + 1)`.
+            Expm1 {
+                name: "expm1", tf: "Expm1", tf_grad: "Expm1Grad", code: 18,
+                f: |v: f32| v.exp_m1(), grad: |d: f32, y: f32| d * (y + 1.0),
+                cuda: "expm1f(v)", cuda_grad: "__fmul_rn(g, __fadd_rn(v, 1.0f))",
+            }
         }
     };
 }

@@ -149,7 +149,7 @@ mod tests {
                 continue;
             }
             let x = match op {
-                UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => &positive,
+                UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal | UnaryOp::Log1p => &positive,
                 _ => &signed,
             };
             let mut y = vec![0.0; 20];

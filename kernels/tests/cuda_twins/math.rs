@@ -79,9 +79,9 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
             g.run(&k, &[dx.of(rows * c), gy.of(rows * c)], &[gdx.of(rows * c), gdb.of(c)], None);
             let (mut want_dx, mut want_db) = (vec![0f32; rows * c], vec![0f32; c]);
             towers_kernels::elementwise::unary_grad_bias_grad(*act, &x, &yv, &mut want_dx, &mut want_db);
-            // softplus' gradient is 1 - exp(-y): CUDA's expf and Rust's libm
-            // round differently (as `unary_grad` allows); the rest are exact.
-            let tol = if act.name() == "softplus" { Some(2e-6) } else { None };
+            // softplus' and log1p's gradients take exp(-y): CUDA's expf and
+            // Rust's libm round differently (as `unary_grad` allows); the rest are exact.
+            let tol = if ["softplus", "log1p"].contains(&act.name()) { Some(2e-6) } else { None };
             r.f32(
                 "unary_grad_bias_grad dx",
                 format!("[{rows}, {c}] {}", act.name()),
@@ -125,20 +125,21 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
     x[3] = 100.0;
     let gy = rng.vec(len, -1.0, 1.0);
     let (dxx, dgy, dy, ddx) = (g.up(&x), g.up(&gy), g.up(&vec![0f32; len]), g.up(&vec![0f32; len]));
-    // Exp, Log, Sqrt, Rsqrt, Reciprocal on positive inputs in [1e-3, 6].
+    // Exp, Log, Sqrt, Rsqrt, Reciprocal, Log1p on positive inputs in [1e-3, 6].
     let xp: Vec<f32> = x.iter().map(|v| v.abs().max(1e-3)).collect();
     let dxp = g.up(&xp);
     // Every op of the table, by its code (the CUDA switch's case number).
     use towers_kernels::UnaryOp as U;
     for &uop in U::ALL {
         let (op, name) = (uop.code(), uop.tf_name());
-        let positive = matches!(uop, U::Exp | U::Log | U::Sqrt | U::Rsqrt | U::Reciprocal);
+        let positive = matches!(uop, U::Exp | U::Log | U::Sqrt | U::Rsqrt | U::Reciprocal | U::Log1p);
         let (xin, dxin) = if positive { (&xp, &dxp) } else { (&x, &dxx) };
         g.run(&Kernel::Unary { op: uop }, &[dxin.of(len)], &[dy.of(len)], None);
         let mut y = vec![0f32; len];
         cpu::unary(op, xin, &mut y);
         // Transcendentals differ from Rust's libm by rounding; sqrt and division are exact.
-        let tol = if matches!(uop, U::Sigmoid | U::Tanh | U::Exp | U::Log | U::Elu | U::Softplus) {
+        let tol = if matches!(uop, U::Sigmoid | U::Tanh | U::Exp | U::Log | U::Elu | U::Softplus | U::Log1p | U::Expm1)
+        {
             Some(2e-6)
         } else {
             None
@@ -149,7 +150,7 @@ pub(crate) fn elementwise(g: &Gpu, r: &mut Report, rng: &mut Rng) {
         g.run(&Kernel::UnaryGrad { op: uop }, &[dgy.of(len), dyy.of(len)], &[ddx.of(len)], None);
         let mut want = vec![0f32; len];
         cpu::unary_grad(op, &gy, &y, &mut want);
-        let tol = if matches!(uop, U::Log | U::Softplus) { Some(2e-6) } else { None };
+        let tol = if matches!(uop, U::Log | U::Softplus | U::Log1p) { Some(2e-6) } else { None };
         r.f32("unary_grad", name, &g.down(&ddx, len), &want, tol);
     }
     // add_n, weighted_sum, fill.

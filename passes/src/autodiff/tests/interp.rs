@@ -263,6 +263,22 @@ fn unary_f64(op: UnaryOp, v: f64) -> f64 {
         UnaryOp::Relu6 => v.clamp(0.0, 6.0),
         UnaryOp::Softplus => v.exp().ln_1p(),
         UnaryOp::Abs => v.abs(),
+        UnaryOp::Floor => v.floor(),
+        UnaryOp::Ceil => v.ceil(),
+        UnaryOp::Round => v.round_ties_even(),
+        UnaryOp::Sign => {
+            if v.is_nan() {
+                v
+            } else if v > 0.0 {
+                1.0
+            } else if v < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Log1p => v.ln_1p(),
+        UnaryOp::Expm1 => v.exp_m1(),
     }
 }
 
@@ -303,6 +319,12 @@ fn unary_grad_f64(op: UnaryOp, d: f64, y: f64) -> f64 {
         UnaryOp::Softplus => d * (y.exp() - 1.0) / y.exp(),
         // Never built (autodiff uses AbsGrad from x), as the kernels' NaN.
         UnaryOp::Abs => f64::NAN,
+        // Piecewise constant: TF passes zeros (or none).
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Sign => 0.0,
+        // y = ln(1 + x): f'(x) = 1 / (1 + x) = e^-y.
+        UnaryOp::Log1p => d * (-y).exp(),
+        // y = e^x - 1: f'(x) = e^x = y + 1.
+        UnaryOp::Expm1 => d * (y + 1.0),
     }
 }
 

@@ -55,3 +55,35 @@ fn split_by_count_and_by_sizes_route_the_gradient() {
         (vec![x], outs)
     });
 }
+
+/// log1p: dy / (1 + x) (at x + 0.5 in [-0.5, 1.5), above -1);
+/// expm1: dy·exp(x); floor, ceil, round, sign: zero (piecewise constant;
+/// random values are away from the jumps, where differences are 0 too).
+#[test]
+fn log1p_expm1_and_the_rounding_ops() {
+    case(|b| {
+        let x = var(b, "x", &[3, 4]);
+        let half = b.scalar(0.5).unwrap();
+        let shifted = b.add(x, half).unwrap();
+        let l = b.log1p(shifted).unwrap();
+        let e = b.expm1(x).unwrap();
+        let f = b.floor(x).unwrap();
+        let c = b.ceil(x).unwrap();
+        let r = b.round(x).unwrap();
+        let s = b.sign(x).unwrap();
+        let mixed = b.mul(r, x).unwrap();
+        (vec![x], vec![l, e, f, c, s, mixed])
+    });
+}
+
+/// BERT's tanh GELU: its derivative through the composition.
+#[test]
+fn gelu_tanh_gradient() {
+    case(|b| {
+        let x = var(b, "x", &[2, 5]);
+        let three = b.scalar(3.0).unwrap();
+        let wide = b.mul(x, three).unwrap();
+        let g = b.gelu_tanh(wide).unwrap();
+        (vec![x], vec![g])
+    });
+}
