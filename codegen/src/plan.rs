@@ -349,12 +349,15 @@ impl Plan {
         let [dev] = self.devices.as_mut_slice() else {
             return Err(format!("program '{}' runs on {} devices, not one", self.program, self.devices.len()));
         };
-        let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
-        let offset = dev.arena_bytes.div_ceil(crate::arena::ALIGN) * crate::arena::ALIGN;
+        // Checked: a plan from a file is not yet verified here.
+        let too_big = || format!("program '{}': the copy of variable '{name}' does not fit an arena", self.program);
+        let bytes = shape.iter().try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d)).ok_or_else(too_big)?;
+        let offset = dev.arena_bytes.checked_next_multiple_of(crate::arena::ALIGN).ok_or_else(too_big)?;
+        let end = offset.checked_add(bytes).ok_or_else(too_big)?;
         let buffer = dev.buffers.len();
         let copy_name = format!("{name}/colocated");
         dev.buffers.push(Buffer { name: copy_name.clone(), dtype, shape, kind: BufferKind::Tensor, offset, bytes });
-        dev.arena_bytes = offset + bytes;
+        dev.arena_bytes = end;
         let local = BufRef::Arena { device: 0, buffer };
         let stream = &mut self.streams[home];
         for st in &mut stream.steps {
